@@ -1,0 +1,13 @@
+//! One `cmd_*` function per subcommand, and the dispatcher.
+
+use crate::cli::{Cli, Command};
+use crate::error::{CliError, CliResult};
+
+/// Runs the parsed command line.
+pub fn dispatch(cli: Cli) -> CliResult {
+    match cli.command {
+        Some(command) => match command {},
+        None => Err(CliError::user("the interactive agent is not built yet")
+            .hint("run `soba --help` for the commands available")),
+    }
+}

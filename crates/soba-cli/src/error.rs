@@ -1,0 +1,127 @@
+//! The CLI's one error type and every conversion into it, with exit codes:
+//! usage 2, user or configuration 1, internal 255, broken pipe a quiet 0.
+
+use std::fmt;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// What kind of failure, which decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The command line was wrong (exit 2).
+    Usage,
+    /// Bad input, configuration or a failed turn (exit 1).
+    User,
+    /// A bug or an environment failure (exit 255).
+    Internal,
+    /// stdout was closed by the reader (a quiet exit 0).
+    BrokenPipe,
+}
+
+/// An error the CLI reports: what went wrong, its cause, and what to do.
+#[derive(Debug)]
+pub struct CliError {
+    /// The kind, for the exit code.
+    pub kind: ErrorKind,
+    /// The message, lowercase, without a trailing period.
+    pub message: String,
+    /// The underlying cause, if any.
+    pub source: Option<anyhow::Error>,
+    /// What the user can do about it.
+    pub hints: Vec<String>,
+}
+
+impl CliError {
+    /// Builds a user or configuration error (exit 1).
+    pub fn user(message: impl Into<String>) -> Self {
+        CliError {
+            kind: ErrorKind::User,
+            message: message.into(),
+            source: None,
+            hints: Vec::new(),
+        }
+    }
+
+    /// Builds a usage error (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            kind: ErrorKind::Usage,
+            message: message.into(),
+            source: None,
+            hints: Vec::new(),
+        }
+    }
+
+    /// Builds an internal error (exit 255).
+    pub fn internal(message: impl Into<String>) -> Self {
+        CliError {
+            kind: ErrorKind::Internal,
+            message: message.into(),
+            source: None,
+            hints: Vec::new(),
+        }
+    }
+
+    /// Adds a hint line.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hints.push(hint.into());
+        self
+    }
+
+    /// Attaches a cause.
+    pub fn caused_by(mut self, source: impl Into<anyhow::Error>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Returns the exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            ErrorKind::Usage => 2,
+            ErrorKind::User => 1,
+            ErrorKind::Internal => 255,
+            ErrorKind::BrokenPipe => 0,
+        }
+    }
+
+    /// Prints the error (unless it is a broken pipe) and returns the exit code.
+    pub fn report(&self) -> ExitCode {
+        if self.kind != ErrorKind::BrokenPipe {
+            let mut stderr = std::io::stderr().lock();
+            let _ = writeln!(stderr, "{self}");
+        }
+        ExitCode::from(self.exit_code())
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error: {}", self.message)?;
+        if let Some(source) = &self.source {
+            for cause in source.chain() {
+                write!(f, ": {cause}")?;
+            }
+        }
+        for hint in &self.hints {
+            write!(f, "\nhint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(err: std::io::Error) -> Self {
+        if err.kind() == std::io::ErrorKind::BrokenPipe {
+            return CliError {
+                kind: ErrorKind::BrokenPipe,
+                message: String::new(),
+                source: None,
+                hints: Vec::new(),
+            };
+        }
+        CliError::internal("i/o failed").caused_by(err)
+    }
+}
+
+/// The CLI's result type.
+pub type CliResult<T = ()> = Result<T, CliError>;

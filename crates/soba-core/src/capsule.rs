@@ -1,0 +1,310 @@
+//! Capsules (SPEC §9): the structured working state that replaces old model
+//! input.
+
+use crate::entry::{ContextEntry, SkillEntry};
+use crate::id::EntryId;
+use crate::tokens::TokenCount;
+
+/// What started a compaction (SPEC §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Trigger {
+    /// Effective tokens above hardLimit at preflight: forced.
+    HardLimit,
+    /// A pending milestone checkpoint: soft intent.
+    Milestone,
+    /// A pending plan-pivot checkpoint: soft intent.
+    PlanPivot,
+    /// A completed turn: soft intent.
+    TurnComplete,
+    /// Effective tokens at or above autoLimit: soft.
+    AutoThreshold,
+    /// `/compact`: explicit.
+    User,
+    /// The provider reported a context overflow: forced.
+    ContextOverflow,
+    /// A compaction another agent made, imported from its transcript.
+    Imported,
+}
+
+impl Trigger {
+    /// Returns the wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::HardLimit => "hard_limit",
+            Trigger::Milestone => "milestone",
+            Trigger::PlanPivot => "plan_pivot",
+            Trigger::TurnComplete => "turn_complete",
+            Trigger::AutoThreshold => "auto_threshold",
+            Trigger::User => "user",
+            Trigger::ContextOverflow => "context_overflow",
+            Trigger::Imported => "imported",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "hard_limit" => Trigger::HardLimit,
+            "milestone" => Trigger::Milestone,
+            "plan_pivot" => Trigger::PlanPivot,
+            "turn_complete" => Trigger::TurnComplete,
+            "auto_threshold" => Trigger::AutoThreshold,
+            "user" => Trigger::User,
+            "context_overflow" => Trigger::ContextOverflow,
+            "imported" => Trigger::Imported,
+            _ => return None,
+        })
+    }
+
+    /// Returns whether this trigger is soft (subject to softGate, the soft
+    /// cap and both ROI checks).
+    pub fn is_soft(self) -> bool {
+        matches!(
+            self,
+            Trigger::Milestone
+                | Trigger::PlanPivot
+                | Trigger::TurnComplete
+                | Trigger::AutoThreshold
+        )
+    }
+
+    /// Returns whether this trigger is forced (fires regardless of the cap
+    /// and `auto`).
+    pub fn is_forced(self) -> bool {
+        matches!(self, Trigger::HardLimit | Trigger::ContextOverflow)
+    }
+}
+
+/// How a capsule's narrative was made (SPEC §9.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quality {
+    /// An LLM summary that passed the guards, or a deterministic capsule by
+    /// configuration.
+    Full,
+    /// A deterministic capsule made after an LLM failure or timeout.
+    Degraded,
+}
+
+impl Quality {
+    /// Returns the wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quality::Full => "full",
+            Quality::Degraded => "degraded",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "full" => Some(Quality::Full),
+            "degraded" => Some(Quality::Degraded),
+            _ => None,
+        }
+    }
+}
+
+/// The cut of a text-only straddler at the retention boundary (SPEC §8.2),
+/// in Unicode scalar values over the message's text blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundaryTruncation {
+    /// The truncated message.
+    pub entry_id: EntryId,
+    /// Characters kept from the start.
+    pub head_chars: u64,
+    /// Characters kept from the end.
+    pub tail_chars: u64,
+    /// Characters elided in the middle.
+    pub omitted_chars: u64,
+    /// Tokens of the kept text, taken without re-counting.
+    pub kept_tokens: TokenCount,
+}
+
+/// The state in force at a capsule's append, so resume needs nothing before
+/// the retained tail.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CapsuleState {
+    /// The active model id.
+    pub model: String,
+    /// Calibration factor per model id.
+    pub calibration: Vec<(String, f64)>,
+    /// Whether soft triggers were enabled.
+    pub auto_compact: bool,
+    /// Active skills with their snapshotted text.
+    pub skills: Vec<SkillEntry>,
+    /// The latest `agents_md` context on the path.
+    pub pinned_agents_md: Option<ContextEntry>,
+    /// The `system`-role messages on the path, as text.
+    pub pinned_system: Vec<String>,
+}
+
+/// A native continuation item from OpenAI `/responses/compact` (SPEC §10.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeContinuation {
+    /// The provider name.
+    pub provider: String,
+    /// The model id it was made for.
+    pub model: String,
+    /// `sha256(lower(baseUrl) + "\n" + organization + "\n" + project)`.
+    pub endpoint_fingerprint: String,
+    /// The returned `compaction` item, as JSON text (opaque).
+    pub item: String,
+}
+
+/// Recorded on `context_overflow` capsules (SPEC §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverflowRecord {
+    /// The prompt size the provider stated, when it did.
+    pub stated_prompt: Option<u64>,
+    /// The uncalibrated local count of the overflowing request.
+    pub request_tokens_local: u64,
+}
+
+/// Marks a capsule imported from another agent's compaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedCapsule {
+    /// The agent (`pi`, `claude-code`, `codex`, …).
+    pub agent: String,
+    /// The source's own id or index for the event.
+    pub original_id: String,
+}
+
+/// The eight narrative sections, in order (SPEC §9.1).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Narrative {
+    /// `## Goal`.
+    pub goal: String,
+    /// `## Constraints`.
+    pub constraints: String,
+    /// `## Done`.
+    pub done: String,
+    /// `## In progress`.
+    pub in_progress: String,
+    /// `## Pending`.
+    pub pending: String,
+    /// `## Decisions`.
+    pub decisions: String,
+    /// `## Blockers`.
+    pub blockers: String,
+    /// `## Next steps`.
+    pub next_steps: String,
+}
+
+/// The eight narrative headings, in order.
+pub const NARRATIVE_HEADINGS: [&str; 8] = [
+    "Goal",
+    "Constraints",
+    "Done",
+    "In progress",
+    "Pending",
+    "Decisions",
+    "Blockers",
+    "Next steps",
+];
+
+impl Narrative {
+    /// Returns the sections paired with their headings, in order.
+    pub fn sections(&self) -> [(&'static str, &str); 8] {
+        [
+            (NARRATIVE_HEADINGS[0], self.goal.as_str()),
+            (NARRATIVE_HEADINGS[1], self.constraints.as_str()),
+            (NARRATIVE_HEADINGS[2], self.done.as_str()),
+            (NARRATIVE_HEADINGS[3], self.in_progress.as_str()),
+            (NARRATIVE_HEADINGS[4], self.pending.as_str()),
+            (NARRATIVE_HEADINGS[5], self.decisions.as_str()),
+            (NARRATIVE_HEADINGS[6], self.blockers.as_str()),
+            (NARRATIVE_HEADINGS[7], self.next_steps.as_str()),
+        ]
+    }
+
+    /// Returns a mutable reference to the section under `heading`
+    /// (case-insensitive), if it is one of the eight.
+    pub fn section_mut(&mut self, heading: &str) -> Option<&mut String> {
+        let idx = NARRATIVE_HEADINGS
+            .iter()
+            .position(|h| h.eq_ignore_ascii_case(heading.trim()))?;
+        Some(match idx {
+            0 => &mut self.goal,
+            1 => &mut self.constraints,
+            2 => &mut self.done,
+            3 => &mut self.in_progress,
+            4 => &mut self.pending,
+            5 => &mut self.decisions,
+            6 => &mut self.blockers,
+            _ => &mut self.next_steps,
+        })
+    }
+}
+
+/// A verification command and its last result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// The command as run.
+    pub command: String,
+    /// Whether it last passed.
+    pub passed: bool,
+    /// Its exit code, when known.
+    pub exit_code: Option<i64>,
+}
+
+/// The locally extracted sections (SPEC §9.1), never asked of the model.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LocalSections {
+    /// The first real user message of the session (≤ 1,000 tokens).
+    pub original_task: String,
+    /// Real user messages, newest first, outside the retained tail.
+    pub latest_instructions: Vec<String>,
+    /// Files read, newest first.
+    pub files_read: Vec<String>,
+    /// Number of files read beyond those listed.
+    pub files_read_more: u64,
+    /// Every file modified, workspace-relative.
+    pub files_modified: Vec<String>,
+    /// Verification commands with their last result, newest first.
+    pub verification: Vec<Verification>,
+    /// Unresolved errors, newest first.
+    pub unresolved_errors: Vec<String>,
+    /// Checkpoint notes, `(kind, note)`, newest first.
+    pub checkpoints: Vec<(crate::entry::CheckpointKind, String)>,
+    /// Names of active skills.
+    pub active_skills: Vec<String>,
+}
+
+/// A capsule entry's structured fields plus its rendered markdown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Capsule {
+    /// What started it.
+    pub trigger: Trigger,
+    /// Full or degraded.
+    pub quality: Quality,
+    /// The first entry of the retained tail; `None` when nothing is kept.
+    pub first_kept_entry_id: Option<EntryId>,
+    /// The cut straddler, if any.
+    pub boundary_truncation: Option<BoundaryTruncation>,
+    /// Effective tokens before.
+    pub tokens_before: TokenCount,
+    /// Effective tokens after, measured exactly.
+    pub tokens_after: TokenCount,
+    /// The summarizer model, or `deterministic`.
+    pub summarizer: String,
+    /// The capsule this one rolls up.
+    pub previous_capsule_id: Option<EntryId>,
+    /// State in force at the append.
+    pub state: CapsuleState,
+    /// `/compact` instructions, if any.
+    pub instructions: Option<String>,
+    /// A native continuation, if one was made.
+    pub native: Option<NativeContinuation>,
+    /// Set on `context_overflow` capsules.
+    pub overflow: Option<OverflowRecord>,
+    /// Set on capsules imported from another agent.
+    pub imported: Option<ImportedCapsule>,
+    /// The narrative sections.
+    pub narrative: Narrative,
+    /// The previous capsule's narrative, verbatim (≤ 2,000 tokens).
+    pub earlier_narrative: Option<String>,
+    /// The locally extracted sections.
+    pub local: LocalSections,
+    /// The rendered markdown (for imported capsules, the foreign summary).
+    pub markdown: String,
+}

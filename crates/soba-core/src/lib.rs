@@ -1,0 +1,19 @@
+//! The pure heart of SOBA: the message model, token accounting, budget math,
+//! triggers and derived state, the planner, capsules and summary guards.
+//!
+//! Nothing in this crate touches files, the network, the clock, the
+//! environment or an async runtime: time, ids and randomness come in as
+//! arguments, so every decision can be replayed from a session log.
+#![warn(missing_docs)]
+
+pub mod capsule;
+pub mod entry;
+pub mod id;
+pub mod message;
+pub mod tokens;
+
+pub use capsule::{Capsule, CapsuleState, Quality, Trigger};
+pub use entry::{CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry};
+pub use id::{EntryId, IdError, IdKind};
+pub use message::{Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolResult, ToolUse, Usage};
+pub use tokens::{Encoding, TokenCount, TokenCounter};
