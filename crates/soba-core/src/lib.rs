@@ -6,11 +6,16 @@
 //! arguments, so every decision can be replayed from a session log.
 #![warn(missing_docs)]
 
+pub mod budget;
+pub mod calibration;
 pub mod capsule;
+pub mod config;
+pub mod derived;
 pub mod entry;
 pub mod id;
 pub mod message;
 pub mod tokens;
+pub mod trigger;
 
 pub use capsule::{Capsule, CapsuleState, Quality, Trigger};
 pub use entry::{CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry};
