@@ -1,0 +1,588 @@
+//! Writing a session log: the header, the single locked writer, crash-safe
+//! appends, the current leaf, id and timestamp minting, and rewind.
+
+use std::fmt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+use soba_core::entry::StoredTokens;
+use soba_core::tokens::count_message;
+use soba_core::{
+    Entry, EntryBody, EntryId, IdKind, Message, MessageEntry, TokenCount, TokenCounter,
+};
+
+use crate::error::StoreError;
+use crate::resume::{BackwardLines, read_first_line};
+use crate::wire;
+
+/// The longest session id accepted.
+const MAX_SESSION_ID_LEN: usize = 128;
+
+/// A session's id: the stem of its file name, `<id>.jsonl`.
+///
+/// Minted as a hyphenated uuid v7; any id of letters, digits, `-` and `_`
+/// (at most 128) is accepted, so that it is always a safe file name.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// Checks and wraps an id.
+    pub fn parse(text: &str) -> Result<Self, StoreError> {
+        let is_safe = !text.is_empty()
+            && text.len() <= MAX_SESSION_ID_LEN
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if is_safe {
+            Ok(SessionId(text.to_owned()))
+        } else {
+            Err(StoreError::InvalidSessionId {
+                id: text.to_owned(),
+            })
+        }
+    }
+
+    /// Builds the id of a uuid (v7 in practice), hyphenated.
+    pub fn from_uuid(uuid: u128) -> Self {
+        SessionId(uuid::Uuid::from_u128(uuid).hyphenated().to_string())
+    }
+
+    /// Returns the id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One Project Memory capsule as the header snapshots it (SPEC §12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryItem {
+    /// The capsule's checkpoint id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Its creation time, RFC 3339.
+    pub created_at: String,
+    /// Its path, workspace-relative.
+    pub path: String,
+}
+
+/// Where an imported session came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedFrom {
+    /// The source format (`pi`, `claude-code`, `codex`, …).
+    pub format: String,
+    /// The source file.
+    pub path: String,
+    /// The source's own session id.
+    pub original_id: Option<String>,
+    /// Anything else the importer keeps, written as further fields.
+    pub extra: Map<String, Value>,
+}
+
+/// Line 1 of a session log, as the domain sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionHeader {
+    /// The session id.
+    pub id: SessionId,
+    /// RFC 3339 UTC creation time.
+    pub created_at: String,
+    /// The workspace root.
+    pub cwd: String,
+    /// The operating system.
+    pub os: String,
+    /// The Project Memory index at creation.
+    pub memory: Vec<MemoryItem>,
+    /// Set on imported sessions.
+    pub imported_from: Option<ImportedFrom>,
+}
+
+impl SessionHeader {
+    /// Builds the header of a new session in `cwd`, minting its id and
+    /// creation time, on this operating system, with no memory.
+    pub fn new(minter: &mut dyn Minter, cwd: impl Into<String>) -> Self {
+        SessionHeader {
+            id: SessionId::from_uuid(minter.uuid_v7()),
+            created_at: minter.timestamp(),
+            cwd: cwd.into(),
+            os: std::env::consts::OS.to_owned(),
+            memory: Vec::new(),
+            imported_from: None,
+        }
+    }
+}
+
+/// How hard an append pushes its bytes to disk (`session.durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `write` then `fsync` (data only): an acknowledged entry survives a
+    /// power loss.
+    #[default]
+    Fsync,
+    /// `write` only: it survives a crash of the process, not of the machine.
+    Flush,
+}
+
+impl Durability {
+    /// Returns the config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Fsync => "fsync",
+            Durability::Flush => "flush",
+        }
+    }
+
+    /// Parses a config name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "fsync" => Some(Durability::Fsync),
+            "flush" => Some(Durability::Flush),
+            _ => None,
+        }
+    }
+}
+
+/// Supplies timestamps and uuids to the writer, so tests can fix them.
+pub trait Minter: Send {
+    /// Returns the current time, RFC 3339 UTC.
+    fn timestamp(&mut self) -> String;
+    /// Returns a fresh uuid v7 as 128 bits.
+    fn uuid_v7(&mut self) -> u128;
+}
+
+/// The real clock (millisecond precision) and random uuid v7s.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemMinter;
+
+impl Minter for SystemMinter {
+    fn timestamp(&mut self) -> String {
+        format!("{:.3}", jiff::Timestamp::now())
+    }
+
+    fn uuid_v7(&mut self) -> u128 {
+        uuid::Uuid::now_v7().as_u128()
+    }
+}
+
+/// A deterministic minter for tests and generated sessions: the n-th call
+/// is `start + n` seconds, and uuids carry that time and bits derived from
+/// `n` (distinct in their leading random digits).
+#[derive(Debug, Clone)]
+pub struct SequentialMinter {
+    start_seconds: i64,
+    n_time: i64,
+    n_uuid: u64,
+}
+
+impl SequentialMinter {
+    /// Starts at the given Unix time in seconds.
+    pub fn new(start_seconds: i64) -> Self {
+        SequentialMinter {
+            start_seconds,
+            n_time: 0,
+            n_uuid: 0,
+        }
+    }
+}
+
+impl Default for SequentialMinter {
+    /// Starts at 2025-01-01T00:00:00Z.
+    fn default() -> Self {
+        SequentialMinter::new(1_735_689_600)
+    }
+}
+
+impl Minter for SequentialMinter {
+    fn timestamp(&mut self) -> String {
+        let seconds = self.start_seconds.saturating_add(self.n_time);
+        self.n_time += 1;
+        match jiff::Timestamp::from_second(seconds) {
+            Ok(time) => time.to_string(),
+            Err(_) => jiff::Timestamp::UNIX_EPOCH.to_string(),
+        }
+    }
+
+    fn uuid_v7(&mut self) -> u128 {
+        let n = self.n_uuid;
+        self.n_uuid += 1;
+        // SplitMix64 spreads consecutive counters over the random bits.
+        let mut mixed = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        mixed ^= mixed >> 31;
+        let mut random = [0u8; 10];
+        random[..8].copy_from_slice(&mixed.to_be_bytes());
+        random[8..].copy_from_slice(&(n as u16).to_be_bytes());
+        let millis = (self.start_seconds.max(0) as u64)
+            .saturating_mul(1000)
+            .saturating_add(n);
+        uuid::Builder::from_unix_timestamp_millis(millis, &random)
+            .into_uuid()
+            .as_u128()
+    }
+}
+
+/// How a writer appends.
+pub struct WriterOptions {
+    /// fsync after every append, or not.
+    pub durability: Durability,
+    /// Where timestamps and ids come from.
+    pub minter: Box<dyn Minter>,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            durability: Durability::Fsync,
+            minter: Box::new(SystemMinter),
+        }
+    }
+}
+
+impl fmt::Debug for WriterOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterOptions")
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The one writer of a session log, holding its exclusive lock.
+///
+/// Every append is one `write` of a complete line (a `\n` first when the
+/// file ends with a torn line), then an `fsync` unless the durability is
+/// `flush`. An entry returned by an append is acknowledged: it survives a
+/// crash of the process at any later point. Nothing is ever rewritten.
+pub struct SessionWriter {
+    file: File,
+    path: PathBuf,
+    session: SessionId,
+    leaf: Option<EntryId>,
+    durability: Durability,
+    minter: Box<dyn Minter>,
+    torn_tail: bool,
+    line: Vec<u8>,
+}
+
+impl fmt::Debug for SessionWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionWriter")
+            .field("path", &self.path)
+            .field("session", &self.session)
+            .field("leaf", &self.leaf)
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionWriter {
+    /// Creates a new session file at `path` (creating its directory), locks
+    /// it and writes the header line.
+    pub fn create(
+        path: impl AsRef<Path>,
+        header: &SessionHeader,
+        options: WriterOptions,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|err| StoreError::io("create the sessions directory", dir, err))?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|err| {
+                if err.kind() == std::io::ErrorKind::AlreadyExists {
+                    StoreError::AlreadyExists { path: path.clone() }
+                } else {
+                    StoreError::io("create", &path, err)
+                }
+            })?;
+        lock(&file, header.id.as_str(), &path)?;
+        let mut writer = SessionWriter {
+            file,
+            path,
+            session: header.id.clone(),
+            leaf: None,
+            durability: options.durability,
+            minter: options.minter,
+            torn_tail: false,
+            line: Vec::new(),
+        };
+        let line = wire::encode_header(header)?;
+        writer.write_line(&line)?;
+        if writer.durability == Durability::Fsync {
+            sync_parent_dir(&writer.path)?;
+        }
+        Ok(writer)
+    }
+
+    /// Opens an existing session for appending: checks its header, takes the
+    /// lock, and finds the current leaf by reading backwards from the end.
+    pub fn open(path: impl AsRef<Path>, options: WriterOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(|err| StoreError::io("open", &path, err))?;
+        let first = read_first_line(&file).map_err(|err| StoreError::io("read", &path, err))?;
+        let not_a_session = |reason: String| StoreError::NotASession {
+            path: path.clone(),
+            reason,
+        };
+        if first.bytes.is_empty() && !first.terminated {
+            return Err(not_a_session("the file is empty".to_owned()));
+        }
+        if !first.terminated {
+            return Err(not_a_session("line 1 is torn (no newline)".to_owned()));
+        }
+        let text = std::str::from_utf8(&first.bytes)
+            .map_err(|_| not_a_session("line 1 is not UTF-8".to_owned()))?;
+        let header = wire::decode_header(text).map_err(|err| not_a_session(err.to_string()))?;
+        lock(&file, header.id.as_str(), &path)?;
+
+        let len = file
+            .metadata()
+            .map_err(|err| StoreError::io("read", &path, err))?
+            .len();
+        let mut torn_tail = false;
+        if len > 0 {
+            let mut last = [0u8; 1];
+            read_exact_at(&file, &mut last, len - 1)
+                .map_err(|err| StoreError::io("read", &path, err))?;
+            torn_tail = last[0] != b'\n';
+        }
+        let mut leaf = None;
+        let mut lines = BackwardLines::new(&file, first.end, len, crate::resume::BLOCK_SIZE);
+        while let Some(line) = lines
+            .next_line()
+            .map_err(|err| StoreError::io("read", &path, err))?
+        {
+            if !line.terminated {
+                continue;
+            }
+            let Ok(text) = std::str::from_utf8(&line.bytes) else {
+                continue;
+            };
+            if let Ok(entry) = wire::decode_entry(text) {
+                leaf = Some(leaf_after(&entry));
+                break;
+            }
+        }
+        Ok(SessionWriter {
+            file,
+            path,
+            session: header.id,
+            leaf,
+            durability: options.durability,
+            minter: options.minter,
+            torn_tail,
+            line: Vec::new(),
+        })
+    }
+
+    /// Returns the session's id.
+    pub fn session_id(&self) -> &SessionId {
+        &self.session
+    }
+
+    /// Returns the session file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Returns the current leaf, `None` before the first entry.
+    pub fn leaf(&self) -> Option<&EntryId> {
+        self.leaf.as_ref()
+    }
+
+    /// Appends an entry with a fresh id (`ck_` for capsules), the current
+    /// time and the current leaf as parent, and returns it once durable.
+    pub fn append(&mut self, body: EntryBody) -> Result<Entry, StoreError> {
+        let kind = if matches!(body, EntryBody::Capsule(_)) {
+            IdKind::Capsule
+        } else {
+            IdKind::Entry
+        };
+        let entry = Entry {
+            id: EntryId::from_uuid(kind, self.minter.uuid_v7()),
+            parent_id: self.leaf.clone(),
+            timestamp: self.minter.timestamp(),
+            body,
+        };
+        self.append_entry(&entry)?;
+        Ok(entry)
+    }
+
+    /// Appends a message with its token count in `counter`'s encoding
+    /// (SPEC §3.2), images costing `image_tokens` each.
+    pub fn append_message(
+        &mut self,
+        message: Message,
+        counter: &dyn TokenCounter,
+        image_tokens: TokenCount,
+    ) -> Result<Entry, StoreError> {
+        let counted = count_message(counter, &message, image_tokens);
+        let tokens = StoredTokens {
+            encoding: counter.encoding(),
+            n: counted.n,
+            estimated: counted.estimated,
+        };
+        self.append(EntryBody::Message(MessageEntry {
+            message,
+            tokens: Some(tokens),
+        }))
+    }
+
+    /// Moves the current leaf to `target` by appending a `leaf` entry; the
+    /// entries after it stay in the file.
+    pub fn rewind(&mut self, target: EntryId) -> Result<Entry, StoreError> {
+        self.append(EntryBody::Leaf { target })
+    }
+
+    /// Appends a complete entry as given (id, parent and time included), for
+    /// importers; the current leaf follows the usual rule.
+    pub fn append_entry(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        if let EntryBody::Unknown { type_name } = &entry.body {
+            return Err(StoreError::Encode {
+                id: entry.id.as_str().to_owned(),
+                reason: format!(
+                    "entries of unknown type {type_name:?} are only kept, never written"
+                ),
+            });
+        }
+        let line = wire::encode_entry(entry)?;
+        self.write_line(&line)?;
+        self.leaf = Some(leaf_after(entry));
+        Ok(())
+    }
+
+    /// Writes `line` and its newline in one `write`, then syncs.
+    fn write_line(&mut self, line: &str) -> Result<(), StoreError> {
+        self.line.clear();
+        self.line.reserve(line.len() + 2);
+        if self.torn_tail {
+            self.line.push(b'\n');
+        }
+        self.line.extend_from_slice(line.as_bytes());
+        self.line.push(b'\n');
+        if let Err(err) = self.file.write_all(&self.line) {
+            // Part of the line may be on disk: end it before the next one.
+            self.torn_tail = true;
+            return Err(StoreError::io("append to", &self.path, err));
+        }
+        self.torn_tail = false;
+        if self.durability == Durability::Fsync {
+            self.file
+                .sync_data()
+                .map_err(|err| StoreError::io("fsync", &self.path, err))?;
+        }
+        Ok(())
+    }
+}
+
+/// Returns the current leaf after `entry` in file order (SPEC §3.1).
+pub fn leaf_after(entry: &Entry) -> EntryId {
+    match &entry.body {
+        EntryBody::Leaf { target } => target.clone(),
+        _ => entry.id.clone(),
+    }
+}
+
+fn lock(file: &File, session: &str, path: &Path) -> Result<(), StoreError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(StoreError::Locked {
+            session: session.to_owned(),
+            path: path.to_path_buf(),
+        }),
+        Err(TryLockError::Error(err)) => Err(StoreError::io("lock", path, err)),
+    }
+}
+
+/// Makes a new file's directory entry durable.
+fn sync_parent_dir(path: &Path) -> Result<(), StoreError> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let handle =
+        File::open(dir).map_err(|err| StoreError::io("open the sessions directory", dir, err))?;
+    handle
+        .sync_all()
+        .map_err(|err| StoreError::io("fsync the sessions directory", dir, err))
+}
+
+pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_safe_file_names() {
+        assert!(SessionId::parse("0190f3a2-b4c5-7000-8000-000000000001").is_ok());
+        assert!(SessionId::parse("../etc").is_err());
+        assert!(SessionId::parse("").is_err());
+        assert!(SessionId::parse(&"a".repeat(129)).is_err());
+        let id = SessionId::from_uuid(0x0190_f3a2_b4c5_77f3_a9d1_0000_0000_0001);
+        assert_eq!(id.as_str(), "0190f3a2-b4c5-77f3-a9d1-000000000001");
+    }
+
+    #[test]
+    fn sequential_minter_is_deterministic_v7() {
+        let mut minter = SequentialMinter::default();
+        assert_eq!(minter.timestamp(), "2025-01-01T00:00:00Z");
+        assert_eq!(minter.timestamp(), "2025-01-01T00:00:01Z");
+        let first = uuid::Uuid::from_u128(minter.uuid_v7());
+        let second = uuid::Uuid::from_u128(minter.uuid_v7());
+        assert_eq!(first.get_version_num(), 7);
+        assert_ne!(first, second);
+        let a = EntryId::from_uuid(IdKind::Entry, first.as_u128());
+        let b = EntryId::from_uuid(IdKind::Entry, second.as_u128());
+        assert_ne!(a.short_with(4), b.short_with(4));
+        let mut again = SequentialMinter::default();
+        again.timestamp();
+        assert_eq!(again.uuid_v7(), first.as_u128());
+    }
+
+    #[test]
+    fn system_minter_writes_rfc3339_utc_millis() {
+        let stamp = SystemMinter.timestamp();
+        assert!(stamp.ends_with('Z'), "{stamp}");
+        assert_eq!(stamp.len(), "2025-01-01T00:00:00.000Z".len(), "{stamp}");
+        assert!(stamp.parse::<jiff::Timestamp>().is_ok());
+        assert_eq!(
+            uuid::Uuid::from_u128(SystemMinter.uuid_v7()).get_version_num(),
+            7
+        );
+    }
+
+    #[test]
+    fn durability_names() {
+        assert_eq!(Durability::parse("fsync"), Some(Durability::Fsync));
+        assert_eq!(
+            Durability::parse(Durability::Flush.as_str()),
+            Some(Durability::Flush)
+        );
+        assert_eq!(Durability::parse("sync"), None);
+    }
+}

@@ -1,0 +1,632 @@
+//! Reading a whole session log tolerantly: the good entries plus
+//! diagnostics for everything damaged, the current leaf, the path and the
+//! live stretch; and finding sessions in a directory.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use soba_core::{Entry, EntryBody, EntryId};
+
+use crate::error::StoreError;
+use crate::log::{SessionHeader, leaf_after};
+use crate::resume::read_first_line;
+use crate::wire::{self, DecodeError, HEADER_TYPE};
+
+/// Where a line is: its byte offset, and its 1-based line number when the
+/// reader counted lines (the backward reader does not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Location {
+    /// Byte offset of the line's first byte.
+    pub offset: u64,
+    /// 1-based line number, when known.
+    pub line: Option<u64>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line} (byte {})", self.offset),
+            None => write!(f, "byte {}", self.offset),
+        }
+    }
+}
+
+/// Something wrong with a log that reading survived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Where.
+    pub location: Location,
+    /// What.
+    pub kind: DiagnosticKind,
+}
+
+/// The kinds of damage a reader reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiagnosticKind {
+    /// The file has no bytes at all.
+    EmptyFile,
+    /// Line 1 is not a usable session header; the other lines are still read.
+    MissingHeader {
+        /// Why line 1 was rejected.
+        reason: String,
+    },
+    /// The last line has no newline: an append was cut short. It is ignored
+    /// (never acknowledged) and stays in the file.
+    TornLine {
+        /// Its length in bytes.
+        bytes: u64,
+    },
+    /// The line is not valid UTF-8; skipped.
+    InvalidUtf8 {
+        /// Bytes before the first invalid sequence.
+        valid_up_to: u64,
+    },
+    /// The line is not JSON; skipped.
+    InvalidJson {
+        /// The parser's message.
+        message: String,
+    },
+    /// The line is JSON but not a valid entry; skipped.
+    WrongShape {
+        /// What is wrong.
+        message: String,
+    },
+    /// The line repeats an earlier entry's id; skipped.
+    DuplicateId {
+        /// The repeated id.
+        id: EntryId,
+    },
+    /// An entry on the current path names a parent that is not in the log;
+    /// the path stops there.
+    DanglingParent {
+        /// The entry.
+        id: EntryId,
+        /// Its missing parent.
+        parent: EntryId,
+    },
+    /// The current leaf (from a `leaf` entry) is not in the log; the path is empty.
+    DanglingLeaf {
+        /// The missing target.
+        target: EntryId,
+    },
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self.location;
+        match &self.kind {
+            DiagnosticKind::EmptyFile => write!(f, "the file is empty: no session header"),
+            DiagnosticKind::MissingHeader { reason } => {
+                write!(f, "{at}: no session header ({reason})")
+            }
+            DiagnosticKind::TornLine { bytes } => {
+                write!(
+                    f,
+                    "{at}: torn last line ({bytes} bytes, no newline) ignored; the next append ends it"
+                )
+            }
+            DiagnosticKind::InvalidUtf8 { valid_up_to } => {
+                write!(
+                    f,
+                    "{at}: invalid UTF-8 after {valid_up_to} bytes; line skipped"
+                )
+            }
+            DiagnosticKind::InvalidJson { message } => {
+                write!(f, "{at}: invalid JSON ({message}); line skipped")
+            }
+            DiagnosticKind::WrongShape { message } => {
+                write!(f, "{at}: not a valid entry ({message}); line skipped")
+            }
+            DiagnosticKind::DuplicateId { id } => {
+                write!(f, "{at}: duplicate entry id {id}; line skipped")
+            }
+            DiagnosticKind::DanglingParent { id, parent } => {
+                write!(
+                    f,
+                    "{at}: entry {id} names parent {parent}, which is not in the log; the path stops there"
+                )
+            }
+            DiagnosticKind::DanglingLeaf { target } => {
+                write!(
+                    f,
+                    "{at}: the current leaf {target} is not in the log; the path is empty"
+                )
+            }
+        }
+    }
+}
+
+/// One good entry with where it was read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedEntry {
+    /// The entry.
+    pub entry: Entry,
+    /// Its line.
+    pub location: Location,
+    /// The raw JSON line of an entry of unknown type, kept verbatim.
+    pub raw: Option<String>,
+}
+
+/// What one line turned out to be.
+#[derive(Debug)]
+pub(crate) enum LineOutcome {
+    /// A whitespace-only line: ignored without a diagnostic.
+    Blank,
+    /// The session header.
+    Header(SessionHeader),
+    /// A good entry (and its raw text if of unknown type).
+    Entry(Entry, Option<String>),
+    /// Damage.
+    Damaged(DiagnosticKind),
+}
+
+/// Classifies one complete line (without its newline). Line 1 is tried as a
+/// header first; `missing_header` receives why it is not one.
+pub(crate) fn classify_line(
+    bytes: &[u8],
+    is_first: bool,
+    missing_header: &mut Option<String>,
+) -> LineOutcome {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        if is_first {
+            *missing_header = Some("line 1 is blank".to_owned());
+        }
+        return LineOutcome::Blank;
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => {
+            if is_first {
+                *missing_header = Some("line 1 is not UTF-8".to_owned());
+            }
+            return LineOutcome::Damaged(DiagnosticKind::InvalidUtf8 {
+                valid_up_to: err.valid_up_to() as u64,
+            });
+        }
+    };
+    if is_first {
+        match wire::peek_type(text) {
+            Ok(Some(type_name)) if type_name == HEADER_TYPE => {
+                return match wire::decode_header(text) {
+                    Ok(header) => LineOutcome::Header(header),
+                    Err(err) => {
+                        *missing_header = Some(err.to_string());
+                        LineOutcome::Blank
+                    }
+                };
+            }
+            Ok(Some(type_name)) => {
+                *missing_header = Some(format!("line 1 is a {type_name:?} entry"))
+            }
+            Ok(None) => *missing_header = Some("line 1 has no `type`".to_owned()),
+            Err(err) => *missing_header = Some(err.to_string()),
+        }
+    }
+    match wire::decode_entry(text) {
+        Ok(entry) => {
+            let raw = matches!(entry.body, EntryBody::Unknown { .. }).then(|| text.to_owned());
+            LineOutcome::Entry(entry, raw)
+        }
+        Err(DecodeError::Syntax(message)) => {
+            LineOutcome::Damaged(DiagnosticKind::InvalidJson { message })
+        }
+        Err(DecodeError::Shape(message)) => {
+            LineOutcome::Damaged(DiagnosticKind::WrongShape { message })
+        }
+    }
+}
+
+/// A whole session log, read tolerantly.
+#[derive(Debug, Clone, Default)]
+pub struct SessionLog {
+    header: Option<SessionHeader>,
+    entries: Vec<LoggedEntry>,
+    index: HashMap<EntryId, usize>,
+    leaf: Option<EntryId>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// Reads a whole session log. Damaged content gives diagnostics, never an
+/// error; only failing to open or read the file is one.
+pub fn read_log(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
+    let path = path.as_ref();
+    let file = File::open(path).map_err(|err| StoreError::io("open", path, err))?;
+    SessionLog::from_reader(BufReader::with_capacity(1 << 20, file))
+        .map_err(|err| StoreError::io("read", path, err))
+}
+
+impl SessionLog {
+    /// Parses a log held in memory.
+    pub fn from_bytes(bytes: &[u8]) -> SessionLog {
+        let mut builder = LogBuilder::default();
+        let mut offset = 0usize;
+        while offset < bytes.len() {
+            let (line, terminated) = match bytes[offset..].iter().position(|&b| b == b'\n') {
+                Some(nl) => (&bytes[offset..offset + nl], true),
+                None => (&bytes[offset..], false),
+            };
+            builder.line(offset as u64, line, terminated);
+            offset += line.len() + 1;
+        }
+        builder.finish(bytes.len() as u64)
+    }
+
+    /// Parses a log from a reader, one line at a time.
+    pub fn from_reader(mut reader: impl BufRead) -> std::io::Result<SessionLog> {
+        let mut builder = LogBuilder::default();
+        let mut offset = 0u64;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n_read = reader.read_until(b'\n', &mut line)?;
+            if n_read == 0 {
+                break;
+            }
+            let terminated = line.last() == Some(&b'\n');
+            let body = if terminated {
+                &line[..line.len() - 1]
+            } else {
+                &line[..]
+            };
+            builder.line(offset, body, terminated);
+            offset += n_read as u64;
+        }
+        Ok(builder.finish(offset))
+    }
+
+    /// Returns the header, if line 1 was a valid one.
+    pub fn header(&self) -> Option<&SessionHeader> {
+        self.header.as_ref()
+    }
+
+    /// Returns the good entries in file order.
+    pub fn entries(&self) -> &[LoggedEntry] {
+        &self.entries
+    }
+
+    /// Returns the diagnostics in file order (path checks last).
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// Returns whether the log had no damage at all.
+    pub fn is_clean(&self) -> bool {
+        self.diagnostics.is_empty()
+    }
+
+    /// Returns the current leaf: set by the last good entry in file order.
+    pub fn leaf(&self) -> Option<&EntryId> {
+        self.leaf.as_ref()
+    }
+
+    /// Returns the entry with this id.
+    pub fn entry(&self, id: &EntryId) -> Option<&LoggedEntry> {
+        self.index.get(id).map(|&idx| &self.entries[idx])
+    }
+
+    /// Returns the path from the root to the current leaf.
+    pub fn path(&self) -> Vec<&LoggedEntry> {
+        match &self.leaf {
+            Some(leaf) => self.path_to(leaf),
+            None => Vec::new(),
+        }
+    }
+
+    /// Returns the path from the root to `leaf`, stopping early at a missing
+    /// parent or a `leaf` entry (which is never on a path).
+    pub fn path_to(&self, leaf: &EntryId) -> Vec<&LoggedEntry> {
+        let mut path = Vec::new();
+        let mut cursor = Some(leaf);
+        while let Some(id) = cursor {
+            let Some(logged) = self.entry(id) else { break };
+            if matches!(logged.entry.body, EntryBody::Leaf { .. })
+                || path.len() > self.entries.len()
+            {
+                break;
+            }
+            path.push(logged);
+            cursor = logged.entry.parent_id.as_ref();
+        }
+        path.reverse();
+        path
+    }
+
+    /// Returns the latest capsule on the current path.
+    pub fn latest_capsule(&self) -> Option<&LoggedEntry> {
+        self.path()
+            .into_iter()
+            .rev()
+            .find(|logged| matches!(logged.entry.body, EntryBody::Capsule(_)))
+    }
+
+    /// Returns the live stretch of the current path, root-most first: from
+    /// the latest capsule's `firstKeptEntryId` (or the capsule itself when
+    /// nothing is kept) to the leaf; the whole path without a capsule. This
+    /// is what resume reads (SPEC §3.3).
+    pub fn live_stretch(&self) -> Vec<&LoggedEntry> {
+        let mut chase = StretchChase::default();
+        let mut stretch = Vec::new();
+        for logged in self.path().into_iter().rev() {
+            stretch.push(logged);
+            if chase.feed(&logged.entry) {
+                break;
+            }
+        }
+        stretch.reverse();
+        stretch
+    }
+}
+
+/// Walks a path leaf→root and says where the live stretch ends.
+#[derive(Debug, Default)]
+pub(crate) struct StretchChase {
+    stop_at: Option<EntryId>,
+}
+
+impl StretchChase {
+    /// Takes the next entry towards the root; returns true when it is the
+    /// last one of the stretch.
+    pub(crate) fn feed(&mut self, entry: &Entry) -> bool {
+        if let Some(stop) = &self.stop_at {
+            return *stop == entry.id;
+        }
+        if let EntryBody::Capsule(capsule) = &entry.body {
+            match &capsule.first_kept_entry_id {
+                Some(first_kept) => self.stop_at = Some(first_kept.clone()),
+                None => return true,
+            }
+        }
+        false
+    }
+}
+
+/// Accumulates lines into a [`SessionLog`].
+#[derive(Debug, Default)]
+struct LogBuilder {
+    log: SessionLog,
+    n_lines: u64,
+    missing_header: Option<String>,
+    last_location: Location,
+}
+
+impl LogBuilder {
+    fn line(&mut self, offset: u64, bytes: &[u8], terminated: bool) {
+        self.n_lines += 1;
+        let location = Location {
+            offset,
+            line: Some(self.n_lines),
+        };
+        self.last_location = location;
+        let is_first = self.n_lines == 1;
+        if !terminated {
+            if is_first {
+                self.missing_header = Some("line 1 is torn".to_owned());
+            }
+            if !bytes.iter().all(u8::is_ascii_whitespace) {
+                self.push_diagnostic(
+                    location,
+                    DiagnosticKind::TornLine {
+                        bytes: bytes.len() as u64,
+                    },
+                );
+            }
+            return;
+        }
+        match classify_line(bytes, is_first, &mut self.missing_header) {
+            LineOutcome::Blank => {}
+            LineOutcome::Header(header) => self.log.header = Some(header),
+            LineOutcome::Entry(entry, raw) => self.push_entry(entry, location, raw),
+            LineOutcome::Damaged(kind) => self.push_diagnostic(location, kind),
+        }
+    }
+
+    fn push_entry(&mut self, entry: Entry, location: Location, raw: Option<String>) {
+        if self.log.index.contains_key(&entry.id) {
+            self.push_diagnostic(location, DiagnosticKind::DuplicateId { id: entry.id });
+            return;
+        }
+        self.log.leaf = Some(leaf_after(&entry));
+        self.log
+            .index
+            .insert(entry.id.clone(), self.log.entries.len());
+        self.log.entries.push(LoggedEntry {
+            entry,
+            location,
+            raw,
+        });
+    }
+
+    fn push_diagnostic(&mut self, location: Location, kind: DiagnosticKind) {
+        self.log.diagnostics.push(Diagnostic { location, kind });
+    }
+
+    fn finish(mut self, n_bytes: u64) -> SessionLog {
+        let start = Location {
+            offset: 0,
+            line: Some(1),
+        };
+        if n_bytes == 0 {
+            self.log.diagnostics.insert(
+                0,
+                Diagnostic {
+                    location: start,
+                    kind: DiagnosticKind::EmptyFile,
+                },
+            );
+        } else if self.log.header.is_none() {
+            let reason = self
+                .missing_header
+                .take()
+                .unwrap_or_else(|| "no line 1".to_owned());
+            let diagnostic = Diagnostic {
+                location: start,
+                kind: DiagnosticKind::MissingHeader { reason },
+            };
+            self.log.diagnostics.insert(0, diagnostic);
+        }
+        self.check_path();
+        self.log
+    }
+
+    /// Reports where the current path breaks.
+    fn check_path(&mut self) {
+        let Some(leaf) = self.log.leaf.clone() else {
+            return;
+        };
+        let Some(mut logged) = self.log.entry(&leaf) else {
+            let location = self
+                .log
+                .entries
+                .last()
+                .map_or(self.last_location, |last| last.location);
+            self.push_diagnostic(location, DiagnosticKind::DanglingLeaf { target: leaf });
+            return;
+        };
+        let mut n_steps = 0;
+        while let Some(parent) = &logged.entry.parent_id {
+            n_steps += 1;
+            match self.log.entry(parent) {
+                Some(next) if n_steps <= self.log.entries.len() => logged = next,
+                Some(_) => return,
+                None => {
+                    let diagnostic = Diagnostic {
+                        location: logged.location,
+                        kind: DiagnosticKind::DanglingParent {
+                            id: logged.entry.id.clone(),
+                            parent: parent.clone(),
+                        },
+                    };
+                    self.log.diagnostics.push(diagnostic);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Discovery
+
+/// A session file found in a directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    /// The session id: the header's, else the file stem.
+    pub id: String,
+    /// The file.
+    pub path: PathBuf,
+    /// The header's creation time.
+    pub created_at: Option<String>,
+    /// The header's workspace root.
+    pub cwd: Option<String>,
+    /// The file size in bytes.
+    pub size: u64,
+    /// The file's modification time.
+    pub modified: Option<SystemTime>,
+    /// Why the header could not be read, when it could not.
+    pub problem: Option<String>,
+}
+
+/// Returns the path of session `id` in `dir`.
+pub fn session_path(dir: impl AsRef<Path>, id: &crate::log::SessionId) -> PathBuf {
+    dir.as_ref().join(format!("{id}.jsonl"))
+}
+
+/// Lists the `*.jsonl` sessions in `dir` (flight records excluded), most
+/// recently modified first. A missing directory has no sessions.
+pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, StoreError> {
+    let dir = dir.as_ref();
+    let read_dir = match std::fs::read_dir(dir) {
+        Ok(read_dir) => read_dir,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(StoreError::io("list", dir, err)),
+    };
+    let mut sessions = Vec::new();
+    for dir_entry in read_dir {
+        let dir_entry = dir_entry.map_err(|err| StoreError::io("list", dir, err))?;
+        let path = dir_entry.path();
+        let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+            continue;
+        };
+        let Some(stem) = name.strip_suffix(".jsonl") else {
+            continue;
+        };
+        if stem.ends_with(".flight") || stem.is_empty() {
+            continue;
+        }
+        let Ok(metadata) = dir_entry.metadata() else {
+            continue;
+        };
+        if !metadata.is_file() {
+            continue;
+        }
+        let mut summary = SessionSummary {
+            id: stem.to_owned(),
+            path: path.clone(),
+            created_at: None,
+            cwd: None,
+            size: metadata.len(),
+            modified: metadata.modified().ok(),
+            problem: None,
+        };
+        match read_header(&path) {
+            Ok(header) => {
+                summary.id = header.id.as_str().to_owned();
+                summary.created_at = Some(header.created_at);
+                summary.cwd = Some(header.cwd);
+            }
+            Err(problem) => summary.problem = Some(problem),
+        }
+        sessions.push(summary);
+    }
+    sessions.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| a.id.cmp(&b.id)));
+    Ok(sessions)
+}
+
+/// Reads only line 1 of a session file; the error says why it is not a header.
+pub fn read_header(path: impl AsRef<Path>) -> Result<SessionHeader, String> {
+    let file = File::open(path.as_ref()).map_err(|err| format!("cannot open: {err}"))?;
+    let first = read_first_line(&file).map_err(|err| format!("cannot read: {err}"))?;
+    if !first.terminated {
+        return Err(if first.bytes.is_empty() {
+            "the file is empty"
+        } else {
+            "line 1 is torn"
+        }
+        .to_owned());
+    }
+    let text = std::str::from_utf8(&first.bytes).map_err(|_| "line 1 is not UTF-8".to_owned())?;
+    wire::decode_header(text).map_err(|err| err.to_string())
+}
+
+/// Finds the session whose id is `prefix` or starts with it.
+pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummary, StoreError> {
+    let dir = dir.as_ref();
+    let sessions = list_sessions(dir)?;
+    if let Some(exact) = sessions.iter().find(|s| s.id == prefix) {
+        return Ok(exact.clone());
+    }
+    let mut matching: Vec<SessionSummary> = sessions
+        .into_iter()
+        .filter(|s| s.id.starts_with(prefix))
+        .collect();
+    match matching.len() {
+        0 => Err(StoreError::SessionNotFound {
+            prefix: prefix.to_owned(),
+            dir: dir.to_path_buf(),
+        }),
+        1 => Ok(matching.remove(0)),
+        _ => {
+            let mut candidates: Vec<String> = matching.into_iter().map(|s| s.id).collect();
+            candidates.sort();
+            Err(StoreError::AmbiguousSession {
+                prefix: prefix.to_owned(),
+                candidates,
+            })
+        }
+    }
+}

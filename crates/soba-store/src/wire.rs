@@ -1,0 +1,1625 @@
+//! Wire records of the session log: the serde shapes of the header and of
+//! every entry type, and their conversions to and from the domain types of
+//! `soba-core` (which derive no `Serialize`). The format is specified in the
+//! crate documentation under "Wire format".
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use soba_core::capsule::{
+    BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
+    OverflowRecord, Verification,
+};
+use soba_core::entry::{SkillAction, SkillEntry, StoredTokens};
+use soba_core::{
+    Block, Capsule, CapsuleState, CheckpointKind, ContextEntry, ContextSource, Encoding, Entry,
+    EntryBody, EntryId, Image, ImageSource, Message, MessageEntry, MessageOrigin, Quality,
+    ResultPart, Role, TokenCount, ToolInput, ToolResult, ToolUse, Trigger, Usage,
+};
+
+use crate::error::StoreError;
+use crate::log::{ImportedFrom, MemoryItem, SessionHeader, SessionId};
+
+/// The `schemaVersion` this version writes and the highest it reads.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// The `type` tag of the header line.
+pub const HEADER_TYPE: &str = "session";
+
+/// Why one line could not be turned into a header or an entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The line is not JSON at all (syntax error or cut short).
+    #[error("invalid JSON: {0}")]
+    Syntax(String),
+    /// The line is JSON but not of the shape its `type` requires.
+    #[error("wrong shape: {0}")]
+    Shape(String),
+}
+
+impl DecodeError {
+    pub(crate) fn from_json(err: &serde_json::Error) -> Self {
+        match err.classify() {
+            serde_json::error::Category::Data => DecodeError::Shape(err.to_string()),
+            _ => DecodeError::Syntax(err.to_string()),
+        }
+    }
+
+    fn shape(message: impl Into<String>) -> Self {
+        DecodeError::Shape(message.into())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Header
+
+/// Line 1 of a session log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderRecord {
+    /// Always `session`.
+    #[serde(rename = "type")]
+    pub type_tag: String,
+    /// The format version; absent in pi logs, which share the `type` tag.
+    pub schema_version: Option<u64>,
+    /// The session id.
+    pub id: String,
+    /// RFC 3339 UTC creation time.
+    pub created_at: String,
+    /// The workspace root.
+    pub cwd: String,
+    /// The operating system (`linux`, `macos`, …).
+    pub os: String,
+    /// The Project Memory index at creation.
+    #[serde(default)]
+    pub memory: Vec<MemoryRecord>,
+    /// Where an imported session came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_from: Option<ImportedFromRecord>,
+}
+
+/// One Project Memory capsule listed in the header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryRecord {
+    /// The capsule's checkpoint id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Its creation time.
+    pub created_at: String,
+    /// Its path, workspace-relative.
+    pub path: String,
+}
+
+/// The origin of an imported session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportedFromRecord {
+    /// The source format (`pi`, `claude-code`, `codex`, …).
+    pub format: String,
+    /// The source file.
+    pub path: String,
+    /// The source's own session id, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_id: Option<String>,
+    /// Anything else the importer recorded.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl HeaderRecord {
+    /// Builds the record of a header.
+    pub fn from_header(header: &SessionHeader) -> Self {
+        HeaderRecord {
+            type_tag: HEADER_TYPE.to_owned(),
+            schema_version: Some(SCHEMA_VERSION),
+            id: header.id.as_str().to_owned(),
+            created_at: header.created_at.clone(),
+            cwd: header.cwd.clone(),
+            os: header.os.clone(),
+            memory: header
+                .memory
+                .iter()
+                .map(|item| MemoryRecord {
+                    id: item.id.clone(),
+                    title: item.title.clone(),
+                    created_at: item.created_at.clone(),
+                    path: item.path.clone(),
+                })
+                .collect(),
+            imported_from: header
+                .imported_from
+                .as_ref()
+                .map(|from| ImportedFromRecord {
+                    format: from.format.clone(),
+                    path: from.path.clone(),
+                    original_id: from.original_id.clone(),
+                    extra: from.extra.clone(),
+                }),
+        }
+    }
+
+    /// Checks the record and converts it to a header.
+    pub fn into_header(self) -> Result<SessionHeader, DecodeError> {
+        if self.type_tag != HEADER_TYPE {
+            return Err(DecodeError::shape(format!(
+                "line 1 has type {:?}, not \"session\"",
+                self.type_tag
+            )));
+        }
+        let Some(version) = self.schema_version else {
+            return Err(DecodeError::shape(
+                "the header has no schemaVersion (a pi log? import it with `soba import`)",
+            ));
+        };
+        if version == 0 || version > SCHEMA_VERSION {
+            return Err(DecodeError::shape(format!(
+                "schemaVersion {version} is not supported (this version reads {SCHEMA_VERSION}); upgrade soba"
+            )));
+        }
+        let id = SessionId::parse(&self.id).map_err(|err| DecodeError::shape(err.to_string()))?;
+        Ok(SessionHeader {
+            id,
+            created_at: self.created_at,
+            cwd: self.cwd,
+            os: self.os,
+            memory: self
+                .memory
+                .into_iter()
+                .map(|m| MemoryItem {
+                    id: m.id,
+                    title: m.title,
+                    created_at: m.created_at,
+                    path: m.path,
+                })
+                .collect(),
+            imported_from: self.imported_from.map(|from| ImportedFrom {
+                format: from.format,
+                path: from.path,
+                original_id: from.original_id,
+                extra: from.extra,
+            }),
+        })
+    }
+}
+
+/// Encodes a header as one JSON line (without the newline).
+pub fn encode_header(header: &SessionHeader) -> Result<String, StoreError> {
+    serde_json::to_string(&HeaderRecord::from_header(header)).map_err(|err| StoreError::Encode {
+        id: header.id.as_str().to_owned(),
+        reason: err.to_string(),
+    })
+}
+
+/// Decodes line 1 of a session log.
+pub fn decode_header(line: &str) -> Result<SessionHeader, DecodeError> {
+    let record: HeaderRecord =
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))?;
+    record.into_header()
+}
+
+// ---------------------------------------------------------------------------
+// Entries
+
+/// The fields every entry line starts with; the body is read separately.
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(rename = "type")]
+    type_name: String,
+    id: Option<String>,
+    #[serde(rename = "parentId", default)]
+    parent_id: Option<String>,
+    timestamp: Option<String>,
+}
+
+/// Only the `type` of a line, to tell a header from an entry.
+#[derive(Debug, Deserialize)]
+struct TypePeek {
+    #[serde(rename = "type")]
+    type_name: Option<String>,
+}
+
+/// Returns the `type` tag of a JSON line, `None` when it has none.
+pub fn peek_type(line: &str) -> Result<Option<String>, DecodeError> {
+    let peek: TypePeek = serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))?;
+    Ok(peek.type_name)
+}
+
+/// The body of an entry as written on the wire, one variant per `type`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BodyRecord {
+    /// `message`.
+    Message(MessageRecord),
+    /// `context`.
+    Context(ContextRecord),
+    /// `capsule`.
+    Capsule(Box<CapsuleRecord>),
+    /// `hygiene`.
+    Hygiene(HygieneRecord),
+    /// `checkpoint`.
+    Checkpoint(CheckpointRecord),
+    /// `leaf`.
+    Leaf(LeafRecord),
+    /// `model_change`.
+    ModelChange(ModelChangeRecord),
+    /// `config_change`.
+    ConfigChange(ConfigChangeRecord),
+    /// `skill`.
+    Skill(SkillRecord),
+    /// A type this version does not know: only the envelope is read.
+    Unknown {
+        /// The `type` tag.
+        type_name: String,
+    },
+}
+
+/// A `message` entry's body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageRecord {
+    /// `system`, `user`, `assistant` or `tool` (`developer` reads as `system`).
+    pub role: String,
+    /// Where a user message came from; absent for typed ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// The content blocks.
+    pub content: Vec<BlockRecord>,
+    /// The model that produced an assistant message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Normalised usage of the request that produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageRecord>,
+    /// The uncalibrated local count of that request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_tokens_local: Option<u64>,
+    /// The message's own count, stored at append.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokensRecord>,
+}
+
+/// A content block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BlockRecord {
+    /// `{"type":"text","text"}`.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// `{"type":"thinking","thinking","signature"?}`.
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// The provider's signature.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// `{"type":"tool_use","id","name","input","rawInput"?}`.
+    ToolUse {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The arguments object.
+        input: Value,
+        /// The raw argument text when it did not parse as an object.
+        #[serde(rename = "rawInput", default, skip_serializing_if = "Option::is_none")]
+        raw_input: Option<String>,
+    },
+    /// `{"type":"tool_result","toolUseId","content":[…],"isError"}`.
+    ToolResult {
+        /// The call answered.
+        #[serde(rename = "toolUseId")]
+        tool_use_id: String,
+        /// Text and image parts.
+        content: Vec<ResultPartRecord>,
+        /// Whether the tool failed.
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    },
+    /// `{"type":"image","mediaType","data"|"url"}`.
+    Image(ImageRecord),
+}
+
+/// One part of a tool result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResultPartRecord {
+    /// Text output.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    Image(ImageRecord),
+}
+
+/// An image: exactly one of `data` (base64) and `url`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageRecord {
+    /// MIME type.
+    pub media_type: String,
+    /// Base64 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// Location.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// Normalised usage (SPEC §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRecord {
+    /// Uncached prompt tokens.
+    #[serde(default)]
+    pub input: u64,
+    /// Cached prompt tokens read.
+    #[serde(default)]
+    pub cache_read: u64,
+    /// Prompt tokens written to the cache.
+    #[serde(default)]
+    pub cache_write: u64,
+    /// Generated tokens, reasoning included.
+    #[serde(default)]
+    pub output: u64,
+    /// The reasoning part of `output`.
+    #[serde(default)]
+    pub reasoning: u64,
+}
+
+/// A stored token count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokensRecord {
+    /// `o200k_base` or `cl100k_base`.
+    pub encoding: String,
+    /// The count, message overhead included.
+    pub n: u64,
+    /// Present and true when a block was counted by size.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub estimated: bool,
+}
+
+/// A `context` entry's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextRecord {
+    /// `capsule_file` or `agents_md`.
+    pub source: String,
+    /// The file read.
+    pub path: String,
+    /// Lowercase hex sha256 of `text`.
+    pub sha256: String,
+    /// The text.
+    pub text: String,
+}
+
+/// A `capsule` entry's body (SPEC §9.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleRecord {
+    /// What started it.
+    pub trigger: String,
+    /// `full` or `degraded`.
+    pub quality: String,
+    /// The first entry of the retained tail, `null` when nothing is kept.
+    pub first_kept_entry_id: Option<String>,
+    /// The cut straddler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boundary_truncation: Option<BoundaryTruncationRecord>,
+    /// Effective tokens before.
+    pub tokens_before: u64,
+    /// Effective tokens after.
+    pub tokens_after: u64,
+    /// The summarizer model or `deterministic`.
+    pub summarizer: String,
+    /// The capsule rolled up, `null` for the first.
+    #[serde(default)]
+    pub previous_capsule_id: Option<String>,
+    /// The state in force at the append.
+    pub state: CapsuleStateRecord,
+    /// `/compact` instructions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// A native continuation item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<NativeRecord>,
+    /// Set on `context_overflow` capsules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overflow: Option<OverflowRecordWire>,
+    /// Set on imported capsules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<ImportedCapsuleRecord>,
+    /// The eight narrative sections.
+    pub narrative: NarrativeRecord,
+    /// The previous capsule's narrative, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier_narrative: Option<String>,
+    /// The locally extracted sections.
+    pub local: LocalSectionsRecord,
+    /// The rendered markdown.
+    pub markdown: String,
+}
+
+/// `boundaryTruncation`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundaryTruncationRecord {
+    /// The truncated message.
+    pub entry_id: String,
+    /// Characters kept from the start.
+    pub head_chars: u64,
+    /// Characters kept from the end.
+    pub tail_chars: u64,
+    /// Characters elided.
+    pub omitted_chars: u64,
+    /// Tokens of the kept text.
+    pub kept_tokens: u64,
+}
+
+/// A capsule's `state`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleStateRecord {
+    /// The active model.
+    pub model: String,
+    /// `{model: factor}`.
+    #[serde(default)]
+    pub calibration: Map<String, Value>,
+    /// Whether soft triggers were on.
+    pub auto_compact: bool,
+    /// Active skills.
+    #[serde(default)]
+    pub skills: Vec<StateSkillRecord>,
+    /// Pinned context.
+    #[serde(default)]
+    pub pinned: PinnedRecord,
+}
+
+/// An active skill in a capsule's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSkillRecord {
+    /// Its name.
+    pub name: String,
+    /// Lowercase hex sha256 of `text`.
+    pub sha256: String,
+    /// The snapshotted text.
+    pub text: String,
+}
+
+/// A capsule state's `pinned`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PinnedRecord {
+    /// The latest `agents_md` context on the path.
+    #[serde(default)]
+    pub agents_md: Option<ContextRecord>,
+    /// The `system` messages, as text.
+    #[serde(default)]
+    pub system: Vec<String>,
+}
+
+/// `native`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NativeRecord {
+    /// The provider.
+    pub provider: String,
+    /// The model.
+    pub model: String,
+    /// The endpoint fingerprint.
+    pub endpoint_fingerprint: String,
+    /// The opaque item, as JSON text.
+    pub item: String,
+}
+
+/// `overflow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverflowRecordWire {
+    /// The prompt size the provider stated.
+    #[serde(default)]
+    pub stated_prompt: Option<u64>,
+    /// The local count of the overflowing request.
+    pub request_tokens_local: u64,
+}
+
+/// `imported`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportedCapsuleRecord {
+    /// The agent.
+    pub agent: String,
+    /// The source's id for the event.
+    pub original_id: String,
+}
+
+/// `narrative`: the eight sections.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NarrativeRecord {
+    /// Goal.
+    pub goal: String,
+    /// Constraints.
+    pub constraints: String,
+    /// Done.
+    pub done: String,
+    /// In progress.
+    pub in_progress: String,
+    /// Pending.
+    pub pending: String,
+    /// Decisions.
+    pub decisions: String,
+    /// Blockers.
+    pub blockers: String,
+    /// Next steps.
+    pub next_steps: String,
+}
+
+/// `local`: the locally extracted sections.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalSectionsRecord {
+    /// The original task.
+    pub original_task: String,
+    /// Latest user instructions, newest first.
+    pub latest_instructions: Vec<String>,
+    /// Files read, newest first.
+    pub files_read: Vec<String>,
+    /// Files read beyond those listed.
+    pub files_read_more: u64,
+    /// Files modified.
+    pub files_modified: Vec<String>,
+    /// Verification commands.
+    pub verification: Vec<VerificationRecord>,
+    /// Unresolved errors.
+    pub unresolved_errors: Vec<String>,
+    /// Checkpoint notes.
+    pub checkpoints: Vec<CheckpointRecord>,
+    /// Active skill names.
+    pub active_skills: Vec<String>,
+}
+
+/// One verification command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationRecord {
+    /// The command.
+    pub command: String,
+    /// Whether it last passed.
+    pub passed: bool,
+    /// Its exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+}
+
+/// A `hygiene` entry's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HygieneRecord {
+    /// Tool results up to this entry on the path are stubbed.
+    pub pruned_through_entry_id: String,
+    /// Tokens reclaimed.
+    pub reclaimed_tokens: u64,
+}
+
+/// A `checkpoint` entry's body (also a capsule's checkpoint list item).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    /// `milestone` or `plan_pivot`.
+    pub kind: String,
+    /// The note.
+    pub note: String,
+}
+
+/// A `leaf` entry's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeafRecord {
+    /// The new current leaf.
+    pub target_id: String,
+}
+
+/// A `model_change` entry's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelChangeRecord {
+    /// The new model.
+    pub model: String,
+}
+
+/// A `config_change` entry's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigChangeRecord {
+    /// The new `compaction.auto`, when this change sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
+}
+
+/// A `skill` entry's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillRecord {
+    /// The skill's name.
+    pub name: String,
+    /// `activate` or `deactivate`.
+    pub action: String,
+    /// Lowercase hex sha256 of `text`.
+    pub sha256: String,
+    /// The snapshotted text.
+    pub text: String,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// The envelope written before the body, flattened into one JSON object.
+#[derive(Serialize)]
+struct EntryOut<'a, B: Serialize> {
+    #[serde(rename = "type")]
+    type_name: &'a str,
+    id: &'a str,
+    #[serde(rename = "parentId")]
+    parent_id: Option<&'a str>,
+    timestamp: &'a str,
+    #[serde(flatten)]
+    body: &'a B,
+}
+
+/// An entry with no body fields (unknown types).
+#[derive(Serialize)]
+struct NoBody {}
+
+/// Encodes an entry as one JSON line (without the newline).
+///
+/// Fails only on values JSON cannot hold (a non-finite calibration factor).
+pub fn encode_entry(entry: &Entry) -> Result<String, StoreError> {
+    let body = BodyRecord::from_body(&entry.body).map_err(|reason| StoreError::Encode {
+        id: entry.id.as_str().to_owned(),
+        reason,
+    })?;
+    let type_name = entry.body.type_name();
+    let id = entry.id.as_str();
+    let parent_id = entry.parent_id.as_ref().map(EntryId::as_str);
+    let timestamp = entry.timestamp.as_str();
+    fn out<B: Serialize>(
+        type_name: &str,
+        id: &str,
+        parent_id: Option<&str>,
+        timestamp: &str,
+        body: &B,
+    ) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&EntryOut {
+            type_name,
+            id,
+            parent_id,
+            timestamp,
+            body,
+        })
+    }
+    let encoded = match &body {
+        BodyRecord::Message(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::Context(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::Capsule(record) => out(type_name, id, parent_id, timestamp, record.as_ref()),
+        BodyRecord::Hygiene(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::Checkpoint(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::Leaf(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::ModelChange(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::ConfigChange(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::Skill(record) => out(type_name, id, parent_id, timestamp, record),
+        BodyRecord::Unknown { .. } => out(type_name, id, parent_id, timestamp, &NoBody {}),
+    };
+    encoded.map_err(|err| StoreError::Encode {
+        id: id.to_owned(),
+        reason: err.to_string(),
+    })
+}
+
+/// Decodes one entry line. Unknown `type`s give [`EntryBody::Unknown`];
+/// a `session` line (a second header) is a shape error.
+pub fn decode_entry(line: &str) -> Result<Entry, DecodeError> {
+    let envelope: Envelope =
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))?;
+    if envelope.type_name == HEADER_TYPE {
+        return Err(DecodeError::shape("a session header after line 1"));
+    }
+    let missing = |field: &str| DecodeError::shape(format!("missing field `{field}`"));
+    let id = parse_id("id", envelope.id.as_deref().ok_or_else(|| missing("id"))?)?;
+    let timestamp = envelope.timestamp.ok_or_else(|| missing("timestamp"))?;
+    let parent_id = envelope
+        .parent_id
+        .as_deref()
+        .map(|parent| parse_id("parentId", parent))
+        .transpose()?;
+    fn body<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, DecodeError> {
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))
+    }
+    let record = match envelope.type_name.as_str() {
+        "message" => BodyRecord::Message(body(line)?),
+        "context" => BodyRecord::Context(body(line)?),
+        "capsule" => BodyRecord::Capsule(Box::new(body(line)?)),
+        "hygiene" => BodyRecord::Hygiene(body(line)?),
+        "checkpoint" => BodyRecord::Checkpoint(body(line)?),
+        "leaf" => BodyRecord::Leaf(body(line)?),
+        "model_change" => BodyRecord::ModelChange(body(line)?),
+        "config_change" => BodyRecord::ConfigChange(body(line)?),
+        "skill" => BodyRecord::Skill(body(line)?),
+        _ => BodyRecord::Unknown {
+            type_name: envelope.type_name.clone(),
+        },
+    };
+    Ok(Entry {
+        id,
+        parent_id,
+        timestamp,
+        body: record.into_body()?,
+    })
+}
+
+fn parse_id(field: &str, text: &str) -> Result<EntryId, DecodeError> {
+    EntryId::parse(text).map_err(|err| DecodeError::shape(format!("`{field}`: {err}")))
+}
+
+fn parse_name<T>(
+    field: &str,
+    name: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<T, DecodeError> {
+    parse(name).ok_or_else(|| DecodeError::shape(format!("unknown `{field}` value {name:?}")))
+}
+
+impl BodyRecord {
+    /// Builds the wire body of a domain body; fails on a non-finite
+    /// calibration factor, which JSON cannot hold.
+    pub fn from_body(body: &EntryBody) -> Result<Self, String> {
+        Ok(match body {
+            EntryBody::Message(entry) => BodyRecord::Message(MessageRecord::from_entry(entry)),
+            EntryBody::Context(context) => {
+                BodyRecord::Context(ContextRecord::from_context(context))
+            }
+            EntryBody::Capsule(capsule) => {
+                BodyRecord::Capsule(Box::new(CapsuleRecord::from_capsule(capsule)?))
+            }
+            EntryBody::Hygiene {
+                pruned_through,
+                reclaimed_tokens,
+            } => BodyRecord::Hygiene(HygieneRecord {
+                pruned_through_entry_id: pruned_through.as_str().to_owned(),
+                reclaimed_tokens: reclaimed_tokens.get(),
+            }),
+            EntryBody::Checkpoint { kind, note } => BodyRecord::Checkpoint(CheckpointRecord {
+                kind: kind.as_str().to_owned(),
+                note: note.clone(),
+            }),
+            EntryBody::Leaf { target } => BodyRecord::Leaf(LeafRecord {
+                target_id: target.as_str().to_owned(),
+            }),
+            EntryBody::ModelChange { model } => BodyRecord::ModelChange(ModelChangeRecord {
+                model: model.clone(),
+            }),
+            EntryBody::ConfigChange { auto_compact } => {
+                BodyRecord::ConfigChange(ConfigChangeRecord {
+                    auto_compact: *auto_compact,
+                })
+            }
+            EntryBody::Skill(skill) => BodyRecord::Skill(SkillRecord {
+                name: skill.name.clone(),
+                action: skill_action_name(skill.action).to_owned(),
+                sha256: skill.sha256.clone(),
+                text: skill.text.clone(),
+            }),
+            EntryBody::Unknown { type_name } => BodyRecord::Unknown {
+                type_name: type_name.clone(),
+            },
+        })
+    }
+
+    /// Converts the wire body to the domain body, checking names and ids.
+    pub fn into_body(self) -> Result<EntryBody, DecodeError> {
+        Ok(match self {
+            BodyRecord::Message(record) => EntryBody::Message(record.into_entry()?),
+            BodyRecord::Context(record) => EntryBody::Context(record.into_context()?),
+            BodyRecord::Capsule(record) => EntryBody::Capsule(Box::new(record.into_capsule()?)),
+            BodyRecord::Hygiene(record) => EntryBody::Hygiene {
+                pruned_through: parse_id("prunedThroughEntryId", &record.pruned_through_entry_id)?,
+                reclaimed_tokens: TokenCount::new(record.reclaimed_tokens),
+            },
+            BodyRecord::Checkpoint(record) => EntryBody::Checkpoint {
+                kind: parse_name("kind", &record.kind, CheckpointKind::parse)?,
+                note: record.note,
+            },
+            BodyRecord::Leaf(record) => EntryBody::Leaf {
+                target: parse_id("targetId", &record.target_id)?,
+            },
+            BodyRecord::ModelChange(record) => EntryBody::ModelChange {
+                model: record.model,
+            },
+            BodyRecord::ConfigChange(record) => EntryBody::ConfigChange {
+                auto_compact: record.auto_compact,
+            },
+            BodyRecord::Skill(record) => EntryBody::Skill(SkillEntry {
+                name: record.name,
+                action: parse_name("action", &record.action, parse_skill_action)?,
+                sha256: record.sha256,
+                text: record.text,
+            }),
+            BodyRecord::Unknown { type_name } => EntryBody::Unknown { type_name },
+        })
+    }
+}
+
+/// Returns the wire name of a skill action.
+pub fn skill_action_name(action: SkillAction) -> &'static str {
+    match action {
+        SkillAction::Activate => "activate",
+        SkillAction::Deactivate => "deactivate",
+    }
+}
+
+/// Parses the wire name of a skill action.
+pub fn parse_skill_action(name: &str) -> Option<SkillAction> {
+    match name {
+        "activate" => Some(SkillAction::Activate),
+        "deactivate" => Some(SkillAction::Deactivate),
+        _ => None,
+    }
+}
+
+impl MessageRecord {
+    /// Builds the record of a message entry.
+    pub fn from_entry(entry: &MessageEntry) -> Self {
+        let message = &entry.message;
+        MessageRecord {
+            role: message.role.as_str().to_owned(),
+            origin: (message.origin != MessageOrigin::Typed)
+                .then(|| message.origin.as_str().to_owned()),
+            content: message
+                .content
+                .iter()
+                .map(BlockRecord::from_block)
+                .collect(),
+            model: message.model.clone(),
+            usage: message.usage.map(|usage| UsageRecord {
+                input: usage.input,
+                cache_read: usage.cache_read,
+                cache_write: usage.cache_write,
+                output: usage.output,
+                reasoning: usage.reasoning,
+            }),
+            request_tokens_local: message.request_tokens_local,
+            tokens: entry.tokens.map(|tokens| TokensRecord {
+                encoding: tokens.encoding.as_str().to_owned(),
+                n: tokens.n.get(),
+                estimated: tokens.estimated,
+            }),
+        }
+    }
+
+    /// Converts the record to a message entry. A count in a vocabulary this
+    /// version does not know is dropped (it would be re-counted anyway).
+    pub fn into_entry(self) -> Result<MessageEntry, DecodeError> {
+        let role = parse_name("role", &self.role, Role::parse)?;
+        let origin = match &self.origin {
+            Some(name) => parse_name("origin", name, MessageOrigin::parse)?,
+            None => MessageOrigin::Typed,
+        };
+        let content = self
+            .content
+            .into_iter()
+            .map(BlockRecord::into_block)
+            .collect::<Result<Vec<_>, _>>()?;
+        let message = Message {
+            role,
+            content,
+            origin,
+            model: self.model,
+            usage: self.usage.map(|usage| Usage {
+                input: usage.input,
+                cache_read: usage.cache_read,
+                cache_write: usage.cache_write,
+                output: usage.output,
+                reasoning: usage.reasoning,
+            }),
+            request_tokens_local: self.request_tokens_local,
+        };
+        let tokens = self.tokens.and_then(|tokens| {
+            Encoding::parse(&tokens.encoding).map(|encoding| StoredTokens {
+                encoding,
+                n: TokenCount::new(tokens.n),
+                estimated: tokens.estimated,
+            })
+        });
+        Ok(MessageEntry { message, tokens })
+    }
+}
+
+impl BlockRecord {
+    /// Builds the record of a block.
+    pub fn from_block(block: &Block) -> Self {
+        match block {
+            Block::Text(text) => BlockRecord::Text { text: text.clone() },
+            Block::Thinking { text, signature } => BlockRecord::Thinking {
+                thinking: text.clone(),
+                signature: signature.clone(),
+            },
+            Block::ToolUse(call) => BlockRecord::ToolUse {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                input: Value::Object(call.input.object().clone()),
+                raw_input: call.input.raw().map(str::to_owned),
+            },
+            Block::ToolResult(result) => BlockRecord::ToolResult {
+                tool_use_id: result.tool_use_id.clone(),
+                content: result
+                    .content
+                    .iter()
+                    .map(|part| match part {
+                        ResultPart::Text(text) => ResultPartRecord::Text { text: text.clone() },
+                        ResultPart::Image(image) => {
+                            ResultPartRecord::Image(ImageRecord::from_image(image))
+                        }
+                    })
+                    .collect(),
+                is_error: result.is_error,
+            },
+            Block::Image(image) => BlockRecord::Image(ImageRecord::from_image(image)),
+        }
+    }
+
+    /// Converts the record to a block. A non-object `input` is wrapped as
+    /// `{"value": …}` with its text kept as the raw input.
+    pub fn into_block(self) -> Result<Block, DecodeError> {
+        Ok(match self {
+            BlockRecord::Text { text } => Block::Text(text),
+            BlockRecord::Thinking {
+                thinking,
+                signature,
+            } => Block::Thinking {
+                text: thinking,
+                signature,
+            },
+            BlockRecord::ToolUse {
+                id,
+                name,
+                input,
+                raw_input,
+            } => {
+                let input = match input {
+                    Value::Object(map) => ToolInput::with_raw(map, raw_input),
+                    other => {
+                        let wrapped = ToolInput::from_value(other);
+                        match raw_input {
+                            Some(raw) => ToolInput::with_raw(wrapped.object().clone(), Some(raw)),
+                            None => wrapped,
+                        }
+                    }
+                };
+                Block::ToolUse(ToolUse { id, name, input })
+            }
+            BlockRecord::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Block::ToolResult(ToolResult {
+                tool_use_id,
+                content: content
+                    .into_iter()
+                    .map(|part| match part {
+                        ResultPartRecord::Text { text } => Ok(ResultPart::Text(text)),
+                        ResultPartRecord::Image(image) => image.into_image().map(ResultPart::Image),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+                is_error,
+            }),
+            BlockRecord::Image(image) => Block::Image(image.into_image()?),
+        })
+    }
+}
+
+impl ImageRecord {
+    /// Builds the record of an image.
+    pub fn from_image(image: &Image) -> Self {
+        let (data, url) = match &image.source {
+            ImageSource::Data(data) => (Some(data.clone()), None),
+            ImageSource::Url(url) => (None, Some(url.clone())),
+        };
+        ImageRecord {
+            media_type: image.media_type.clone(),
+            data,
+            url,
+        }
+    }
+
+    /// Converts the record to an image; exactly one of `data` and `url` must be set.
+    pub fn into_image(self) -> Result<Image, DecodeError> {
+        let source = match (self.data, self.url) {
+            (Some(data), None) => ImageSource::Data(data),
+            (None, Some(url)) => ImageSource::Url(url),
+            _ => {
+                return Err(DecodeError::shape(
+                    "an image needs exactly one of `data` and `url`",
+                ));
+            }
+        };
+        Ok(Image {
+            media_type: self.media_type,
+            source,
+        })
+    }
+}
+
+impl ContextRecord {
+    /// Builds the record of a context entry.
+    pub fn from_context(context: &ContextEntry) -> Self {
+        ContextRecord {
+            source: context.source.as_str().to_owned(),
+            path: context.path.clone(),
+            sha256: context.sha256.clone(),
+            text: context.text.clone(),
+        }
+    }
+
+    /// Converts the record to a context entry.
+    pub fn into_context(self) -> Result<ContextEntry, DecodeError> {
+        Ok(ContextEntry {
+            source: parse_name("source", &self.source, ContextSource::parse)?,
+            path: self.path,
+            sha256: self.sha256,
+            text: self.text,
+        })
+    }
+}
+
+impl CapsuleRecord {
+    /// Builds the record of a capsule; fails on a non-finite calibration factor.
+    pub fn from_capsule(capsule: &Capsule) -> Result<Self, String> {
+        let mut calibration = Map::new();
+        for (model, factor) in &capsule.state.calibration {
+            let number = serde_json::Number::from_f64(*factor).ok_or_else(|| {
+                format!("calibration factor {factor} of {model} is not a finite number")
+            })?;
+            calibration.insert(model.clone(), Value::Number(number));
+        }
+        let state = &capsule.state;
+        let narrative = &capsule.narrative;
+        let local = &capsule.local;
+        Ok(CapsuleRecord {
+            trigger: capsule.trigger.as_str().to_owned(),
+            quality: capsule.quality.as_str().to_owned(),
+            first_kept_entry_id: capsule
+                .first_kept_entry_id
+                .as_ref()
+                .map(|id| id.as_str().to_owned()),
+            boundary_truncation: capsule.boundary_truncation.as_ref().map(|cut| {
+                BoundaryTruncationRecord {
+                    entry_id: cut.entry_id.as_str().to_owned(),
+                    head_chars: cut.head_chars,
+                    tail_chars: cut.tail_chars,
+                    omitted_chars: cut.omitted_chars,
+                    kept_tokens: cut.kept_tokens.get(),
+                }
+            }),
+            tokens_before: capsule.tokens_before.get(),
+            tokens_after: capsule.tokens_after.get(),
+            summarizer: capsule.summarizer.clone(),
+            previous_capsule_id: capsule
+                .previous_capsule_id
+                .as_ref()
+                .map(|id| id.as_str().to_owned()),
+            state: CapsuleStateRecord {
+                model: state.model.clone(),
+                calibration,
+                auto_compact: state.auto_compact,
+                skills: state
+                    .skills
+                    .iter()
+                    .map(|skill| StateSkillRecord {
+                        name: skill.name.clone(),
+                        sha256: skill.sha256.clone(),
+                        text: skill.text.clone(),
+                    })
+                    .collect(),
+                pinned: PinnedRecord {
+                    agents_md: state
+                        .pinned_agents_md
+                        .as_ref()
+                        .map(ContextRecord::from_context),
+                    system: state.pinned_system.clone(),
+                },
+            },
+            instructions: capsule.instructions.clone(),
+            native: capsule.native.as_ref().map(|native| NativeRecord {
+                provider: native.provider.clone(),
+                model: native.model.clone(),
+                endpoint_fingerprint: native.endpoint_fingerprint.clone(),
+                item: native.item.clone(),
+            }),
+            overflow: capsule.overflow.map(|overflow| OverflowRecordWire {
+                stated_prompt: overflow.stated_prompt,
+                request_tokens_local: overflow.request_tokens_local,
+            }),
+            imported: capsule
+                .imported
+                .as_ref()
+                .map(|imported| ImportedCapsuleRecord {
+                    agent: imported.agent.clone(),
+                    original_id: imported.original_id.clone(),
+                }),
+            narrative: NarrativeRecord {
+                goal: narrative.goal.clone(),
+                constraints: narrative.constraints.clone(),
+                done: narrative.done.clone(),
+                in_progress: narrative.in_progress.clone(),
+                pending: narrative.pending.clone(),
+                decisions: narrative.decisions.clone(),
+                blockers: narrative.blockers.clone(),
+                next_steps: narrative.next_steps.clone(),
+            },
+            earlier_narrative: capsule.earlier_narrative.clone(),
+            local: LocalSectionsRecord {
+                original_task: local.original_task.clone(),
+                latest_instructions: local.latest_instructions.clone(),
+                files_read: local.files_read.clone(),
+                files_read_more: local.files_read_more,
+                files_modified: local.files_modified.clone(),
+                verification: local
+                    .verification
+                    .iter()
+                    .map(|check| VerificationRecord {
+                        command: check.command.clone(),
+                        passed: check.passed,
+                        exit_code: check.exit_code,
+                    })
+                    .collect(),
+                unresolved_errors: local.unresolved_errors.clone(),
+                checkpoints: local
+                    .checkpoints
+                    .iter()
+                    .map(|(kind, note)| CheckpointRecord {
+                        kind: kind.as_str().to_owned(),
+                        note: note.clone(),
+                    })
+                    .collect(),
+                active_skills: local.active_skills.clone(),
+            },
+            markdown: capsule.markdown.clone(),
+        })
+    }
+
+    /// Converts the record to a capsule. Skills in `state` are active ones.
+    pub fn into_capsule(self) -> Result<Capsule, DecodeError> {
+        let mut calibration = Vec::with_capacity(self.state.calibration.len());
+        for (model, factor) in self.state.calibration {
+            let factor = factor.as_f64().ok_or_else(|| {
+                DecodeError::shape(format!("calibration factor of {model} is not a number"))
+            })?;
+            calibration.push((model, factor));
+        }
+        let pinned_agents_md = self
+            .state
+            .pinned
+            .agents_md
+            .map(ContextRecord::into_context)
+            .transpose()?;
+        let checkpoints = self
+            .local
+            .checkpoints
+            .into_iter()
+            .map(|record| {
+                Ok((
+                    parse_name("kind", &record.kind, CheckpointKind::parse)?,
+                    record.note,
+                ))
+            })
+            .collect::<Result<Vec<_>, DecodeError>>()?;
+        let boundary_truncation = match self.boundary_truncation {
+            Some(cut) => Some(BoundaryTruncation {
+                entry_id: parse_id("boundaryTruncation.entryId", &cut.entry_id)?,
+                head_chars: cut.head_chars,
+                tail_chars: cut.tail_chars,
+                omitted_chars: cut.omitted_chars,
+                kept_tokens: TokenCount::new(cut.kept_tokens),
+            }),
+            None => None,
+        };
+        Ok(Capsule {
+            trigger: parse_name("trigger", &self.trigger, Trigger::parse)?,
+            quality: parse_name("quality", &self.quality, Quality::parse)?,
+            first_kept_entry_id: self
+                .first_kept_entry_id
+                .as_deref()
+                .map(|id| parse_id("firstKeptEntryId", id))
+                .transpose()?,
+            boundary_truncation,
+            tokens_before: TokenCount::new(self.tokens_before),
+            tokens_after: TokenCount::new(self.tokens_after),
+            summarizer: self.summarizer,
+            previous_capsule_id: self
+                .previous_capsule_id
+                .as_deref()
+                .map(|id| parse_id("previousCapsuleId", id))
+                .transpose()?,
+            state: CapsuleState {
+                model: self.state.model,
+                calibration,
+                auto_compact: self.state.auto_compact,
+                skills: self
+                    .state
+                    .skills
+                    .into_iter()
+                    .map(|skill| SkillEntry {
+                        name: skill.name,
+                        action: SkillAction::Activate,
+                        sha256: skill.sha256,
+                        text: skill.text,
+                    })
+                    .collect(),
+                pinned_agents_md,
+                pinned_system: self.state.pinned.system,
+            },
+            instructions: self.instructions,
+            native: self.native.map(|native| NativeContinuation {
+                provider: native.provider,
+                model: native.model,
+                endpoint_fingerprint: native.endpoint_fingerprint,
+                item: native.item,
+            }),
+            overflow: self.overflow.map(|overflow| OverflowRecord {
+                stated_prompt: overflow.stated_prompt,
+                request_tokens_local: overflow.request_tokens_local,
+            }),
+            imported: self.imported.map(|imported| ImportedCapsule {
+                agent: imported.agent,
+                original_id: imported.original_id,
+            }),
+            narrative: Narrative {
+                goal: self.narrative.goal,
+                constraints: self.narrative.constraints,
+                done: self.narrative.done,
+                in_progress: self.narrative.in_progress,
+                pending: self.narrative.pending,
+                decisions: self.narrative.decisions,
+                blockers: self.narrative.blockers,
+                next_steps: self.narrative.next_steps,
+            },
+            earlier_narrative: self.earlier_narrative,
+            local: LocalSections {
+                original_task: self.local.original_task,
+                latest_instructions: self.local.latest_instructions,
+                files_read: self.local.files_read,
+                files_read_more: self.local.files_read_more,
+                files_modified: self.local.files_modified,
+                verification: self
+                    .local
+                    .verification
+                    .into_iter()
+                    .map(|check| Verification {
+                        command: check.command,
+                        passed: check.passed,
+                        exit_code: check.exit_code,
+                    })
+                    .collect(),
+                unresolved_errors: self.local.unresolved_errors,
+                checkpoints,
+                active_skills: self.local.active_skills,
+            },
+            markdown: self.markdown,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use soba_core::IdKind;
+
+    fn id(kind: IdKind, n: u128) -> EntryId {
+        EntryId::from_uuid(kind, n)
+    }
+
+    fn check(entry: &Entry, expected_line: &str) {
+        let line = encode_entry(entry).expect("encodes");
+        assert_eq!(line, expected_line);
+        assert_eq!(&decode_entry(&line).expect("decodes"), entry);
+    }
+
+    #[test]
+    fn message_lines_are_camel_case_with_typed_blocks() {
+        let mut message = Message::new(
+            Role::Assistant,
+            vec![
+                Block::Thinking {
+                    text: "hm".into(),
+                    signature: Some("sig".into()),
+                },
+                Block::Text("ok".into()),
+                Block::ToolUse(ToolUse {
+                    id: "t1".into(),
+                    name: "read".into(),
+                    input: ToolInput::from_json_text("{\"path\":\"a\""),
+                }),
+            ],
+        );
+        message.model = Some("openai/gpt-5".into());
+        message.usage = Some(Usage {
+            input: 1,
+            cache_read: 2,
+            cache_write: 3,
+            output: 4,
+            reasoning: 1,
+        });
+        message.request_tokens_local = Some(9);
+        let entry = Entry {
+            id: id(IdKind::Entry, 1),
+            parent_id: None,
+            timestamp: "2025-01-01T00:00:00Z".into(),
+            body: EntryBody::Message(MessageEntry {
+                message,
+                tokens: Some(StoredTokens {
+                    encoding: Encoding::O200kBase,
+                    n: TokenCount::new(12),
+                    estimated: false,
+                }),
+            }),
+        };
+        check(
+            &entry,
+            concat!(
+                r#"{"type":"message","id":"e_00000000000000000000000000000001","parentId":null,"timestamp":"2025-01-01T00:00:00Z","#,
+                r#""role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"sig"},{"type":"text","text":"ok"},"#,
+                r#"{"type":"tool_use","id":"t1","name":"read","input":{},"rawInput":"{\"path\":\"a\""}],"model":"openai/gpt-5","#,
+                r#""usage":{"input":1,"cacheRead":2,"cacheWrite":3,"output":4,"reasoning":1},"requestTokensLocal":9,"#,
+                r#""tokens":{"encoding":"o200k_base","n":12}}"#
+            ),
+        );
+    }
+
+    #[test]
+    fn tool_results_images_and_origin() {
+        let mut message = Message::new(
+            Role::User,
+            vec![
+                Block::ToolResult(ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: vec![
+                        ResultPart::Text("out".into()),
+                        ResultPart::Image(Image {
+                            media_type: "image/png".into(),
+                            source: ImageSource::Data("AA==".into()),
+                        }),
+                    ],
+                    is_error: true,
+                }),
+                Block::Image(Image {
+                    media_type: "image/jpeg".into(),
+                    source: ImageSource::Url("https://x/y.jpg".into()),
+                }),
+            ],
+        );
+        message.origin = MessageOrigin::Observation;
+        let entry = Entry {
+            id: id(IdKind::Entry, 2),
+            parent_id: Some(id(IdKind::Entry, 1)),
+            timestamp: "t".into(),
+            body: EntryBody::Message(MessageEntry {
+                message,
+                tokens: Some(StoredTokens {
+                    encoding: Encoding::Cl100kBase,
+                    n: TokenCount::new(7),
+                    estimated: true,
+                }),
+            }),
+        };
+        check(
+            &entry,
+            concat!(
+                r#"{"type":"message","id":"e_00000000000000000000000000000002","parentId":"e_00000000000000000000000000000001","timestamp":"t","#,
+                r#""role":"user","origin":"observation","content":[{"type":"tool_result","toolUseId":"t1","content":[{"type":"text","text":"out"},"#,
+                r#"{"type":"image","mediaType":"image/png","data":"AA=="}],"isError":true},"#,
+                r#"{"type":"image","mediaType":"image/jpeg","url":"https://x/y.jpg"}],"tokens":{"encoding":"cl100k_base","n":7,"estimated":true}}"#
+            ),
+        );
+    }
+
+    #[test]
+    fn small_bodies_have_their_documented_fields() {
+        let e1 = id(IdKind::Entry, 1);
+        let cases = [
+            (
+                EntryBody::Hygiene {
+                    pruned_through: e1.clone(),
+                    reclaimed_tokens: TokenCount::new(20_000),
+                },
+                r#""prunedThroughEntryId":"e_00000000000000000000000000000001","reclaimedTokens":20000}"#,
+            ),
+            (
+                EntryBody::Checkpoint {
+                    kind: CheckpointKind::PlanPivot,
+                    note: "n".into(),
+                },
+                r#""kind":"plan_pivot","note":"n"}"#,
+            ),
+            (
+                EntryBody::Leaf { target: e1.clone() },
+                r#""targetId":"e_00000000000000000000000000000001"}"#,
+            ),
+            (
+                EntryBody::ModelChange { model: "m".into() },
+                r#""model":"m"}"#,
+            ),
+            (
+                EntryBody::ConfigChange {
+                    auto_compact: Some(false),
+                },
+                r#""autoCompact":false}"#,
+            ),
+            (
+                EntryBody::Skill(SkillEntry {
+                    name: "rust".into(),
+                    action: SkillAction::Deactivate,
+                    sha256: "ab".into(),
+                    text: "t".into(),
+                }),
+                r#""name":"rust","action":"deactivate","sha256":"ab","text":"t"}"#,
+            ),
+            (
+                EntryBody::Context(ContextEntry {
+                    source: ContextSource::AgentsMd,
+                    path: "AGENTS.md".into(),
+                    sha256: "cd".into(),
+                    text: "x".into(),
+                }),
+                r#""source":"agents_md","path":"AGENTS.md","sha256":"cd","text":"x"}"#,
+            ),
+        ];
+        for (body, tail) in cases {
+            let type_name = body.type_name().to_owned();
+            let entry = Entry {
+                id: id(IdKind::Entry, 3),
+                parent_id: None,
+                timestamp: "t".into(),
+                body,
+            };
+            let expected = format!(
+                r#"{{"type":"{type_name}","id":"e_00000000000000000000000000000003","parentId":null,"timestamp":"t",{tail}"#
+            );
+            check(&entry, &expected);
+        }
+    }
+
+    #[test]
+    fn unknown_types_keep_their_envelope() {
+        let line = r#"{"type":"bookmark","id":"e_00000000000000000000000000000004","parentId":null,"timestamp":"t","label":"x"}"#;
+        let entry = decode_entry(line).expect("decodes");
+        assert_eq!(
+            entry.body,
+            EntryBody::Unknown {
+                type_name: "bookmark".into()
+            }
+        );
+        assert_eq!(
+            encode_entry(&entry).expect("encodes"),
+            r#"{"type":"bookmark","id":"e_00000000000000000000000000000004","parentId":null,"timestamp":"t"}"#
+        );
+    }
+
+    #[test]
+    fn decode_errors_tell_syntax_from_shape() {
+        assert!(matches!(
+            decode_entry("{\"type\":"),
+            Err(DecodeError::Syntax(_))
+        ));
+        assert!(matches!(decode_entry("[1,2]"), Err(DecodeError::Shape(_))));
+        assert!(matches!(
+            decode_entry(r#"{"type":"leaf","id":"x","timestamp":"t","targetId":"x"}"#),
+            Err(DecodeError::Shape(_))
+        ));
+        let bad_role = r#"{"type":"message","id":"e_00000000000000000000000000000001","timestamp":"t","role":"robot","content":[]}"#;
+        assert_eq!(
+            decode_entry(bad_role),
+            Err(DecodeError::Shape("unknown `role` value \"robot\"".into()))
+        );
+        let both = r#"{"type":"message","id":"e_00000000000000000000000000000001","timestamp":"t","role":"user","content":[{"type":"image","mediaType":"image/png"}]}"#;
+        assert!(matches!(decode_entry(both), Err(DecodeError::Shape(_))));
+        let header = r#"{"type":"session","schemaVersion":1,"id":"s","createdAt":"t","cwd":"/","os":"linux"}"#;
+        assert_eq!(
+            decode_entry(header),
+            Err(DecodeError::Shape("a session header after line 1".into()))
+        );
+    }
+
+    #[test]
+    fn developer_role_reads_as_system_and_scalar_input_is_wrapped() {
+        let line = r#"{"type":"message","id":"e_00000000000000000000000000000001","timestamp":"t","role":"developer","content":[{"type":"tool_use","id":"c","name":"n","input":3}]}"#;
+        let entry = decode_entry(line).expect("decodes");
+        let EntryBody::Message(message) = entry.body else {
+            panic!("a message")
+        };
+        assert_eq!(message.message.role, Role::System);
+        let Block::ToolUse(call) = &message.message.content[0] else {
+            panic!("a tool call")
+        };
+        assert_eq!(call.input.object().get("value"), Some(&Value::from(3)));
+        assert_eq!(call.input.raw(), Some("3"));
+    }
+
+    #[test]
+    fn headers_round_trip_and_need_schema_version() {
+        let header = SessionHeader {
+            id: SessionId::parse("0190f3a2-b4c5-7000-8000-000000000001").expect("valid"),
+            created_at: "2025-01-01T00:00:00Z".into(),
+            cwd: "/w".into(),
+            os: "linux".into(),
+            memory: vec![MemoryItem {
+                id: "ck_1".into(),
+                title: "T".into(),
+                created_at: "c".into(),
+                path: "p".into(),
+            }],
+            imported_from: Some(ImportedFrom {
+                format: "pi".into(),
+                path: "/x.jsonl".into(),
+                original_id: Some("abc".into()),
+                extra: Map::from_iter([("version".to_owned(), Value::from(3))]),
+            }),
+        };
+        let line = encode_header(&header).expect("encodes");
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"type":"session","schemaVersion":1,"id":"0190f3a2-b4c5-7000-8000-000000000001","createdAt":"2025-01-01T00:00:00Z","#,
+                r#""cwd":"/w","os":"linux","memory":[{"id":"ck_1","title":"T","createdAt":"c","path":"p"}],"#,
+                r#""importedFrom":{"format":"pi","path":"/x.jsonl","originalId":"abc","version":3}}"#
+            )
+        );
+        assert_eq!(decode_header(&line), Ok(header));
+        let pi = r#"{"type":"session","id":"x","timestamp":"t","cwd":"/"}"#;
+        assert!(matches!(decode_header(pi), Err(DecodeError::Shape(_))));
+        let future = r#"{"type":"session","schemaVersion":2,"id":"x","createdAt":"t","cwd":"/","os":"linux"}"#;
+        assert_eq!(
+            decode_header(future),
+            Err(DecodeError::Shape(
+                "schemaVersion 2 is not supported (this version reads 1); upgrade soba".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn non_finite_calibration_cannot_be_encoded() {
+        let capsule = Capsule {
+            trigger: Trigger::User,
+            quality: Quality::Full,
+            first_kept_entry_id: None,
+            boundary_truncation: None,
+            tokens_before: TokenCount::ZERO,
+            tokens_after: TokenCount::ZERO,
+            summarizer: "deterministic".into(),
+            previous_capsule_id: None,
+            state: CapsuleState {
+                calibration: vec![("m".into(), f64::NAN)],
+                ..CapsuleState::default()
+            },
+            instructions: None,
+            native: None,
+            overflow: None,
+            imported: None,
+            narrative: Narrative::default(),
+            earlier_narrative: None,
+            local: LocalSections::default(),
+            markdown: String::new(),
+        };
+        let entry = Entry {
+            id: id(IdKind::Capsule, 1),
+            parent_id: None,
+            timestamp: "t".into(),
+            body: EntryBody::Capsule(Box::new(capsule)),
+        };
+        assert!(matches!(
+            encode_entry(&entry),
+            Err(StoreError::Encode { .. })
+        ));
+    }
+}
