@@ -1,0 +1,698 @@
+//! The model registry (SPEC §10.2): maps `provider/model` to the provider,
+//! context window, maxOutputTokens, tokenizer, calibration seed and the
+//! provider's cheap summarizer model, from built-ins plus config overrides.
+//!
+//! Lookups tolerate a missing or extra provider prefix
+//! (`claude-sonnet-4-5`, `anthropic/claude-sonnet-4-5`,
+//! `openrouter/anthropic/claude-sonnet-4.5`), dated suffixes
+//! (`-20250929`, `-2025-04-14`), `-latest`, OpenRouter variants (`:free`)
+//! and `.` for `-` in version numbers.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use regex::Regex;
+use soba_core::Encoding;
+
+/// Default maxOutputTokens ceiling (SPEC §10.2).
+pub const DEFAULT_MAX_OUTPUT_CAP: u64 = 32_000;
+/// maxOutputTokens ceiling for windows of at least [`LARGE_WINDOW`] tokens.
+pub const LARGE_WINDOW_MAX_OUTPUT_CAP: u64 = 64_000;
+/// The window size from which [`LARGE_WINDOW_MAX_OUTPUT_CAP`] applies.
+pub const LARGE_WINDOW: u64 = 1_000_000;
+
+/// Providers whose models always need an explicit `contextWindow`: local
+/// servers load models with whatever context they were started with.
+pub const LOCAL_PROVIDERS: &[&str] = &[
+    "ollama",
+    "llamacpp",
+    "llama.cpp",
+    "vllm",
+    "lmstudio",
+    "lm-studio",
+    "local",
+];
+
+/// A built-in model, with figures from the provider's public model pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuiltinModel {
+    /// The provider (model family) that publishes it.
+    pub provider: &'static str,
+    /// The model name, canonical (no date suffix).
+    pub name: &'static str,
+    /// The total context window, input and output together.
+    pub context_window: u64,
+    /// A separate input ceiling where the provider has one (OpenAI's GPT-5
+    /// family: 400k in total but at most 272k of input).
+    pub max_input_tokens: Option<u64>,
+    /// The model's maximum output tokens.
+    pub max_output_tokens: u64,
+}
+
+const fn model(
+    provider: &'static str,
+    name: &'static str,
+    context_window: u64,
+    max_output_tokens: u64,
+) -> BuiltinModel {
+    BuiltinModel {
+        provider,
+        name,
+        context_window,
+        max_input_tokens: None,
+        max_output_tokens,
+    }
+}
+
+const fn gpt5(name: &'static str) -> BuiltinModel {
+    BuiltinModel {
+        provider: "openai",
+        name,
+        context_window: 400_000,
+        max_input_tokens: Some(272_000),
+        max_output_tokens: 128_000,
+    }
+}
+
+/// The built-in models. Sources: platform.openai.com/docs/models,
+/// docs.anthropic.com models overview, ai.google.dev Gemini models,
+/// api-docs.deepseek.com, Qwen3-Coder and Llama 4 model cards.
+pub const BUILTIN_MODELS: &[BuiltinModel] = &[
+    gpt5("gpt-5"),
+    gpt5("gpt-5-mini"),
+    gpt5("gpt-5-nano"),
+    gpt5("gpt-5-codex"),
+    gpt5("gpt-5.1"),
+    gpt5("gpt-5.1-codex"),
+    model("openai", "gpt-4.1", 1_047_576, 32_768),
+    model("openai", "gpt-4.1-mini", 1_047_576, 32_768),
+    model("openai", "gpt-4.1-nano", 1_047_576, 32_768),
+    model("openai", "gpt-4o", 128_000, 16_384),
+    model("openai", "gpt-4o-mini", 128_000, 16_384),
+    model("openai", "o3", 200_000, 100_000),
+    model("openai", "o4-mini", 200_000, 100_000),
+    model("anthropic", "claude-opus-4-5", 200_000, 64_000),
+    model("anthropic", "claude-opus-4-1", 200_000, 32_000),
+    model("anthropic", "claude-sonnet-4-6", 200_000, 64_000),
+    model("anthropic", "claude-sonnet-4-5", 200_000, 64_000),
+    model("anthropic", "claude-sonnet-4", 200_000, 64_000),
+    model("anthropic", "claude-haiku-4-5", 200_000, 64_000),
+    model("google", "gemini-3-pro-preview", 1_048_576, 65_536),
+    model("google", "gemini-2.5-pro", 1_048_576, 65_536),
+    model("google", "gemini-2.5-flash", 1_048_576, 65_536),
+    model("google", "gemini-2.5-flash-lite", 1_048_576, 65_536),
+    model("deepseek", "deepseek-chat", 131_072, 8_192),
+    model("deepseek", "deepseek-reasoner", 131_072, 65_536),
+    model("qwen", "qwen3-coder", 262_144, 65_536),
+    model("meta-llama", "llama-4-maverick", 1_048_576, 16_384),
+];
+
+/// Each family's cheap summarizer model: (family, name at the family's own
+/// API, name at OpenRouter).
+const CHEAP_MODELS: &[(&str, &str, &str)] = &[
+    ("anthropic", "claude-haiku-4-5", "claude-haiku-4.5"),
+    ("openai", "gpt-5-mini", "gpt-5-mini"),
+    ("google", "gemini-2.5-flash", "gemini-2.5-flash"),
+    ("deepseek", "deepseek-chat", "deepseek-chat"),
+];
+
+/// The registry default per built-in provider (SPEC §14.3 model resolution).
+const DEFAULT_MODELS: &[(&str, &str)] = &[
+    ("anthropic", "anthropic/claude-sonnet-4-5"),
+    ("openai", "openai/gpt-5"),
+    ("openrouter", "openrouter/anthropic/claude-sonnet-4.5"),
+];
+
+/// A `models."<id>"` entry from config: extends or overrides a model.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelOverride {
+    /// The context window in tokens.
+    pub context_window: Option<u64>,
+    /// The maxOutputTokens sent with every request.
+    pub max_output_tokens: Option<u64>,
+    /// The local tokenizer (`o200k_base` or `cl100k_base`).
+    pub tokenizer: Option<String>,
+}
+
+/// Why a model could not be resolved (a configuration error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The model is unknown or served locally and no `contextWindow` is
+    /// configured. Retrying does not help; set the key.
+    #[error(
+        "model {model} has no known context window: set {key} in the config (and maxOutputTokens)"
+    )]
+    MissingContextWindow {
+        /// The model id as given.
+        model: String,
+        /// The config key to set, e.g. `models."ollama/qwen3".contextWindow`.
+        key: String,
+    },
+    /// An override has an invalid value. Retrying does not help; fix it.
+    #[error("invalid {key}: {detail}")]
+    InvalidOverride {
+        /// The config key, e.g. `models."x".tokenizer`.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The model id is empty.
+    #[error("empty model id: pass provider/model, e.g. anthropic/claude-sonnet-4-5")]
+    EmptyId,
+}
+
+/// Everything the engine needs to know about one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// The id as `provider/model`.
+    pub id: String,
+    /// The provider serving it (the config's `providers` key).
+    pub provider: String,
+    /// The model name sent on the wire.
+    pub wire_model: String,
+    /// The context window used for the budget.
+    pub context_window: u64,
+    /// maxOutputTokens (`max_tokens` of every request).
+    pub max_output_tokens: u64,
+    /// The local tokenizer.
+    pub tokenizer: Encoding,
+    /// The calibration seed (SPEC §4.1).
+    pub calibration_seed: f64,
+    /// The cheap summarizer model of the provider, as `provider/model`, or
+    /// `None` where the provider names none (the summarizer is then
+    /// deterministic, SPEC §9.2).
+    pub summarizer_model: Option<String>,
+    /// The built-in entry it came from, when any.
+    pub builtin: Option<BuiltinModel>,
+}
+
+/// The registry: built-ins plus config overrides.
+#[derive(Debug, Clone, Default)]
+pub struct ModelRegistry {
+    overrides: BTreeMap<String, ModelOverride>,
+}
+
+fn date_suffix() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)$").expect("literal regex"))
+}
+
+/// Returns the canonical form of a model name for matching: lowercase,
+/// last path segment, no `:variant`, no date suffix, `.` as `-`.
+pub fn canonical_name(name: &str) -> String {
+    let lower = name.trim().to_ascii_lowercase();
+    let last = lower.rsplit('/').next().unwrap_or(&lower);
+    let base = last.split(':').next().unwrap_or(last);
+    date_suffix().replace(base, "").replace('.', "-")
+}
+
+/// Finds a built-in by any spelling of its name.
+pub fn find_builtin(name: &str) -> Option<BuiltinModel> {
+    let canonical = canonical_name(name);
+    BUILTIN_MODELS
+        .iter()
+        .copied()
+        .find(|model| model.name.replace('.', "-") == canonical)
+}
+
+/// Returns the default maxOutputTokens for a model (SPEC §10.2): its maximum
+/// capped at 32,000, or at 64,000 for windows ≥ 1,000,000. When the
+/// maximum is unknown, a quarter of the window stands in for it.
+pub fn default_max_output(context_window: u64, model_max: Option<u64>) -> u64 {
+    let cap = if context_window >= LARGE_WINDOW {
+        LARGE_WINDOW_MAX_OUTPUT_CAP
+    } else {
+        DEFAULT_MAX_OUTPUT_CAP
+    };
+    cap.min(model_max.unwrap_or(context_window / 4))
+}
+
+/// Returns whether a provider is a local server (SPEC §10.2).
+pub fn is_local_provider(provider: &str) -> bool {
+    LOCAL_PROVIDERS.contains(&provider.to_ascii_lowercase().as_str())
+}
+
+/// Returns the registry default model of a built-in provider.
+pub fn default_model(provider: &str) -> Option<&'static str> {
+    DEFAULT_MODELS
+        .iter()
+        .find(|(name, _)| *name == provider)
+        .map(|(_, model)| *model)
+}
+
+impl ModelRegistry {
+    /// Returns a registry of the built-ins only.
+    pub fn new() -> Self {
+        ModelRegistry::default()
+    }
+
+    /// Returns a registry with the config's `models` entries.
+    pub fn with_overrides(overrides: BTreeMap<String, ModelOverride>) -> Self {
+        ModelRegistry { overrides }
+    }
+
+    /// Adds or replaces one override.
+    pub fn set_override(&mut self, id: impl Into<String>, entry: ModelOverride) {
+        self.overrides.insert(id.into(), entry);
+    }
+
+    /// Returns the overrides.
+    pub fn overrides(&self) -> &BTreeMap<String, ModelOverride> {
+        &self.overrides
+    }
+
+    /// Resolves a model id (`provider/model`, or a bare built-in name).
+    pub fn resolve(&self, id: &str) -> Result<ModelInfo, RegistryError> {
+        let id = id.trim();
+        if id.is_empty() {
+            return Err(RegistryError::EmptyId);
+        }
+        let (given_provider, rest) = match id.split_once('/') {
+            Some((provider, rest)) if !provider.is_empty() && !rest.is_empty() => {
+                (Some(provider), rest)
+            }
+            _ => (None, id),
+        };
+        let local = given_provider.is_some_and(is_local_provider);
+        let builtin = if local { None } else { find_builtin(rest) };
+        let provider = match (given_provider, builtin) {
+            (Some(provider), _) => provider.to_owned(),
+            (None, Some(builtin)) => builtin.provider.to_owned(),
+            (None, None) => String::new(),
+        };
+        let full_id = if provider.is_empty() {
+            id.to_owned()
+        } else {
+            format!("{provider}/{rest}")
+        };
+        let entry = self.find_override(id, &full_id, builtin, &provider);
+        let key_id = if given_provider.is_some() || provider.is_empty() {
+            id.to_owned()
+        } else {
+            full_id.clone()
+        };
+
+        let raw_window = entry
+            .and_then(|e| e.context_window)
+            .or(builtin.map(|b| b.context_window));
+        let Some(raw_window) = raw_window else {
+            return Err(RegistryError::MissingContextWindow {
+                model: id.to_owned(),
+                key: format!("models.\"{key_id}\".contextWindow"),
+            });
+        };
+        if raw_window == 0 {
+            return Err(RegistryError::InvalidOverride {
+                key: format!("models.\"{key_id}\".contextWindow"),
+                detail: "must be a positive number of tokens".to_owned(),
+            });
+        }
+        let max_output = match entry.and_then(|e| e.max_output_tokens) {
+            Some(0) => {
+                return Err(RegistryError::InvalidOverride {
+                    key: format!("models.\"{key_id}\".maxOutputTokens"),
+                    detail: "must be a positive number of tokens".to_owned(),
+                });
+            }
+            Some(n) => n,
+            None => default_max_output(raw_window, builtin.map(|b| b.max_output_tokens)),
+        };
+        // A separate input ceiling lowers the usable window, unless config
+        // set the window explicitly.
+        let context_window = match (
+            entry.and_then(|e| e.context_window),
+            builtin.and_then(|b| b.max_input_tokens),
+        ) {
+            (None, Some(max_input)) => raw_window.min(max_input + max_output),
+            _ => raw_window,
+        };
+        let tokenizer = match entry.and_then(|e| e.tokenizer.as_deref()) {
+            Some(name) => Encoding::parse(name).ok_or_else(|| RegistryError::InvalidOverride {
+                key: format!("models.\"{key_id}\".tokenizer"),
+                detail: format!("unknown tokenizer {name:?}: use o200k_base or cl100k_base"),
+            })?,
+            None => Encoding::O200kBase,
+        };
+        let family = builtin.map(|b| b.provider);
+        let canonical = canonical_name(rest);
+        let calibration_seed = if canonical.contains("claude") {
+            1.25
+        } else if family == Some("openai") && tokenizer == Encoding::O200kBase {
+            1.0
+        } else {
+            1.1
+        };
+        Ok(ModelInfo {
+            id: full_id,
+            wire_model: rest.to_owned(),
+            summarizer_model: summarizer_for(&provider, family, rest),
+            provider,
+            context_window,
+            max_output_tokens: max_output,
+            tokenizer,
+            calibration_seed,
+            builtin,
+        })
+    }
+
+    fn find_override(
+        &self,
+        id: &str,
+        full_id: &str,
+        builtin: Option<BuiltinModel>,
+        provider: &str,
+    ) -> Option<&ModelOverride> {
+        if let Some(entry) = self
+            .overrides
+            .get(id)
+            .or_else(|| self.overrides.get(full_id))
+        {
+            return Some(entry);
+        }
+        // `models."anthropic/claude-sonnet-4-5"` also applies to a dated id.
+        let builtin = builtin?;
+        self.overrides.iter().find_map(|(key, entry)| {
+            let (key_provider, key_model) = key.split_once('/').unwrap_or(("", key));
+            let same_provider = key_provider.is_empty() || key_provider == provider;
+            (same_provider && find_builtin(key_model) == Some(builtin)).then_some(entry)
+        })
+    }
+}
+
+fn summarizer_for(provider: &str, family: Option<&str>, rest: &str) -> Option<String> {
+    let family = family?;
+    let (_, direct, openrouter) = CHEAP_MODELS.iter().find(|(name, _, _)| *name == family)?;
+    if provider == family {
+        return Some(format!("{provider}/{direct}"));
+    }
+    if provider == "openrouter" {
+        // OpenRouter ids carry the family prefix: `anthropic/claude-haiku-4.5`.
+        let prefix = rest.split_once('/').map_or(family, |(prefix, _)| prefix);
+        return Some(format!("openrouter/{prefix}/{openrouter}"));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(id: &str, expected: (&str, &str, u64, u64, f64, Option<&str>)) {
+        let info = ModelRegistry::new().resolve(id).unwrap();
+        let got = (
+            info.id.as_str(),
+            info.provider.as_str(),
+            info.context_window,
+            info.max_output_tokens,
+            info.calibration_seed,
+            info.summarizer_model.as_deref(),
+        );
+        assert_eq!(got, expected, "{id}");
+    }
+
+    #[test]
+    fn anthropic_with_and_without_prefix_and_date() {
+        let expected = (
+            "anthropic/claude-sonnet-4-5",
+            "anthropic",
+            200_000,
+            32_000,
+            1.25,
+            Some("anthropic/claude-haiku-4-5"),
+        );
+        check("claude-sonnet-4-5", expected);
+        check("anthropic/claude-sonnet-4-5", expected);
+        let dated = ModelRegistry::new()
+            .resolve("anthropic/claude-sonnet-4-5-20250929")
+            .unwrap();
+        assert_eq!(dated.wire_model, "claude-sonnet-4-5-20250929");
+        assert_eq!(dated.context_window, 200_000);
+        check(
+            "claude-haiku-4-5",
+            (
+                "anthropic/claude-haiku-4-5",
+                "anthropic",
+                200_000,
+                32_000,
+                1.25,
+                Some("anthropic/claude-haiku-4-5"),
+            ),
+        );
+    }
+
+    #[test]
+    fn openai_models() {
+        // GPT-5: min(400,000, 272,000 input + 32,000 output).
+        check(
+            "openai/gpt-5",
+            (
+                "openai/gpt-5",
+                "openai",
+                304_000,
+                32_000,
+                1.0,
+                Some("openai/gpt-5-mini"),
+            ),
+        );
+        check(
+            "gpt-5-codex",
+            (
+                "openai/gpt-5-codex",
+                "openai",
+                304_000,
+                32_000,
+                1.0,
+                Some("openai/gpt-5-mini"),
+            ),
+        );
+        // gpt-4.1: a ≥ 1M window allows 64,000, but the model stops at 32,768.
+        check(
+            "gpt-4.1-2025-04-14",
+            (
+                "openai/gpt-4.1-2025-04-14",
+                "openai",
+                1_047_576,
+                32_768,
+                1.0,
+                Some("openai/gpt-5-mini"),
+            ),
+        );
+        check(
+            "o3",
+            (
+                "openai/o3",
+                "openai",
+                200_000,
+                32_000,
+                1.0,
+                Some("openai/gpt-5-mini"),
+            ),
+        );
+        check(
+            "o4-mini",
+            (
+                "openai/o4-mini",
+                "openai",
+                200_000,
+                32_000,
+                1.0,
+                Some("openai/gpt-5-mini"),
+            ),
+        );
+    }
+
+    #[test]
+    fn large_windows_get_64k() {
+        check(
+            "google/gemini-2.5-pro",
+            (
+                "google/gemini-2.5-pro",
+                "google",
+                1_048_576,
+                64_000,
+                1.1,
+                Some("google/gemini-2.5-flash"),
+            ),
+        );
+        check(
+            "gemini-3-pro-preview",
+            (
+                "google/gemini-3-pro-preview",
+                "google",
+                1_048_576,
+                64_000,
+                1.1,
+                Some("google/gemini-2.5-flash"),
+            ),
+        );
+        check(
+            "llama-4-maverick",
+            (
+                "meta-llama/llama-4-maverick",
+                "meta-llama",
+                1_048_576,
+                16_384,
+                1.1,
+                None,
+            ),
+        );
+    }
+
+    #[test]
+    fn other_families() {
+        check(
+            "deepseek/deepseek-chat",
+            (
+                "deepseek/deepseek-chat",
+                "deepseek",
+                131_072,
+                8_192,
+                1.1,
+                Some("deepseek/deepseek-chat"),
+            ),
+        );
+        check(
+            "qwen3-coder",
+            ("qwen/qwen3-coder", "qwen", 262_144, 32_000, 1.1, None),
+        );
+    }
+
+    #[test]
+    fn openrouter_ids() {
+        check(
+            "openrouter/anthropic/claude-sonnet-4.5",
+            (
+                "openrouter/anthropic/claude-sonnet-4.5",
+                "openrouter",
+                200_000,
+                32_000,
+                1.25,
+                Some("openrouter/anthropic/claude-haiku-4.5"),
+            ),
+        );
+        let info = ModelRegistry::new()
+            .resolve("openrouter/qwen/qwen3-coder:free")
+            .unwrap();
+        assert_eq!(info.wire_model, "qwen/qwen3-coder:free");
+        assert_eq!(info.context_window, 262_144);
+    }
+
+    #[test]
+    fn local_models_need_a_window() {
+        let err = ModelRegistry::new().resolve("ollama/qwen3").unwrap_err();
+        assert_eq!(
+            err,
+            RegistryError::MissingContextWindow {
+                model: "ollama/qwen3".into(),
+                key: "models.\"ollama/qwen3\".contextWindow".into(),
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "model ollama/qwen3 has no known context window: set models.\"ollama/qwen3\".contextWindow in the config (and maxOutputTokens)"
+        );
+        // A built-in name on a local server is still local.
+        assert!(ModelRegistry::new().resolve("ollama/qwen3-coder").is_err());
+        assert!(ModelRegistry::new().resolve("mystery-model").is_err());
+    }
+
+    #[test]
+    fn overrides_extend_and_override() {
+        let mut registry = ModelRegistry::new();
+        registry.set_override(
+            "ollama/qwen3-coder",
+            ModelOverride {
+                context_window: Some(32_768),
+                max_output_tokens: Some(8_192),
+                tokenizer: Some("o200k_base".into()),
+            },
+        );
+        registry.set_override(
+            "anthropic/claude-sonnet-4-5",
+            ModelOverride {
+                context_window: Some(1_000_000),
+                ..ModelOverride::default()
+            },
+        );
+        registry.set_override(
+            "ollama/tiny",
+            ModelOverride {
+                context_window: Some(8_192),
+                ..ModelOverride::default()
+            },
+        );
+        let local = registry.resolve("ollama/qwen3-coder").unwrap();
+        assert_eq!(
+            (
+                local.context_window,
+                local.max_output_tokens,
+                local.calibration_seed
+            ),
+            (32_768, 8_192, 1.1)
+        );
+        assert_eq!(local.summarizer_model, None);
+        let big = registry.resolve("claude-sonnet-4-5-20250929").unwrap();
+        assert_eq!(
+            (big.context_window, big.max_output_tokens),
+            (1_000_000, 64_000)
+        );
+        // Unknown maximum: a quarter of the window.
+        assert_eq!(
+            registry.resolve("ollama/tiny").unwrap().max_output_tokens,
+            2_048
+        );
+    }
+
+    #[test]
+    fn invalid_overrides_name_the_key() {
+        let mut registry = ModelRegistry::new();
+        registry.set_override(
+            "ollama/x",
+            ModelOverride {
+                context_window: Some(4_096),
+                tokenizer: Some("sentencepiece".into()),
+                ..ModelOverride::default()
+            },
+        );
+        let err = registry.resolve("ollama/x").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid models.\"ollama/x\".tokenizer: unknown tokenizer \"sentencepiece\": use o200k_base or cl100k_base"
+        );
+        assert_eq!(
+            ModelRegistry::new().resolve("  ").unwrap_err(),
+            RegistryError::EmptyId
+        );
+    }
+
+    #[test]
+    fn override_deserializes_from_camel_case() {
+        let entry: ModelOverride = serde_json::from_str(
+            r#"{"contextWindow": 32768, "maxOutputTokens": 8192, "tokenizer": "o200k_base"}"#,
+        )
+        .unwrap();
+        assert_eq!(entry.context_window, Some(32_768));
+        assert!(serde_json::from_str::<ModelOverride>(r#"{"contextwindow": 1}"#).is_err());
+    }
+
+    #[test]
+    fn defaults() {
+        assert_eq!(
+            default_model("anthropic"),
+            Some("anthropic/claude-sonnet-4-5")
+        );
+        assert_eq!(default_model("ollama"), None);
+        assert_eq!(default_max_output(200_000, Some(64_000)), 32_000);
+        assert_eq!(default_max_output(1_000_000, Some(128_000)), 64_000);
+        assert_eq!(default_max_output(999_999, Some(128_000)), 32_000);
+        for model in BUILTIN_MODELS {
+            assert!(
+                ModelRegistry::new()
+                    .resolve(&format!("{}/{}", model.provider, model.name))
+                    .is_ok()
+            );
+        }
+    }
+}

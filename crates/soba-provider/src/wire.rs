@@ -1,0 +1,373 @@
+//! What the three dialects share on the wire: the [`StreamDecoder`] trait
+//! that turns server-sent events into [`StreamEvent`]s, the assembly of the
+//! final assistant message, and JSON helpers.
+//!
+//! Decoders are pure (no I/O), so an embedder with its own HTTP stack can
+//! reuse them, and tests can feed them recorded streams.
+
+use serde_json::Value;
+use soba_core::{Block, Message, Role, ToolInput, ToolUse, Usage};
+
+use crate::error::ProviderError;
+use crate::request::{ChatResponse, StopReason, StreamEvent};
+use crate::sse::SseEvent;
+
+/// The prefix that marks an Anthropic `redacted_thinking` block kept in a
+/// [`Block::Thinking`] signature, so it can be re-sent verbatim.
+pub const REDACTED_THINKING_PREFIX: &str = "anthropic-redacted-thinking:";
+
+/// Turns one dialect's server-sent events into stream events and, at the
+/// end, the complete response.
+pub trait StreamDecoder: Send {
+    /// Handles one event, appending what it produced to `out`.
+    fn feed(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError>;
+
+    /// Returns whether the stream's terminal event has arrived.
+    fn is_done(&self) -> bool;
+
+    /// Returns the complete response; fails when the stream ended before
+    /// the response was complete.
+    fn finish(&mut self) -> Result<ChatResponse, ProviderError>;
+}
+
+/// One block being assembled.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Partial {
+    Text(String),
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    Tool {
+        index: usize,
+        id: String,
+        name: String,
+        arguments: String,
+        ended: bool,
+    },
+}
+
+/// The assistant message under construction, in block order.
+#[derive(Debug, Default)]
+pub(crate) struct Assembly {
+    pub blocks: Vec<Partial>,
+    pub n_tools: usize,
+}
+
+impl Assembly {
+    pub fn start_text(&mut self) -> usize {
+        self.blocks.push(Partial::Text(String::new()));
+        self.blocks.len() - 1
+    }
+
+    pub fn start_thinking(&mut self) -> usize {
+        self.blocks.push(Partial::Thinking {
+            text: String::new(),
+            signature: None,
+        });
+        self.blocks.len() - 1
+    }
+
+    /// Starts a tool call and emits its start event; returns the block.
+    pub fn start_tool(&mut self, id: String, name: String, out: &mut Vec<StreamEvent>) -> usize {
+        let index = self.n_tools;
+        self.n_tools += 1;
+        out.push(StreamEvent::ToolCallStart {
+            index,
+            id: id.clone(),
+            name: name.clone(),
+        });
+        self.blocks.push(Partial::Tool {
+            index,
+            id,
+            name,
+            arguments: String::new(),
+            ended: false,
+        });
+        self.blocks.len() - 1
+    }
+
+    /// Appends text (to the block, or to a new text block when `pos` is not
+    /// a text block) and emits the delta.
+    pub fn push_text(
+        &mut self,
+        pos: Option<usize>,
+        delta: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> usize {
+        if delta.is_empty() {
+            return pos.unwrap_or_else(|| self.start_text());
+        }
+        let pos = match pos {
+            Some(pos) if matches!(self.blocks.get(pos), Some(Partial::Text(_))) => pos,
+            _ => self.start_text(),
+        };
+        if let Some(Partial::Text(text)) = self.blocks.get_mut(pos) {
+            text.push_str(delta);
+        }
+        out.push(StreamEvent::TextDelta(delta.to_owned()));
+        pos
+    }
+
+    /// Appends reasoning text and emits the delta.
+    pub fn push_thinking(
+        &mut self,
+        pos: Option<usize>,
+        delta: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> usize {
+        if delta.is_empty() {
+            return pos.unwrap_or_else(|| self.start_thinking());
+        }
+        let pos = match pos {
+            Some(pos) if matches!(self.blocks.get(pos), Some(Partial::Thinking { .. })) => pos,
+            _ => self.start_thinking(),
+        };
+        if let Some(Partial::Thinking { text, .. }) = self.blocks.get_mut(pos) {
+            text.push_str(delta);
+        }
+        out.push(StreamEvent::ThinkingDelta(delta.to_owned()));
+        pos
+    }
+
+    pub fn set_signature(&mut self, pos: usize, value: &str, append: bool) {
+        if let Some(Partial::Thinking { signature, .. }) = self.blocks.get_mut(pos) {
+            match signature {
+                Some(existing) if append => existing.push_str(value),
+                _ => *signature = Some(value.to_owned()),
+            }
+        }
+    }
+
+    /// Appends a fragment of a tool call's arguments and emits it.
+    pub fn push_arguments(&mut self, pos: usize, delta: &str, out: &mut Vec<StreamEvent>) {
+        if delta.is_empty() {
+            return;
+        }
+        if let Some(Partial::Tool {
+            index, arguments, ..
+        }) = self.blocks.get_mut(pos)
+        {
+            arguments.push_str(delta);
+            out.push(StreamEvent::ToolCallDelta {
+                index: *index,
+                arguments: delta.to_owned(),
+            });
+        }
+    }
+
+    /// Replaces a tool call's arguments when none were streamed (servers
+    /// that only send them in the final item).
+    pub fn fill_arguments(&mut self, pos: usize, full: &str) {
+        if let Some(Partial::Tool { arguments, .. }) = self.blocks.get_mut(pos)
+            && arguments.is_empty()
+        {
+            *arguments = full.to_owned();
+        }
+    }
+
+    /// Ends a tool call (once) and emits the assembled call.
+    pub fn end_tool(&mut self, pos: usize, out: &mut Vec<StreamEvent>) {
+        if let Some(Partial::Tool {
+            index,
+            id,
+            name,
+            arguments,
+            ended,
+        }) = self.blocks.get_mut(pos)
+            && !*ended
+        {
+            *ended = true;
+            let call = ToolUse {
+                id: id.clone(),
+                name: name.clone(),
+                input: ToolInput::from_json_text(arguments),
+            };
+            out.push(StreamEvent::ToolCallEnd {
+                index: *index,
+                call,
+            });
+        }
+    }
+
+    /// Ends every tool call still open.
+    pub fn end_all_tools(&mut self, out: &mut Vec<StreamEvent>) {
+        for pos in 0..self.blocks.len() {
+            self.end_tool(pos, out);
+        }
+    }
+
+    pub fn has_tools(&self) -> bool {
+        self.n_tools > 0
+    }
+
+    /// Returns the text accumulated in a block, when it is a text block.
+    pub fn text_of(&self, pos: usize) -> Option<&str> {
+        match self.blocks.get(pos) {
+            Some(Partial::Text(text)) => Some(text),
+            Some(Partial::Thinking { text, .. }) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Builds the assistant message; empty text and reasoning blocks
+    /// without text or signature are dropped.
+    pub fn into_message(self, model: String, usage: Option<Usage>) -> Message {
+        let content = self
+            .blocks
+            .into_iter()
+            .filter_map(|partial| match partial {
+                Partial::Text(text) if text.is_empty() => None,
+                Partial::Text(text) => Some(Block::Text(text)),
+                Partial::Thinking { text, signature } if text.is_empty() && signature.is_none() => {
+                    None
+                }
+                Partial::Thinking { text, signature } => Some(Block::Thinking { text, signature }),
+                Partial::Tool {
+                    id,
+                    name,
+                    arguments,
+                    ..
+                } => Some(Block::ToolUse(ToolUse {
+                    id,
+                    name,
+                    input: ToolInput::from_json_text(&arguments),
+                })),
+            })
+            .collect();
+        let mut message = Message::new(Role::Assistant, content);
+        message.model = Some(model);
+        message.usage = usage;
+        message
+    }
+}
+
+/// Builds the final response from an assembly.
+pub(crate) fn response(
+    assembly: Assembly,
+    model: String,
+    usage: Option<Usage>,
+    stop: StopReason,
+) -> ChatResponse {
+    ChatResponse {
+        message: assembly.into_message(model, usage),
+        stop_reason: stop,
+    }
+}
+
+/// Parses an event's data as JSON.
+pub(crate) fn parse_json(event: &SseEvent) -> Result<Value, ProviderError> {
+    serde_json::from_str(&event.data).map_err(|err| {
+        ProviderError::malformed(
+            format!("event {:?} is not JSON: {err}", event.event),
+            &event.data,
+        )
+    })
+}
+
+/// Reads an unsigned integer field.
+pub(crate) fn u64_at(value: &Value, pointer: &str) -> Option<u64> {
+    value.pointer(pointer).and_then(Value::as_u64)
+}
+
+/// Reads a string field.
+pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
+    value.pointer(pointer).and_then(Value::as_str)
+}
+
+/// Returns whether a thinking block from `message_model` may be re-sent to
+/// `request_model`: signatures are only valid for the model that made them.
+pub(crate) fn same_model(message_model: Option<&str>, request_model: &str) -> bool {
+    match message_model {
+        None => true,
+        Some(model) => {
+            crate::registry::canonical_name(model) == crate::registry::canonical_name(request_model)
+        }
+    }
+}
+
+/// Returns the `data:` URL of an image.
+pub(crate) fn image_url(image: &soba_core::Image) -> String {
+    match &image.source {
+        soba_core::ImageSource::Data(data) => format!("data:{};base64,{data}", image.media_type),
+        soba_core::ImageSource::Url(url) => url.clone(),
+    }
+}
+
+/// Returns a tool result's content as text, images as placeholders (for
+/// dialects whose tool results carry text only).
+pub(crate) fn result_text(result: &soba_core::ToolResult) -> String {
+    let mut out = String::new();
+    for part in &result.content {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        match part {
+            soba_core::ResultPart::Text(text) => out.push_str(text),
+            soba_core::ResultPart::Image(image) => {
+                out.push_str(&format!("[image: {}]", image.media_type))
+            }
+        }
+    }
+    out
+}
+
+/// Turns an error object reported inside a stream into a provider error:
+/// an overflow when its text says so, otherwise [`ProviderError::StreamFailed`].
+pub(crate) fn stream_error(kind: &str, message: &str, raw: &str) -> ProviderError {
+    let overflow =
+        crate::overflow::classify_overflow(400, raw).filter(|o| o.provider != "empty-400");
+    match overflow {
+        Some(found) => ProviderError::ContextOverflow {
+            status: 400,
+            stated_prompt: found.stated_prompt,
+            body: crate::error::excerpt(raw),
+        },
+        None => ProviderError::StreamFailed {
+            kind: kind.to_owned(),
+            message: message.to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assembly_keeps_order_and_drops_empty_blocks() {
+        let mut out = Vec::new();
+        let mut assembly = Assembly::default();
+        let thinking = assembly.push_thinking(None, "hmm", &mut out);
+        assembly.set_signature(thinking, "sig", false);
+        assembly.start_text();
+        let text = assembly.push_text(None, "hello", &mut out);
+        let tool = assembly.start_tool("call_1".into(), "read".into(), &mut out);
+        assembly.push_arguments(tool, r#"{"path":"#, &mut out);
+        assembly.push_arguments(tool, r#""a.rs"}"#, &mut out);
+        assembly.end_tool(tool, &mut out);
+        assembly.end_all_tools(&mut out);
+        assert_eq!(assembly.text_of(text), Some("hello"));
+        let message = assembly.into_message("m".into(), None);
+        assert_eq!(message.content.len(), 3);
+        assert_eq!(
+            message.tool_uses().next().unwrap().input.str_arg("path"),
+            Some("a.rs")
+        );
+        let ends = out
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::ToolCallEnd { .. }))
+            .count();
+        assert_eq!(ends, 1);
+    }
+
+    #[test]
+    fn same_model_ignores_dates() {
+        assert!(same_model(
+            Some("claude-sonnet-4-5-20250929"),
+            "claude-sonnet-4-5"
+        ));
+        assert!(!same_model(Some("claude-opus-4-5"), "claude-sonnet-4-5"));
+        assert!(same_model(None, "x"));
+    }
+}
