@@ -12,10 +12,15 @@ pub mod capsule;
 pub mod config;
 pub mod derived;
 pub mod entry;
+pub mod hygiene;
 pub mod id;
+pub mod input;
 pub mod message;
+pub mod plan;
+pub mod retention;
 pub mod tokens;
 pub mod trigger;
+pub mod unit;
 
 pub use capsule::{Capsule, CapsuleState, Quality, Trigger};
 pub use entry::{CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry};
