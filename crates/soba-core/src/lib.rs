@@ -7,17 +7,23 @@
 #![warn(missing_docs)]
 
 pub mod budget;
+pub mod builder;
 pub mod calibration;
 pub mod capsule;
 pub mod config;
 pub mod derived;
 pub mod entry;
+pub mod facts;
+pub mod guard;
 pub mod hygiene;
 pub mod id;
 pub mod input;
 pub mod message;
 pub mod plan;
+pub mod redact;
+pub mod render;
 pub mod retention;
+pub mod summarize;
 pub mod tokens;
 pub mod trigger;
 pub mod unit;

@@ -1,0 +1,507 @@
+//! The deterministic capsule (SPEC §9.4), built from local facts only, and
+//! the bounds every capsule's local sections obey, LLM capsules included.
+//!
+//! Bounds: files modified, every path in full; files read, newest 50 then
+//! "and N more"; verification, newest 20; unresolved errors, newest 10 of
+//! 500 characters each; checkpoints, newest 20; the original task, 1,000
+//! tokens; the earlier narrative, 2,000 tokens. The whole capsule (its model
+//! input rendering) is ≤ min(8,000, floor(0.1 × autoLimit)) tokens, trimmed
+//! in this order: files read, earlier narrative, checkpoints, verification.
+//! The narrative, files modified, the original task and the latest
+//! instructions are never trimmed below their own caps: when they alone
+//! exceed the bound, the bound yields.
+
+use crate::capsule::{
+    BoundaryTruncation, Capsule, CapsuleState, ImportedCapsule, LocalSections, Narrative,
+    NativeContinuation, OverflowRecord, Quality, Trigger,
+};
+use crate::entry::CheckpointKind;
+use crate::facts::{Facts, PlanItem, PlanStatus, truncate_middle_chars, truncate_middle_tokens};
+use crate::id::EntryId;
+use crate::render::{self, CapsuleView, NONE_RECORDED, code_span};
+use crate::tokens::{TokenCount, TokenCounter};
+
+/// The original task is kept verbatim up to this many tokens.
+pub const ORIGINAL_TASK_TOKENS: TokenCount = TokenCount::new(1_000);
+/// Files read listed by name, newest first.
+pub const FILES_READ_SHOWN: usize = 50;
+/// Verification commands listed, newest first.
+pub const VERIFICATION_SHOWN: usize = 20;
+/// Unresolved errors listed, newest first.
+pub const ERRORS_SHOWN: usize = 10;
+/// Characters kept from the start of an unresolved error.
+pub const ERROR_HEAD_CHARS: usize = 250;
+/// Characters kept from the end of an unresolved error.
+pub const ERROR_TAIL_CHARS: usize = 250;
+/// Checkpoint entries listed, newest first.
+pub const CHECKPOINTS_SHOWN: usize = 20;
+/// The earlier narrative is kept verbatim up to this many tokens.
+pub const EARLIER_NARRATIVE_TOKENS: TokenCount = TokenCount::new(2_000);
+/// No capsule is larger than this, whatever the window.
+pub const CAPSULE_MAX_TOKENS: TokenCount = TokenCount::new(8_000);
+/// The summarizer name of a deterministic capsule.
+pub const DETERMINISTIC: &str = "deterministic";
+
+/// Written in place of an earlier narrative the size bound removed.
+pub const EARLIER_NARRATIVE_OMITTED: &str = "(omitted to fit the capsule size bound)";
+
+/// Returns the capsule size bound, min(8,000, floor(0.1 × autoLimit)).
+pub fn capsule_bound(auto_limit: TokenCount) -> TokenCount {
+    CAPSULE_MAX_TOKENS.min(TokenCount::new(auto_limit.get() / 10))
+}
+
+/// How a capsule is built.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildOptions<'a> {
+    /// autoLimit, which sets the size bound.
+    pub auto_limit: TokenCount,
+    /// What started the compaction.
+    pub trigger: Trigger,
+    /// `Full` for a deterministic capsule by configuration (or an LLM
+    /// summary that passed the guards), `Degraded` for a fallback after an
+    /// LLM failure or timeout.
+    pub quality: Quality,
+    /// The `/compact` instructions, if any.
+    pub instructions: Option<&'a str>,
+}
+
+/// A built capsule's content, before the caller frames it as an entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapsuleContent {
+    /// The eight sections.
+    pub narrative: Narrative,
+    /// The previous capsule's narrative (deterministic capsules only).
+    pub earlier_narrative: Option<String>,
+    /// The bounded local sections.
+    pub local: LocalSections,
+    /// Full or degraded.
+    pub quality: Quality,
+    /// What started it.
+    pub trigger: Trigger,
+    /// The summarizer model, or [`DETERMINISTIC`].
+    pub summarizer: String,
+    /// The sections as markdown (stored on the capsule entry).
+    pub markdown: String,
+    /// Tokens of the capsule's model-input rendering.
+    pub tokens: TokenCount,
+    /// The size bound it was fitted to.
+    pub bound: TokenCount,
+}
+
+impl CapsuleContent {
+    /// Returns the borrowed view the renderers take.
+    pub fn view(&self) -> CapsuleView<'_> {
+        CapsuleView {
+            narrative: &self.narrative,
+            earlier_narrative: self.earlier_narrative.as_deref(),
+            local: &self.local,
+            quality: self.quality,
+            trigger: self.trigger,
+            summarizer: &self.summarizer,
+            imported: None,
+        }
+    }
+
+    /// Frames the content as a capsule entry's fields.
+    pub fn into_capsule(self, frame: CapsuleFrame) -> Capsule {
+        Capsule {
+            trigger: self.trigger,
+            quality: self.quality,
+            first_kept_entry_id: frame.first_kept_entry_id,
+            boundary_truncation: frame.boundary_truncation,
+            tokens_before: frame.tokens_before,
+            tokens_after: frame.tokens_after,
+            summarizer: self.summarizer,
+            previous_capsule_id: frame.previous_capsule_id,
+            state: frame.state,
+            instructions: frame.instructions,
+            native: frame.native,
+            overflow: frame.overflow,
+            imported: frame.imported,
+            narrative: self.narrative,
+            earlier_narrative: self.earlier_narrative,
+            local: self.local,
+            markdown: self.markdown,
+        }
+    }
+}
+
+/// The entry fields a capsule needs beyond its content.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CapsuleFrame {
+    /// The first entry of the retained tail.
+    pub first_kept_entry_id: Option<EntryId>,
+    /// The cut straddler, if any.
+    pub boundary_truncation: Option<BoundaryTruncation>,
+    /// Effective tokens before.
+    pub tokens_before: TokenCount,
+    /// Effective tokens after, measured exactly.
+    pub tokens_after: TokenCount,
+    /// The capsule this one rolls up.
+    pub previous_capsule_id: Option<EntryId>,
+    /// The state in force at the append.
+    pub state: CapsuleState,
+    /// The `/compact` instructions.
+    pub instructions: Option<String>,
+    /// A native continuation.
+    pub native: Option<NativeContinuation>,
+    /// Set on `context_overflow` capsules.
+    pub overflow: Option<OverflowRecord>,
+    /// Set on imported capsules.
+    pub imported: Option<ImportedCapsule>,
+}
+
+/// Returns a previous section's text, or `None` when it is empty or only
+/// says nothing was recorded.
+fn carried(text: &str) -> Option<&str> {
+    let text = text.trim();
+    let empty = text.is_empty() || text == NONE_RECORDED || text.eq_ignore_ascii_case("(none)");
+    (!empty).then_some(text)
+}
+
+/// Applies SPEC §9.4's per-section bounds to extracted facts.
+pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections {
+    let original_task = facts
+        .original_task
+        .as_deref()
+        .map(|task| truncate_middle_tokens(task.trim(), ORIGINAL_TASK_TOKENS, counter))
+        .unwrap_or_default();
+    let shown_read = facts.files_read.len().min(FILES_READ_SHOWN);
+    LocalSections {
+        original_task,
+        latest_instructions: facts.latest_instructions.clone(),
+        files_read: facts.files_read[..shown_read].to_vec(),
+        files_read_more: (facts.files_read.len() - shown_read) as u64 + facts.files_read_hidden,
+        files_modified: facts.files_modified.clone(),
+        verification: facts
+            .verification
+            .iter()
+            .take(VERIFICATION_SHOWN)
+            .cloned()
+            .collect(),
+        unresolved_errors: facts
+            .unresolved_errors
+            .iter()
+            .take(ERRORS_SHOWN)
+            .map(|error| {
+                truncate_middle_chars(&error.to_stored(), ERROR_HEAD_CHARS, ERROR_TAIL_CHARS)
+            })
+            .collect(),
+        checkpoints: facts
+            .checkpoints
+            .iter()
+            .take(CHECKPOINTS_SHOWN)
+            .cloned()
+            .collect(),
+        active_skills: facts.active_skills.clone(),
+    }
+}
+
+/// Returns the previous capsule's narrative for the "Earlier narrative"
+/// section (an imported capsule's foreign summary), ≤ 2,000 tokens.
+pub fn earlier_narrative(previous: Option<&Capsule>, counter: &dyn TokenCounter) -> Option<String> {
+    let previous = previous?;
+    let has_narrative = previous
+        .narrative
+        .sections()
+        .iter()
+        .any(|(_, body)| carried(body).is_some());
+    let text = if has_narrative {
+        render::narrative_markdown(&previous.narrative, 3)
+    } else {
+        previous.markdown.trim().to_owned()
+    };
+    (!text.is_empty()).then(|| truncate_middle_tokens(&text, EARLIER_NARRATIVE_TOKENS, counter))
+}
+
+fn plan_line(item: &PlanItem) -> String {
+    let text = item.text.trim().replace('\n', " ");
+    match item.status {
+        PlanStatus::InProgress => format!("- (in progress) {text}"),
+        PlanStatus::Pending => format!("- {text}"),
+        PlanStatus::Completed => format!("- (done) {text}"),
+    }
+}
+
+/// Returns the start of the original task for the Goal: its first
+/// paragraph, at most 200 characters.
+fn task_gist(task: &str) -> String {
+    let first = task.trim().split("\n\n").next().unwrap_or_default().trim();
+    let mut gist: String = first.chars().take(200).collect();
+    if gist.chars().count() < task.trim().chars().count() {
+        gist.push('…');
+    }
+    gist
+}
+
+/// Builds the eight sections from local facts (SPEC §9.4).
+pub fn deterministic_narrative(
+    facts: &Facts,
+    previous: Option<&Capsule>,
+    instructions: Option<&str>,
+) -> Narrative {
+    let prev = previous.map(|capsule| &capsule.narrative);
+    let prev_section =
+        |pick: fn(&Narrative) -> &str| prev.and_then(|n| carried(pick(n))).map(str::to_owned);
+
+    let mut goal = prev_section(|n| &n.goal)
+        .or_else(|| {
+            facts
+                .original_task
+                .as_deref()
+                .filter(|task| !task.trim().is_empty())
+                .map(|task| format!("{} (the full text is under Original task)", task_gist(task)))
+        })
+        .unwrap_or_default();
+    if let Some(instructions) = instructions.map(str::trim).filter(|i| !i.is_empty()) {
+        if !goal.is_empty() {
+            goal.push_str("\n\n");
+        }
+        goal.push_str("Instructions given with /compact: ");
+        goal.push_str(instructions);
+    }
+
+    let mut done: Vec<String> = facts
+        .checkpoints
+        .iter()
+        .take(CHECKPOINTS_SHOWN)
+        .filter(|(kind, _)| *kind == CheckpointKind::Milestone)
+        .map(|(_, note)| format!("- Milestone: {}", note.trim().replace('\n', " ")))
+        .collect();
+    done.reverse();
+    done.extend(
+        facts
+            .verification
+            .iter()
+            .take(VERIFICATION_SHOWN)
+            .filter(|v| v.passed)
+            .map(|v| format!("- Passed: {}", code_span(&v.command))),
+    );
+    match facts.files_modified.len() {
+        0 => {}
+        1 => done.push("- Modified 1 file (listed under Files modified).".to_owned()),
+        n => done.push(format!(
+            "- Modified {n} files (listed under Files modified)."
+        )),
+    }
+
+    let (pending, next_steps) = match &facts.plan {
+        Some(plan) => {
+            let mut pending: Vec<String> = Vec::new();
+            if let Some(explanation) = &plan.explanation {
+                pending.push(explanation.trim().to_owned());
+            }
+            pending.extend(plan.open_items().map(plan_line));
+            let next: Vec<String> = plan.next_items().into_iter().map(plan_line).collect();
+            (pending.join("\n"), next.join("\n"))
+        }
+        None => (
+            prev_section(|n| &n.pending).unwrap_or_default(),
+            prev_section(|n| &n.next_steps).unwrap_or_default(),
+        ),
+    };
+
+    let mut decisions: Vec<String> = facts
+        .span_pivots
+        .iter()
+        .map(|note| format!("- Plan pivot: {}", note.trim().replace('\n', " ")))
+        .collect();
+    if let Some(previous_decisions) = prev_section(|n| &n.decisions) {
+        decisions.push(previous_decisions);
+    }
+
+    let blockers: Vec<String> = facts
+        .unresolved_errors
+        .iter()
+        .take(ERRORS_SHOWN)
+        .map(|error| {
+            format!(
+                "- {} failed (details under Unresolved errors)",
+                code_span(&error.key)
+            )
+        })
+        .collect();
+
+    Narrative {
+        goal,
+        constraints: prev_section(|n| &n.constraints).unwrap_or_default(),
+        done: done.join("\n"),
+        in_progress: facts.last_assistant_text.clone().unwrap_or_default(),
+        pending,
+        decisions: decisions.join("\n"),
+        blockers: blockers.join("\n"),
+        next_steps,
+    }
+}
+
+/// Builds the deterministic capsule from local facts only.
+pub fn build_deterministic(
+    facts: &Facts,
+    previous: Option<&Capsule>,
+    options: &BuildOptions<'_>,
+    counter: &dyn TokenCounter,
+) -> CapsuleContent {
+    let content = CapsuleContent {
+        narrative: deterministic_narrative(facts, previous, options.instructions),
+        earlier_narrative: earlier_narrative(previous, counter),
+        local: bounded_local(facts, counter),
+        quality: options.quality,
+        trigger: options.trigger,
+        summarizer: DETERMINISTIC.to_owned(),
+        markdown: String::new(),
+        tokens: TokenCount::ZERO,
+        bound: capsule_bound(options.auto_limit),
+    };
+    fit(content, counter)
+}
+
+/// Builds a capsule around a narrative from the LLM summarizer that passed
+/// the guards: the same bounded local sections, no earlier narrative (the
+/// previous state was given to the summarizer to update).
+pub fn build_with_narrative(
+    narrative: Narrative,
+    summarizer: &str,
+    facts: &Facts,
+    options: &BuildOptions<'_>,
+    counter: &dyn TokenCounter,
+) -> CapsuleContent {
+    let content = CapsuleContent {
+        narrative,
+        earlier_narrative: None,
+        local: bounded_local(facts, counter),
+        quality: options.quality,
+        trigger: options.trigger,
+        summarizer: summarizer.to_owned(),
+        markdown: String::new(),
+        tokens: TokenCount::ZERO,
+        bound: capsule_bound(options.auto_limit),
+    };
+    fit(content, counter)
+}
+
+fn measure(content: &CapsuleContent, counter: &dyn TokenCounter) -> TokenCount {
+    counter
+        .count_text(&render::capsule_input(&content.view()))
+        .n
+}
+
+/// Returns the largest `k` in `0..=len` for which `fits(k)` holds, assuming
+/// `fits` is monotone; 0 when none does.
+fn largest_fitting(len: usize, mut fits: impl FnMut(usize) -> bool) -> usize {
+    if fits(len) {
+        return len;
+    }
+    let (mut lo, mut hi) = (0, len);
+    // Invariant: fits(hi) is false; the answer is in lo..hi.
+    while lo + 1 < hi {
+        let mid = (lo + hi) / 2;
+        if fits(mid) { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
+/// Trims the content to its bound, in SPEC §9.4's order, and measures it.
+fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleContent {
+    let bound = content.bound;
+    let mut tokens = measure(&content, counter);
+
+    // 1. Files read, oldest first; they join "and N more".
+    if tokens > bound && !content.local.files_read.is_empty() {
+        let all = content.local.files_read.clone();
+        let more = content.local.files_read_more;
+        let keep = largest_fitting(all.len(), |k| {
+            content.local.files_read = all[..k].to_vec();
+            content.local.files_read_more = more + (all.len() - k) as u64;
+            measure(&content, counter) <= bound
+        });
+        content.local.files_read = all[..keep].to_vec();
+        content.local.files_read_more = more + (all.len() - keep) as u64;
+        tokens = measure(&content, counter);
+    }
+
+    // 2. The earlier narrative, middle-truncated, then omitted.
+    if tokens > bound
+        && let Some(full) = content.earlier_narrative.clone()
+    {
+        let mut cap = counter.count_text(&full).n;
+        loop {
+            let over = tokens.saturating_sub(bound);
+            // Shrink by the overshoot plus a margin for the marker.
+            cap = cap.saturating_sub(over + TokenCount::new(16));
+            if cap < TokenCount::new(64) {
+                content.earlier_narrative = Some(EARLIER_NARRATIVE_OMITTED.to_owned());
+                tokens = measure(&content, counter);
+                break;
+            }
+            content.earlier_narrative = Some(truncate_middle_tokens(&full, cap, counter));
+            tokens = measure(&content, counter);
+            if tokens <= bound {
+                break;
+            }
+        }
+    }
+
+    // 3. Checkpoint entries, oldest first.
+    if tokens > bound && !content.local.checkpoints.is_empty() {
+        let all = content.local.checkpoints.clone();
+        let keep = largest_fitting(all.len(), |k| {
+            content.local.checkpoints = all[..k].to_vec();
+            measure(&content, counter) <= bound
+        });
+        content.local.checkpoints = all[..keep].to_vec();
+        tokens = measure(&content, counter);
+    }
+
+    // 4. Verification commands, oldest first.
+    if tokens > bound && !content.local.verification.is_empty() {
+        let all = content.local.verification.clone();
+        let keep = largest_fitting(all.len(), |k| {
+            content.local.verification = all[..k].to_vec();
+            measure(&content, counter) <= bound
+        });
+        content.local.verification = all[..keep].to_vec();
+        tokens = measure(&content, counter);
+    }
+
+    content.markdown = render::sections_markdown(&content.view());
+    content.tokens = tokens;
+    content
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_is_a_tenth_of_auto_limit_up_to_8000() {
+        assert_eq!(
+            capsule_bound(TokenCount::new(160_000)),
+            TokenCount::new(8_000)
+        );
+        assert_eq!(
+            capsule_bound(TokenCount::new(25_999)),
+            TokenCount::new(2_599)
+        );
+        assert_eq!(
+            capsule_bound(TokenCount::new(80_000)),
+            TokenCount::new(8_000)
+        );
+    }
+
+    #[test]
+    fn largest_fitting_finds_the_edge() {
+        assert_eq!(largest_fitting(10, |k| k <= 7), 7);
+        assert_eq!(largest_fitting(10, |_| true), 10);
+        assert_eq!(largest_fitting(10, |_| false), 0);
+        assert_eq!(largest_fitting(0, |_| false), 0);
+    }
+
+    #[test]
+    fn task_gist_cuts_at_the_first_paragraph() {
+        assert_eq!(
+            task_gist("Fix the parser.\n\nDetails follow."),
+            "Fix the parser.…"
+        );
+        assert_eq!(task_gist("Fix it"), "Fix it");
+    }
+}

@@ -1,0 +1,1608 @@
+//! Local fact extraction (SPEC §9.2): files read and modified, verification
+//! commands, unresolved errors, checkpoints, active skills, the original task,
+//! the latest user instructions, plan-tool state and the last assistant text,
+//! read from the original entries of a compaction span (never from hygiene
+//! stubs), for the tool vocabularies of every supported agent.
+//!
+//! The model is never trusted for these facts. Modified files come from
+//! explicit edit tools only (SPEC §15.3's ground truth): a shell command that
+//! writes a file (`cat > f`, `sed -i`) is not counted.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::capsule::{Capsule, Verification};
+use crate::entry::{CheckpointKind, Entry, EntryBody, SkillAction};
+use crate::id::EntryId;
+use crate::message::{Role, ToolInput, ToolResult, ToolUse};
+use crate::tokens::{TokenCount, TokenCounter, group_thousands};
+
+/// `userMessageBudgetTokens`: the latest user instructions fill at most this
+/// many tokens (SPEC §9.1).
+pub const USER_MESSAGE_BUDGET: TokenCount = TokenCount::new(4_000);
+
+/// The last assistant text kept for "In progress" (SPEC §9.4).
+pub const LAST_ASSISTANT_TOKENS: TokenCount = TokenCount::new(300);
+
+/// An instruction is only middle-truncated into the remaining budget when at
+/// least this many tokens remain; a smaller remainder would hold little more
+/// than the omission marker.
+pub const MIN_TRUNCATED_INSTRUCTION: TokenCount = TokenCount::new(64);
+
+/// Error keys and verification commands are shortened to this many
+/// characters on each side of an omission marker, so they stay one short
+/// line and an error's key always survives its 500-character bound.
+const KEY_SIDE_CHARS: usize = 100;
+
+/// Settings of the extractor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FactsConfig {
+    /// `userMessageBudgetTokens` (default 4,000).
+    pub user_message_budget: TokenCount,
+}
+
+impl Default for FactsConfig {
+    fn default() -> Self {
+        FactsConfig {
+            user_message_budget: USER_MESSAGE_BUDGET,
+        }
+    }
+}
+
+/// What the extractor reads.
+#[derive(Debug, Clone, Copy)]
+pub struct FactsInput<'a> {
+    /// The span in path order, with ORIGINAL tool results (not hygiene
+    /// stubs); a truncated straddler is given whole.
+    pub span: &'a [Entry],
+    /// The previous capsule on the path, whose facts are carried forward.
+    pub previous: Option<&'a Capsule>,
+    /// Entries of the new retained tail kept whole; real user messages among
+    /// them are not repeated as instructions. A truncated straddler is not
+    /// "retained" (SPEC §8.2) and must not be in this set.
+    pub retained: &'a HashSet<EntryId>,
+    /// The workspace root, stripped from absolute paths.
+    pub cwd: Option<&'a str>,
+}
+
+/// The state of a plan step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Finished.
+    Completed,
+}
+
+impl PlanStatus {
+    /// Parses the status words of TodoWrite, `update_plan` and `write_todos`;
+    /// unknown words count as pending.
+    pub fn parse(word: &str) -> Self {
+        match word.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "in_progress" | "inprogress" | "active" | "doing" => PlanStatus::InProgress,
+            "completed" | "complete" | "done" | "finished" | "cancelled" | "canceled" => {
+                PlanStatus::Completed
+            }
+            _ => PlanStatus::Pending,
+        }
+    }
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanItem {
+    /// What the step is.
+    pub text: String,
+    /// Its state.
+    pub status: PlanStatus,
+}
+
+/// Where a plan came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanSource {
+    /// Claude Code `TodoWrite` (or Gemini CLI `write_todos`).
+    TodoWrite,
+    /// Codex `update_plan`.
+    UpdatePlan,
+    /// A SOBA `plan_pivot` checkpoint note.
+    Checkpoint,
+}
+
+/// The latest plan-tool state in a span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanState {
+    /// The tool that set it.
+    pub source: PlanSource,
+    /// Codex's `explanation`, when given.
+    pub explanation: Option<String>,
+    /// The steps, in the tool's order.
+    pub items: Vec<PlanItem>,
+}
+
+impl PlanState {
+    /// Returns the steps not yet completed, in order.
+    pub fn open_items(&self) -> impl Iterator<Item = &PlanItem> {
+        self.items
+            .iter()
+            .filter(|item| item.status != PlanStatus::Completed)
+    }
+
+    /// Returns the next steps: every step in progress, then the first
+    /// pending one.
+    pub fn next_items(&self) -> Vec<&PlanItem> {
+        let mut next: Vec<&PlanItem> = self
+            .items
+            .iter()
+            .filter(|item| item.status == PlanStatus::InProgress)
+            .collect();
+        if let Some(first_pending) = self
+            .items
+            .iter()
+            .find(|item| item.status == PlanStatus::Pending)
+        {
+            next.push(first_pending);
+        }
+        next
+    }
+}
+
+/// A failing tool result not yet followed by a success of the same
+/// normalised command, or of the same tool on the same path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnresolvedError {
+    /// `$ <command>` for shell commands, `<tool> <path>` for file tools,
+    /// else the tool name: one line, at most ~200 characters.
+    pub key: String,
+    /// The result text as returned (not yet bounded).
+    pub text: String,
+}
+
+impl UnresolvedError {
+    /// Returns the form stored in a capsule: the key on the first line, the
+    /// result text after it.
+    pub fn to_stored(&self) -> String {
+        if self.text.is_empty() {
+            self.key.clone()
+        } else {
+            format!("{}\n{}", self.key, self.text)
+        }
+    }
+
+    /// Parses the stored form written by [`UnresolvedError::to_stored`].
+    pub fn from_stored(stored: &str) -> Self {
+        match stored.split_once('\n') {
+            Some((key, text)) => UnresolvedError {
+                key: key.to_owned(),
+                text: text.to_owned(),
+            },
+            None => UnresolvedError {
+                key: stored.to_owned(),
+                text: String::new(),
+            },
+        }
+    }
+}
+
+/// Everything extracted from a span, merged with what the previous capsule
+/// carried. Lists are not yet bounded: the builder applies SPEC §9.4.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Facts {
+    /// The first real user message of the session, in full (carried from the
+    /// previous capsule when it has one).
+    pub original_task: Option<String>,
+    /// Real user messages outside the retained tail, newest first, within
+    /// `userMessageBudgetTokens` (the oldest that fits middle-truncated).
+    pub latest_instructions: Vec<String>,
+    /// Files read, newest first, workspace-relative, each once.
+    pub files_read: Vec<String>,
+    /// Files read earlier whose names the previous capsule no longer listed.
+    pub files_read_hidden: u64,
+    /// Files modified by explicit edit tools, in order of first change.
+    pub files_modified: Vec<String>,
+    /// The last result of each distinct verification command, newest first.
+    pub verification: Vec<Verification>,
+    /// Unresolved errors, newest first, one per key.
+    pub unresolved_errors: Vec<UnresolvedError>,
+    /// Checkpoint notes, newest first (the span's, then the carried ones).
+    pub checkpoints: Vec<(CheckpointKind, String)>,
+    /// `plan_pivot` notes made inside the span, oldest first.
+    pub span_pivots: Vec<String>,
+    /// Active skills, in activation order.
+    pub active_skills: Vec<String>,
+    /// The latest plan-tool state in the span.
+    pub plan: Option<PlanState>,
+    /// The last assistant text in the span, ≤ 300 tokens.
+    pub last_assistant_text: Option<String>,
+}
+
+/// What one tool call says about files, commands and plans.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CallFacts {
+    /// Files the call reads (counted only when its result succeeds).
+    pub read: Vec<String>,
+    /// Files the call modifies with an explicit edit tool.
+    pub modified: Vec<String>,
+    /// The normalised shell command, for shell tools.
+    pub command: Option<String>,
+    /// A plan the call sets.
+    pub plan: Option<PlanState>,
+    /// The key that pairs a failure with a later success.
+    pub key: String,
+}
+
+/// State carried between calls of one span: SWE-agent edits the file it
+/// opened last.
+#[derive(Debug, Clone, Default)]
+struct CallContext {
+    open_file: Option<String>,
+}
+
+/// Returns the files a single tool call reads and modifies, with no earlier
+/// context (an SWE-agent `edit` without an open file names nothing).
+pub fn call_facts(call: &ToolUse, cwd: Option<&str>) -> CallFacts {
+    call_facts_in(call, cwd, &mut CallContext::default())
+}
+
+/// Keys under which tools name the file they act on.
+const PATH_KEYS: [&str; 7] = [
+    "path",
+    "file_path",
+    "filePath",
+    "absolute_path",
+    "notebook_path",
+    "filename",
+    "file",
+];
+
+fn path_arg(input: &ToolInput) -> Option<&str> {
+    PATH_KEYS
+        .iter()
+        .find_map(|key| input.str_arg(key))
+        .filter(|path| !path.trim().is_empty())
+}
+
+fn call_facts_in(call: &ToolUse, cwd: Option<&str>, ctx: &mut CallContext) -> CallFacts {
+    let name = call.name.to_ascii_lowercase();
+    let input = &call.input;
+    let mut facts = CallFacts::default();
+    let rel = |path: &str| workspace_relative(path, cwd);
+    match name.as_str() {
+        // SOBA read_file, pi read, Claude Code Read, Gemini read_file,
+        // OpenHands read, SWE-agent open.
+        "read_file" | "read" | "open" | "view_file" => {
+            if let Some(path) = path_arg(input) {
+                let path = rel(path);
+                if name == "open" {
+                    ctx.open_file = Some(path.clone());
+                }
+                facts.read.push(path);
+            }
+        }
+        "read_many_files" => {
+            for key in ["paths", "include", "file_paths"] {
+                if let Some(Value::Array(paths)) = input.object().get(key) {
+                    for path in paths.iter().filter_map(Value::as_str) {
+                        if is_plain_path(path) {
+                            facts.read.push(rel(path));
+                        }
+                    }
+                }
+            }
+        }
+        // SOBA write_file, pi write, Claude Code Write, Gemini write_file,
+        // SWE-agent create.
+        "write_file" | "write" | "create" | "create_file" => {
+            if let Some(path) = path_arg(input) {
+                let path = rel(path);
+                if name == "create" {
+                    ctx.open_file = Some(path.clone());
+                }
+                facts.modified.push(path);
+            }
+        }
+        // OpenHands and SWE-agent's editor, and OpenHands' `edit` action.
+        "str_replace_editor" | "edit" if input.str_arg("command").is_some() => {
+            let command = input.str_arg("command").unwrap_or_default();
+            if let Some(path) = path_arg(input) {
+                let path = rel(path);
+                match command {
+                    "view" => facts.read.push(path),
+                    "create" | "str_replace" | "insert" => facts.modified.push(path),
+                    _ => {}
+                }
+            }
+        }
+        // SOBA edit_file, pi edit, Claude Code Edit/MultiEdit/NotebookEdit,
+        // Gemini replace, SWE-agent edit/insert on the open file.
+        "edit_file" | "edit" | "multiedit" | "notebookedit" | "replace" | "str_replace"
+        | "insert" => {
+            if let Some(path) = path_arg(input) {
+                facts.modified.push(rel(path));
+            } else if let Some(open) = &ctx.open_file {
+                facts.modified.push(open.clone());
+            }
+        }
+        "apply_patch" => {
+            let patch = input
+                .str_arg("input")
+                .or_else(|| input.str_arg("patch"))
+                .or_else(|| input.str_arg("value"))
+                .or_else(|| input.raw());
+            if let Some(patch) = patch {
+                facts
+                    .modified
+                    .extend(patch_paths(patch).iter().map(|path| rel(path)));
+            }
+        }
+        "bash" | "shell" | "exec_command" | "local_shell" | "run_shell_command"
+        | "execute_bash" | "run" | "shell_command" => {
+            if let Some(command) = shell_command_arg(input) {
+                let workdir = ["workdir", "cwd", "dir_path", "directory"]
+                    .iter()
+                    .find_map(|key| input.str_arg(key))
+                    .filter(|dir| !dir.is_empty() && *dir != ".");
+                let shell = shell_facts(&command, cwd, workdir, ctx);
+                facts.read = shell.read;
+                facts.modified = shell.modified;
+                facts.command = Some(normalize_command(&command));
+            }
+        }
+        "todowrite" | "write_todos" => {
+            if let Some(Value::Array(todos)) = input.object().get("todos") {
+                let items = todos
+                    .iter()
+                    .filter_map(|todo| {
+                        let text = ["content", "description", "text", "title"]
+                            .iter()
+                            .find_map(|key| todo.get(key).and_then(Value::as_str))?;
+                        let status = todo
+                            .get("status")
+                            .and_then(Value::as_str)
+                            .unwrap_or("pending");
+                        Some(PlanItem {
+                            text: text.to_owned(),
+                            status: PlanStatus::parse(status),
+                        })
+                    })
+                    .collect();
+                facts.plan = Some(PlanState {
+                    source: PlanSource::TodoWrite,
+                    explanation: None,
+                    items,
+                });
+            }
+        }
+        "update_plan" => {
+            let items = match input.object().get("plan") {
+                Some(Value::Array(steps)) => steps
+                    .iter()
+                    .filter_map(|step| {
+                        let text = step.get("step").and_then(Value::as_str)?;
+                        let status = step
+                            .get("status")
+                            .and_then(Value::as_str)
+                            .unwrap_or("pending");
+                        Some(PlanItem {
+                            text: text.to_owned(),
+                            status: PlanStatus::parse(status),
+                        })
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let explanation = input
+                .str_arg("explanation")
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned);
+            facts.plan = Some(PlanState {
+                source: PlanSource::UpdatePlan,
+                explanation,
+                items,
+            });
+        }
+        _ => {}
+    }
+    facts.key = match &facts.command {
+        Some(command) => command_key(command),
+        None => match facts.modified.first().or(facts.read.first()) {
+            Some(path) => one_line_key(&format!("{} {path}", call.name)),
+            None => one_line_key(&call.name),
+        },
+    };
+    facts
+}
+
+/// Returns the error key of a shell command.
+fn command_key(normalized: &str) -> String {
+    one_line_key(&format!("$ {normalized}"))
+}
+
+fn one_line_key(text: &str) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    truncate_middle_chars(&line, KEY_SIDE_CHARS, KEY_SIDE_CHARS)
+}
+
+/// Returns a shell tool's command text: a string `command`/`cmd`, or an argv
+/// array (Codex `shell`), unwrapping `bash -lc <script>`.
+fn shell_command_arg(input: &ToolInput) -> Option<String> {
+    let value = input
+        .object()
+        .get("command")
+        .or_else(|| input.object().get("cmd"))?;
+    let text = match value {
+        Value::String(text) => text.clone(),
+        Value::Array(argv) => {
+            let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+            match argv.as_slice() {
+                [shell, flag, script]
+                    if is_shell(shell) && flag.starts_with('-') && flag.contains('c') =>
+                {
+                    (*script).to_owned()
+                }
+                _ => argv.join(" "),
+            }
+        }
+        _ => return None,
+    };
+    Some(unwrap_shell(&text))
+}
+
+fn is_shell(word: &str) -> bool {
+    matches!(basename(word), "bash" | "sh" | "zsh" | "dash")
+}
+
+/// Unwraps `bash -lc '<script>'` (as Codex reports commands) to the script.
+fn unwrap_shell(command: &str) -> String {
+    let trimmed = command.trim();
+    let words = shell_words(trimmed);
+    if let [shell, flag, script] = words.as_slice()
+        && is_shell(shell)
+        && flag.starts_with('-')
+        && flag.contains('c')
+    {
+        return script.clone();
+    }
+    trimmed.to_owned()
+}
+
+/// Returns a command normalised for comparison and display: the script of a
+/// `bash -lc` wrapper, whitespace runs collapsed to one space.
+pub fn normalize_command(command: &str) -> String {
+    unwrap_shell(command)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Returns the targets of `apply_patch` headers (`*** Add File:`,
+/// `*** Update File:`, `*** Delete File:`, `*** Move to:`), as written.
+pub fn patch_paths(patch: &str) -> Vec<String> {
+    const HEADERS: [&str; 4] = [
+        "*** Add File:",
+        "*** Update File:",
+        "*** Delete File:",
+        "*** Move to:",
+    ];
+    let mut paths = Vec::new();
+    for line in patch.lines() {
+        let line = line.trim();
+        for header in HEADERS {
+            if let Some(rest) = line.strip_prefix(header) {
+                let path = rest.trim();
+                if !path.is_empty() {
+                    paths.push(path.to_owned());
+                }
+            }
+        }
+    }
+    paths
+}
+
+/// Returns `path` relative to the workspace root `cwd`: the root prefix and
+/// leading `./` stripped; other paths are kept as written.
+pub fn workspace_relative(path: &str, cwd: Option<&str>) -> String {
+    let path = path.trim();
+    let mut rel = path;
+    if let Some(root) = cwd
+        .map(|c| c.trim_end_matches('/'))
+        .filter(|c| !c.is_empty())
+    {
+        if path == root {
+            return ".".to_owned();
+        }
+        if let Some(rest) = path
+            .strip_prefix(root)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            rel = rest;
+        }
+    }
+    while let Some(rest) = rel.strip_prefix("./") {
+        rel = rest;
+    }
+    if rel.is_empty() {
+        path.to_owned()
+    } else {
+        rel.to_owned()
+    }
+}
+
+/// Joins a relative path onto a working directory.
+fn join(dir: Option<&str>, path: &str) -> String {
+    match dir {
+        Some(dir) if !path.starts_with('/') && !path.starts_with('~') => {
+            format!(
+                "{}/{}",
+                dir.trim_end_matches('/'),
+                path.trim_start_matches("./")
+            )
+        }
+        _ => path.to_owned(),
+    }
+}
+
+fn basename(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// Returns whether an argument looks like a file path rather than a glob,
+/// a variable or a device.
+fn is_plain_path(word: &str) -> bool {
+    !word.is_empty()
+        && !word.starts_with('-')
+        && !word.starts_with('$')
+        && !word.contains(['*', '?', '{', '`'])
+        && !word.starts_with("/dev/")
+}
+
+// ---------------------------------------------------------------------------
+// Shell parsing
+// ---------------------------------------------------------------------------
+
+/// Splits a shell script into simple commands at newlines, `;`, `&&`, `||`,
+/// `&` and `|`, outside quotes, dropping comments and here-document bodies.
+pub fn split_commands(script: &str) -> Vec<String> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut segments = Vec::new();
+    let mut current = String::new();
+    let mut heredocs: Vec<String> = Vec::new();
+    let (mut in_single, mut in_double) = (false, false);
+    let mut idx = 0;
+    let flush = |current: &mut String, segments: &mut Vec<String>| {
+        let trimmed = current.trim();
+        if !trimmed.is_empty() {
+            segments.push(trimmed.to_owned());
+        }
+        current.clear();
+    };
+    while idx < chars.len() {
+        let ch = chars[idx];
+        if in_single {
+            current.push(ch);
+            in_single = ch != '\'';
+            idx += 1;
+            continue;
+        }
+        if in_double {
+            current.push(ch);
+            if ch == '\\' && idx + 1 < chars.len() {
+                current.push(chars[idx + 1]);
+                idx += 2;
+                continue;
+            }
+            in_double = ch != '"';
+            idx += 1;
+            continue;
+        }
+        match ch {
+            '\'' => {
+                in_single = true;
+                current.push(ch);
+            }
+            '"' => {
+                in_double = true;
+                current.push(ch);
+            }
+            '\\' if idx + 1 < chars.len() => {
+                if chars[idx + 1] != '\n' {
+                    current.push(ch);
+                    current.push(chars[idx + 1]);
+                }
+                idx += 1;
+            }
+            '#' if current.is_empty() || current.ends_with(char::is_whitespace) => {
+                while idx + 1 < chars.len() && chars[idx + 1] != '\n' {
+                    idx += 1;
+                }
+            }
+            '\n' => {
+                flush(&mut current, &mut segments);
+                // Skip here-document bodies up to their terminators.
+                for terminator in heredocs.drain(..) {
+                    loop {
+                        let start = idx + 1;
+                        if start >= chars.len() {
+                            idx = chars.len();
+                            break;
+                        }
+                        let end = chars[start..]
+                            .iter()
+                            .position(|&c| c == '\n')
+                            .map_or(chars.len(), |p| start + p);
+                        let line: String = chars[start..end].iter().collect();
+                        idx = end;
+                        if line.trim() == terminator {
+                            break;
+                        }
+                    }
+                }
+            }
+            ';' | '&' | '|' => {
+                flush(&mut current, &mut segments);
+                if idx + 1 < chars.len() && chars[idx + 1] == ch {
+                    idx += 1;
+                }
+            }
+            '<' if idx + 1 < chars.len()
+                && chars[idx + 1] == '<'
+                && chars.get(idx + 2) != Some(&'<') =>
+            {
+                idx += 2;
+                if chars.get(idx) == Some(&'-') {
+                    idx += 1;
+                }
+                while chars.get(idx).is_some_and(|c| *c == ' ' || *c == '\t') {
+                    idx += 1;
+                }
+                let mut word = String::new();
+                match chars.get(idx) {
+                    Some(&quote @ ('\'' | '"')) => {
+                        idx += 1;
+                        while let Some(&c) = chars.get(idx) {
+                            if c == quote {
+                                break;
+                            }
+                            word.push(c);
+                            idx += 1;
+                        }
+                    }
+                    _ => {
+                        while let Some(&c) = chars.get(idx) {
+                            if c.is_whitespace() || ";|&<>()".contains(c) {
+                                idx -= 1;
+                                break;
+                            }
+                            word.push(c);
+                            idx += 1;
+                        }
+                    }
+                }
+                if !word.is_empty() {
+                    heredocs.push(word);
+                }
+            }
+            _ => current.push(ch),
+        }
+        idx += 1;
+    }
+    flush(&mut current, &mut segments);
+    segments
+}
+
+/// Splits one simple command into words, removing quotes.
+pub fn shell_words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut has_word = false;
+    let mut chars = command.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '\'' => {
+                has_word = true;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                    current.push(c);
+                }
+            }
+            '"' => {
+                has_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(&next) = chars.peek()
+                                && matches!(next, '"' | '\\' | '$' | '`')
+                            {
+                                current.push(next);
+                                chars.next();
+                                continue;
+                            }
+                            current.push(c);
+                        }
+                        _ => current.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                has_word = true;
+                if let Some(next) = chars.next() {
+                    current.push(next);
+                }
+            }
+            c if c.is_whitespace() => {
+                if has_word {
+                    words.push(std::mem::take(&mut current));
+                    has_word = false;
+                }
+            }
+            c => {
+                has_word = true;
+                current.push(c);
+            }
+        }
+    }
+    if has_word {
+        words.push(current);
+    }
+    words
+}
+
+/// Removes redirections (`> f`, `2>/dev/null`, `< in`) from a word list.
+fn strip_redirections(words: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(words.len());
+    let mut skip_next = false;
+    for word in words {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        let bare = word.trim_start_matches(|c: char| c.is_ascii_digit() || c == '&');
+        if bare.starts_with('>') || bare.starts_with('<') {
+            let operator_only = bare.trim_start_matches(['>', '<', '&', '|']).is_empty();
+            skip_next = operator_only;
+            continue;
+        }
+        out.push(word);
+    }
+    out
+}
+
+/// Drops leading environment assignments and wrappers (`sudo`, `time`,
+/// `env`, `timeout 60`, `nohup`, `command`, `exec`).
+fn strip_prefixes(words: &[String]) -> &[String] {
+    let mut rest = words;
+    loop {
+        match rest.first().map(String::as_str) {
+            Some(word) if is_assignment(word) => rest = &rest[1..],
+            Some("sudo" | "time" | "env" | "nohup" | "command" | "exec" | "nice") => {
+                rest = &rest[1..]
+            }
+            Some("timeout") => {
+                rest = &rest[1..];
+                while rest.first().is_some_and(|w| w.starts_with('-')) {
+                    rest = &rest[1..];
+                }
+                if !rest.is_empty() {
+                    rest = &rest[1..];
+                }
+            }
+            _ => return rest,
+        }
+    }
+}
+
+fn is_assignment(word: &str) -> bool {
+    match word.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+#[derive(Debug, Default)]
+struct ShellFacts {
+    read: Vec<String>,
+    modified: Vec<String>,
+}
+
+/// Extracts file reads (`cat`, `sed -n`, `head`, `tail`, `nl`, SWE-agent
+/// `open`) and explicit edits (`apply_patch` headers, SWE-agent `create`
+/// and `edit`) from a shell script.
+fn shell_facts(
+    script: &str,
+    cwd: Option<&str>,
+    workdir: Option<&str>,
+    ctx: &mut CallContext,
+) -> ShellFacts {
+    let mut facts = ShellFacts::default();
+    if script.contains("*** Begin Patch") {
+        for path in patch_paths(script) {
+            facts
+                .modified
+                .push(workspace_relative(&join(workdir, &path), cwd));
+        }
+    }
+    let mut dir: Option<String> = workdir.map(str::to_owned);
+    for segment in split_commands(script) {
+        let words = strip_redirections(shell_words(&segment));
+        let words = strip_prefixes(&words);
+        let Some(program) = words.first() else {
+            continue;
+        };
+        let args = &words[1..];
+        let rel =
+            |path: &str, dir: &Option<String>| workspace_relative(&join(dir.as_deref(), path), cwd);
+        match basename(program) {
+            "cd" => {
+                if let Some(target) = args.first().filter(|t| is_plain_path(t)) {
+                    dir = Some(join(dir.as_deref(), target));
+                }
+            }
+            "cat" | "nl" | "bat" => {
+                for arg in args.iter().filter(|a| is_plain_path(a)) {
+                    facts.read.push(rel(arg, &dir));
+                }
+            }
+            "head" | "tail" => {
+                let mut iter = args.iter();
+                while let Some(arg) = iter.next() {
+                    if matches!(arg.as_str(), "-n" | "-c" | "--lines" | "--bytes") {
+                        iter.next();
+                    } else if is_plain_path(arg) && !arg.starts_with('+') {
+                        facts.read.push(rel(arg, &dir));
+                    }
+                }
+            }
+            "sed" => {
+                let quiet = args.iter().any(|a| {
+                    a == "-n" || a == "--quiet" || (a.starts_with("-n") && !a.starts_with("--"))
+                });
+                let in_place = args
+                    .iter()
+                    .any(|a| a.starts_with("-i") || a.starts_with("--in-place"));
+                if quiet && !in_place {
+                    // The first operand is the script unless `-e`/`-f` gave it.
+                    let mut has_script = args.iter().any(|a| a == "-e" || a == "-f");
+                    let mut iter = args.iter();
+                    while let Some(arg) = iter.next() {
+                        if arg == "-e" || arg == "-f" {
+                            iter.next();
+                            continue;
+                        }
+                        if arg.starts_with('-') {
+                            continue;
+                        }
+                        if has_script {
+                            if is_plain_path(arg) {
+                                facts.read.push(rel(arg, &dir));
+                            }
+                        } else {
+                            has_script = true;
+                        }
+                    }
+                }
+            }
+            // SWE-agent commands, run through its shell.
+            "open" => {
+                if let Some(path) = args.first().filter(|p| is_plain_path(p)) {
+                    let path = rel(path, &dir);
+                    ctx.open_file = Some(path.clone());
+                    facts.read.push(path);
+                }
+            }
+            "create" => {
+                if let Some(path) = args.first().filter(|p| is_plain_path(p)) {
+                    let path = rel(path, &dir);
+                    ctx.open_file = Some(path.clone());
+                    facts.modified.push(path);
+                }
+            }
+            "edit" | "insert" => {
+                let is_range = args.first().is_some_and(|range| {
+                    range.chars().all(|c| c.is_ascii_digit() || c == ':') && !range.is_empty()
+                });
+                if (is_range || args.is_empty())
+                    && let Some(open) = &ctx.open_file
+                {
+                    facts.modified.push(open.clone());
+                }
+            }
+            "str_replace_editor" => {
+                if let [command, path, ..] = args
+                    && is_plain_path(path)
+                {
+                    let path = rel(path, &dir);
+                    match command.as_str() {
+                        "view" => facts.read.push(path),
+                        "create" | "str_replace" | "insert" => facts.modified.push(path),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    facts
+}
+
+// ---------------------------------------------------------------------------
+// Verification commands and exit status
+// ---------------------------------------------------------------------------
+
+/// Returns whether a shell command runs a test, build or lint step.
+pub fn is_verification(command: &str) -> bool {
+    split_commands(&unwrap_shell(command))
+        .iter()
+        .any(|segment| {
+            let words = strip_redirections(shell_words(segment));
+            is_verification_words(strip_prefixes(&words))
+        })
+}
+
+fn is_verification_words(words: &[String]) -> bool {
+    let Some(program) = words.first() else {
+        return false;
+    };
+    let args: Vec<&str> = words[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('+'))
+        .collect();
+    let first = args
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .copied()
+        .unwrap_or("");
+    let has = |flag: &str| args.contains(&flag);
+    let scriptish = |script: &str| {
+        [
+            "test",
+            "build",
+            "lint",
+            "check",
+            "typecheck",
+            "tsc",
+            "e2e",
+            "verify",
+            "ci",
+        ]
+        .iter()
+        .any(|word| script.contains(word))
+    };
+    match basename(program) {
+        "cargo" => {
+            matches!(
+                first,
+                "test" | "build" | "check" | "clippy" | "nextest" | "bench" | "t" | "b" | "c"
+            ) || (first == "fmt" && has("--check"))
+        }
+        "npm" | "pnpm" | "yarn" | "bun" => match first {
+            "test" | "t" | "tst" => true,
+            "run" | "run-script" => args
+                .iter()
+                .skip_while(|a| **a != "run" && **a != "run-script")
+                .nth(1)
+                .is_some_and(|s| scriptish(s)),
+            "install" | "i" | "ci" | "add" | "remove" | "exec" | "x" | "dlx" | "init"
+            | "create" => false,
+            script => basename(program) != "npm" && scriptish(script),
+        },
+        "npx" | "bunx" | "pnpx" => {
+            let rest: Vec<String> = args
+                .iter()
+                .skip_while(|a| a.starts_with('-'))
+                .map(|a| a.to_string())
+                .collect();
+            is_verification_words(&rest)
+        }
+        "uv" | "poetry" | "pipenv" | "pdm" | "hatch" | "rye" if first == "run" => {
+            let rest: Vec<String> = args
+                .iter()
+                .skip_while(|a| **a != "run")
+                .skip(1)
+                .map(|a| a.to_string())
+                .collect();
+            is_verification_words(&rest)
+        }
+        "bundle" if first == "exec" => {
+            let rest: Vec<String> = args
+                .iter()
+                .skip_while(|a| **a != "exec")
+                .skip(1)
+                .map(|a| a.to_string())
+                .collect();
+            is_verification_words(&rest)
+        }
+        "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "flake8" | "pylint"
+        | "ruff" | "jest" | "vitest" | "mocha" | "tsc" | "eslint" | "biome" | "stylelint"
+        | "rspec" | "phpunit" | "ctest" | "make" | "gmake" | "ninja" | "mvn" | "mvnw"
+        | "gradle" | "gradlew" | "golangci-lint" | "shellcheck" | "xcodebuild" | "pest" => true,
+        "python" | "python3" | "py" => {
+            if let Some(pos) = args.iter().position(|a| *a == "-m") {
+                args.get(pos + 1).is_some_and(|module| {
+                    matches!(
+                        *module,
+                        "pytest"
+                            | "unittest"
+                            | "mypy"
+                            | "ruff"
+                            | "flake8"
+                            | "pylint"
+                            | "tox"
+                            | "nose2"
+                            | "compileall"
+                    )
+                })
+            } else {
+                let file = basename(first);
+                file.starts_with("test")
+                    || file.starts_with("runtests")
+                    || (file == "manage.py" && args.contains(&"test"))
+            }
+        }
+        "go" => matches!(first, "test" | "build" | "vet"),
+        "dotnet" | "swift" => matches!(first, "test" | "build"),
+        "deno" => matches!(first, "test" | "lint" | "check"),
+        "bazel" | "bazelisk" => matches!(first, "test" | "build"),
+        "cmake" => has("--build"),
+        "prettier" | "black" => has("--check"),
+        "mix" => first == "test",
+        "rake" => matches!(first, "test" | "spec"),
+        "playwright" => first == "test",
+        "cypress" => first == "run",
+        "php" => args.contains(&"test") || first.ends_with("phpunit"),
+        _ => false,
+    }
+}
+
+fn exit_code_head() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"Process exited with code (-?\d+)").expect("constant regex compiles")
+    })
+}
+
+fn exit_code_tail() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)(?:exit(?:ed with)? code|exit status|exit_code)\s*[:=]?\s*(-?\d+)")
+            .expect("constant regex compiles")
+    })
+}
+
+fn running_session() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"Process running with session ID (\d+)").expect("constant regex compiles")
+    })
+}
+
+/// Returns the first `n` characters of `text`.
+fn head_chars(text: &str, n: usize) -> &str {
+    match text.char_indices().nth(n) {
+        Some((idx, _)) => &text[..idx],
+        None => text,
+    }
+}
+
+/// Returns the last `n` characters of `text`.
+fn tail_chars(text: &str, n: usize) -> &str {
+    let count = text.chars().count();
+    if count <= n {
+        return text;
+    }
+    match text.char_indices().nth(count - n) {
+        Some((idx, _)) => &text[idx..],
+        None => text,
+    }
+}
+
+/// Returns the exit status a tool result reports: Codex's header
+/// (`Process exited with code N`), or a trailing `exit code N` (OpenHands,
+/// pi, Gemini CLI's `Exit Code: N`).
+pub fn exit_code(text: &str) -> Option<i64> {
+    if let Some(caps) = exit_code_head().captures(head_chars(text, 600)) {
+        return caps.get(1).and_then(|m| m.as_str().parse().ok());
+    }
+    exit_code_tail()
+        .captures_iter(tail_chars(text, 300))
+        .last()
+        .and_then(|caps| caps.get(1))
+        .and_then(|m| m.as_str().parse().ok())
+}
+
+/// Returns whether a tool result failed: `is_error`, a non-zero exit status,
+/// or Codex's `exec_command failed` text.
+pub fn is_failure(result: &ToolResult) -> bool {
+    if result.is_error {
+        return true;
+    }
+    let text = result.text();
+    exit_code(&text).is_some_and(|code| code != 0)
+        || text.trim_start().starts_with("exec_command failed")
+}
+
+// ---------------------------------------------------------------------------
+// Text bounds
+// ---------------------------------------------------------------------------
+
+/// Returns the marker written where `omitted` characters were cut.
+pub fn omission_marker(omitted: usize) -> String {
+    format!(
+        "\n[… {} characters omitted …]\n",
+        group_thousands(omitted as u64)
+    )
+}
+
+/// Returns `text` unchanged when it has at most `head + tail` characters,
+/// else its first `head` and last `tail` characters with a marker between.
+pub fn truncate_middle_chars(text: &str, head: usize, tail: usize) -> String {
+    let n = text.chars().count();
+    if n <= head + tail {
+        return text.to_owned();
+    }
+    format!(
+        "{}{}{}",
+        head_chars(text, head),
+        omission_marker(n - head - tail),
+        tail_chars(text, tail)
+    )
+}
+
+/// Returns `text` unchanged when it fits in `max` tokens, else its head and
+/// end (equal numbers of characters) around a marker, as long as fits.
+pub fn truncate_middle_tokens(text: &str, max: TokenCount, counter: &dyn TokenCounter) -> String {
+    if counter.count_text(text).n <= max {
+        return text.to_owned();
+    }
+    let n = text.chars().count();
+    let render = |keep: usize| truncate_middle_chars(text, keep, keep);
+    // A token covers a bounded number of characters, so searching beyond
+    // this many per side only costs time.
+    let mut hi = (n.saturating_sub(1) / 2).min((max.get() as usize).saturating_mul(64));
+    let mut lo = 0;
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if counter.count_text(&render(mid)).n <= max {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    render(lo)
+}
+
+// ---------------------------------------------------------------------------
+// Extraction
+// ---------------------------------------------------------------------------
+
+struct PendingCall {
+    name: String,
+    facts: CallFacts,
+    /// The process a Codex `write_stdin` call polls.
+    session: Option<String>,
+}
+
+/// Extracts the facts of a span, merged with those the previous capsule
+/// carried (files, verification, errors, checkpoints, skills, the original
+/// task and older instructions).
+pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn TokenCounter) -> Facts {
+    let mut ctx = CallContext::default();
+    let mut calls: HashMap<&str, PendingCall> = HashMap::new();
+    let mut sessions: HashMap<String, String> = HashMap::new();
+    let mut reads: Vec<String> = Vec::new();
+    let mut modified: Vec<String> = Vec::new();
+    let mut verification: Vec<(i64, Verification)> = Vec::new();
+    let mut errors: HashMap<String, (i64, Option<String>)> = HashMap::new();
+    let mut span_checkpoints: Vec<(CheckpointKind, String)> = Vec::new();
+    let mut plan: Option<PlanState> = None;
+    let mut last_assistant: Option<String> = None;
+    let mut user_messages: Vec<(&EntryId, String)> = Vec::new();
+    let mut skills: Vec<String> = match input.previous {
+        Some(previous) if !previous.state.skills.is_empty() => previous
+            .state
+            .skills
+            .iter()
+            .map(|skill| skill.name.clone())
+            .collect(),
+        Some(previous) => previous.local.active_skills.clone(),
+        None => Vec::new(),
+    };
+
+    // Carried errors are older than anything in the span.
+    if let Some(previous) = input.previous {
+        let n = previous.local.unresolved_errors.len() as i64;
+        for (idx, stored) in previous.local.unresolved_errors.iter().enumerate() {
+            let error = UnresolvedError::from_stored(stored);
+            errors
+                .entry(error.key)
+                .or_insert((idx as i64 - n - 1, Some(error.text)));
+        }
+    }
+
+    let mut seq: i64 = 0;
+    for entry in input.span {
+        match &entry.body {
+            EntryBody::Message(message_entry) => {
+                let message = &message_entry.message;
+                if message.is_real_user() {
+                    let text = message.text();
+                    if !text.trim().is_empty() {
+                        user_messages.push((&entry.id, text));
+                    }
+                }
+                if message.role == Role::Assistant {
+                    let text = message.text();
+                    if !text.trim().is_empty() {
+                        last_assistant = Some(text);
+                    }
+                }
+                for call in message.tool_uses() {
+                    let facts = call_facts_in(call, input.cwd, &mut ctx);
+                    for path in &facts.modified {
+                        if !modified.contains(path) {
+                            modified.push(path.clone());
+                        }
+                    }
+                    if let Some(new_plan) = &facts.plan {
+                        plan = Some(new_plan.clone());
+                    }
+                    let session = match call.input.object().get("session_id") {
+                        Some(Value::Number(n)) => Some(n.to_string()),
+                        Some(Value::String(s)) => Some(s.clone()),
+                        _ => None,
+                    };
+                    calls.insert(
+                        call.id.as_str(),
+                        PendingCall {
+                            name: call.name.to_ascii_lowercase(),
+                            facts,
+                            session,
+                        },
+                    );
+                }
+                for result in message.tool_results() {
+                    let Some(call) = calls.get(result.tool_use_id.as_str()) else {
+                        continue;
+                    };
+                    seq += 1;
+                    let text = result.text();
+                    let command = if call.name == "write_stdin" {
+                        call.session
+                            .as_ref()
+                            .and_then(|id| sessions.get(id))
+                            .cloned()
+                    } else {
+                        call.facts.command.clone()
+                    };
+                    if let Some(caps) = running_session().captures(head_chars(&text, 600))
+                        && !result.is_error
+                    {
+                        // Still running: the outcome arrives with a later write_stdin.
+                        if let (Some(id), Some(command)) = (caps.get(1), &command) {
+                            sessions.insert(id.as_str().to_owned(), command.clone());
+                        }
+                        continue;
+                    }
+                    if call.name == "write_stdin"
+                        && command.is_some()
+                        && exit_code(&text).is_none()
+                        && !result.is_error
+                    {
+                        continue;
+                    }
+                    let failing = is_failure(result);
+                    if !failing {
+                        reads.extend(call.facts.read.iter().cloned());
+                    }
+                    let key = match &command {
+                        Some(command) => command_key(command),
+                        None => call.facts.key.clone(),
+                    };
+                    errors.insert(key, (seq, failing.then(|| text.clone())));
+                    if let Some(command) = command.filter(|c| is_verification(c)) {
+                        let exit = exit_code(&text);
+                        let shown = truncate_middle_chars(&command, KEY_SIDE_CHARS, KEY_SIDE_CHARS);
+                        verification.retain(|(_, v)| v.command != shown);
+                        verification.push((
+                            seq,
+                            Verification {
+                                command: shown,
+                                passed: !failing,
+                                exit_code: exit,
+                            },
+                        ));
+                    }
+                }
+            }
+            EntryBody::Checkpoint { kind, note } => {
+                span_checkpoints.push((*kind, note.clone()));
+                if *kind == CheckpointKind::PlanPivot {
+                    plan = Some(PlanState {
+                        source: PlanSource::Checkpoint,
+                        explanation: None,
+                        items: vec![PlanItem {
+                            text: note.clone(),
+                            status: PlanStatus::Pending,
+                        }],
+                    });
+                }
+            }
+            EntryBody::Skill(skill) => match skill.action {
+                SkillAction::Activate => {
+                    if !skills.contains(&skill.name) {
+                        skills.push(skill.name.clone());
+                    }
+                }
+                SkillAction::Deactivate => skills.retain(|name| name != &skill.name),
+            },
+            _ => {}
+        }
+    }
+
+    let previous_local = input.previous.map(|previous| &previous.local);
+
+    // Files read: newest first, each once, then the carried ones.
+    let mut files_read: Vec<String> = Vec::new();
+    for path in reads.into_iter().rev() {
+        if !files_read.contains(&path) {
+            files_read.push(path);
+        }
+    }
+    let mut files_read_hidden = 0;
+    if let Some(local) = previous_local {
+        for path in &local.files_read {
+            if !files_read.contains(path) {
+                files_read.push(path.clone());
+            }
+        }
+        files_read_hidden = local.files_read_more;
+    }
+
+    // Files modified: carried first, then new ones in order of first change.
+    let mut files_modified: Vec<String> = previous_local
+        .map(|l| l.files_modified.clone())
+        .unwrap_or_default();
+    for path in modified {
+        if !files_modified.contains(&path) {
+            files_modified.push(path);
+        }
+    }
+
+    verification.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+    let mut verification: Vec<Verification> = verification.into_iter().map(|(_, v)| v).collect();
+    if let Some(local) = previous_local {
+        for carried in &local.verification {
+            if !verification.iter().any(|v| v.command == carried.command) {
+                verification.push(carried.clone());
+            }
+        }
+    }
+
+    let mut unresolved: Vec<(i64, UnresolvedError)> = errors
+        .into_iter()
+        .filter_map(|(key, (seq, text))| text.map(|text| (seq, UnresolvedError { key, text })))
+        .collect();
+    unresolved.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    let unresolved_errors = unresolved.into_iter().map(|(_, error)| error).collect();
+
+    let span_pivots: Vec<String> = span_checkpoints
+        .iter()
+        .filter(|(kind, _)| *kind == CheckpointKind::PlanPivot)
+        .map(|(_, note)| note.clone())
+        .collect();
+    let mut checkpoints: Vec<(CheckpointKind, String)> =
+        span_checkpoints.into_iter().rev().collect();
+    if let Some(local) = previous_local {
+        checkpoints.extend(local.checkpoints.iter().cloned());
+    }
+
+    // The original task is carried; only a session's first span finds it.
+    let carried_task = previous_local
+        .map(|l| l.original_task.clone())
+        .filter(|task| !task.trim().is_empty());
+    let first_user_id = if carried_task.is_none() {
+        user_messages.first().map(|(id, _)| *id)
+    } else {
+        None
+    };
+    let original_task =
+        carried_task.or_else(|| user_messages.first().map(|(_, text)| text.clone()));
+
+    let candidates: Vec<String> = user_messages
+        .iter()
+        .rev()
+        .filter(|(id, _)| !input.retained.contains(*id) && Some(*id) != first_user_id)
+        .map(|(_, text)| text.clone())
+        .chain(
+            previous_local
+                .into_iter()
+                .flat_map(|l| l.latest_instructions.iter().cloned()),
+        )
+        .collect();
+    let latest_instructions = fill_budget(candidates, config.user_message_budget, counter);
+
+    let last_assistant_text = last_assistant
+        .map(|text| truncate_middle_tokens(text.trim(), LAST_ASSISTANT_TOKENS, counter));
+
+    Facts {
+        original_task,
+        latest_instructions,
+        files_read,
+        files_read_hidden,
+        files_modified,
+        verification,
+        unresolved_errors,
+        checkpoints,
+        span_pivots,
+        active_skills: skills,
+        plan,
+        last_assistant_text,
+    }
+}
+
+/// Takes texts newest first while they fit in `budget`; the first that does
+/// not fit is middle-truncated into what remains (when at least
+/// [`MIN_TRUNCATED_INSTRUCTION`] remains), and the walk stops there.
+pub fn fill_budget(
+    candidates: Vec<String>,
+    budget: TokenCount,
+    counter: &dyn TokenCounter,
+) -> Vec<String> {
+    let mut used = TokenCount::ZERO;
+    let mut out = Vec::new();
+    for text in candidates {
+        let n = counter.count_text(&text).n;
+        if used + n <= budget {
+            used += n;
+            out.push(text);
+            continue;
+        }
+        let remaining = budget.saturating_sub(used);
+        if remaining >= MIN_TRUNCATED_INSTRUCTION {
+            out.push(truncate_middle_tokens(&text, remaining, counter));
+        }
+        break;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::ByteCounter;
+    use serde_json::json;
+
+    fn call(name: &str, input: Value) -> ToolUse {
+        ToolUse {
+            id: "t1".into(),
+            name: name.into(),
+            input: ToolInput::from_value(input),
+        }
+    }
+
+    #[test]
+    fn splits_commands_and_skips_heredocs() {
+        let script = "cd backend && cat > a.txt <<'EOF'\ncat secret.rs\nEOF\ncat b.rs | head -n 3; echo '&& cat c.rs'";
+        assert_eq!(
+            split_commands(script),
+            vec![
+                "cd backend",
+                "cat > a.txt",
+                "cat b.rs",
+                "head -n 3",
+                "echo '&& cat c.rs'"
+            ]
+        );
+    }
+
+    #[test]
+    fn words_remove_quotes() {
+        assert_eq!(
+            shell_words(r#"sed -n '1,20p' "a b.rs" c\ d"#),
+            vec!["sed", "-n", "1,20p", "a b.rs", "c d"]
+        );
+    }
+
+    #[test]
+    fn workspace_relative_strips_root() {
+        assert_eq!(workspace_relative("/w/src/a.rs", Some("/w")), "src/a.rs");
+        assert_eq!(workspace_relative("/w/src/a.rs", Some("/w/")), "src/a.rs");
+        assert_eq!(workspace_relative("/wx/a.rs", Some("/w")), "/wx/a.rs");
+        assert_eq!(workspace_relative("./a.rs", None), "a.rs");
+        assert_eq!(workspace_relative("/w", Some("/w")), ".");
+    }
+
+    #[test]
+    fn shell_reads_follow_cd() {
+        let facts = call_facts(
+            &call(
+                "bash",
+                json!({"command": "cd /w/sub && sed -n '1,9p' x.rs"}),
+            ),
+            Some("/w"),
+        );
+        assert_eq!(facts.read, vec!["sub/x.rs"]);
+        assert!(facts.modified.is_empty());
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(
+            exit_code("Command: x\nChunk ID: 1\nProcess exited with code 101\nOutput:\n"),
+            Some(101)
+        );
+        assert_eq!(
+            exit_code("...\n[The command completed with exit code 2.]"),
+            Some(2)
+        );
+        assert_eq!(exit_code("Output: x\nExit Code: 0\nSignal: 0"), Some(0));
+        assert_eq!(exit_code("Command exited with code 1"), Some(1));
+        assert_eq!(exit_code("all good"), None);
+    }
+
+    #[test]
+    fn verification_commands() {
+        for yes in [
+            "cargo test -p soba-core",
+            "cd backend && go build ./...",
+            "npm test",
+            "npm run lint",
+            "pnpm typecheck",
+            "python -m pytest tests/",
+            "pytest -x",
+            "RUST_LOG=debug cargo clippy --all-targets",
+            "make",
+            "./gradlew build",
+            "mvn -q package",
+            "npx tsc --noEmit",
+            "bash -lc 'cargo build'",
+            "timeout 600 cargo nextest run",
+        ] {
+            assert!(is_verification(yes), "{yes}");
+        }
+        for no in [
+            "ls -la",
+            "cat Cargo.toml",
+            "npm install",
+            "python reproduce.py",
+            "git status",
+            "cargo run",
+        ] {
+            assert!(!is_verification(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn middle_truncation_by_chars_is_exact() {
+        let text = "a".repeat(300) + &"b".repeat(300);
+        let cut = truncate_middle_chars(&text, 250, 250);
+        assert!(cut.starts_with(&"a".repeat(250)));
+        assert!(cut.ends_with(&"b".repeat(250)));
+        assert!(cut.contains("[… 100 characters omitted …]"));
+        assert_eq!(truncate_middle_chars("short", 250, 250), "short");
+    }
+
+    #[test]
+    fn middle_truncation_by_tokens_fits() {
+        let text = "word ".repeat(2_000);
+        let cut = truncate_middle_tokens(&text, TokenCount::new(300), &ByteCounter);
+        let n = ByteCounter.count_text(&cut).n.get();
+        assert!(n <= 300 && n > 290, "{n}");
+        assert!(cut.starts_with("word word"));
+    }
+}

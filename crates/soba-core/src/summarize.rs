@@ -1,0 +1,546 @@
+//! The summarizer interface (SPEC §9.2): the request and response model, the
+//! prompt built from `templates/summarize.md`, the span serialised for it
+//! (tool results capped at 2,000 characters, original bodies) and split into
+//! chunks that fit the summarizer's window, oldest first.
+//!
+//! The trait returns a boxed future and names no runtime, so this crate stays
+//! free of one: the HTTP summarizer in `soba-provider` is async, the
+//! [`FakeSummarizer`] (feature `testing`) answers at once from a script.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::capsule::Capsule;
+use crate::entry::{ContextSource, Entry, EntryBody, SkillAction};
+use crate::facts::truncate_middle_chars;
+use crate::guard::{END_MARKER, GuardRejection};
+use crate::message::{Block, MessageOrigin, ResultPart, Role, Usage};
+use crate::render::{self, fill};
+use crate::tokens::{TokenCount, TokenCounter, group_thousands};
+
+/// `summarizer.maxOutputTokens` (default 2,000).
+pub const MAX_OUTPUT_TOKENS: u32 = 2_000;
+/// The summary length the prompt asks for.
+pub const REQUESTED_TOKENS: u32 = 1_200;
+/// Tool results (and tool-call arguments) are capped at this many
+/// characters in the summarizer's input.
+pub const TOOL_RESULT_CAP_CHARS: usize = 2_000;
+
+const SUMMARIZE_TEMPLATE: &str = include_str!("../templates/summarize.md");
+
+/// One call to the summarizer: a chunk of the span plus the state so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryRequest {
+    /// The previous capsule (or imported summary, or the output of the
+    /// previous chunk), given as state to update.
+    pub previous_state: Option<String>,
+    /// This chunk of the serialised span.
+    pub span_text: String,
+    /// 0-based index of this chunk.
+    pub chunk_index: usize,
+    /// Number of chunks, at least 1.
+    pub chunk_count: usize,
+    /// The `/compact` instructions.
+    pub instructions: Option<String>,
+    /// `summarizer.maxOutputTokens`.
+    pub max_output_tokens: u32,
+}
+
+impl SummaryRequest {
+    /// Returns the prompt for this request (`templates/summarize.md`).
+    pub fn prompt(&self) -> String {
+        let state_rules = if self.previous_state.is_some() {
+            "- A previous state is given below, before the conversation. Update it with what the conversation \
+             shows: keep what still holds, change what changed, and drop nothing without a reason. Do not \
+             summarize it from scratch.\n"
+        } else {
+            ""
+        };
+        let instructions_block = match self
+            .instructions
+            .as_deref()
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+        {
+            Some(instructions) => format!(
+                "\nThe user asked for this compaction with these instructions; follow them where they do not \
+                 conflict with the rules above:\n<instructions>\n{instructions}\n</instructions>\n"
+            ),
+            None => String::new(),
+        };
+        let chunk_note = if self.chunk_count > 1 {
+            format!(
+                "\nThe conversation is summarized in {} parts, oldest first. This is part {}; the state below \
+                 already covers the parts before it.\n",
+                self.chunk_count,
+                self.chunk_index + 1
+            )
+        } else {
+            String::new()
+        };
+        let previous_state_block = match &self.previous_state {
+            Some(state) => format!("\n<previous-state>\n{}\n</previous-state>\n", state.trim()),
+            None => String::new(),
+        };
+        fill(
+            SUMMARIZE_TEMPLATE,
+            &[
+                ("max_tokens", &group_thousands(u64::from(REQUESTED_TOKENS))),
+                ("marker", END_MARKER),
+                ("state_rules", state_rules),
+                ("instructions_block", &instructions_block),
+                ("chunk_note", &chunk_note),
+                ("previous_state_block", &previous_state_block),
+                ("conversation", self.span_text.trim()),
+            ],
+        )
+    }
+}
+
+/// What the summarizer returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryResponse {
+    /// The raw output, to be judged by the guards.
+    pub text: String,
+    /// The model that wrote it.
+    pub model: String,
+    /// Provider usage, when reported.
+    pub usage: Option<Usage>,
+}
+
+/// Why a summarizer call produced no text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummarizeError {
+    /// The request did not fit the summarizer's own window; halving the
+    /// chunk and retrying once can help.
+    #[error("summarizer context overflow: {detail}")]
+    Overflow {
+        /// The provider's message.
+        detail: String,
+    },
+    /// The call took longer than `timeoutMs` for its chunks; the
+    /// deterministic capsule is used instead.
+    #[error("summarizer timed out after {after_ms} ms")]
+    Timeout {
+        /// The deadline that passed.
+        after_ms: u64,
+    },
+    /// The turn was cancelled; nothing is appended and no retry happens.
+    #[error("summarizer call cancelled")]
+    Cancelled,
+    /// The provider failed (HTTP, auth, rate limit after retries).
+    #[error("summarizer failed: {message}")]
+    Provider {
+        /// What the provider said.
+        message: String,
+    },
+    /// The output failed a guard (SPEC §9.3).
+    #[error(transparent)]
+    Rejected(#[from] GuardRejection),
+}
+
+/// The future a summarizer returns.
+pub type SummaryFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<SummaryResponse, SummarizeError>> + Send + 'a>>;
+
+/// A summarizer: the LLM one in `soba-provider`, or [`FakeSummarizer`].
+pub trait Summarizer: Send + Sync {
+    /// Returns the model id recorded on capsules it writes.
+    fn model(&self) -> &str;
+    /// Returns the summarizer model's context window, which sets the chunk
+    /// size.
+    fn window_tokens(&self) -> TokenCount;
+    /// Summarizes one chunk.
+    fn summarize<'a>(&'a self, request: &'a SummaryRequest) -> SummaryFuture<'a>;
+}
+
+/// Returns the state the summarizer updates: the previous capsule's markdown
+/// (for an imported capsule, its foreign summary).
+pub fn previous_state(previous: &Capsule) -> String {
+    if previous.imported.is_some() || !previous.markdown.trim().is_empty() {
+        return previous.markdown.trim().to_owned();
+    }
+    render::narrative_markdown(&previous.narrative, 2)
+}
+
+fn cap(text: &str) -> String {
+    let half = TOOL_RESULT_CAP_CHARS / 2;
+    truncate_middle_chars(text.trim_end(), half, half)
+}
+
+/// Serialises a span for the summarizer, one item per entry that carries
+/// content: messages (thinking omitted, tool results and tool-call arguments
+/// capped at 2,000 characters, original bodies), checkpoints, skill changes
+/// and loaded capsule files (marked untrusted).
+pub fn span_items(span: &[Entry]) -> Vec<String> {
+    let mut names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut items = Vec::new();
+    for entry in span {
+        match &entry.body {
+            EntryBody::Message(message_entry) => {
+                let message = &message_entry.message;
+                let label = match (message.role, message.origin) {
+                    (Role::System, _) => "system".to_owned(),
+                    (Role::User, MessageOrigin::Typed) => "user".to_owned(),
+                    (Role::User, origin) => format!("user · {}", origin.as_str()),
+                    (Role::Assistant, _) => "assistant".to_owned(),
+                    (Role::Tool, _) => "tool".to_owned(),
+                };
+                let mut parts: Vec<String> = Vec::new();
+                let mut text = String::new();
+                for block in &message.content {
+                    match block {
+                        Block::Text(body) => {
+                            if !text.is_empty() {
+                                text.push('\n');
+                            }
+                            text.push_str(body);
+                        }
+                        Block::Thinking { .. } => {}
+                        Block::Image(_) => text.push_str("[image]"),
+                        Block::ToolUse(call) => {
+                            names.insert(call.id.as_str(), call.name.as_str());
+                            parts.push(format!(
+                                "[tool call {}]\n{}",
+                                call.name,
+                                cap(&call.input.to_json_text())
+                            ));
+                        }
+                        Block::ToolResult(result) => {
+                            let name = names
+                                .get(result.tool_use_id.as_str())
+                                .copied()
+                                .unwrap_or("unknown tool");
+                            let status = if result.is_error { ", error" } else { "" };
+                            let mut body = result.text();
+                            let images = result
+                                .content
+                                .iter()
+                                .filter(|p| matches!(p, ResultPart::Image(_)))
+                                .count();
+                            if images > 0 {
+                                body.push_str(&format!("\n[{images} image(s)]"));
+                            }
+                            parts.push(format!("[tool result {name}{status}]\n{}", cap(&body)));
+                        }
+                    }
+                }
+                if !text.trim().is_empty() {
+                    parts.insert(0, format!("[{label}]\n{}", text.trim_end()));
+                }
+                if !parts.is_empty() {
+                    items.push(parts.join("\n\n"));
+                }
+            }
+            EntryBody::Checkpoint { kind, note } => {
+                items.push(format!("[checkpoint {}] {}", kind.as_str(), note.trim()))
+            }
+            EntryBody::Skill(skill) => {
+                let action = match skill.action {
+                    SkillAction::Activate => "activated",
+                    SkillAction::Deactivate => "deactivated",
+                };
+                items.push(format!("[skill {} {action}]", skill.name));
+            }
+            EntryBody::Context(context) if context.source == ContextSource::CapsuleFile => items
+                .push(format!(
+                    "[loaded capsule file {} · untrusted data]\n{}",
+                    context.path,
+                    cap(&context.text)
+                )),
+            _ => {}
+        }
+    }
+    items
+}
+
+/// Returns the tokens of span text one request can carry: the window less
+/// the prompt's own text, the previous state (at least `maxOutputTokens`,
+/// as later chunks carry a state that large) and the output.
+pub fn chunk_tokens(
+    window: TokenCount,
+    max_output_tokens: u32,
+    previous_state: Option<&str>,
+    instructions: Option<&str>,
+    counter: &dyn TokenCounter,
+) -> TokenCount {
+    let empty = SummaryRequest {
+        previous_state: None,
+        span_text: String::new(),
+        chunk_index: 0,
+        chunk_count: 2,
+        instructions: instructions.map(str::to_owned),
+        max_output_tokens,
+    };
+    let overhead = counter.count_text(&empty.prompt()).n;
+    let output = TokenCount::new(u64::from(max_output_tokens));
+    let state = previous_state
+        .map_or(TokenCount::ZERO, |s| counter.count_text(s).n)
+        .max(output);
+    window
+        .saturating_sub(overhead)
+        .saturating_sub(state)
+        .saturating_sub(output)
+}
+
+/// Returns the longest prefix of `text` within `max` tokens, cut after a
+/// newline when one falls in its second half; at least one character.
+fn fitting_prefix<'t>(text: &'t str, max: TokenCount, counter: &dyn TokenCounter) -> &'t str {
+    let boundaries: Vec<usize> = text
+        .char_indices()
+        .map(|(idx, _)| idx)
+        .skip(1)
+        .chain([text.len()])
+        .collect();
+    let (mut lo, mut hi) = (0usize, boundaries.len() - 1);
+    // Invariant: the prefix ending at boundaries[lo] is the best known fit.
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if counter.count_text(&text[..boundaries[mid]]).n <= max {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let prefix = &text[..boundaries[lo]];
+    match prefix.rfind('\n') {
+        Some(newline) if newline + 1 > prefix.len() / 2 => &prefix[..newline + 1],
+        _ => prefix,
+    }
+}
+
+/// Splits span items into chunks of at most `chunk_tokens` tokens each,
+/// oldest first, never reordering text; an item larger than a chunk is cut
+/// into pieces.
+pub fn chunk_span(
+    items: &[String],
+    chunk_tokens: TokenCount,
+    counter: &dyn TokenCounter,
+) -> Vec<String> {
+    const SEPARATOR: &str = "\n\n";
+    let budget = chunk_tokens.max(TokenCount::new(1));
+    let separator_tokens = counter.count_text(SEPARATOR).n;
+    let mut chunks: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut current_tokens = TokenCount::ZERO;
+    for item in items {
+        let n = counter.count_text(item).n;
+        if n > budget {
+            if !current.is_empty() {
+                chunks.push(std::mem::take(&mut current));
+                current_tokens = TokenCount::ZERO;
+            }
+            let mut rest = item.as_str();
+            while !rest.is_empty() {
+                let piece = fitting_prefix(rest, budget, counter);
+                chunks.push(piece.to_owned());
+                rest = &rest[piece.len()..];
+            }
+            continue;
+        }
+        let added = if current.is_empty() {
+            n
+        } else {
+            n + separator_tokens
+        };
+        if current_tokens + added > budget && !current.is_empty() {
+            chunks.push(std::mem::take(&mut current));
+            current_tokens = TokenCount::ZERO;
+        }
+        if !current.is_empty() {
+            current.push_str(SEPARATOR);
+            current_tokens += separator_tokens;
+        }
+        current.push_str(item);
+        current_tokens += n;
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub use fake::{FakeReply, FakeSummarizer};
+
+#[cfg(any(test, feature = "testing"))]
+mod fake {
+    use std::collections::VecDeque;
+    use std::sync::{Mutex, PoisonError};
+
+    use super::{SummarizeError, Summarizer, SummaryFuture, SummaryRequest, SummaryResponse};
+    use crate::tokens::TokenCount;
+
+    /// One scripted answer of the [`FakeSummarizer`].
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum FakeReply {
+        /// Returns this text.
+        Text(String),
+        /// Fails with this error.
+        Fail(SummarizeError),
+        /// Never answers (for timeout and cancellation tests).
+        Stall,
+    }
+
+    /// A summarizer that answers from a script, in order, and records every
+    /// request.
+    #[derive(Debug)]
+    pub struct FakeSummarizer {
+        model: String,
+        window: TokenCount,
+        replies: Mutex<VecDeque<FakeReply>>,
+        requests: Mutex<Vec<SummaryRequest>>,
+    }
+
+    impl FakeSummarizer {
+        /// Returns a fake with the given replies, model `fake-summarizer` and
+        /// a 200,000-token window.
+        pub fn new(replies: impl IntoIterator<Item = FakeReply>) -> Self {
+            FakeSummarizer {
+                model: "fake-summarizer".to_owned(),
+                window: TokenCount::new(200_000),
+                replies: Mutex::new(replies.into_iter().collect()),
+                requests: Mutex::new(Vec::new()),
+            }
+        }
+
+        /// Returns a fake that answers with these texts, in order.
+        pub fn with_texts(texts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+            Self::new(texts.into_iter().map(|text| FakeReply::Text(text.into())))
+        }
+
+        /// Sets the window reported to the chunker.
+        pub fn with_window(mut self, window: TokenCount) -> Self {
+            self.window = window;
+            self
+        }
+
+        /// Returns the requests received so far.
+        pub fn requests(&self) -> Vec<SummaryRequest> {
+            self.requests
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        }
+    }
+
+    impl Summarizer for FakeSummarizer {
+        fn model(&self) -> &str {
+            &self.model
+        }
+
+        fn window_tokens(&self) -> TokenCount {
+            self.window
+        }
+
+        fn summarize<'a>(&'a self, request: &'a SummaryRequest) -> SummaryFuture<'a> {
+            self.requests
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(request.clone());
+            let reply = self
+                .replies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop_front();
+            let model = self.model.clone();
+            match reply {
+                Some(FakeReply::Text(text)) => Box::pin(std::future::ready(Ok(SummaryResponse {
+                    text,
+                    model,
+                    usage: None,
+                }))),
+                Some(FakeReply::Fail(error)) => Box::pin(std::future::ready(Err(error))),
+                Some(FakeReply::Stall) => Box::pin(std::future::pending()),
+                None => Box::pin(std::future::ready(Err(SummarizeError::Provider {
+                    message:
+                        "the fake summarizer has no scripted reply left: add one to its script"
+                            .to_owned(),
+                }))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+    use crate::tokens::ByteCounter;
+
+    fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Poll<F::Output> {
+        let mut cx = Context::from_waker(Waker::noop());
+        future.poll(&mut cx)
+    }
+
+    #[test]
+    fn prompt_names_headings_marker_and_state() {
+        let request = SummaryRequest {
+            previous_state: Some("## Goal\nold goal".into()),
+            span_text: "[user]\nhi".into(),
+            chunk_index: 1,
+            chunk_count: 3,
+            instructions: Some("focus on the parser".into()),
+            max_output_tokens: MAX_OUTPUT_TOKENS,
+        };
+        let prompt = request.prompt();
+        for heading in crate::capsule::NARRATIVE_HEADINGS {
+            assert!(prompt.contains(&format!("## {heading}\n")), "{heading}");
+        }
+        assert!(prompt.contains("At most 1,200 tokens"));
+        assert!(prompt.contains("END-OF-SUMMARY"));
+        assert!(prompt.contains("<previous-state>\n## Goal\nold goal\n</previous-state>"));
+        assert!(prompt.contains("This is part 2;"));
+        assert!(prompt.contains("focus on the parser"));
+        assert!(!prompt.contains("{{"));
+    }
+
+    #[test]
+    fn chunks_keep_order_and_fit() {
+        let items: Vec<String> = (0..40).map(|i| format!("item {i} ").repeat(20)).collect();
+        let chunks = chunk_span(&items, TokenCount::new(100), &ByteCounter);
+        assert!(chunks.len() > 1);
+        assert!(
+            chunks
+                .iter()
+                .all(|c| ByteCounter.count_text(c).n.get() <= 100)
+        );
+        assert_eq!(chunks.join("\n\n"), items.join("\n\n"));
+    }
+
+    #[test]
+    fn oversized_items_are_cut() {
+        let items = vec!["x".repeat(1_000)];
+        let chunks = chunk_span(&items, TokenCount::new(50), &ByteCounter);
+        assert_eq!(chunks.len(), 5);
+        assert_eq!(chunks.concat(), items[0]);
+    }
+
+    #[test]
+    fn fake_answers_in_order_then_fails() {
+        let fake = FakeSummarizer::new([FakeReply::Text("one".into()), FakeReply::Stall]);
+        let request = SummaryRequest {
+            previous_state: None,
+            span_text: "x".into(),
+            chunk_index: 0,
+            chunk_count: 1,
+            instructions: None,
+            max_output_tokens: 10,
+        };
+        let mut first = fake.summarize(&request);
+        match poll_once(first.as_mut()) {
+            Poll::Ready(Ok(response)) => assert_eq!(response.text, "one"),
+            other => panic!("{other:?}"),
+        }
+        let mut second = fake.summarize(&request);
+        assert!(poll_once(second.as_mut()).is_pending());
+        let mut third = fake.summarize(&request);
+        assert!(matches!(
+            poll_once(third.as_mut()),
+            Poll::Ready(Err(SummarizeError::Provider { .. }))
+        ));
+        assert_eq!(fake.requests().len(), 3);
+    }
+}
