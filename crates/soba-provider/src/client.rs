@@ -81,6 +81,72 @@ impl Api {
     }
 }
 
+/// Where a provider lives: base URL, key and OpenAI account headers.
+///
+/// `Debug` never prints the key (SPEC §17: keys are never logged).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Endpoint {
+    /// The base URL, e.g. `https://api.anthropic.com` or
+    /// `https://api.openai.com/v1` (a trailing `/` is ignored).
+    pub base_url: String,
+    /// The API key, read by the caller from the provider's `apiKeyEnv`.
+    pub api_key: Option<String>,
+    /// The OpenAI organization header, when set.
+    pub organization: Option<String>,
+    /// The OpenAI project header, when set.
+    pub project: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("organization", &self.organization)
+            .field("project", &self.project)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// Returns an endpoint with a base URL and no key.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Endpoint {
+            base_url: base_url.into(),
+            ..Endpoint::default()
+        }
+    }
+
+    /// Returns the endpoint with a key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Returns `base_url` joined with `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url.trim_end_matches('/'))
+    }
+
+    /// Returns the endpoint fingerprint of SPEC §10.3, hex-encoded:
+    /// `sha256(lower(baseUrl) + "\n" + organization + "\n" + project)`;
+    /// never the key.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(self.base_url.to_lowercase().as_bytes());
+        hasher.update(b"\n");
+        hasher.update(self.organization.as_deref().unwrap_or("").as_bytes());
+        hasher.update(b"\n");
+        hasher.update(self.project.as_deref().unwrap_or("").as_bytes());
+        hasher
+            .finalize()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+}
+
 /// A model client: sends one request and streams the answer.
 ///
 /// Implementations retry transient failures themselves (before the first
@@ -115,6 +181,26 @@ mod tests {
             assert_eq!(Api::parse(api.as_str()), Some(api));
         }
         assert_eq!(Api::parse("gemini"), None);
+    }
+
+    #[test]
+    fn endpoint_debug_hides_the_key_and_fingerprint_ignores_it() {
+        let endpoint = Endpoint::new("https://API.openai.com/v1/").with_api_key("sk-secret");
+        assert!(!format!("{endpoint:?}").contains("sk-secret"));
+        assert_eq!(
+            endpoint.url("/responses"),
+            "https://API.openai.com/v1/responses"
+        );
+        let without_key = Endpoint::new("https://api.openai.com/v1/");
+        assert_eq!(endpoint.fingerprint(), without_key.fingerprint());
+        // sha256("https://api.openai.com/v1/\n\n")
+        assert_eq!(
+            endpoint.fingerprint(),
+            "09e87a817eb6322ec512eee317c8b3a424a3a54d459a526587fba0c6c88fc5ca"
+        );
+        let mut other = without_key.clone();
+        other.project = Some("p".into());
+        assert_ne!(other.fingerprint(), without_key.fingerprint());
     }
 
     #[test]

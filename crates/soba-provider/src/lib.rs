@@ -31,4 +31,7 @@ pub use client::{Api, BoxFuture, Cancellation, ModelClient, NeverCancel};
 pub use error::ProviderError;
 pub use overflow::{Overflow, classify_overflow, is_silent_overflow};
 pub use registry::{ModelInfo, ModelOverride, ModelRegistry, RegistryError};
-pub use request::{ChatRequest, ChatResponse, NativeCompaction, ReasoningConfig, StopReason, StreamEvent, ToolSchema};
+pub use request::{
+    ChatRequest, ChatResponse, NativeCompaction, ReasoningConfig, StopReason, StreamEvent,
+    ToolSchema,
+};
