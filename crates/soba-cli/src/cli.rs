@@ -15,4 +15,30 @@ pub struct Cli {
 
 /// Every subcommand.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Print every token limit for bare numbers, a model or a session.
+    Budget(BudgetArgs),
+}
+
+/// `soba budget`: the limits for `--context-window N --max-output N`, a
+/// registry model (`--model ID`) or a session (`--session ID`).
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("budget_source").required(true).multiple(true)
+    .args(["context_window", "model", "session"])))]
+pub struct BudgetArgs {
+    /// The model's context window in tokens (with --max-output).
+    #[arg(long, value_name = "N", requires = "max_output", conflicts_with = "model")]
+    pub context_window: Option<u64>,
+    /// The max_tokens sent with every request, thinking included.
+    #[arg(long, value_name = "N", requires = "context_window")]
+    pub max_output: Option<u64>,
+    /// A model id from the registry (provider/model).
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// A session id: its model's limits and its measured effective tokens.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Override a compaction setting, e.g. compaction.keepRecentTokens=30000 (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+}

@@ -564,13 +564,19 @@ fn as_string_list(key: &str, value: &Value) -> Result<Vec<String>, ConfigError> 
 }
 
 /// Returns the known key closest to `key` by edit distance (case-folded),
-/// when it is close enough to be a typo.
+/// when it is close enough to be a typo or the key is a truncation of it
+/// (`keepRecent` for `keepRecentTokens`).
 fn closest_key(key: &str) -> Option<String> {
     let wanted = key.to_ascii_lowercase();
     COMPACTION_KEYS
         .iter()
-        .map(|known| (edit_distance(&wanted, &known.to_ascii_lowercase()), *known))
-        .filter(|(distance, known)| *distance <= (known.len() / 3).max(2))
+        .filter_map(|known| {
+            let known_folded = known.to_ascii_lowercase();
+            let distance = edit_distance(&wanted, &known_folded);
+            let is_typo = distance <= (known.len() / 3).max(2);
+            let is_truncation = wanted.len() >= 4 && known_folded.starts_with(&wanted);
+            (is_typo || is_truncation).then_some((distance, *known))
+        })
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, known)| known.to_owned())
 }
@@ -749,6 +755,13 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "unknown key compaction.keepRecentToken; did you mean compaction.keepRecentTokens?"
+        );
+        assert_eq!(
+            config
+                .set_key("keepRecent", &json!(1))
+                .unwrap_err()
+                .to_string(),
+            "unknown key compaction.keepRecent; did you mean compaction.keepRecentTokens?"
         );
         assert_eq!(
             config.set_key("zzz", &json!(1)).unwrap_err().to_string(),

@@ -1,12 +1,16 @@
 //! One `cmd_*` function per subcommand, and the dispatcher.
 
+mod budget;
+
 use crate::cli::{Cli, Command};
 use crate::error::{CliError, CliResult};
 
 /// Runs the parsed command line.
 pub fn dispatch(cli: Cli) -> CliResult {
     match cli.command {
-        Some(command) => match command {},
+        Some(command) => match command {
+            Command::Budget(args) => budget::cmd_budget(&args),
+        },
         None => Err(CliError::user("the interactive agent is not built yet")
             .hint("run `soba --help` for the commands available")),
     }
