@@ -38,7 +38,8 @@ pub struct BudgetArgs {
     /// A session id: its model's limits and its measured effective tokens.
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
-    /// Override a compaction setting, e.g. compaction.keepRecentTokens=30000 (repeatable).
+    /// Override a setting (repeatable): compaction.<key>=VALUE, or a model limit
+    /// models.<id>.contextWindow|maxOutputTokens|tokenizer=VALUE.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub set: Vec<String>,
 }
