@@ -18,6 +18,23 @@ pub struct Cli {
 pub enum Command {
     /// Print every token limit for bare numbers, a model or a session.
     Budget(BudgetArgs),
+    /// Run the whole compaction engine offline on a session SOBA generates.
+    Demo(DemoArgs),
+}
+
+/// `soba demo`: a scripted coding session in a temporary directory.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Keep the session, flight records and workspace in DIR (created if
+    /// missing, must be empty) instead of a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<std::path::PathBuf>,
+    /// The generator's seed (the same seed gives the same session).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Print every engine event as one JSON object per line instead.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `soba budget`: the limits for `--context-window N --max-output N`, a

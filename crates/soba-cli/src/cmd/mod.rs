@@ -1,6 +1,7 @@
 //! One `cmd_*` function per subcommand, and the dispatcher.
 
 mod budget;
+mod demo;
 
 use crate::cli::{Cli, Command};
 use crate::error::{CliError, CliResult};
@@ -10,6 +11,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
     match cli.command {
         Some(command) => match command {
             Command::Budget(args) => budget::cmd_budget(&args),
+            Command::Demo(args) => demo::cmd_demo(&args),
         },
         None => Err(CliError::user("the interactive agent is not built yet")
             .hint("run `soba --help` for the commands available")),

@@ -1,0 +1,196 @@
+//! `soba demo`: runs the engine offline on the generated session and prints
+//! the timeline of triggers and the result lines.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use soba_core::budget::Budget;
+use soba_core::config::CompactionConfig;
+use soba_engine::event::{EngineEvent, Outcome};
+
+use crate::cli::DemoArgs;
+use crate::error::{CliError, CliResult};
+
+/// Counters the timeline keeps for the closing lines.
+#[derive(Debug, Default)]
+struct Tally {
+    turn: usize,
+    hygiene: usize,
+    completed: Vec<String>,
+    other_outcomes: Vec<String>,
+}
+
+fn prepare_dir(args: &DemoArgs) -> CliResult<(PathBuf, Option<tempfile::TempDir>)> {
+    match &args.keep {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|err| {
+                CliError::user(format!("cannot create {}", dir.display())).caused_by(err)
+            })?;
+            let non_empty = std::fs::read_dir(dir)
+                .map_err(|err| {
+                    CliError::user(format!("cannot read {}", dir.display())).caused_by(err)
+                })?
+                .next()
+                .is_some();
+            if non_empty {
+                return Err(CliError::user(format!("{} is not empty", dir.display()))
+                    .hint("give --keep a new or empty directory"));
+            }
+            Ok((dir.clone(), None))
+        }
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("soba-demo-")
+                .tempdir()
+                .map_err(|err| {
+                    CliError::internal("cannot create a temporary directory").caused_by(err)
+                })?;
+            Ok((temp.path().to_path_buf(), Some(temp)))
+        }
+    }
+}
+
+/// Runs `soba demo`.
+pub fn cmd_demo(args: &DemoArgs) -> CliResult {
+    let (dir, temp) = prepare_dir(args)?;
+    let model = soba_engine::demo::demo_model();
+    let budget = Budget::compute(
+        model.context_window,
+        model.max_output_tokens,
+        &CompactionConfig::default(),
+    )
+    .map_err(|err| CliError::internal("the demo model's budget is impossible").caused_by(err))?;
+    let json = args.json;
+    if !json {
+        println!("soba demo: the compaction engine, offline, on a generated coding session");
+        println!(
+            "directory: {}{}",
+            dir.display(),
+            if temp.is_some() {
+                " (removed at exit; --keep DIR keeps it)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "model {}: window {} · maxOutput {} · hardLimit {} · autoLimit {} · hygieneLimit {} · keepRecent {}",
+            model.id,
+            model.context_window,
+            model.max_output_tokens,
+            budget.hard_limit(),
+            budget.auto_limit(),
+            budget.hygiene_limit(),
+            budget.keep_recent()
+        );
+        println!();
+    }
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let sink_tally = tally.clone();
+    let sink: soba_engine::barrier::EventSink = Arc::new(move |event: EngineEvent| {
+        let mut stdout = std::io::stdout().lock();
+        if json {
+            let _ = writeln!(stdout, "{}", event.to_json());
+            return;
+        }
+        let Ok(mut tally) = sink_tally.lock() else {
+            return;
+        };
+        match &event {
+            EngineEvent::TurnStarted { .. } => tally.turn += 1,
+            EngineEvent::Hygiene {
+                reclaimed,
+                stubbed,
+                tokens_before,
+                ..
+            } => {
+                tally.hygiene += 1;
+                let _ = writeln!(
+                    stdout,
+                    "turn {:>2}  hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed (effective was {tokens_before})",
+                    tally.turn
+                );
+            }
+            EngineEvent::CompactionStart {
+                trigger,
+                tokens_before,
+                ..
+            } => {
+                let _ = writeln!(
+                    stdout,
+                    "turn {:>2}  Compacting context before response ({}, {} tokens)",
+                    tally.turn,
+                    trigger.as_str(),
+                    tokens_before
+                );
+            }
+            EngineEvent::CompactionEnd(end) => {
+                let line = end.result_line(|id| id.short_with(4));
+                if end.outcome == Outcome::Completed {
+                    tally.completed.push(end.trigger.as_str().to_owned());
+                } else {
+                    tally.other_outcomes.push(format!(
+                        "{} ({})",
+                        end.outcome.as_str(),
+                        end.trigger.as_str()
+                    ));
+                }
+                let _ = writeln!(stdout, "turn {:>2}  {line}", tally.turn);
+            }
+            EngineEvent::Warning { message } => {
+                let _ = writeln!(stdout, "turn {:>2}  warning: {message}", tally.turn);
+            }
+            _ => {}
+        }
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::internal("cannot start the async runtime").caused_by(err))?;
+    let summary = runtime
+        .block_on(soba_engine::demo::run(&dir, args.seed, sink))
+        .map_err(|err| CliError::internal("the demo failed").caused_by(err))?;
+    if !json {
+        let tally = tally
+            .lock()
+            .map_err(|_| CliError::internal("demo tally poisoned"))?;
+        let mut by_trigger: Vec<(String, usize)> = Vec::new();
+        for trigger in &tally.completed {
+            match by_trigger.iter_mut().find(|(name, _)| name == trigger) {
+                Some((_, n)) => *n += 1,
+                None => by_trigger.push((trigger.clone(), 1)),
+            }
+        }
+        let triggers = by_trigger
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!();
+        println!(
+            "result: {} turns, {} failed · {} hygiene passes · {} capsules ({}) · {} other barrier outcomes",
+            summary.turns,
+            summary.failed_turns.len(),
+            tally.hygiene,
+            tally.completed.len(),
+            if triggers.is_empty() {
+                "none".to_owned()
+            } else {
+                triggers
+            },
+            tally.other_outcomes.len()
+        );
+        println!("session log: {}", summary.session_log.display());
+    }
+    for failure in &summary.failed_turns {
+        eprintln!("demo turn did not complete: {failure}");
+    }
+    if !summary.failed_turns.is_empty() {
+        return Err(CliError::internal(format!(
+            "{} demo turns did not complete",
+            summary.failed_turns.len()
+        )));
+    }
+    drop(temp);
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! The agent loop (SPEC §1, §6.3, §7): a user turn is a run of steps, each
+//! preceded by the preflight barrier; tool calls run between steps; a
+//! context overflow gets one forced compaction and one retry.
+
+use std::sync::Arc;
+
+use soba_core::{Block, EntryBody, Message, TokenCount};
+use soba_provider::client::ModelClient;
+use soba_provider::request::{ChatRequest, StreamEvent, ToolSchema};
+use tokio_util::sync::CancellationToken;
+
+use crate::barrier::{BarrierContext, Forced, Preflight};
+use crate::error::EngineError;
+use crate::event::{EngineEvent, TurnEnd};
+use crate::session::SessionCore;
+use crate::tool::{ApprovalVerdict, Approvals};
+use crate::tool::{ToolContext, ToolEffect, ToolOutcome, ToolRegistry};
+
+/// What a turn needs besides the session.
+#[derive(Clone)]
+pub struct Agent {
+    /// The barrier (session, events, summarizer).
+    pub barrier: BarrierContext,
+    /// The model client.
+    pub model: Arc<dyn ModelClient>,
+    /// The tools offered.
+    pub tools: Arc<ToolRegistry>,
+    /// The approval gate.
+    pub approvals: Arc<Approvals>,
+    /// The tools' workspace and settings (its cancel token is replaced per turn).
+    pub tool_context: ToolContext,
+    /// The model name sent to the provider (no `provider/` prefix).
+    pub provider_model: String,
+}
+
+/// Builds the request the session would send now.
+pub fn build_request(core: &SessionCore, model: &str, tools: &ToolRegistry) -> ChatRequest {
+    let view = core.live().view();
+    let system = view
+        .system
+        .iter()
+        .map(|part| part.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut messages = Vec::with_capacity(view.messages.len() + 1);
+    let mut breakpoints = Vec::new();
+    if let Some(capsule) = &view.capsule
+        && let Some(rendered) = capsule.rendered
+    {
+        messages.push(rendered.clone());
+        breakpoints.push(0);
+    }
+    messages.extend(view.messages.iter().map(|message| message.message.clone()));
+    let mut request = ChatRequest::new(
+        model,
+        system,
+        messages,
+        core.config().model.max_output_tokens.get(),
+    );
+    request.tools = tools
+        .tool_schemas()
+        .into_iter()
+        .map(|schema| ToolSchema {
+            name: schema.name.to_owned(),
+            description: schema.description.to_owned(),
+            input_schema: schema.input_schema,
+        })
+        .collect();
+    request.cache_breakpoints = breakpoints;
+    request
+}
+
+/// Returns the tool schemas as JSON values, as the model input counts them.
+pub fn tool_schema_values(tools: &ToolRegistry) -> Vec<serde_json::Value> {
+    tools
+        .tool_schemas()
+        .into_iter()
+        .map(|schema| {
+            serde_json::json!({"name": schema.name, "description": schema.description, "input_schema": schema.input_schema})
+        })
+        .collect()
+}
+
+impl Agent {
+    fn emit(&self, event: EngineEvent) {
+        (self.barrier.events)(event);
+    }
+
+    /// Runs one user turn: appends `text` as a real user message, then
+    /// steps until an assistant message without tool calls, a cancel, a
+    /// stale barrier or a failure.
+    pub async fn run_turn(
+        &self,
+        text: &str,
+        cancel: &CancellationToken,
+    ) -> Result<TurnEnd, EngineError> {
+        let entry = self
+            .barrier
+            .core
+            .lock()
+            .await
+            .append_message(Message::user(text))?;
+        self.emit(EngineEvent::TurnStarted { entry_id: entry.id });
+        let end = self.steps(cancel).await?;
+        self.emit(EngineEvent::TurnEnded { end: end.clone() });
+        Ok(end)
+    }
+
+    async fn steps(&self, cancel: &CancellationToken) -> Result<TurnEnd, EngineError> {
+        let mut overflow_retried = false;
+        let mut forced: Option<Forced> = None;
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(TurnEnd::Cancelled);
+            }
+            match self.barrier.preflight(forced.take(), cancel).await? {
+                Preflight::Proceed | Preflight::Compacted(_) => {}
+                Preflight::EndTurn(end) => {
+                    return Ok(match end.outcome {
+                        crate::event::Outcome::Cancelled => TurnEnd::Cancelled,
+                        crate::event::Outcome::Stale => TurnEnd::Stale,
+                        _ => TurnEnd::Failed(
+                            end.reason.unwrap_or_else(|| "compaction failed".into()),
+                        ),
+                    });
+                }
+            }
+            let (request, local, hard_limit, effective) = {
+                let core = self.barrier.core.lock().await;
+                let request = build_request(&core, &self.provider_model, &self.tools);
+                let local = core.live().total_tokens();
+                (
+                    request,
+                    local,
+                    core.budget().hard_limit(),
+                    core.measure().tokens,
+                )
+            };
+            if effective > hard_limit {
+                return Ok(TurnEnd::Failed(format!(
+                    "the request would be {effective} tokens > hardLimit {hard_limit}; not sent"
+                )));
+            }
+            let events = self.barrier.events.clone();
+            let mut on_event = move |event: StreamEvent| {
+                if let StreamEvent::TextDelta(text) = event {
+                    events(EngineEvent::TextDelta { text });
+                }
+            };
+            let response = tokio::select! {
+                _ = cancel.cancelled() => return Ok(TurnEnd::Cancelled),
+                response = self.model.stream(&request, cancel, &mut on_event) => response,
+            };
+            let response = match response {
+                Ok(response) => response,
+                Err(err) if err.is_overflow() => {
+                    if overflow_retried {
+                        return Ok(TurnEnd::Failed(format!(
+                            "context overflow again after a recovery compaction: {err}"
+                        )));
+                    }
+                    overflow_retried = true;
+                    forced = Some(Forced::ContextOverflow {
+                        stated_prompt: err.stated_prompt(),
+                        request_tokens_local: local.get(),
+                    });
+                    continue;
+                }
+                Err(err) if cancel.is_cancelled() => {
+                    tracing::debug!("request ended by cancel: {err}");
+                    return Ok(TurnEnd::Cancelled);
+                }
+                Err(err) => return Ok(TurnEnd::Failed(err.to_string())),
+            };
+            if cancel.is_cancelled() {
+                // Linearisation: a cancel seen before the append appends nothing.
+                return Ok(TurnEnd::Cancelled);
+            }
+            let mut message = response.message;
+            message.request_tokens_local = Some(local.get());
+            let calls: Vec<_> = message.tool_uses().cloned().collect();
+            let entry = self
+                .barrier
+                .core
+                .lock()
+                .await
+                .append_message(message.clone())?;
+            self.emit(EngineEvent::AssistantMessage {
+                entry_id: entry.id,
+                text: message.text(),
+                tool_calls: calls.iter().map(|call| call.name.clone()).collect(),
+            });
+            if calls.is_empty() {
+                return Ok(TurnEnd::Completed);
+            }
+            for call in calls {
+                let outcome = self.run_tool(&call, cancel).await;
+                let mut core = self.barrier.core.lock().await;
+                let result = Message::new(
+                    soba_core::Role::Tool,
+                    vec![Block::ToolResult(outcome.to_result(&call.id))],
+                );
+                core.append_message(result)?;
+                if let Some(ToolEffect::Checkpoint { kind, note }) = &outcome.effect {
+                    core.append(EntryBody::Checkpoint {
+                        kind: *kind,
+                        note: note.clone(),
+                    })?;
+                }
+                drop(core);
+                self.emit(EngineEvent::ToolResult {
+                    name: call.name.clone(),
+                    call: describe_call(&call),
+                    is_error: outcome.is_error,
+                    bytes: outcome.content.len(),
+                });
+            }
+        }
+    }
+
+    async fn run_tool(&self, call: &soba_core::ToolUse, cancel: &CancellationToken) -> ToolOutcome {
+        let Some(tool) = self.tools.get(&call.name) else {
+            return ToolOutcome::error(format!(
+                "unknown tool {:?}; available: {}",
+                call.name,
+                self.tools.names().join(", ")
+            ));
+        };
+        match self.approvals.check(tool, &call.input).await {
+            ApprovalVerdict::Denied(reason) => ToolOutcome::error(reason),
+            ApprovalVerdict::Approved(_) => {
+                let ctx = ToolContext::new(
+                    self.tool_context.workspace().clone(),
+                    self.tool_context.config().clone(),
+                    cancel.child_token(),
+                );
+                tool.call(&call.input, &ctx).await
+            }
+        }
+    }
+}
+
+/// Returns a one-line description of a call, e.g. `bash: sh run_tests.sh`.
+pub fn describe_call(call: &soba_core::ToolUse) -> String {
+    let detail = ["command", "path", "pattern", "note"]
+        .iter()
+        .find_map(|key| call.input.str_arg(key))
+        .unwrap_or("");
+    let detail: String = detail.chars().take(80).collect();
+    if detail.is_empty() {
+        call.name.clone()
+    } else {
+        format!("{}: {detail}", call.name)
+    }
+}
+
+/// Returns the tokens of the current effective input (for printers).
+pub fn effective_tokens(core: &SessionCore) -> TokenCount {
+    core.measure().tokens
+}

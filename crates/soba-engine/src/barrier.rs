@@ -1,0 +1,731 @@
+//! The preflight barrier (SPEC §7): runs before every step, measures,
+//! applies hygiene when due, chooses at most one trigger, plans, generates a
+//! capsule under a deadline and appends it under the session mutex only if
+//! the turn was not cancelled and the leaf did not move.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use soba_core::builder::{self, BuildOptions, CapsuleContent, CapsuleFrame};
+use soba_core::calibration::Factor;
+use soba_core::facts::{self, Facts, FactsConfig, FactsInput};
+use soba_core::guard;
+use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
+use soba_core::plan::{self, Plan, PlanRequest, SkipReason as PlanSkip};
+use soba_core::trigger::{self, PreflightInput, TriggerConfig};
+use soba_core::{
+    Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Quality, TokenCount, TokenCounter,
+    Trigger, Usage,
+};
+use soba_provider::client::BoxFuture;
+use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::EngineError;
+use crate::event::{CompactionEnd, EngineEvent, Outcome};
+use crate::session::SessionCore;
+
+/// Receives engine events.
+pub type EventSink = Arc<dyn Fn(EngineEvent) + Send + Sync>;
+
+/// What a summarizer is asked to do.
+#[derive(Debug, Clone)]
+pub struct SummaryJob {
+    /// The previous capsule's rendered state, to update rather than redo.
+    pub previous_state: Option<String>,
+    /// The span, oldest first, with original tool results.
+    pub span: Vec<Entry>,
+    /// `/compact` instructions.
+    pub instructions: Option<String>,
+    /// `summarizer.maxOutputTokens`.
+    pub max_output_tokens: TokenCount,
+    /// Tokens the span removes from the model input.
+    pub span_tokens: TokenCount,
+}
+
+/// What a summarizer returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryOutput {
+    /// The raw summary text (guards judge it).
+    pub text: String,
+    /// The summarizer's own usage, for flight records.
+    pub usage: Option<Usage>,
+    /// How many chunks the span was summarized in (the deadline scales).
+    pub chunks: usize,
+}
+
+/// An LLM summarizer the barrier can call (the deterministic builder needs
+/// none).
+pub trait CapsuleSummarizer: Send + Sync {
+    /// Returns the summarizer model id.
+    fn model(&self) -> &str;
+
+    /// Returns how many chunks `job` will take (the deadline is
+    /// `timeoutMs × chunks`).
+    fn chunks(&self, job: &SummaryJob) -> usize {
+        let _ = job;
+        1
+    }
+
+    /// Summarizes `job`, reporting progress (0–100) as it streams.
+    fn summarize<'a>(
+        &'a self,
+        job: &'a SummaryJob,
+        cancel: &'a CancellationToken,
+        progress: &'a (dyn Fn(u8) + Send + Sync),
+    ) -> BoxFuture<'a, Result<SummaryOutput, String>>;
+}
+
+/// A trigger the caller forces at this preflight.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Forced {
+    /// `/compact [instructions]`.
+    User {
+        /// The instructions, if any.
+        instructions: Option<String>,
+    },
+    /// The provider reported a context overflow (SPEC §6.3).
+    ContextOverflow {
+        /// The prompt size the error stated.
+        stated_prompt: Option<u64>,
+        /// The local count of the overflowing request.
+        request_tokens_local: u64,
+    },
+}
+
+/// What a preflight decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Preflight {
+    /// Nothing to compact (or a soft trigger skipped): go on to inference.
+    Proceed,
+    /// A compaction ran; its end event (completed, skipped or failed soft).
+    Compacted(CompactionEnd),
+    /// The turn must end: cancelled, stale, or a forced compaction failed.
+    EndTurn(CompactionEnd),
+}
+
+/// The barrier's settings.
+#[derive(Clone)]
+pub struct BarrierContext {
+    /// The session.
+    pub core: Arc<Mutex<SessionCore>>,
+    /// Where events go.
+    pub events: EventSink,
+    /// The LLM summarizer; `None` is the deterministic builder.
+    pub summarizer: Option<Arc<dyn CapsuleSummarizer>>,
+    /// Mints operation ids.
+    pub operation_ids: Arc<dyn Fn() -> String + Send + Sync>,
+    /// Current time, RFC 3339, for flight records.
+    pub clock: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+/// Everything generation needs, taken under the lock.
+struct Snapshot {
+    plan: Plan,
+    span: Vec<Entry>,
+    previous: Option<(EntryId, Capsule)>,
+    retained: HashSet<EntryId>,
+    cwd: String,
+    turn_start: Option<EntryId>,
+    state: CapsuleState,
+    auto_limit: TokenCount,
+    counter: Arc<dyn TokenCounter>,
+    instructions: Option<String>,
+    overflow: Option<soba_core::capsule::OverflowRecord>,
+    max_output_tokens: TokenCount,
+    timeout: Duration,
+}
+
+fn facts_of(
+    span: &[Entry],
+    previous: Option<&Capsule>,
+    retained: &HashSet<EntryId>,
+    cwd: &str,
+    counter: &dyn TokenCounter,
+    budget: TokenCount,
+) -> Facts {
+    facts::extract(
+        &FactsInput {
+            span,
+            previous,
+            retained,
+            cwd: Some(cwd),
+        },
+        &FactsConfig {
+            user_message_budget: budget,
+        },
+        counter,
+    )
+}
+
+impl BarrierContext {
+    fn emit(&self, event: EngineEvent) {
+        (self.events)(event);
+    }
+
+    fn flight_record(
+        &self,
+        core: &SessionCore,
+        trigger: Option<Trigger>,
+        level: FlightLevel,
+        before: TokenCount,
+    ) -> FlightRecord {
+        FlightRecord {
+            operation_id: (self.operation_ids)(),
+            timestamp: (self.clock)(),
+            level,
+            trigger,
+            limits: core.flight_limits(),
+            tokens_before: before,
+            tokens_after: before,
+            reclaimed: TokenCount::ZERO,
+            outcome: FlightOutcome::Skipped,
+            reason: None,
+            duration_ms: 0,
+            checkpoint_id: None,
+            quality: None,
+            summarizer: None,
+            expected_cache_write: None,
+        }
+    }
+
+    /// Runs one preflight. `forced` is `/compact` or an overflow recovery.
+    pub async fn preflight(
+        &self,
+        forced: Option<Forced>,
+        cancel: &CancellationToken,
+    ) -> Result<Preflight, EngineError> {
+        let started = Instant::now();
+        let snapshot = {
+            let mut core = self.core.lock().await;
+            match self.plan_under_lock(&mut core, forced)? {
+                Ok(snapshot) => snapshot,
+                Err(decided) => return Ok(decided),
+            }
+        };
+        let operation_id = (self.operation_ids)();
+        let trigger = snapshot.plan.trigger;
+        let before = snapshot.plan.effective;
+        self.emit(EngineEvent::CompactionStart {
+            operation_id: operation_id.clone(),
+            trigger,
+            plan: snapshot.plan.explain(),
+            tokens_before: before,
+        });
+        let generated = self.generate(&snapshot, &operation_id, cancel).await;
+        let mut core = self.core.lock().await; // the append mutex (SPEC §7.1)
+        let end = |outcome: Outcome, reason: Option<String>| CompactionEnd {
+            operation_id: operation_id.clone(),
+            outcome,
+            trigger,
+            tokens_before: before,
+            tokens_after: before,
+            reclaimed: TokenCount::ZERO,
+            checkpoint_id: None,
+            quality: None,
+            duration_ms: started.elapsed().as_millis() as u64,
+            reason,
+        };
+        let (content, usage) = match generated {
+            Generated::Cancelled => {
+                return Ok(self.finish(
+                    &mut core,
+                    &snapshot,
+                    end(Outcome::Cancelled, Some("cancelled by the user".into())),
+                    None,
+                ));
+            }
+            Generated::Failed(reason) => {
+                return Ok(self.finish(
+                    &mut core,
+                    &snapshot,
+                    end(Outcome::Failed, Some(reason)),
+                    None,
+                ));
+            }
+            Generated::Content { content, usage } => (*content, usage),
+        };
+        if cancel.is_cancelled() {
+            return Ok(self.finish(
+                &mut core,
+                &snapshot,
+                end(Outcome::Cancelled, Some("cancelled by the user".into())),
+                None,
+            ));
+        }
+        if core.leaf() != snapshot.plan.expected_leaf.as_ref() {
+            return Ok(self.finish(
+                &mut core,
+                &snapshot,
+                end(
+                    Outcome::Stale,
+                    Some("the session leaf moved during the barrier".into()),
+                ),
+                None,
+            ));
+        }
+        let quality = content.quality;
+        let summarizer_model = content.summarizer.clone();
+        let mut capsule = content.into_capsule(CapsuleFrame {
+            first_kept_entry_id: snapshot.plan.first_kept_entry_id.clone(),
+            boundary_truncation: snapshot.plan.boundary_truncation.clone(),
+            tokens_before: before,
+            tokens_after: TokenCount::ZERO,
+            previous_capsule_id: snapshot.previous.as_ref().map(|(id, _)| id.clone()),
+            state: snapshot.state.clone(),
+            instructions: snapshot.instructions.clone(),
+            native: None,
+            overflow: snapshot.overflow,
+            imported: None,
+        });
+        let after = measure_with_capsule(&core, &capsule, snapshot.plan.factor);
+        capsule.tokens_after = after;
+        let post = plan::post_roi(trigger, before, after, core.budget());
+        let summary = Some(FlightSummarizer {
+            model: summarizer_model,
+            usage,
+        });
+        if !post.ok {
+            let reason = format!(
+                "post-ROI: reclaimed {} of {} tokens, below roiFloor {} or minSavingsRatio",
+                soba_core::tokens::group_thousands(post.reclaimed.max(0) as u64),
+                before,
+                core.budget().roi_floor()
+            );
+            return Ok(self.finish(
+                &mut core,
+                &snapshot,
+                end(Outcome::Skipped, Some(reason)),
+                summary,
+            ));
+        }
+        if after > core.budget().hard_limit() {
+            let reason = format!(
+                "capsule input {after} tokens > hardLimit {}",
+                core.budget().hard_limit()
+            );
+            return Ok(self.finish(
+                &mut core,
+                &snapshot,
+                end(Outcome::Failed, Some(reason)),
+                summary,
+            ));
+        }
+        let entry = core.append(EntryBody::Capsule(Box::new(capsule)))?;
+        let completed = CompactionEnd {
+            tokens_after: after,
+            reclaimed: before.saturating_sub(after),
+            checkpoint_id: Some(entry.id.clone()),
+            quality: Some(quality),
+            reason: (quality == Quality::Degraded)
+                .then(|| "fallback used: deterministic capsule".to_owned()),
+            ..end(Outcome::Completed, None)
+        };
+        Ok(self.finish(&mut core, &snapshot, completed, summary))
+    }
+
+    /// Records the end of a barrier: soft cap, flight record, event.
+    fn finish(
+        &self,
+        core: &mut SessionCore,
+        snapshot: &Snapshot,
+        end: CompactionEnd,
+        summarizer: Option<FlightSummarizer>,
+    ) -> Preflight {
+        let trigger = end.trigger;
+        if trigger.is_soft() && end.outcome != Outcome::Completed {
+            core.turn
+                .mark_soft_attempt_without_capsule(snapshot.turn_start.as_ref());
+        }
+        let mut record = self.flight_record(
+            core,
+            Some(trigger),
+            FlightLevel::Compaction,
+            end.tokens_before,
+        );
+        record.operation_id = end.operation_id.clone();
+        record.tokens_after = end.tokens_after;
+        record.reclaimed = end.reclaimed;
+        record.outcome = match end.outcome {
+            Outcome::Completed => FlightOutcome::Completed,
+            Outcome::Skipped => FlightOutcome::Skipped,
+            Outcome::Cancelled => FlightOutcome::Cancelled,
+            Outcome::Stale => FlightOutcome::Stale,
+            Outcome::Failed => FlightOutcome::Failed,
+        };
+        record.reason = end.reason.clone();
+        record.duration_ms = end.duration_ms;
+        record.checkpoint_id = end.checkpoint_id.clone();
+        record.quality = end.quality;
+        record.summarizer = summarizer;
+        if end.outcome == Outcome::Completed {
+            record.expected_cache_write = Some(end.tokens_after);
+        }
+        core.flight(&record);
+        self.emit(EngineEvent::CompactionEnd(end.clone()));
+        match end.outcome {
+            Outcome::Completed | Outcome::Skipped => Preflight::Compacted(end),
+            Outcome::Cancelled | Outcome::Stale => Preflight::EndTurn(end),
+            Outcome::Failed if trigger.is_soft() => Preflight::Compacted(end),
+            Outcome::Failed => Preflight::EndTurn(end),
+        }
+    }
+
+    /// Steps 1–4 of SPEC §7 under the session lock: measure, hygiene,
+    /// trigger, plan. `Err(decided)` ends the preflight without generation.
+    fn plan_under_lock(
+        &self,
+        core: &mut SessionCore,
+        forced: Option<Forced>,
+    ) -> Result<Result<Snapshot, Preflight>, EngineError> {
+        let mut measurement = core.measure();
+        let derived = core.derived();
+        let turn_start = derived.turn_start.clone();
+        core.turn.sync(turn_start.as_ref());
+
+        // Hygiene: once per turn, at the first preflight at or above hygieneLimit.
+        let considered = core.hygiene_considered.as_ref() == Some(&turn_start);
+        if hygiene::is_due(
+            measurement.tokens,
+            core.budget().hygiene_limit(),
+            considered,
+        ) {
+            core.hygiene_considered = Some(turn_start.clone());
+            let config = HygieneConfig::new(core.budget(), &core.config().compaction);
+            let decision = hygiene::plan_hygiene(core.live(), measurement.tokens, &config);
+            let before = measurement.tokens;
+            let mut record = self.flight_record(core, None, FlightLevel::Hygiene, before);
+            match decision {
+                HygieneDecision::Apply(pass) => {
+                    let entry = core.append(pass.entry_body())?;
+                    measurement = core.measure();
+                    record.outcome = FlightOutcome::Completed;
+                    record.tokens_after = measurement.tokens;
+                    record.reclaimed = before.saturating_sub(measurement.tokens);
+                    record.expected_cache_write = Some(measurement.tokens);
+                    core.flight(&record);
+                    self.emit(EngineEvent::Hygiene {
+                        entry_id: entry.id,
+                        reclaimed: pass.reclaimed_tokens,
+                        stubbed: pass.stubbed.len(),
+                        tokens_before: before,
+                    });
+                }
+                other => {
+                    record.reason = Some(other.to_string());
+                    core.flight(&record);
+                }
+            }
+        }
+
+        let effective = measurement.tokens;
+        let (chosen, instructions, overflow) = match forced {
+            Some(Forced::User { instructions }) => (Trigger::User, instructions, None),
+            Some(Forced::ContextOverflow {
+                stated_prompt,
+                request_tokens_local,
+            }) => (
+                Trigger::ContextOverflow,
+                None,
+                Some(soba_core::capsule::OverflowRecord {
+                    stated_prompt,
+                    request_tokens_local,
+                }),
+            ),
+            None => {
+                let config = TriggerConfig::resolve(&core.config().compaction, &derived);
+                let decision = trigger::choose_trigger(&PreflightInput {
+                    effective,
+                    budget: core.budget(),
+                    config,
+                    derived: &derived,
+                    turn: &core.turn,
+                });
+                for skipped in &decision.not_chosen {
+                    let mut record = self.flight_record(
+                        core,
+                        Some(skipped.trigger),
+                        FlightLevel::Compaction,
+                        effective,
+                    );
+                    record.reason = Some(skipped.reason.to_string());
+                    core.flight(&record);
+                }
+                match decision.chosen {
+                    Some(chosen) => (chosen, None, None),
+                    None => return Ok(Err(Preflight::Proceed)),
+                }
+            }
+        };
+
+        let path = core.path().to_vec();
+        let previous = path.iter().rev().find_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) => Some((entry.id.clone(), (**capsule).clone())),
+            _ => None,
+        });
+        let counter = core.counter().clone();
+        let cwd = core.header().cwd.clone();
+        let compaction = core.config().compaction.clone();
+        let factor = core.factor();
+        // Facts of everything live, an upper bound for any boundary (§7.2).
+        let region: Vec<Entry> = path[core.live().region_start()..].to_vec();
+        let all_facts = facts_of(
+            &region,
+            previous.as_ref().map(|(_, c)| c),
+            &HashSet::new(),
+            &cwd,
+            counter.as_ref(),
+            compaction.user_message_budget_tokens,
+        );
+        let facts_tokens = counter
+            .count_text(&soba_core::render::local_markdown(
+                &builder::bounded_local(&all_facts, counter.as_ref()),
+                None,
+            ))
+            .n;
+        let request = PlanRequest {
+            trigger: chosen,
+            effective,
+            budget: core.budget(),
+            summarizer_max_output_tokens: compaction.summarizer.max_output_tokens,
+            facts_tokens,
+            factor,
+        };
+        let planned = match plan::plan(core.live(), &request) {
+            Ok(planned) => planned,
+            Err(err) => {
+                let end = CompactionEnd {
+                    operation_id: (self.operation_ids)(),
+                    outcome: Outcome::Failed,
+                    trigger: chosen,
+                    tokens_before: effective,
+                    tokens_after: effective,
+                    reclaimed: TokenCount::ZERO,
+                    checkpoint_id: None,
+                    quality: None,
+                    duration_ms: 0,
+                    reason: Some(err.to_string()),
+                };
+                let snapshot_turn = turn_start.clone();
+                let mut record =
+                    self.flight_record(core, Some(chosen), FlightLevel::Compaction, effective);
+                record.outcome = FlightOutcome::Failed;
+                record.reason = end.reason.clone();
+                core.flight(&record);
+                if chosen.is_soft() {
+                    core.turn
+                        .mark_soft_attempt_without_capsule(snapshot_turn.as_ref());
+                    return Ok(Err(Preflight::Proceed));
+                }
+                self.emit(EngineEvent::CompactionEnd(end.clone()));
+                return Ok(Err(Preflight::EndTurn(end)));
+            }
+        };
+        if let Some(skip) = planned.skip {
+            let mut record =
+                self.flight_record(core, Some(chosen), FlightLevel::Compaction, effective);
+            record.reason = Some(skip.as_str().to_owned());
+            core.flight(&record);
+            if skip == PlanSkip::NothingToCompact && !chosen.is_soft() {
+                let end = CompactionEnd {
+                    operation_id: record.operation_id,
+                    outcome: Outcome::Skipped,
+                    trigger: chosen,
+                    tokens_before: effective,
+                    tokens_after: effective,
+                    reclaimed: TokenCount::ZERO,
+                    checkpoint_id: None,
+                    quality: None,
+                    duration_ms: 0,
+                    reason: Some("nothing to compact before the keep window".into()),
+                };
+                self.emit(EngineEvent::CompactionEnd(end.clone()));
+                return Ok(Err(Preflight::Compacted(end)));
+            }
+            return Ok(Err(Preflight::Proceed));
+        }
+
+        let span_ids: HashSet<&EntryId> = planned.span_entry_ids.iter().collect();
+        let span: Vec<Entry> = path
+            .iter()
+            .filter(|entry| span_ids.contains(&entry.id))
+            .cloned()
+            .collect();
+        let truncated = planned
+            .boundary_truncation
+            .as_ref()
+            .map(|cut| cut.entry_id.clone());
+        let retained: HashSet<EntryId> = match &planned.first_kept_entry_id {
+            Some(first) => path
+                .iter()
+                .skip_while(|entry| &entry.id != first)
+                .map(|entry| entry.id.clone())
+                .filter(|id| Some(id) != truncated.as_ref())
+                .collect(),
+            None => HashSet::new(),
+        };
+        let pinned = core.live().pinned_state();
+        let state = CapsuleState {
+            model: core.model_id().to_owned(),
+            calibration: vec![(core.model_id().to_owned(), factor.get())],
+            auto_compact: derived.auto_compact_or(compaction.auto),
+            skills: pinned.skills,
+            pinned_agents_md: pinned.agents_md,
+            pinned_system: pinned.system_messages,
+        };
+        Ok(Ok(Snapshot {
+            auto_limit: core.budget().auto_limit(),
+            plan: planned,
+            span,
+            previous,
+            retained,
+            cwd,
+            turn_start,
+            state,
+            counter,
+            instructions,
+            overflow,
+            max_output_tokens: compaction.summarizer.max_output_tokens,
+            timeout: Duration::from_millis(compaction.timeout_ms),
+        }))
+    }
+
+    /// Step 6: the capsule content, from the LLM under its deadline or from
+    /// the deterministic builder.
+    async fn generate(
+        &self,
+        snapshot: &Snapshot,
+        operation_id: &str,
+        cancel: &CancellationToken,
+    ) -> Generated {
+        let counter = snapshot.counter.as_ref();
+        let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
+        let facts = facts_of(
+            &snapshot.span,
+            previous,
+            &snapshot.retained,
+            &snapshot.cwd,
+            counter,
+            TokenCount::new(4_000),
+        );
+        let trigger = snapshot.plan.trigger;
+        let deterministic = |quality: Quality| {
+            let options = BuildOptions {
+                auto_limit: snapshot.auto_limit,
+                trigger,
+                quality,
+                instructions: snapshot.instructions.as_deref(),
+            };
+            builder::build_deterministic(&facts, previous, &options, counter)
+        };
+        let Some(summarizer) = &self.summarizer else {
+            if cancel.is_cancelled() {
+                return Generated::Cancelled;
+            }
+            return Generated::Content {
+                content: Box::new(deterministic(Quality::Full)),
+                usage: None,
+            };
+        };
+        let job = SummaryJob {
+            previous_state: previous
+                .map(|capsule| soba_core::render::capsule_input(&capsule.into())),
+            span: snapshot.span.clone(),
+            instructions: snapshot.instructions.clone(),
+            max_output_tokens: snapshot.max_output_tokens,
+            span_tokens: snapshot.plan.span_tokens,
+        };
+        let chunks = summarizer.chunks(&job).max(1) as u32;
+        let deadline = snapshot.timeout * chunks;
+        let events = self.events.clone();
+        let op = operation_id.to_owned();
+        let high_water = std::sync::atomic::AtomicU8::new(0);
+        let progress = move |percent: u8| {
+            let percent = percent.min(99);
+            if high_water.fetch_max(percent, std::sync::atomic::Ordering::SeqCst) < percent {
+                events(EngineEvent::CompactionProgress {
+                    operation_id: op.clone(),
+                    percent,
+                });
+            }
+        };
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => return Generated::Cancelled,
+            result = tokio::time::timeout(deadline, summarizer.summarize(&job, cancel, &progress)) => result,
+        };
+        if cancel.is_cancelled() {
+            return Generated::Cancelled;
+        }
+        match outcome {
+            Err(_elapsed) => Generated::Content {
+                content: Box::new(deterministic(Quality::Degraded)),
+                usage: None,
+            },
+            Ok(Err(reason)) => {
+                if trigger.is_soft() {
+                    Generated::Failed(format!("summarizer failed: {reason}"))
+                } else {
+                    Generated::Content {
+                content: Box::new(deterministic(Quality::Degraded)),
+                        usage: None,
+                    }
+                }
+            }
+            Ok(Ok(output)) => {
+                match guard::check_summary(&output.text, snapshot.plan.span_tokens, counter) {
+                    Ok(narrative) => {
+                        let options = BuildOptions {
+                            auto_limit: snapshot.auto_limit,
+                            trigger,
+                            quality: Quality::Full,
+                            instructions: snapshot.instructions.as_deref(),
+                        };
+                        let content = builder::build_with_narrative(
+                            narrative,
+                            summarizer.model(),
+                            &facts,
+                            &options,
+                            counter,
+                        );
+                        Generated::Content {
+                            content: Box::new(content),
+                            usage: output.usage,
+                        }
+                    }
+                    Err(rejection) if trigger.is_soft() => {
+                        Generated::Failed(format!("summary rejected by guard {}", rejection.name()))
+                    }
+                    Err(_) => Generated::Content {
+                content: Box::new(deterministic(Quality::Degraded)),
+                        usage: output.usage,
+                    },
+                }
+            }
+        }
+    }
+}
+
+enum Generated {
+    Content {
+        content: Box<CapsuleContent>,
+        usage: Option<Usage>,
+    },
+    Cancelled,
+    Failed(String),
+}
+
+/// Measures the model input the session would send with `capsule` appended
+/// at the current leaf (tokensAfter, SPEC §8.3), calibrated.
+fn measure_with_capsule(core: &SessionCore, capsule: &Capsule, factor: Factor) -> TokenCount {
+    let mut path = core.path().to_vec();
+    path.push(Entry {
+        id: EntryId::from_uuid(IdKind::Capsule, 0),
+        parent_id: core.leaf().cloned(),
+        timestamp: String::new(),
+        body: EntryBody::Capsule(Box::new(capsule.clone())),
+    });
+    let live = core.input_for(&path);
+    factor.apply(live.total_tokens())
+}

@@ -1,0 +1,329 @@
+//! Events the engine emits while it works, for the TUI, `soba run --json`,
+//! `soba demo` and embedders.
+
+use serde_json::{Value, json};
+use soba_core::tokens::group_thousands;
+use soba_core::{EntryId, Quality, TokenCount, Trigger};
+
+/// How a compaction ended (SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A capsule was appended.
+    Completed,
+    /// Post-ROI miss, or nothing to compact.
+    Skipped,
+    /// The turn was cancelled before the append; nothing appended.
+    Cancelled,
+    /// The leaf moved during the barrier; nothing appended.
+    Stale,
+    /// An error; nothing appended.
+    Failed,
+}
+
+impl Outcome {
+    /// Returns the wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Skipped => "skipped",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Stale => "stale",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// The `compaction_end` event's fields (SPEC §7 step 9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionEnd {
+    /// Shared with `compaction_start` and the flight record.
+    pub operation_id: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What started it.
+    pub trigger: Trigger,
+    /// Effective tokens before.
+    pub tokens_before: TokenCount,
+    /// Effective tokens after; equal to before unless completed.
+    pub tokens_after: TokenCount,
+    /// Tokens reclaimed; zero unless completed.
+    pub reclaimed: TokenCount,
+    /// The capsule's id, short form, when completed.
+    pub checkpoint_id: Option<EntryId>,
+    /// The capsule's quality, when completed.
+    pub quality: Option<Quality>,
+    /// Wall-clock duration.
+    pub duration_ms: u64,
+    /// Why, for any outcome but a plain completion (and for a fallback).
+    pub reason: Option<String>,
+}
+
+impl CompactionEnd {
+    /// Returns `reclaimed / tokensBefore` in whole percent, rounded.
+    pub fn percent(&self) -> u64 {
+        match self.tokens_before.get() {
+            0 => 0,
+            before => (self.reclaimed.get() * 100 + before / 2) / before,
+        }
+    }
+
+    /// Returns the one result line the UI keeps (SPEC §11.2), e.g.
+    /// `Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_7f3a`.
+    pub fn result_line(&self, short_id: impl Fn(&EntryId) -> String) -> String {
+        match self.outcome {
+            Outcome::Completed => {
+                let mut line = format!(
+                    "Compacted ({}): {} → {} tokens (\u{2212}{}%)",
+                    self.trigger.as_str(),
+                    self.tokens_before,
+                    self.tokens_after,
+                    self.percent()
+                );
+                if let Some(id) = &self.checkpoint_id {
+                    line.push_str(&format!(" · {}", short_id(id)));
+                }
+                if self.quality == Some(Quality::Degraded) {
+                    line.push_str(" · fallback used");
+                }
+                line
+            }
+            other => {
+                let mut line = format!("Compaction {} ({})", other.as_str(), self.trigger.as_str());
+                if let Some(reason) = &self.reason {
+                    line.push_str(&format!(": {reason}"));
+                }
+                line
+            }
+        }
+    }
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// An assistant message without tool calls was appended.
+    Completed,
+    /// Ctrl-C, Esc or an external cancel.
+    Cancelled,
+    /// A rewind moved the leaf during a barrier.
+    Stale,
+    /// A provider error, a second overflow, or fail-closed planning.
+    Failed(String),
+}
+
+/// One engine event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// A turn started with this real user message.
+    TurnStarted {
+        /// The user message's entry.
+        entry_id: EntryId,
+    },
+    /// A hygiene pass was persisted.
+    Hygiene {
+        /// The `hygiene` entry.
+        entry_id: EntryId,
+        /// Tokens reclaimed.
+        reclaimed: TokenCount,
+        /// Tool results stubbed.
+        stubbed: usize,
+        /// Effective tokens before the pass.
+        tokens_before: TokenCount,
+    },
+    /// A compaction barrier started.
+    CompactionStart {
+        /// Operation id.
+        operation_id: String,
+        /// What fired.
+        trigger: Trigger,
+        /// The plan, as `Plan::explain` prints it.
+        plan: String,
+        /// Effective tokens at the preflight.
+        tokens_before: TokenCount,
+    },
+    /// Generation progress, 0–99 (only goes up).
+    CompactionProgress {
+        /// Operation id.
+        operation_id: String,
+        /// Percent done.
+        percent: u8,
+    },
+    /// A compaction barrier ended.
+    CompactionEnd(CompactionEnd),
+    /// A streamed piece of assistant text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// The assistant message of a step was appended.
+    AssistantMessage {
+        /// Its entry.
+        entry_id: EntryId,
+        /// Its text blocks.
+        text: String,
+        /// Names of the tools it calls.
+        tool_calls: Vec<String>,
+    },
+    /// A tool ran.
+    ToolResult {
+        /// The tool.
+        name: String,
+        /// A one-line description of the call.
+        call: String,
+        /// Whether it failed.
+        is_error: bool,
+        /// Its output size in bytes.
+        bytes: usize,
+    },
+    /// Something the user should know (silent truncation, a fallback).
+    Warning {
+        /// The message.
+        message: String,
+    },
+    /// The turn ended.
+    TurnEnded {
+        /// How.
+        end: TurnEnd,
+    },
+}
+
+fn tokens(n: TokenCount) -> Value {
+    Value::from(n.get())
+}
+
+impl EngineEvent {
+    /// Returns the event as one JSON object, as `soba run --json` writes it.
+    pub fn to_json(&self) -> Value {
+        match self {
+            EngineEvent::TurnStarted { entry_id } => {
+                json!({"type": "turn_start", "entryId": entry_id.as_str()})
+            }
+            EngineEvent::Hygiene {
+                entry_id,
+                reclaimed,
+                stubbed,
+                tokens_before,
+            } => json!({
+                "type": "hygiene", "entryId": entry_id.as_str(), "reclaimed": tokens(*reclaimed),
+                "stubbed": stubbed, "tokensBefore": tokens(*tokens_before),
+            }),
+            EngineEvent::CompactionStart {
+                operation_id,
+                trigger,
+                plan,
+                tokens_before,
+            } => json!({
+                "type": "compaction_start", "operationId": operation_id, "trigger": trigger.as_str(),
+                "tokensBefore": tokens(*tokens_before), "plan": plan,
+            }),
+            EngineEvent::CompactionProgress {
+                operation_id,
+                percent,
+            } => {
+                json!({"type": "compaction_progress", "operationId": operation_id, "percent": percent})
+            }
+            EngineEvent::CompactionEnd(end) => json!({
+                "type": "compaction_end",
+                "operationId": end.operation_id,
+                "outcome": end.outcome.as_str(),
+                "trigger": end.trigger.as_str(),
+                "tokensBefore": tokens(end.tokens_before),
+                "tokensAfter": tokens(end.tokens_after),
+                "reclaimed": tokens(end.reclaimed),
+                "ratio": match end.tokens_before.get() { 0 => 0.0, before => end.reclaimed.get() as f64 / before as f64 },
+                "checkpointId": end.checkpoint_id.as_ref().map(EntryId::as_str),
+                "quality": end.quality.map(Quality::as_str),
+                "durationMs": end.duration_ms,
+                "reason": end.reason,
+            }),
+            EngineEvent::TextDelta { text } => json!({"type": "text_delta", "text": text}),
+            EngineEvent::AssistantMessage {
+                entry_id,
+                text,
+                tool_calls,
+            } => json!({
+                "type": "assistant_message", "entryId": entry_id.as_str(), "text": text, "toolCalls": tool_calls,
+            }),
+            EngineEvent::ToolResult {
+                name,
+                call,
+                is_error,
+                bytes,
+            } => {
+                json!({"type": "tool_result", "name": name, "call": call, "isError": is_error, "bytes": bytes})
+            }
+            EngineEvent::Warning { message } => json!({"type": "warning", "message": message}),
+            EngineEvent::TurnEnded { end } => {
+                let (outcome, reason) = match end {
+                    TurnEnd::Completed => ("completed", None),
+                    TurnEnd::Cancelled => ("cancelled", None),
+                    TurnEnd::Stale => ("stale", None),
+                    TurnEnd::Failed(reason) => ("failed", Some(reason.clone())),
+                };
+                json!({"type": "turn_end", "outcome": outcome, "reason": reason})
+            }
+        }
+    }
+}
+
+/// Formats a token count with separators (re-exported for printers).
+pub fn format_tokens(n: TokenCount) -> String {
+    group_thousands(n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use soba_core::IdKind;
+
+    fn end(outcome: Outcome, quality: Option<Quality>) -> CompactionEnd {
+        CompactionEnd {
+            operation_id: "op".into(),
+            outcome,
+            trigger: Trigger::AutoThreshold,
+            tokens_before: TokenCount::new(41_210),
+            tokens_after: TokenCount::new(23_480),
+            reclaimed: TokenCount::new(17_730),
+            checkpoint_id: Some(EntryId::from_uuid(
+                IdKind::Capsule,
+                0x0190_f3a2_b4c5_77f3_a9d1_0000_0000_0001,
+            )),
+            quality,
+            duration_ms: 12,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn result_line_matches_the_spec_example() {
+        let line = end(Outcome::Completed, Some(Quality::Full)).result_line(|id| id.short_with(4));
+        assert_eq!(
+            line,
+            "Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_7f3a"
+        );
+        let degraded =
+            end(Outcome::Completed, Some(Quality::Degraded)).result_line(|id| id.short_with(4));
+        assert!(degraded.ends_with(" · fallback used"));
+    }
+
+    #[test]
+    fn compaction_end_json_has_every_field() {
+        let json =
+            EngineEvent::CompactionEnd(end(Outcome::Completed, Some(Quality::Full))).to_json();
+        for key in [
+            "operationId",
+            "outcome",
+            "trigger",
+            "tokensBefore",
+            "tokensAfter",
+            "reclaimed",
+            "ratio",
+            "checkpointId",
+            "quality",
+            "durationMs",
+            "reason",
+        ] {
+            assert!(json.get(key).is_some(), "missing {key}");
+        }
+    }
+}
