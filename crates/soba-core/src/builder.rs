@@ -250,7 +250,14 @@ pub fn deterministic_narrative(
                 .original_task
                 .as_deref()
                 .filter(|task| !task.trim().is_empty())
-                .map(|task| format!("{} (the full text is under Original task)", task_gist(task)))
+                .map(|task| {
+                    let gist = task_gist(task);
+                    if gist == task.trim() {
+                        gist
+                    } else {
+                        format!("{gist} (the full text is under Original task)")
+                    }
+                })
         })
         .unwrap_or_default();
     if let Some(instructions) = instructions.map(str::trim).filter(|i| !i.is_empty()) {

@@ -130,9 +130,29 @@ fn strip_wrapping_fence(text: &str) -> &str {
     }
     let inner = &text[first_line_end + 1..];
     let trimmed = inner.trim_end();
+    let is_closer = |line: &str| {
+        let line = line.trim();
+        line.len() >= fence_len && line.chars().all(|c| c == fence_char)
+    };
     let last_line_start = trimmed.rfind('\n').map_or(0, |idx| idx + 1);
-    let last = trimmed[last_line_start..].trim();
-    if last.len() >= fence_len && last.chars().all(|c| c == fence_char) {
+    // Models nest fences of equal length: a fence with an info string
+    // (```rust) opens an inner block that the next bare fence closes. A bare
+    // fence outside such a block, before the last line, closes the first
+    // one early: it was a code block inside the text, not a wrapper.
+    let mut inner_open = false;
+    for line in trimmed[..last_line_start].lines() {
+        let stripped = line.trim();
+        let has_info = stripped.starts_with(&opener[..fence_len]) && !is_closer(line);
+        if is_closer(line) {
+            if !inner_open {
+                return text;
+            }
+            inner_open = false;
+        } else if has_info && !inner_open {
+            inner_open = true;
+        }
+    }
+    if is_closer(&trimmed[last_line_start..]) {
         return &trimmed[..last_line_start];
     }
     inner

@@ -727,16 +727,51 @@ pub struct ParsedCapsuleFile {
 }
 
 /// Parses a front matter scalar: a double-quoted (JSON-escaped), a
-/// single-quoted or a plain value.
+/// single-quoted or a plain value, each optionally followed by a comment.
 fn yaml_scalar(raw: &str) -> Option<String> {
     let raw = raw.trim();
+    let after_is_comment = |rest: &str| {
+        let rest = rest.trim();
+        rest.is_empty() || rest.starts_with('#')
+    };
     if raw.starts_with('"') {
-        return serde_json::from_str::<String>(raw).ok();
+        // The closing quote is the first one not escaped by a backslash.
+        let mut escaped = false;
+        let close = raw
+            .char_indices()
+            .skip(1)
+            .find_map(|(idx, c)| match (c, escaped) {
+                ('\\', false) => {
+                    escaped = true;
+                    None
+                }
+                ('"', false) => Some(idx),
+                _ => {
+                    escaped = false;
+                    None
+                }
+            })?;
+        if !after_is_comment(&raw[close + 1..]) {
+            return None;
+        }
+        return serde_json::from_str::<String>(&raw[..=close]).ok();
     }
     if let Some(inner) = raw.strip_prefix('\'') {
-        return inner
-            .strip_suffix('\'')
-            .map(|inner| inner.replace("''", "'"));
+        // '' is an escaped quote inside a single-quoted scalar.
+        let mut idx = 0;
+        let bytes = inner.as_bytes();
+        while idx < bytes.len() {
+            if bytes[idx] == b'\'' {
+                if bytes.get(idx + 1) == Some(&b'\'') {
+                    idx += 2;
+                    continue;
+                }
+                return after_is_comment(&inner[idx + 1..])
+                    .then(|| inner[..idx].replace("''", "'"));
+            }
+            idx += 1;
+        }
+        return None;
     }
     // A plain scalar ends at a comment.
     let plain = match raw.find(" #") {
@@ -763,34 +798,37 @@ pub fn parse_capsule_file(text: &str) -> Result<ParsedCapsuleFile, CapsuleFileEr
     if first.trim_end() != "---" {
         return Err(CapsuleFileError::NoFrontMatter);
     }
-    let mut front = CapsuleFileFront::default();
-    let mut schema: Option<String> = None;
-    let mut closed = false;
     // Bytes of the front matter, its delimiter lines included.
     let mut consumed = first.len() + 1;
-    for (idx, line) in lines.by_ref().enumerate() {
+    let mut front_lines: Vec<&str> = Vec::new();
+    let mut closed = false;
+    for line in lines.by_ref() {
         consumed += line.len() + 1;
         let trimmed = line.trim_end();
         if trimmed == "---" || trimmed == "..." {
             closed = true;
             break;
         }
+        front_lines.push(line);
+    }
+    if !closed {
+        return Err(CapsuleFileError::UnterminatedFrontMatter);
+    }
+    let mut front = CapsuleFileFront::default();
+    let mut schema: Option<String> = None;
+    for (idx, line) in front_lines.iter().enumerate() {
+        let trimmed = line.trim_end();
         if trimmed.trim().is_empty()
             || trimmed.trim_start().starts_with('#')
             || line.starts_with([' ', '\t', '-'])
         {
             continue;
         }
-        let Some((key, value)) = trimmed.split_once(':') else {
-            return Err(CapsuleFileError::MalformedLine {
-                line: idx + 2,
-                text: trimmed.to_owned(),
-            });
-        };
         let malformed = || CapsuleFileError::MalformedLine {
             line: idx + 2,
             text: trimmed.to_owned(),
         };
+        let (key, value) = trimmed.split_once(':').ok_or_else(malformed)?;
         let value = yaml_scalar(value).ok_or_else(malformed)?;
         let key = key.trim();
         let set = |slot: &mut Option<String>| *slot = Some(value.clone()).filter(|v| !v.is_empty());
@@ -826,9 +864,6 @@ pub fn parse_capsule_file(text: &str) -> Result<ParsedCapsuleFile, CapsuleFileEr
             _ => {}
         }
     }
-    if !closed {
-        return Err(CapsuleFileError::UnterminatedFrontMatter);
-    }
     let found = schema.ok_or(CapsuleFileError::MissingSchemaVersion)?;
     if found.trim().parse::<u32>().ok() != Some(CAPSULE_FILE_SCHEMA_VERSION) {
         return Err(CapsuleFileError::UnsupportedSchemaVersion { found });
@@ -848,7 +883,9 @@ pub fn parse_capsule_file(text: &str) -> Result<ParsedCapsuleFile, CapsuleFileEr
             if !slot.is_empty() {
                 slot.push_str("\n\n");
             }
-            slot.push_str(section.body.trim());
+            // An empty section was written as "(none recorded)".
+            let body = section.body.trim();
+            slot.push_str(if body == NONE_RECORDED { "" } else { body });
             seen.push(heading);
         }
     }

@@ -1,6 +1,8 @@
 //! Integration tests of `soba-core`: one binary, one module per feature.
 
 mod budget;
+mod capsule;
+mod guard;
 mod trigger;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no
