@@ -83,6 +83,7 @@
 
 pub mod error;
 pub mod flight;
+pub mod import;
 pub mod log;
 pub mod reader;
 pub mod resume;

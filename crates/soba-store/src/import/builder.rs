@@ -1,0 +1,690 @@
+//! The session builder shared by every importer: mints entry ids, chains
+//! parents, normalises timestamps, records inferences and computes the
+//! import statistics.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use soba_core::capsule::ImportedCapsule;
+use soba_core::{
+    Block, Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Image, ImageSource, Message,
+    MessageEntry, MessageOrigin, Quality, ResultPart, Role, TokenCount, Trigger, Usage,
+};
+
+use super::{Format, ImportStats, ImportedSession, Inference};
+
+/// Where an import reads from and how it dates undated entries.
+#[derive(Debug, Clone)]
+pub(crate) struct Context {
+    /// The source file (for diagnostics and id seeds).
+    pub source: PathBuf,
+    /// Unix milliseconds for entries whose source records no time.
+    pub fallback_ms: i64,
+}
+
+/// The largest timestamp a uuid v7 holds (48 bits of milliseconds).
+const MAX_UUID_MS: i64 = (1 << 48) - 1;
+
+/// Which entry an imported capsule keeps from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptTarget {
+    /// This entry index.
+    Entry(usize),
+    /// The first entry after this index.
+    After(usize),
+}
+
+/// Accumulates one imported session.
+#[derive(Debug)]
+pub(crate) struct SessionBuilder {
+    format: Format,
+    source: PathBuf,
+    seed: [u8; 32],
+    minted: u64,
+    fallback_ms: i64,
+    last_ms: Option<i64>,
+    entries: Vec<Entry>,
+    kept: Vec<(usize, KeptTarget)>,
+    last_capsule: Option<usize>,
+    inferences: Vec<Inference>,
+    /// The source's session id.
+    pub original_id: String,
+    /// The session's working directory.
+    pub cwd: Option<String>,
+    /// RFC 3339 creation time.
+    pub created_at: Option<String>,
+    /// The session's first model.
+    pub model: Option<String>,
+    /// The recorded context window.
+    pub context_window: Option<u64>,
+    /// The recorded system prompt.
+    pub system_prompt: Option<String>,
+    /// Whether the system prompt is also a `system` entry.
+    pub system_prompt_in_entries: bool,
+    /// Recorded tool schemas.
+    pub tool_schemas: Vec<Value>,
+    /// Message records as stored.
+    pub messages: u64,
+    /// Records per kind.
+    pub records: BTreeMap<String, u64>,
+    /// Raw usage in the source's terms.
+    pub usage_raw: Value,
+    /// Normalised totals when they do not come from summing inferences
+    /// (cumulative counters, run totals).
+    pub usage_override: Option<Usage>,
+    /// The peak prompt when it does not come from the inferences.
+    pub peak_override: Option<u64>,
+    /// Diagnostics so far.
+    pub diagnostics: Vec<String>,
+}
+
+impl SessionBuilder {
+    /// Starts the `ordinal`-th session of a file.
+    pub fn new(format: Format, ctx: &Context, ordinal: usize) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(ctx.source.to_string_lossy().as_bytes());
+        hasher.update(b"\n");
+        hasher.update((ordinal as u64).to_le_bytes());
+        let seed: [u8; 32] = hasher.finalize().into();
+        let original_id = ctx
+            .source
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        SessionBuilder {
+            format,
+            source: ctx.source.clone(),
+            seed,
+            minted: 0,
+            fallback_ms: ctx.fallback_ms.clamp(0, MAX_UUID_MS),
+            last_ms: None,
+            entries: Vec::new(),
+            kept: Vec::new(),
+            last_capsule: None,
+            inferences: Vec::new(),
+            original_id,
+            cwd: None,
+            created_at: None,
+            model: None,
+            context_window: None,
+            system_prompt: None,
+            system_prompt_in_entries: false,
+            tool_schemas: Vec::new(),
+            messages: 0,
+            records: BTreeMap::new(),
+            usage_raw: Value::Null,
+            usage_override: None,
+            peak_override: None,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// Returns the number of entries so far.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Records a diagnostic.
+    pub fn diag(&mut self, text: impl Into<String>) {
+        self.diagnostics.push(text.into());
+    }
+
+    /// Counts one source record of `kind`.
+    pub fn count_record(&mut self, kind: &str) {
+        let n = self.records.entry(kind.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+
+    /// Mints the next id and the entry's timestamp text.
+    fn mint(&mut self, kind: IdKind, timestamp: Option<String>) -> (EntryId, String) {
+        let source_ms = timestamp.as_deref().and_then(timestamp_ms);
+        let wanted = source_ms.unwrap_or_else(|| {
+            self.last_ms
+                .map_or(self.fallback_ms, |last| last.saturating_add(1))
+        });
+        let ms = match self.last_ms {
+            Some(last) if wanted <= last => last.saturating_add(1),
+            _ => wanted,
+        }
+        .clamp(0, MAX_UUID_MS);
+        self.last_ms = Some(ms);
+        let mut hasher = Sha256::new();
+        hasher.update(self.seed);
+        hasher.update(self.minted.to_le_bytes());
+        self.minted = self.minted.saturating_add(1);
+        let digest: [u8; 32] = hasher.finalize().into();
+        let mut random = [0u8; 10];
+        random.copy_from_slice(&digest[..10]);
+        let uuid =
+            uuid::Builder::from_unix_timestamp_millis(ms.unsigned_abs(), &random).into_uuid();
+        let text = match (timestamp, source_ms) {
+            (Some(text), Some(_)) => text,
+            _ => format_ms(ms),
+        };
+        (EntryId::from_uuid(kind, uuid.as_u128()), text)
+    }
+
+    fn push(&mut self, kind: IdKind, timestamp: Option<String>, body: EntryBody) -> usize {
+        let (id, timestamp) = self.mint(kind, timestamp);
+        let parent_id = self.entries.last().map(|entry| entry.id.clone());
+        self.entries.push(Entry {
+            id,
+            parent_id,
+            timestamp,
+            body,
+        });
+        self.entries.len() - 1
+    }
+
+    /// Appends a message entry and returns its index.
+    pub fn push_message(&mut self, message: Message, timestamp: Option<String>) -> usize {
+        self.push(
+            IdKind::Entry,
+            timestamp,
+            EntryBody::Message(MessageEntry {
+                message,
+                tokens: None,
+            }),
+        )
+    }
+
+    /// Appends a `model_change` entry.
+    pub fn push_model_change(&mut self, model: String, timestamp: Option<String>) -> usize {
+        self.push(IdKind::Entry, timestamp, EntryBody::ModelChange { model })
+    }
+
+    /// Appends an imported capsule carrying a foreign summary; its
+    /// `firstKeptEntryId` is resolved from `kept` when the session ends.
+    pub fn push_capsule(
+        &mut self,
+        summary: String,
+        original_id: String,
+        tokens_before: u64,
+        timestamp: Option<String>,
+        kept: KeptTarget,
+    ) -> usize {
+        let previous_capsule_id = self.last_capsule.map(|idx| self.entries[idx].id.clone());
+        let capsule = Capsule {
+            trigger: Trigger::Imported,
+            quality: Quality::Full,
+            first_kept_entry_id: None,
+            boundary_truncation: None,
+            tokens_before: TokenCount::new(tokens_before),
+            tokens_after: TokenCount::ZERO,
+            summarizer: self.format.agent().to_owned(),
+            previous_capsule_id,
+            state: CapsuleState {
+                model: self.current_model(),
+                ..CapsuleState::default()
+            },
+            instructions: None,
+            native: None,
+            overflow: None,
+            imported: Some(ImportedCapsule {
+                agent: self.format.agent().to_owned(),
+                original_id,
+            }),
+            narrative: Default::default(),
+            earlier_narrative: None,
+            local: Default::default(),
+            markdown: summary,
+        };
+        let idx = self.push(
+            IdKind::Capsule,
+            timestamp,
+            EntryBody::Capsule(Box::new(capsule)),
+        );
+        self.kept.push((idx, kept));
+        self.last_capsule = Some(idx);
+        idx
+    }
+
+    /// Changes where the capsule at `capsule_idx` keeps from.
+    pub fn set_kept(&mut self, capsule_idx: usize, kept: KeptTarget) {
+        if let Some(slot) = self.kept.iter_mut().find(|(idx, _)| *idx == capsule_idx) {
+            slot.1 = kept;
+        }
+    }
+
+    /// Returns the model of the latest model change or assistant message.
+    fn current_model(&self) -> String {
+        self.entries
+            .iter()
+            .rev()
+            .find_map(|entry| match &entry.body {
+                EntryBody::ModelChange { model } => Some(model.clone()),
+                EntryBody::Message(m) if m.message.role == Role::Assistant => {
+                    m.message.model.clone()
+                }
+                _ => None,
+            })
+            .or_else(|| self.model.clone())
+            .unwrap_or_default()
+    }
+
+    /// Returns the message at `idx`, if that entry is a message.
+    pub fn message_mut(&mut self, idx: usize) -> Option<&mut Message> {
+        match self.entries.get_mut(idx).map(|entry| &mut entry.body) {
+            Some(EntryBody::Message(entry)) => Some(&mut entry.message),
+            _ => None,
+        }
+    }
+
+    /// Records an inference answered by the assistant entry `entry_idx`.
+    /// Its usage and model are also set on that message.
+    pub fn push_inference(
+        &mut self,
+        entry_idx: usize,
+        usage: Option<Usage>,
+        timestamp: Option<String>,
+        model: Option<String>,
+        response_id: Option<String>,
+    ) -> usize {
+        if let Some(message) = self.message_mut(entry_idx) {
+            message.usage = usage;
+            if model.is_some() {
+                message.model.clone_from(&model);
+            }
+        }
+        if self.model.is_none() {
+            self.model.clone_from(&model);
+        }
+        self.inferences.push(Inference {
+            first_entry: entry_idx,
+            last_entry: entry_idx,
+            usage,
+            timestamp,
+            model,
+            response_id,
+        });
+        self.inferences.len() - 1
+    }
+
+    /// Sets the usage of inference `inference_idx` (and of its last message).
+    pub fn set_inference_usage(&mut self, inference_idx: usize, usage: Usage) {
+        let Some(inference) = self.inferences.get_mut(inference_idx) else {
+            return;
+        };
+        inference.usage = Some(usage);
+        let last = inference.last_entry;
+        if let Some(message) = self.message_mut(last) {
+            message.usage = Some(usage);
+        }
+    }
+
+    /// Ends the session: resolves capsule targets and computes statistics.
+    pub fn finish(mut self) -> ImportedSession {
+        for (capsule_idx, target) in std::mem::take(&mut self.kept) {
+            let kept_idx = match target {
+                KeptTarget::Entry(idx) => idx,
+                KeptTarget::After(idx) => idx.saturating_add(1),
+            };
+            let kept_id = self.entries.get(kept_idx).map(|entry| entry.id.clone());
+            if kept_id.is_none() {
+                self.diagnostics.push(format!(
+                    "entry {capsule_idx}: the recorded compaction keeps nothing after it (no entry follows its summary)"
+                ));
+            }
+            if let Some(EntryBody::Capsule(capsule)) = self
+                .entries
+                .get_mut(capsule_idx)
+                .map(|entry| &mut entry.body)
+            {
+                capsule.first_kept_entry_id = kept_id;
+            }
+        }
+        let stats = self.stats();
+        ImportedSession {
+            format: self.format,
+            source: self.source,
+            original_id: self.original_id,
+            cwd: self.cwd,
+            created_at: self.created_at,
+            model: self.model,
+            context_window: self.context_window,
+            system_prompt: self.system_prompt,
+            system_prompt_in_entries: self.system_prompt_in_entries,
+            tool_schemas: self.tool_schemas,
+            entries: self.entries,
+            inferences: self.inferences,
+            stats,
+        }
+    }
+
+    fn stats(&mut self) -> ImportStats {
+        let mut stats = ImportStats {
+            messages: self.messages,
+            records: std::mem::take(&mut self.records),
+            usage_raw: std::mem::take(&mut self.usage_raw),
+            diagnostics: std::mem::take(&mut self.diagnostics),
+            ..ImportStats::default()
+        };
+        let mut call_ids = Vec::new();
+        let mut result_ids = HashSet::new();
+        for entry in &self.entries {
+            match &entry.body {
+                EntryBody::Message(m) => {
+                    stats.entries += 1;
+                    for block in &m.message.content {
+                        match block {
+                            Block::ToolUse(call) => call_ids.push(call.id.as_str()),
+                            Block::ToolResult(result) => {
+                                stats.tool_results += 1;
+                                result_ids.insert(result.tool_use_id.as_str());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                EntryBody::Capsule(_) => stats.compactions += 1,
+                _ => {}
+            }
+        }
+        stats.tool_calls = call_ids.len() as u64;
+        stats.unpaired_tool_calls = call_ids
+            .iter()
+            .filter(|id| !result_ids.contains(*id))
+            .count() as u64;
+        let mut total = Usage::default();
+        let mut peak: Option<u64> = None;
+        for usage in self
+            .inferences
+            .iter()
+            .filter_map(|inference| inference.usage.as_ref())
+        {
+            add_usage(&mut total, usage);
+            let prompt = prompt_of(usage);
+            peak = Some(peak.map_or(prompt, |p| p.max(prompt)));
+        }
+        stats.usage = self.usage_override.unwrap_or(total);
+        stats.peak_prompt_tokens = self.peak_override.or(peak);
+        stats
+    }
+}
+
+/// Adds `other` to `total`, saturating (hostile input cannot overflow).
+pub(crate) fn add_usage(total: &mut Usage, other: &Usage) {
+    total.input = total.input.saturating_add(other.input);
+    total.cache_read = total.cache_read.saturating_add(other.cache_read);
+    total.cache_write = total.cache_write.saturating_add(other.cache_write);
+    total.output = total.output.saturating_add(other.output);
+    total.reasoning = total.reasoning.saturating_add(other.reasoning);
+}
+
+/// Returns a request's prompt size, saturating.
+pub(crate) fn prompt_of(usage: &Usage) -> u64 {
+    usage
+        .input
+        .saturating_add(usage.cache_read)
+        .saturating_add(usage.cache_write)
+}
+
+/// Parses an RFC 3339 text (as normalised by [`timestamp_of`]) to Unix ms.
+pub(crate) fn timestamp_ms(text: &str) -> Option<i64> {
+    text.parse::<jiff::Timestamp>()
+        .ok()
+        .map(jiff::Timestamp::as_millisecond)
+}
+
+/// Formats Unix milliseconds as RFC 3339 UTC.
+pub(crate) fn format_ms(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|ts| ts.to_string())
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+}
+
+/// Normalises a source timestamp to RFC 3339 UTC: an RFC 3339 string (kept
+/// verbatim when already UTC), a naive ISO date-time (taken as UTC, as
+/// OpenHands writes them), or a number of Unix milliseconds (seconds when
+/// small). Anything else gives `None`.
+pub(crate) fn timestamp_of(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => {
+            let text = text.trim();
+            if let Ok(ts) = text.parse::<jiff::Timestamp>() {
+                if text.ends_with('Z') && !text.contains(' ') {
+                    return Some(text.to_owned());
+                }
+                return Some(ts.to_string());
+            }
+            let civil = text.parse::<jiff::civil::DateTime>().ok()?;
+            let zoned = civil.to_zoned_datetime(jiff::tz::TimeZone::UTC).ok()?;
+            Some(zoned.timestamp().to_string())
+        }
+        Value::Number(number) => {
+            let raw = number.as_f64()?;
+            if !raw.is_finite() {
+                return None;
+            }
+            // Numbers below 1e11 are seconds (1e11 ms is 1973; 1e11 s is year 5138).
+            let ms = if raw.abs() < 1e11 { raw * 1000.0 } else { raw };
+            if ms.abs() > 8.0e15 {
+                return None;
+            }
+            jiff::Timestamp::from_millisecond(ms as i64)
+                .ok()
+                .map(|ts| ts.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Returns `obj[key]` normalised as a timestamp.
+pub(crate) fn timestamp_field(obj: &Map<String, Value>, key: &str) -> Option<String> {
+    obj.get(key).and_then(timestamp_of)
+}
+
+/// Reads a non-negative count: an integer, a non-negative float (truncated)
+/// or a numeric string. Anything else gives `None`.
+pub(crate) fn count_of(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(number) => number.as_u64().or_else(|| {
+            let float = number.as_f64()?;
+            (float.is_finite() && float >= 0.0).then(|| float.min(u64::MAX as f64) as u64)
+        }),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Reads `obj[key]` as a count, zero when absent or not a count.
+pub(crate) fn count_field(obj: &Map<String, Value>, key: &str) -> u64 {
+    obj.get(key).and_then(count_of).unwrap_or(0)
+}
+
+/// Returns `obj[key]` as a string slice.
+pub(crate) fn str_field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    obj.get(key).and_then(Value::as_str)
+}
+
+/// Returns `obj[key]` as an object.
+pub(crate) fn obj_field<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+) -> Option<&'a Map<String, Value>> {
+    obj.get(key).and_then(Value::as_object)
+}
+
+/// Returns `obj[key]` as an array (empty when absent).
+pub(crate) fn array_field<'a>(obj: &'a Map<String, Value>, key: &str) -> &'a [Value] {
+    obj.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// Returns the text of a content value: a string, or the `text` of every
+/// text-like part of an array joined by newlines.
+pub(crate) fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter_map(|part| match part {
+                    Value::String(text) => Some(text.as_str()),
+                    Value::Object(obj) => str_field(obj, "text"),
+                    _ => None,
+                })
+                .collect();
+            texts.join("\n")
+        }
+        Value::Object(obj) => str_field(obj, "text").unwrap_or_default().to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Returns the image a `data:<mime>;base64,<data>` URI or plain URL names.
+pub(crate) fn image_from_url(url: &str) -> Image {
+    if let Some(rest) = url.strip_prefix("data:")
+        && let Some((media_type, data)) = rest.split_once(";base64,")
+    {
+        return Image {
+            media_type: media_type.to_owned(),
+            source: ImageSource::Data(data.to_owned()),
+        };
+    }
+    Image {
+        media_type: guess_media_type(url).to_owned(),
+        source: ImageSource::Url(url.to_owned()),
+    }
+}
+
+/// Guesses a media type from a URL's extension (PNG when unknown).
+fn guess_media_type(url: &str) -> &'static str {
+    let lower = url.to_ascii_lowercase();
+    if lower.ends_with(".jpg") || lower.ends_with(".jpeg") {
+        "image/jpeg"
+    } else if lower.ends_with(".gif") {
+        "image/gif"
+    } else if lower.ends_with(".webp") {
+        "image/webp"
+    } else {
+        "image/png"
+    }
+}
+
+/// Builds a message with an origin.
+pub(crate) fn message_with(role: Role, content: Vec<Block>, origin: MessageOrigin) -> Message {
+    let mut message = Message::new(role, content);
+    message.origin = origin;
+    message
+}
+
+/// Builds a `tool` message with one result.
+pub(crate) fn tool_message(
+    tool_use_id: String,
+    content: Vec<ResultPart>,
+    is_error: bool,
+) -> Message {
+    Message::new(
+        Role::Tool,
+        vec![Block::ToolResult(soba_core::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        })],
+    )
+}
+
+/// Returns whether `text` is an agent-written interruption marker
+/// (`[Request interrupted by user…]`, `<turn_aborted>`).
+pub(crate) fn is_interrupt_marker(text: &str) -> bool {
+    let text = text.trim_start();
+    text.starts_with("[Request interrupted by user") || text.starts_with("<turn_aborted>")
+}
+
+/// Parses JSONL text, calling `each(line_idx, object)` for every line that is
+/// a JSON object and recording a diagnostic for every other non-blank line.
+/// Line indexes are 0-based; diagnostics say "line N" 1-based.
+pub(crate) fn for_each_jsonl_object(
+    text: &str,
+    diagnostics: &mut Vec<String>,
+    mut each: impl FnMut(usize, Map<String, Value>),
+) {
+    for (line_idx, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(obj)) => each(line_idx, obj),
+            Ok(_) => diagnostics.push(format!("line {}: skipped: not a JSON object", line_idx + 1)),
+            Err(err) => diagnostics.push(format!(
+                "line {}: skipped malformed JSON: {err}",
+                line_idx + 1
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps_normalise() {
+        assert_eq!(
+            timestamp_of(&json!("2025-11-20T23:33:50.805Z")).as_deref(),
+            Some("2025-11-20T23:33:50.805Z")
+        );
+        assert_eq!(
+            timestamp_of(&json!("2025-04-30T16:32:54.707474")).as_deref(),
+            Some("2025-04-30T16:32:54.707474Z")
+        );
+        assert_eq!(
+            timestamp_of(&json!("2025-04-30T18:00:00+02:00")).as_deref(),
+            Some("2025-04-30T16:00:00Z")
+        );
+        assert_eq!(
+            timestamp_of(&json!(1763681581544_i64)).as_deref(),
+            Some("2025-11-20T23:33:01.544Z")
+        );
+        assert_eq!(timestamp_of(&json!("yesterday")), None);
+        assert_eq!(timestamp_of(&json!(f64::MAX)), None);
+        assert_eq!(timestamp_of(&json!(null)), None);
+    }
+
+    #[test]
+    fn ids_are_ordered_and_deterministic() {
+        let ctx = Context {
+            source: PathBuf::from("/x/a.jsonl"),
+            fallback_ms: 1_000,
+        };
+        let build = || {
+            let mut b = SessionBuilder::new(Format::PiV1, &ctx, 0);
+            b.push_message(Message::user("a"), Some("2025-01-01T00:00:00Z".into()));
+            b.push_message(Message::user("b"), Some("2025-01-01T00:00:00Z".into()));
+            b.push_message(Message::user("c"), Some("2024-01-01T00:00:00Z".into()));
+            b.push_message(Message::user("d"), None);
+            b.finish()
+        };
+        let first = build();
+        let second = build();
+        assert_eq!(first.entries, second.entries);
+        let ids: Vec<&str> = first.entries.iter().map(|e| e.id.as_str()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+        assert!(ids.iter().all(|id| EntryId::parse(id).is_ok()));
+        assert_eq!(
+            first.entries[1].parent_id.as_ref(),
+            Some(&first.entries[0].id)
+        );
+        // Source timestamps are kept even when out of order; undated entries
+        // get a time just after the previous one.
+        assert_eq!(first.entries[2].timestamp, "2024-01-01T00:00:00Z");
+        assert_eq!(first.entries[3].timestamp, "2025-01-01T00:00:00.003Z");
+    }
+
+    #[test]
+    fn counts_accept_floats_and_strings_only_when_sane() {
+        assert_eq!(count_of(&json!(3)), Some(3));
+        assert_eq!(count_of(&json!(3.7)), Some(3));
+        assert_eq!(count_of(&json!(-1)), None);
+        assert_eq!(count_of(&json!("42")), Some(42));
+        assert_eq!(count_of(&json!([1])), None);
+    }
+}

@@ -1,0 +1,809 @@
+//! Claude Code sessions: the native JSONL of `~/.claude/projects` and its
+//! stream-json variant (FORMATS §7a), and the "openai-chat" JSON export
+//! (FORMATS §5).
+//!
+//! Native lines of one API response share `message.id` and are merged into
+//! one assistant entry, with usage counted once per id (from the id's last
+//! line). The export's consecutive assistant messages are merged the same
+//! way. A compaction (`compact_boundary` plus the summary message) becomes
+//! an imported capsule followed by the summary as a `user` message with
+//! origin `Summary`; the capsule keeps from the entry after the summary.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value, json};
+use soba_core::{
+    Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage,
+};
+
+use super::builder::{
+    Context, KeptTarget, SessionBuilder, count_field, for_each_jsonl_object, image_from_url,
+    is_interrupt_marker, message_with, obj_field, str_field, text_of, timestamp_field,
+    tool_message,
+};
+use super::swe_agent::openai_tool_call;
+use super::{Format, ImportedSession};
+
+/// The prefix of the export's compaction marker.
+const COMPACT_MARKER: &str = "[compact_boundary]";
+
+/// A compaction seen whose summary message has not arrived yet.
+#[derive(Debug)]
+struct PendingBoundary {
+    original_id: String,
+    timestamp: Option<String>,
+    tokens_before: u64,
+}
+
+impl PendingBoundary {
+    /// Pushes the capsule, then the summary message when there is one; the
+    /// capsule keeps from the entry after the summary.
+    fn close(self, summary: Option<(Message, Option<String>)>, b: &mut SessionBuilder) {
+        let text = summary
+            .as_ref()
+            .map(|(message, _)| message.text())
+            .unwrap_or_default();
+        let capsule = b.push_capsule(
+            text,
+            self.original_id,
+            self.tokens_before,
+            self.timestamp,
+            KeptTarget::After(0),
+        );
+        match summary {
+            Some((message, timestamp)) => {
+                let summary_idx = b.push_message(message, timestamp);
+                b.set_kept(capsule, KeptTarget::After(summary_idx));
+            }
+            None => {
+                b.diag(format!("entry {capsule}: compaction marker without a summary message; keeping from the next entry"));
+                b.set_kept(capsule, KeptTarget::After(capsule));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Native JSONL
+
+/// Imports a native Claude Code session file (or stream-json output).
+pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+    let mut b = SessionBuilder::new(Format::ClaudeCode, ctx, 0);
+    let mut lines: Vec<(usize, Map<String, Value>)> = Vec::new();
+    for_each_jsonl_object(text, &mut b.diagnostics, |idx, obj| lines.push((idx, obj)));
+    if lines.is_empty() {
+        return Err("no JSON line".into());
+    }
+    let selected = select_lines(&lines, &mut b);
+
+    let mut pending: Option<PendingBoundary> = None;
+    // message.id → (entry index, inference index).
+    let mut responses: HashMap<String, (usize, Option<usize>)> = HashMap::new();
+    // message.id → the last usage object seen, in first-seen order.
+    let mut raw_usage: Vec<(String, Map<String, Value>)> = Vec::new();
+    let mut synthetic = 0u64;
+    let mut has_session_id = false;
+    for &pos in &selected {
+        let (line_idx, obj) = &lines[pos];
+        let line_no = line_idx + 1;
+        let kind = str_field(obj, "type").unwrap_or("");
+        b.count_record(kind);
+        if !has_session_id
+            && let Some(id) = str_field(obj, "sessionId").or_else(|| str_field(obj, "session_id"))
+        {
+            id.clone_into(&mut b.original_id);
+            has_session_id = true;
+        }
+        if b.cwd.is_none() {
+            b.cwd = str_field(obj, "cwd").map(str::to_owned);
+        }
+        let timestamp = timestamp_field(obj, "timestamp");
+        if b.created_at.is_none() {
+            b.created_at.clone_from(&timestamp);
+        }
+        match kind {
+            "system" => {
+                b.messages += 1;
+                match str_field(obj, "subtype") {
+                    Some("compact_boundary") => {
+                        if let Some(previous) = pending.take() {
+                            previous.close(None, &mut b);
+                        }
+                        let tokens_before = obj_field(obj, "compactMetadata")
+                            .map_or(0, |meta| count_field(meta, "preTokens"));
+                        let original_id = str_field(obj, "uuid")
+                            .map_or_else(|| format!("line:{line_idx}"), str::to_owned);
+                        pending = Some(PendingBoundary {
+                            original_id,
+                            timestamp,
+                            tokens_before,
+                        });
+                    }
+                    Some("init") if b.model.is_none() => {
+                        b.model = str_field(obj, "model").map(str::to_owned);
+                    }
+                    _ => {}
+                }
+            }
+            "user" => {
+                b.messages += 1;
+                let Some(message) = obj_field(obj, "message") else {
+                    b.diag(format!(
+                        "line {line_no}: user line without a message skipped"
+                    ));
+                    continue;
+                };
+                let is_summary = obj.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
+                let is_meta = obj.get("isMeta").and_then(Value::as_bool) == Some(true);
+                let (blocks, results) =
+                    split_user_content(message.get("content").unwrap_or(&Value::Null));
+                if let Some(boundary) = pending.take() {
+                    if is_summary || results.is_empty() {
+                        let summary = message_with(Role::User, blocks, MessageOrigin::Summary);
+                        boundary.close(Some((summary, timestamp)), &mut b);
+                        continue;
+                    }
+                    boundary.close(None, &mut b);
+                }
+                for result in results {
+                    b.push_message(result, timestamp.clone());
+                }
+                if !blocks.is_empty() {
+                    let origin = if is_summary {
+                        MessageOrigin::Summary
+                    } else if is_meta || is_injected(&blocks) {
+                        MessageOrigin::Injected
+                    } else if is_marker(&blocks) {
+                        MessageOrigin::Marker
+                    } else {
+                        MessageOrigin::Typed
+                    };
+                    b.push_message(message_with(Role::User, blocks, origin), timestamp);
+                }
+            }
+            "assistant" => {
+                b.messages += 1;
+                let Some(message) = obj_field(obj, "message") else {
+                    b.diag(format!(
+                        "line {line_no}: assistant line without a message skipped"
+                    ));
+                    continue;
+                };
+                if let Some(boundary) = pending.take() {
+                    boundary.close(None, &mut b);
+                }
+                let blocks = assistant_blocks(message.get("content").unwrap_or(&Value::Null));
+                let model = str_field(message, "model").map(str::to_owned);
+                let usage_obj = obj_field(message, "usage");
+                let usage = usage_obj.map(anthropic_usage);
+                let msg_id = str_field(message, "id").map(str::to_owned);
+                if let Some((entry_idx, inference_idx)) =
+                    msg_id.as_ref().and_then(|id| responses.get(id)).copied()
+                {
+                    if let Some(target) = b.message_mut(entry_idx) {
+                        target.content.extend(blocks);
+                    }
+                    if let (Some(inference_idx), Some(usage)) = (inference_idx, usage) {
+                        b.set_inference_usage(inference_idx, usage);
+                    }
+                } else {
+                    let entry_idx =
+                        b.push_message(Message::new(Role::Assistant, blocks), timestamp.clone());
+                    let is_synthetic = model.as_deref() == Some("<synthetic>");
+                    let inference_idx = if is_synthetic {
+                        synthetic += 1;
+                        if let Some(message) = b.message_mut(entry_idx) {
+                            message.model.clone_from(&model);
+                        }
+                        None
+                    } else {
+                        Some(b.push_inference(entry_idx, usage, timestamp, model, msg_id.clone()))
+                    };
+                    if let Some(id) = &msg_id {
+                        responses.insert(id.clone(), (entry_idx, inference_idx));
+                    }
+                }
+                if let (Some(id), Some(usage_obj)) = (msg_id, usage_obj)
+                    && model_is_real(message)
+                {
+                    match raw_usage.iter_mut().find(|(seen, _)| *seen == id) {
+                        Some(slot) => slot.1 = usage_obj.clone(),
+                        None => raw_usage.push((id, usage_obj.clone())),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(boundary) = pending.take() {
+        boundary.close(None, &mut b);
+    }
+    if synthetic > 0 {
+        b.diag(format!("{synthetic} synthetic assistant messages (model <synthetic>) kept as entries, not as inferences"));
+    }
+    let mut sums: Map<String, Value> = Map::new();
+    for key in [
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    ] {
+        let sum = raw_usage.iter().fold(0u64, |acc, (_, usage)| {
+            acc.saturating_add(count_field(usage, key))
+        });
+        sums.insert(key.to_owned(), Value::from(sum));
+    }
+    sums.insert("counting".into(), Value::from("per-request"));
+    b.usage_raw = Value::Object(sums);
+    Ok(vec![b.finish()])
+}
+
+fn model_is_real(message: &Map<String, Value>) -> bool {
+    str_field(message, "model") != Some("<synthetic>")
+}
+
+/// Chooses the conversational lines to convert, as positions into `lines`
+/// in file order: the `parentUuid` chain from the last conversational line
+/// (through `logicalParentUuid` across compactions) when the file has one,
+/// else every line. Sidechain and sub-agent lines are left out.
+fn select_lines(lines: &[(usize, Map<String, Value>)], b: &mut SessionBuilder) -> Vec<usize> {
+    let conversational = |obj: &Map<String, Value>| {
+        matches!(
+            str_field(obj, "type"),
+            Some("user" | "assistant" | "system")
+        ) && obj.get("isSidechain").and_then(Value::as_bool) != Some(true)
+            && obj.get("parent_tool_use_id").is_none_or(Value::is_null)
+    };
+    let candidates: Vec<usize> = (0..lines.len())
+        .filter(|&pos| conversational(&lines[pos].1))
+        .collect();
+    let has_tree = candidates
+        .iter()
+        .any(|&pos| lines[pos].1.contains_key("parentUuid"));
+    let Some(&leaf) = candidates
+        .iter()
+        .rev()
+        .find(|&&pos| lines[pos].1.contains_key("uuid"))
+    else {
+        return candidates;
+    };
+    if !has_tree {
+        return candidates;
+    }
+    let by_uuid: HashMap<&str, usize> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, (_, obj))| str_field(obj, "uuid").map(|uuid| (uuid, pos)))
+        .collect();
+    let mut on_path = HashSet::from([leaf]);
+    let mut current = leaf;
+    loop {
+        let obj = &lines[current].1;
+        let parent = str_field(obj, "parentUuid").or_else(|| str_field(obj, "logicalParentUuid"));
+        let Some(&parent_pos) = parent.and_then(|uuid| by_uuid.get(uuid)) else {
+            break;
+        };
+        if !on_path.insert(parent_pos) {
+            b.diag(format!(
+                "line {}: parentUuid cycle; the branch stops there",
+                lines[current].0 + 1
+            ));
+            break;
+        }
+        current = parent_pos;
+    }
+    let selected: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|pos| on_path.contains(pos))
+        .collect();
+    let off_branch = candidates.len() - selected.len();
+    if off_branch > 0 {
+        b.diag(format!("{off_branch} lines off the current branch (parentUuid chain from the last line) skipped"));
+    }
+    selected
+}
+
+/// Normalises Anthropic usage (input already excludes the cache).
+fn anthropic_usage(usage: &Map<String, Value>) -> Usage {
+    Usage {
+        input: count_field(usage, "input_tokens"),
+        cache_read: count_field(usage, "cache_read_input_tokens"),
+        cache_write: count_field(usage, "cache_creation_input_tokens"),
+        output: count_field(usage, "output_tokens"),
+        reasoning: 0,
+    }
+}
+
+/// Converts assistant content blocks (Anthropic Messages shape).
+fn assistant_blocks(content: &Value) -> Vec<Block> {
+    match content {
+        Value::String(text) => vec![Block::Text(text.clone())],
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(Value::as_object)
+            .filter_map(|block| match str_field(block, "type") {
+                Some("text") => Some(Block::Text(
+                    str_field(block, "text").unwrap_or_default().to_owned(),
+                )),
+                Some("thinking") => Some(Block::Thinking {
+                    text: str_field(block, "thinking").unwrap_or_default().to_owned(),
+                    signature: str_field(block, "signature").map(str::to_owned),
+                }),
+                Some("tool_use" | "server_tool_use") => Some(Block::ToolUse(ToolUse {
+                    id: str_field(block, "id").unwrap_or_default().to_owned(),
+                    name: str_field(block, "name").unwrap_or_default().to_owned(),
+                    input: match block.get("input") {
+                        Some(Value::String(text)) => ToolInput::from_json_text(text),
+                        Some(Value::Null) | None => ToolInput::empty(),
+                        Some(other) => ToolInput::from_value(other.clone()),
+                    },
+                })),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Splits user content into its text/image blocks and one `tool` message
+/// per `tool_result` block.
+fn split_user_content(content: &Value) -> (Vec<Block>, Vec<Message>) {
+    let mut blocks = Vec::new();
+    let mut results = Vec::new();
+    match content {
+        Value::String(text) => blocks.push(Block::Text(text.clone())),
+        Value::Array(items) => {
+            for item in items {
+                let Some(item) = item.as_object() else {
+                    if let Some(text) = item.as_str() {
+                        blocks.push(Block::Text(text.to_owned()));
+                    }
+                    continue;
+                };
+                match str_field(item, "type") {
+                    Some("tool_result") => {
+                        let id = str_field(item, "tool_use_id")
+                            .unwrap_or_default()
+                            .to_owned();
+                        let is_error = item
+                            .get("is_error")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false);
+                        results.push(tool_message(
+                            id,
+                            result_parts(item.get("content")),
+                            is_error,
+                        ));
+                    }
+                    Some("image") => {
+                        if let Some(image) = anthropic_image(item) {
+                            blocks.push(Block::Image(image));
+                        }
+                    }
+                    _ => {
+                        if let Some(text) = str_field(item, "text") {
+                            blocks.push(Block::Text(text.to_owned()));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    (blocks, results)
+}
+
+fn result_parts(content: Option<&Value>) -> Vec<ResultPart> {
+    match content {
+        Some(Value::String(text)) => vec![ResultPart::Text(text.clone())],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_object)
+            .filter_map(|item| match str_field(item, "type") {
+                Some("image") => anthropic_image(item).map(ResultPart::Image),
+                _ => str_field(item, "text").map(|text| ResultPart::Text(text.to_owned())),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn anthropic_image(item: &Map<String, Value>) -> Option<Image> {
+    let source = obj_field(item, "source")?;
+    match str_field(source, "type") {
+        Some("url") => str_field(source, "url").map(image_from_url),
+        _ => Some(Image {
+            media_type: str_field(source, "media_type")
+                .unwrap_or("image/png")
+                .to_owned(),
+            source: ImageSource::Data(str_field(source, "data").unwrap_or_default().to_owned()),
+        }),
+    }
+}
+
+/// Returns whether every text block is an interruption marker.
+fn is_marker(blocks: &[Block]) -> bool {
+    !blocks.is_empty()
+        && blocks
+            .iter()
+            .all(|block| matches!(block, Block::Text(text) if is_interrupt_marker(text)))
+}
+
+/// Returns whether the text is output Claude Code injects (local command
+/// output, system reminders) rather than something the user typed.
+fn is_injected(blocks: &[Block]) -> bool {
+    !blocks.is_empty()
+        && blocks.iter().all(|block| {
+            matches!(block, Block::Text(text)
+                if text.trim_start().starts_with("<local-command-") || text.trim_start().starts_with("<system-reminder>"))
+        })
+}
+
+// ---------------------------------------------------------------------------
+// openai-chat export
+
+/// Imports the "openai-chat" export of a Claude Code session.
+pub(crate) fn import_openai_chat(
+    text: &str,
+    ctx: &Context,
+) -> Result<Vec<ImportedSession>, String> {
+    let doc = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(doc)) => doc,
+        Ok(_) => return Err("the file is not a JSON object".into()),
+        Err(err) => return Err(format!("invalid JSON: {err}")),
+    };
+    let messages = doc
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("no `messages` array")?;
+    let mut b = SessionBuilder::new(Format::ClaudeCodeOpenAiChat, ctx, 0);
+    if let Some(id) = str_field(&doc, "task_id").or_else(|| str_field(&doc, "session_id")) {
+        id.clone_into(&mut b.original_id);
+    }
+    b.model = str_field(&doc, "model").map(str::to_owned);
+    let model = b.model.clone();
+    let mut pending: Option<PendingBoundary> = None;
+    // The assistant entry of the response being read, if the previous
+    // message was an assistant message.
+    let mut run: Option<usize> = None;
+    for (idx, message) in messages.iter().enumerate() {
+        b.messages += 1;
+        let Some(message) = message.as_object() else {
+            b.diag(format!("messages[{idx}]: skipped: not an object"));
+            run = None;
+            continue;
+        };
+        let role = str_field(message, "role").unwrap_or("");
+        b.count_record(role);
+        let content = message.get("content").unwrap_or(&Value::Null);
+        if role != "assistant" {
+            run = None;
+        }
+        if role != "user"
+            && let Some(boundary) = pending.take()
+        {
+            boundary.close(None, &mut b);
+        }
+        match role {
+            "system" | "developer" => {
+                let text = text_of(content);
+                if text.trim_start().starts_with(COMPACT_MARKER) {
+                    pending = Some(PendingBoundary {
+                        original_id: format!("messages[{idx}]"),
+                        timestamp: None,
+                        tokens_before: 0,
+                    });
+                } else {
+                    b.push_message(Message::new(Role::System, vec![Block::Text(text)]), None);
+                }
+            }
+            "user" => {
+                let blocks = chat_user_blocks(content);
+                if let Some(boundary) = pending.take() {
+                    boundary.close(
+                        Some((
+                            message_with(Role::User, blocks, MessageOrigin::Summary),
+                            None,
+                        )),
+                        &mut b,
+                    );
+                    continue;
+                }
+                let origin = if is_marker(&blocks) {
+                    MessageOrigin::Marker
+                } else {
+                    MessageOrigin::Typed
+                };
+                b.push_message(message_with(Role::User, blocks, origin), None);
+            }
+            "assistant" => {
+                let mut blocks = split_thinking(&text_of(content));
+                for call in message
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(call) = call.as_object() {
+                        blocks.push(Block::ToolUse(openai_tool_call(call)));
+                    }
+                }
+                match run.and_then(|entry_idx| b.message_mut(entry_idx)) {
+                    Some(target) => target.content.extend(blocks),
+                    None => {
+                        let entry_idx = b.push_message(Message::new(Role::Assistant, blocks), None);
+                        b.push_inference(entry_idx, None, None, model.clone(), None);
+                        run = Some(entry_idx);
+                    }
+                }
+            }
+            "tool" => {
+                let id = str_field(message, "tool_call_id")
+                    .unwrap_or_default()
+                    .to_owned();
+                let text = text_of(content);
+                let is_error = text.trim_start().starts_with("<tool_use_error>");
+                b.push_message(
+                    tool_message(id, vec![ResultPart::Text(text)], is_error),
+                    None,
+                );
+            }
+            other => b.diag(format!("messages[{idx}]: role {other:?} skipped")),
+        }
+    }
+    if let Some(boundary) = pending.take() {
+        boundary.close(None, &mut b);
+    }
+    b.usage_raw = json!({ "counting": "none" });
+    Ok(vec![b.finish()])
+}
+
+/// Converts export user content (a string, or OpenAI content parts).
+fn chat_user_blocks(content: &Value) -> Vec<Block> {
+    match content {
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(Value::as_object)
+            .filter_map(|part| match str_field(part, "type") {
+                Some("image_url") => {
+                    let url = part
+                        .get("image_url")
+                        .and_then(|u| u.get("url").or(Some(u)))
+                        .and_then(Value::as_str)?;
+                    Some(Block::Image(image_from_url(url)))
+                }
+                _ => str_field(part, "text").map(|text| Block::Text(text.to_owned())),
+            })
+            .collect(),
+        Value::Null => Vec::new(),
+        other => vec![Block::Text(text_of(other))],
+    }
+}
+
+/// Splits text into `thinking` blocks (`<thinking>…</thinking>`) and the
+/// text around them; blank pieces are dropped.
+fn split_thinking(text: &str) -> Vec<Block> {
+    const OPEN: &str = "<thinking>";
+    const CLOSE: &str = "</thinking>";
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(OPEN) {
+        let before = rest[..start].trim();
+        if !before.is_empty() {
+            blocks.push(Block::Text(before.to_owned()));
+        }
+        let after_open = &rest[start + OPEN.len()..];
+        let (thinking, remainder) = match after_open.find(CLOSE) {
+            Some(end) => (&after_open[..end], &after_open[end + CLOSE.len()..]),
+            None => (after_open, ""),
+        };
+        blocks.push(Block::Thinking {
+            text: thinking.trim().to_owned(),
+            signature: None,
+        });
+        rest = remainder;
+    }
+    let tail = rest.trim();
+    if !tail.is_empty() {
+        blocks.push(Block::Text(tail.to_owned()));
+    }
+    blocks
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use soba_core::EntryBody;
+
+    use super::*;
+
+    fn ctx() -> Context {
+        Context {
+            source: PathBuf::from("session.jsonl"),
+            fallback_ms: 0,
+        }
+    }
+
+    fn messages(s: &ImportedSession) -> Vec<&Message> {
+        s.entries
+            .iter()
+            .filter_map(|e| match &e.body {
+                EntryBody::Message(m) => Some(&m.message),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const NATIVE: &str = r#"{"type":"summary","summary":"Title","leafUuid":"u9"}
+{"type":"user","uuid":"u1","parentUuid":null,"isSidechain":false,"sessionId":"S","cwd":"/w","timestamp":"2025-06-01T10:00:00.000Z","message":{"role":"user","content":"fix the bug"}}
+{"type":"user","uuid":"u1b","parentUuid":"u1","isMeta":true,"sessionId":"S","timestamp":"2025-06-01T10:00:00.100Z","message":{"role":"user","content":"<local-command-stdout>ok</local-command-stdout>"}}
+{"type":"assistant","uuid":"a1","parentUuid":"u1b","sessionId":"S","timestamp":"2025-06-01T10:00:01.000Z","requestId":"r1","message":{"id":"msg_1","model":"claude-sonnet-4-5","role":"assistant","type":"message","content":[{"type":"thinking","thinking":"hmm","signature":"sig"}],"usage":{"input_tokens":3,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":5}}}
+{"type":"assistant","uuid":"a2","parentUuid":"a1","sessionId":"S","timestamp":"2025-06-01T10:00:01.500Z","requestId":"r1","message":{"id":"msg_1","model":"claude-sonnet-4-5","role":"assistant","type":"message","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}],"usage":{"input_tokens":3,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":40}}}
+{"type":"assistant","uuid":"a3","parentUuid":"a2","sessionId":"S","timestamp":"2025-06-01T10:00:01.600Z","requestId":"r1","message":{"id":"msg_1","model":"claude-sonnet-4-5","role":"assistant","type":"message","content":[{"type":"tool_use","id":"toolu_2","name":"Read","input":{"file_path":"a"}}],"usage":{"input_tokens":3,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":60}}}
+{"type":"user","uuid":"t1","parentUuid":"a3","sessionId":"S","timestamp":"2025-06-01T10:00:02.000Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a.rs","is_error":false}]},"toolUseResult":{"stdout":"a.rs"}}
+{"type":"user","uuid":"x1","parentUuid":"t1","isSidechain":true,"sessionId":"S","timestamp":"2025-06-01T10:00:02.100Z","message":{"role":"user","content":"sub-agent prompt"}}
+{"type":"user","uuid":"b1","parentUuid":"t1","sessionId":"S","timestamp":"2025-06-01T10:00:02.200Z","message":{"role":"user","content":"abandoned branch"}}
+{"type":"user","uuid":"i1","parentUuid":"t1","sessionId":"S","timestamp":"2025-06-01T10:00:03.000Z","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user for tool use]"}]}}
+{"type":"system","subtype":"compact_boundary","uuid":"c1","parentUuid":null,"logicalParentUuid":"i1","sessionId":"S","timestamp":"2025-06-01T10:05:00.000Z","content":"Conversation compacted","compactMetadata":{"trigger":"auto","preTokens":155000}}
+{"type":"user","uuid":"s1","parentUuid":"c1","isCompactSummary":true,"sessionId":"S","timestamp":"2025-06-01T10:05:00.100Z","message":{"role":"user","content":"This session is being continued... Summary: did things"}}
+{"broken
+{"type":"assistant","uuid":"a9","parentUuid":"s1","sessionId":"S","timestamp":"2025-06-01T10:05:02.000Z","message":{"id":"msg_2","model":"claude-sonnet-4-5","role":"assistant","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":20000,"output_tokens":2}}}
+{"type":"file-history-snapshot","messageId":"m","snapshot":{}}
+"#;
+
+    #[test]
+    fn native_merges_by_message_id_and_follows_the_chain() {
+        let s = import_native(NATIVE, &ctx()).expect("imports").remove(0);
+        assert_eq!(s.original_id, "S");
+        assert_eq!(s.cwd.as_deref(), Some("/w"));
+        assert_eq!(s.inferences.len(), 2);
+        assert_eq!(s.stats.tool_calls, 2);
+        assert_eq!(s.stats.tool_results, 1);
+        assert_eq!(s.stats.unpaired_tool_calls, 1);
+        assert_eq!(s.stats.compactions, 1);
+        // Usage once per id, from the id's last line.
+        assert_eq!(s.inferences[0].usage.map(|u| u.output), Some(60));
+        assert_eq!(s.stats.usage_raw["output_tokens"], 62);
+        assert_eq!(s.stats.usage_raw["cache_read_input_tokens"], 21000);
+        assert_eq!(s.stats.peak_prompt_tokens, Some(20010));
+        assert!(
+            s.stats
+                .diagnostics
+                .iter()
+                .any(|d| d.starts_with("line 13:")),
+            "{:?}",
+            s.stats.diagnostics
+        );
+        assert!(
+            s.stats
+                .diagnostics
+                .iter()
+                .any(|d| d.contains("1 lines off the current branch"))
+        );
+        let all = messages(&s);
+        let texts: Vec<String> = all.iter().map(|m| m.text()).collect();
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.contains("abandoned") || t.contains("sub-agent"))
+        );
+        let origins: Vec<MessageOrigin> = all.iter().map(|m| m.origin).collect();
+        assert_eq!(
+            origins,
+            [
+                MessageOrigin::Typed,
+                MessageOrigin::Injected,
+                MessageOrigin::Typed,
+                MessageOrigin::Typed,
+                MessageOrigin::Marker,
+                MessageOrigin::Summary,
+                MessageOrigin::Typed
+            ]
+        );
+        // The merged assistant entry holds thinking + both calls.
+        assert_eq!(all[2].content.len(), 3);
+        let capsule_idx = s
+            .entries
+            .iter()
+            .position(|e| matches!(e.body, EntryBody::Capsule(_)))
+            .expect("capsule");
+        let EntryBody::Capsule(capsule) = &s.entries[capsule_idx].body else {
+            panic!("capsule expected")
+        };
+        assert_eq!(capsule.tokens_before.get(), 155_000);
+        assert!(capsule.markdown.contains("did things"));
+        assert_eq!(
+            capsule.first_kept_entry_id.as_ref(),
+            Some(&s.entries[capsule_idx + 2].id)
+        );
+    }
+
+    #[test]
+    fn stream_json_uses_file_order() {
+        let text = r#"{"type":"system","subtype":"init","session_id":"S2","model":"claude-opus-4","tools":["Bash"]}
+{"type":"assistant","session_id":"S2","uuid":"a","parent_tool_use_id":null,"message":{"id":"m1","model":"claude-opus-4","content":[{"type":"tool_use","id":"t","name":"Bash","input":{"command":"ls"}}],"usage":{"input_tokens":1,"output_tokens":1}}}
+{"type":"user","session_id":"S2","uuid":"b","parent_tool_use_id":null,"message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"x"}]}]}}
+{"type":"assistant","session_id":"S2","uuid":"c","parent_tool_use_id":"t","message":{"id":"m2","model":"claude-opus-4","content":[{"type":"text","text":"subagent"}]}}
+{"type":"result","session_id":"S2","usage":{"input_tokens":1}}
+"#;
+        let s = import_native(text, &ctx()).expect("imports").remove(0);
+        assert_eq!(s.original_id, "S2");
+        assert_eq!(s.model.as_deref(), Some("claude-opus-4"));
+        assert_eq!(s.inferences.len(), 1);
+        assert_eq!(s.stats.tool_results, 1);
+        assert_eq!(s.stats.unpaired_tool_calls, 0);
+    }
+
+    #[test]
+    fn openai_chat_merges_runs_and_maps_compaction() {
+        let text = r#"{"format":"openai-chat","model":"claude-sonnet-4-6","task_id":"T1","messages":[
+            {"role":"user","content":"build"},
+            {"role":"assistant","content":"<thinking>\nplan\n</thinking>"},
+            {"role":"assistant","content":"On it."},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"Bash","arguments":"{\"command\": \"ls\"}"}}]},
+            {"role":"tool","tool_call_id":"toolu_1","content":"a"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"toolu_2","type":"function","function":{"name":"Write","arguments":"{\"file_path\": \"b\""}}]},
+            {"role":"system","content":"[compact_boundary] Conversation compacted"},
+            {"role":"user","content":"This session is being continued from a previous conversation. Summary: S"},
+            {"role":"user","content":"[Request interrupted by user]"},
+            {"role":"assistant","content":"ok"},
+            42
+        ]}"#;
+        let s = import_openai_chat(text, &ctx()).expect("imports").remove(0);
+        assert_eq!(s.original_id, "T1");
+        assert_eq!(s.stats.messages, 11);
+        assert_eq!(s.inferences.len(), 3);
+        assert_eq!(s.stats.tool_calls, 2);
+        assert_eq!(s.stats.tool_results, 1);
+        assert_eq!(s.stats.unpaired_tool_calls, 1);
+        assert_eq!(s.stats.compactions, 1);
+        assert_eq!(s.stats.records.get("assistant"), Some(&5));
+        let all = messages(&s);
+        assert!(
+            matches!(&all[1].content[..], [Block::Thinking { text, .. }, Block::Text(t), Block::ToolUse(_)] if text == "plan" && t == "On it.")
+        );
+        let truncated = all[3].tool_uses().next().expect("call");
+        assert_eq!(truncated.input.raw(), Some("{\"file_path\": \"b\""));
+        let capsule_idx = s
+            .entries
+            .iter()
+            .position(|e| matches!(e.body, EntryBody::Capsule(_)))
+            .expect("capsule");
+        let EntryBody::Capsule(capsule) = &s.entries[capsule_idx].body else {
+            panic!("capsule expected")
+        };
+        assert_eq!(
+            capsule.first_kept_entry_id.as_ref(),
+            Some(&s.entries[capsule_idx + 2].id)
+        );
+        assert_eq!(
+            capsule.imported.as_ref().map(|i| i.original_id.as_str()),
+            Some("messages[6]")
+        );
+        assert!(
+            s.stats
+                .diagnostics
+                .iter()
+                .any(|d| d.starts_with("messages[10]"))
+        );
+        assert_eq!(all[5].origin, MessageOrigin::Marker);
+        assert_eq!(all[4].origin, MessageOrigin::Summary);
+    }
+
+    #[test]
+    fn thinking_split_handles_unclosed_tags() {
+        assert_eq!(
+            split_thinking("a <thinking>x"),
+            vec![
+                Block::Text("a".into()),
+                Block::Thinking {
+                    text: "x".into(),
+                    signature: None
+                }
+            ]
+        );
+        assert_eq!(split_thinking("   "), Vec::<Block>::new());
+    }
+}

@@ -1,0 +1,248 @@
+//! Format detection (SPEC §3.4): SOBA first (a header with
+//! `schemaVersion`), then pi (`type: "session"` without it), then the shapes
+//! of `traces/FORMATS.md` §2–7.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::builder::{count_field, obj_field, str_field};
+use super::{Format, ImportError};
+
+/// How many leading lines of a JSONL file are looked at.
+const SNIFF_LINES: usize = 64;
+
+/// What a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detected {
+    /// A SOBA session log; nothing to import.
+    Soba {
+        /// The header's `schemaVersion`.
+        schema_version: u64,
+    },
+    /// A foreign transcript.
+    Foreign(Format),
+}
+
+impl Detected {
+    /// Returns the format name: `soba` or the foreign format's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detected::Soba { .. } => "soba",
+            Detected::Foreign(format) => format.as_str(),
+        }
+    }
+}
+
+/// Detects the format of the file at `path`.
+pub fn detect_format(path: &Path) -> Result<Detected, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    detect_bytes(&bytes).ok_or_else(|| ImportError::UnknownFormat {
+        path: path.to_owned(),
+        formats: Format::list(),
+    })
+}
+
+/// Detects the format of a transcript's bytes; `None` when it is none of
+/// the supported formats.
+pub fn detect_bytes(bytes: &[u8]) -> Option<Detected> {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_start_matches('\u{feff}');
+    let lines: Vec<Map<String, Value>> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .take(SNIFF_LINES)
+        .filter_map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(obj)) => Some(obj),
+            _ => None,
+        })
+        .collect();
+
+    // SOBA and pi: the first object line is a `session` header.
+    if let Some(first) = lines.first()
+        && str_field(first, "type") == Some("session")
+    {
+        if first.contains_key("schemaVersion") {
+            return Some(Detected::Soba {
+                schema_version: count_field(first, "schemaVersion"),
+            });
+        }
+        let tree = count_field(first, "version") >= 2
+            || lines
+                .iter()
+                .skip(1)
+                .any(|line| line.contains_key("id") && line.contains_key("parentId"));
+        return Some(Detected::Foreign(if tree {
+            Format::PiV3
+        } else {
+            Format::PiV1
+        }));
+    }
+
+    // Whole-document JSON (§2, §4, §5, §6; also a one-line §3 file).
+    if let Ok(Value::Object(doc)) = serde_json::from_str::<Value>(text)
+        && let Some(format) = classify_document(&doc)
+    {
+        return Some(Detected::Foreign(format));
+    }
+
+    // JSONL shapes (§3, §7a, §7b).
+    lines.iter().find_map(classify_line).map(Detected::Foreign)
+}
+
+/// Classifies a whole-document JSON object.
+fn classify_document(doc: &Map<String, Value>) -> Option<Format> {
+    if let Some(history) = doc.get("history").and_then(Value::as_array)
+        && !doc.contains_key("instance_id")
+        && (doc.contains_key("trajectory")
+            || doc.contains_key("info")
+            || doc.contains_key("environment"))
+    {
+        let modern = history.iter().filter_map(Value::as_object).any(|entry| {
+            entry.contains_key("tool_calls")
+                || entry.contains_key("tool_call_ids")
+                || entry.contains_key("message_type")
+        });
+        return Some(if modern {
+            Format::SweAgent1
+        } else {
+            Format::SweAgent0
+        });
+    }
+    if doc.contains_key("instance_id") && doc.get("history").is_some_and(Value::is_array) {
+        return Some(Format::OpenHands);
+    }
+    if let Some(messages) = doc.get("messages").and_then(Value::as_array) {
+        let gemini_types = messages.iter().filter_map(Value::as_object).any(|m| {
+            matches!(
+                str_field(m, "type"),
+                Some("gemini" | "user" | "info" | "error" | "warning")
+            )
+        });
+        if doc.contains_key("sessionId") && (gemini_types || doc.contains_key("projectHash")) {
+            return Some(Format::GeminiCli);
+        }
+        if str_field(doc, "format") == Some("openai-chat") {
+            return Some(Format::ClaudeCodeOpenAiChat);
+        }
+        if let Some(meta) = obj_field(doc, "meta")
+            && (meta.contains_key("session_meta") || meta.contains_key("token_counts"))
+        {
+            return Some(Format::CodexMessagesMeta);
+        }
+    }
+    classify_line(doc)
+}
+
+/// Classifies one JSONL line.
+fn classify_line(line: &Map<String, Value>) -> Option<Format> {
+    if line.contains_key("instance_id") && line.get("history").is_some_and(Value::is_array) {
+        return Some(Format::OpenHands);
+    }
+    let kind = str_field(line, "type");
+    // Claude Code native lines, and the stream-json variant.
+    let claude = (line.contains_key("sessionId") && line.contains_key("uuid"))
+        || (kind == Some("summary") && line.contains_key("leafUuid"))
+        || kind == Some("file-history-snapshot")
+        || (line.contains_key("session_id")
+            && matches!(kind, Some("system" | "assistant" | "user" | "result"))
+            && (line.contains_key("message") || line.contains_key("subtype")));
+    if claude {
+        return Some(Format::ClaudeCode);
+    }
+    if line.contains_key("payload")
+        && line.contains_key("timestamp")
+        && matches!(
+            kind,
+            Some("session_meta" | "response_item" | "turn_context" | "event_msg" | "compacted")
+        )
+    {
+        return Some(Format::CodexRollout);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(input: &str, expected: Option<&str>) {
+        assert_eq!(
+            detect_bytes(input.as_bytes()).map(Detected::as_str),
+            expected,
+            "input: {input}"
+        );
+    }
+
+    #[test]
+    fn detects_every_shape() {
+        check(
+            r#"{"type":"session","schemaVersion":1,"id":"x"}"#,
+            Some("soba"),
+        );
+        check(
+            "{\"type\":\"session\",\"id\":\"a\",\"cwd\":\"/\"}\n{\"type\":\"message\"}",
+            Some("pi-v1"),
+        );
+        check(
+            "{\"type\":\"session\",\"version\":3,\"id\":\"a\"}\n",
+            Some("pi-v3"),
+        );
+        check(
+            r#"{"history":[{"role":"system","content":"s"}],"info":{}}"#,
+            Some("swe-agent-0"),
+        );
+        check(
+            r#"{"history":[{"role":"tool","tool_call_ids":["a"]}],"trajectory":[]}"#,
+            Some("swe-agent-1"),
+        );
+        check(r#"{"instance_id":"i","history":[]}"#, Some("openhands"));
+        check(
+            r#"{"sessionId":"s","messages":[{"type":"user","content":"hi"}]}"#,
+            Some("gemini-cli"),
+        );
+        check(
+            r#"{"format":"openai-chat","messages":[]}"#,
+            Some("claude-code-openai-chat"),
+        );
+        check(
+            r#"{"messages":[],"meta":{"session_meta":{}}}"#,
+            Some("codex-messages-meta"),
+        );
+        check(
+            "{\"type\":\"summary\",\"summary\":\"t\",\"leafUuid\":\"u\"}\n{\"type\":\"user\",\"sessionId\":\"s\",\"uuid\":\"u\"}",
+            Some("claude-code"),
+        );
+        check(
+            r#"{"type":"system","subtype":"init","session_id":"s","tools":[]}"#,
+            Some("claude-code"),
+        );
+        check(
+            r#"{"timestamp":"2025-01-01T00:00:00Z","type":"session_meta","payload":{"id":"x"}}"#,
+            Some("codex-rollout"),
+        );
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        check("", None);
+        check("not json at all", None);
+        check("\u{0}\u{1}\u{2}", None);
+        check("[1,2,3]", None);
+        check(r#"{"hello":"world"}"#, None);
+        check("{\"type\":\"message\"}\n{\"type\":\"message\"}", None);
+    }
+
+    #[test]
+    fn first_session_line_wins_even_after_blank_lines() {
+        check(
+            "\n\n{\"type\":\"session\",\"schemaVersion\":2}\n",
+            Some("soba"),
+        );
+        check("\u{feff}{\"type\":\"session\",\"id\":\"x\"}", Some("pi-v1"));
+    }
+}

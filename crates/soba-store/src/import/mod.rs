@@ -1,0 +1,446 @@
+//! Importers of foreign transcripts (SPEC §3.4): pi, SWE-agent, OpenHands,
+//! Gemini CLI, Claude Code and Codex sessions converted into SOBA domain
+//! values — entries, recorded inferences and import statistics.
+//!
+//! The importers return values; writing them as a SOBA session is done by the
+//! session writer. Every importer is tolerant: a malformed line or record is
+//! skipped with a diagnostic (naming its line or index), never an abort, and
+//! no input makes them panic.
+//!
+//! Decisions where the formats leave room (see `traces/FORMATS.md`):
+//! - Unpaired tool calls are kept as they are (no synthetic result) and
+//!   counted in [`ImportStats::unpaired_tool_calls`].
+//! - Consecutive assistant records of one model response (Claude Code lines
+//!   sharing `message.id`, openai-chat runs, Codex items, OpenHands actions
+//!   sharing `model_response.id`) become one assistant entry.
+//! - A recorded compaction becomes an imported capsule entry placed where
+//!   the source recorded it; a summary message that follows it stays in the
+//!   entries as a `user` message with [`MessageOrigin::Summary`].
+//! - Entry ids are uuid v7 built from the entry's own timestamp (bumped to
+//!   stay strictly increasing) and random bits hashed from the source path,
+//!   the session id and the entry's position: the same file always gives the
+//!   same ids, in entry order.
+//!
+//! [`MessageOrigin::Summary`]: soba_core::MessageOrigin::Summary
+
+mod builder;
+mod claude_code;
+mod codex;
+mod detect;
+mod gemini;
+mod openhands;
+mod pi;
+mod swe_agent;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use soba_core::{Entry, Usage};
+
+pub use detect::{Detected, detect_bytes, detect_format};
+
+/// A foreign transcript format the importers understand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Format {
+    /// pi session JSONL, old flat layout (file order).
+    PiV1,
+    /// pi (or GJC) session JSONL with `id`/`parentId` tree, `version: 3`.
+    PiV3,
+    /// SWE-agent 1.x `.traj` (function calling, tool-call ids).
+    SweAgent1,
+    /// SWE-agent 0.x `.traj` (actions written as text, no ids).
+    SweAgent0,
+    /// OpenHands evaluation `output.jsonl`, one instance per line.
+    OpenHands,
+    /// Gemini CLI chat-recording JSON.
+    GeminiCli,
+    /// Claude Code native session JSONL (and its stream-json variant).
+    ClaudeCode,
+    /// The "openai-chat" JSON export of a Claude Code session.
+    ClaudeCodeOpenAiChat,
+    /// Codex CLI native rollout JSONL.
+    CodexRollout,
+    /// A Codex rollout converted to `{messages, meta}`.
+    CodexMessagesMeta,
+}
+
+impl Format {
+    /// Every format, in detection order after SOBA itself.
+    pub const ALL: [Format; 10] = [
+        Format::PiV1,
+        Format::PiV3,
+        Format::SweAgent1,
+        Format::SweAgent0,
+        Format::OpenHands,
+        Format::GeminiCli,
+        Format::ClaudeCodeOpenAiChat,
+        Format::CodexMessagesMeta,
+        Format::ClaudeCode,
+        Format::CodexRollout,
+    ];
+
+    /// Returns the format's name as reported by `soba import --json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::PiV1 => "pi-v1",
+            Format::PiV3 => "pi-v3",
+            Format::SweAgent1 => "swe-agent-1",
+            Format::SweAgent0 => "swe-agent-0",
+            Format::OpenHands => "openhands",
+            Format::GeminiCli => "gemini-cli",
+            Format::ClaudeCode => "claude-code",
+            Format::ClaudeCodeOpenAiChat => "claude-code-openai-chat",
+            Format::CodexRollout => "codex-rollout",
+            Format::CodexMessagesMeta => "codex-messages-meta",
+        }
+    }
+
+    /// Parses a name written by [`Format::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        Format::ALL
+            .into_iter()
+            .find(|format| format.as_str() == name)
+    }
+
+    /// Returns the agent that wrote the format (`pi`, `swe-agent`,
+    /// `openhands`, `gemini-cli`, `claude-code`, `codex`), as recorded on
+    /// imported capsules.
+    pub fn agent(self) -> &'static str {
+        match self {
+            Format::PiV1 | Format::PiV3 => "pi",
+            Format::SweAgent1 | Format::SweAgent0 => "swe-agent",
+            Format::OpenHands => "openhands",
+            Format::GeminiCli => "gemini-cli",
+            Format::ClaudeCode | Format::ClaudeCodeOpenAiChat => "claude-code",
+            Format::CodexRollout | Format::CodexMessagesMeta => "codex",
+        }
+    }
+
+    /// Returns every format name, comma-separated, for error messages.
+    pub fn list() -> String {
+        Format::ALL
+            .iter()
+            .map(|format| format.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a file could not be imported.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The file or folder could not be read. Retrying helps only when the
+    /// cause (permissions, a vanished file) is fixed.
+    #[error("cannot read {path}")]
+    Io {
+        /// The path being read.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file matches none of the supported formats. Retrying cannot help.
+    #[error("{path} is not a transcript soba can import; supported formats: {formats}")]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+        /// The supported format names, comma-separated.
+        formats: String,
+    },
+    /// The file is already a SOBA session log; it needs no import.
+    #[error(
+        "{path} is already a soba session (schemaVersion {schema_version}); open or replay it directly instead of importing it"
+    )]
+    AlreadySoba {
+        /// The file.
+        path: PathBuf,
+        /// The header's `schemaVersion`.
+        schema_version: u64,
+    },
+    /// The file has the shape of a format but holds no importable session
+    /// (e.g. every line is malformed). Retrying cannot help.
+    #[error("{path} looks like {format} but holds no importable session: {reason}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The format it was detected as.
+        format: Format,
+        /// What is wrong, in a few words.
+        reason: String,
+    },
+}
+
+/// Options of an import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Unix milliseconds used as the timestamp of entries whose source
+    /// records no time (SWE-agent, the openai-chat export); each later entry
+    /// is one millisecond after the previous one.
+    pub fallback_timestamp_ms: i64,
+}
+
+impl ImportOptions {
+    /// Returns options with the given fallback time.
+    pub fn with_fallback_ms(fallback_timestamp_ms: i64) -> Self {
+        ImportOptions {
+            fallback_timestamp_ms,
+        }
+    }
+}
+
+/// One inference (model request) recorded in a transcript, as SPEC §15.1
+/// defines it per format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inference {
+    /// Index into [`ImportedSession::entries`] of the first assistant entry
+    /// the inference produced.
+    pub first_entry: usize,
+    /// Index of the last assistant entry it produced (equal to
+    /// `first_entry` when the response is one entry).
+    pub last_entry: usize,
+    /// Normalised usage of the request, when the source records it per
+    /// request.
+    pub usage: Option<Usage>,
+    /// RFC 3339 UTC time of the response, when the source records one.
+    pub timestamp: Option<String>,
+    /// The model that answered, when recorded.
+    pub model: Option<String>,
+    /// The source's id of the response (`message.id`, `model_response.id`),
+    /// when it has one.
+    pub response_id: Option<String>,
+}
+
+/// Counts and totals of one imported session (the fields of
+/// `soba import --json`, SPEC §3.4).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ImportStats {
+    /// Message records as the source stores them, before any merging.
+    pub messages: u64,
+    /// Source records per kind as stored (role, line type or event kind).
+    pub records: std::collections::BTreeMap<String, u64>,
+    /// SOBA message entries produced.
+    pub entries: u64,
+    /// `tool_use` blocks produced.
+    pub tool_calls: u64,
+    /// `tool_result` blocks produced.
+    pub tool_results: u64,
+    /// Tool calls with no result anywhere in the session (kept unpaired).
+    pub unpaired_tool_calls: u64,
+    /// Normalised usage totals (SPEC §4.2); for cumulative counters, the
+    /// last value normalised.
+    pub usage: Usage,
+    /// The source's own usage names and meanings: raw sums, or the last
+    /// value of cumulative counters, plus `"counting"` saying which.
+    pub usage_raw: Value,
+    /// The largest per-request prompt size, `None` without per-request usage.
+    pub peak_prompt_tokens: Option<u64>,
+    /// Recorded compactions (imported capsules).
+    pub compactions: u64,
+    /// What was skipped or guessed, one line each (with line numbers or
+    /// record indexes where known).
+    pub diagnostics: Vec<String>,
+}
+
+/// One foreign session converted to SOBA domain values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedSession {
+    /// The source format.
+    pub format: Format,
+    /// The file it came from.
+    pub source: PathBuf,
+    /// The source's own session id (or instance id, or file stem).
+    pub original_id: String,
+    /// The workspace directory the session ran in, when recorded.
+    pub cwd: Option<String>,
+    /// RFC 3339 UTC creation time, when recorded.
+    pub created_at: Option<String>,
+    /// The session's (first) model, when recorded.
+    pub model: Option<String>,
+    /// The context window the agent reported (Codex `model_context_window`,
+    /// OpenHands `max_input_tokens`).
+    pub context_window: Option<u64>,
+    /// The system prompt, when the trace records it.
+    pub system_prompt: Option<String>,
+    /// Whether `system_prompt` is also in `entries` as a `system` message
+    /// (SWE-agent, OpenHands); when false it was recorded outside the
+    /// conversation (Codex base instructions) and must be added to rebuild
+    /// the model input.
+    pub system_prompt_in_entries: bool,
+    /// Tool schemas as the trace records them (OpenHands `args.tools`).
+    pub tool_schemas: Vec<Value>,
+    /// SOBA entries: messages, imported capsules and model changes, in order,
+    /// each the parent of the next.
+    pub entries: Vec<Entry>,
+    /// The recorded inferences, in order.
+    pub inferences: Vec<Inference>,
+    /// Counts, usage and diagnostics.
+    pub stats: ImportStats,
+}
+
+impl ImportedSession {
+    /// Returns the number of recorded inferences.
+    pub fn inference_count(&self) -> usize {
+        self.inferences.len()
+    }
+}
+
+/// What importing one file of a folder gave.
+#[derive(Debug)]
+pub enum FileOutcome {
+    /// The file held these sessions.
+    Imported(Vec<ImportedSession>),
+    /// The file was skipped (unknown format, already a SOBA session); the
+    /// text is the diagnostic.
+    Skipped(String),
+    /// The file looked importable but failed.
+    Failed(ImportError),
+}
+
+/// One file visited by [`import_dir`].
+#[derive(Debug)]
+pub struct FileImport {
+    /// The file.
+    pub path: PathBuf,
+    /// What importing it gave.
+    pub outcome: FileOutcome,
+}
+
+/// Imports every session a file holds, detecting its format.
+///
+/// Entries of sources without timestamps are dated from the file's
+/// modification time. A SOBA session gives [`ImportError::AlreadySoba`].
+pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let fallback_ms = std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|elapsed| i64::try_from(elapsed.as_millis()).ok())
+        .unwrap_or(0);
+    import_bytes(&bytes, path, &ImportOptions::with_fallback_ms(fallback_ms))
+}
+
+/// Imports every session in `bytes`, read from `source` (used in errors,
+/// diagnostics and id seeds only).
+pub fn import_bytes(
+    bytes: &[u8],
+    source: &Path,
+    options: &ImportOptions,
+) -> Result<Vec<ImportedSession>, ImportError> {
+    let format = match detect_bytes(bytes) {
+        Some(Detected::Foreign(format)) => format,
+        Some(Detected::Soba { schema_version }) => {
+            return Err(ImportError::AlreadySoba {
+                path: source.to_owned(),
+                schema_version,
+            });
+        }
+        None => {
+            return Err(ImportError::UnknownFormat {
+                path: source.to_owned(),
+                formats: Format::list(),
+            });
+        }
+    };
+    import_as(bytes, format, source, options)
+}
+
+/// Imports `bytes` as the given format, without detection.
+pub fn import_as(
+    bytes: &[u8],
+    format: Format,
+    source: &Path,
+    options: &ImportOptions,
+) -> Result<Vec<ImportedSession>, ImportError> {
+    let text = String::from_utf8_lossy(bytes);
+    let ctx = builder::Context {
+        source: source.to_owned(),
+        fallback_ms: options.fallback_timestamp_ms,
+    };
+    let sessions = match format {
+        Format::PiV1 | Format::PiV3 => pi::import(&text, &ctx),
+        Format::SweAgent1 | Format::SweAgent0 => swe_agent::import(&text, &ctx),
+        Format::OpenHands => openhands::import(&text, &ctx),
+        Format::GeminiCli => gemini::import(&text, &ctx),
+        Format::ClaudeCode => claude_code::import_native(&text, &ctx),
+        Format::ClaudeCodeOpenAiChat => claude_code::import_openai_chat(&text, &ctx),
+        Format::CodexRollout => codex::import_rollout(&text, &ctx),
+        Format::CodexMessagesMeta => codex::import_messages_meta(&text, &ctx),
+    };
+    sessions.map_err(|reason| ImportError::Malformed {
+        path: source.to_owned(),
+        format,
+        reason,
+    })
+}
+
+/// Walks `dir` recursively (sorted by name, symlinked folders not followed)
+/// and imports every file, returning one outcome per file in walk order.
+/// Unknown files and SOBA sessions are [`FileOutcome::Skipped`] with a
+/// diagnostic, an unreadable subfolder is [`FileOutcome::Failed`]; only an
+/// unreadable `dir` itself is an error.
+pub fn import_dir(dir: &Path) -> Result<Vec<FileImport>, ImportError> {
+    let mut walked = Vec::new();
+    if let Err(source) = collect_files(dir, &mut walked) {
+        return Err(ImportError::Io {
+            path: dir.to_owned(),
+            source,
+        });
+    }
+    let mut out = Vec::with_capacity(walked.len());
+    for (path, walk_error) in walked {
+        let outcome = match walk_error {
+            Some(source) => FileOutcome::Failed(ImportError::Io {
+                path: path.clone(),
+                source,
+            }),
+            None => match import_path(&path) {
+                Ok(sessions) => FileOutcome::Imported(sessions),
+                Err(
+                    err @ (ImportError::UnknownFormat { .. } | ImportError::AlreadySoba { .. }),
+                ) => FileOutcome::Skipped(format!("skipped: {err}")),
+                Err(err) => FileOutcome::Failed(err),
+            },
+        };
+        out.push(FileImport { path, outcome });
+    }
+    Ok(out)
+}
+
+/// Pushes the regular files under `dir` onto `walked`, depth first, each
+/// folder's children sorted by name; a subfolder that cannot be read is
+/// pushed with its error. Fails only when `dir` itself cannot be read.
+fn collect_files(
+    dir: &Path,
+    walked: &mut Vec<(PathBuf, Option<std::io::Error>)>,
+) -> std::io::Result<()> {
+    let mut children: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .collect();
+    children.sort();
+    for child in children {
+        let Ok(meta) = std::fs::symlink_metadata(&child) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Err(err) = collect_files(&child, walked) {
+                walked.push((child, Some(err)));
+            }
+        } else if meta.is_file() || (meta.file_type().is_symlink() && child.is_file()) {
+            walked.push((child, None));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,984 @@
+//! Importers against the real transcripts of `shared/traces/raw` (every
+//! figure `traces/SOURCES.md` gives), plus folder walking, detection by path
+//! and robustness on damaged input.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use soba_core::{Block, EntryBody, Message, MessageOrigin, Role};
+use soba_store::import::{
+    Detected, FileOutcome, Format, ImportOptions, ImportedSession, detect_format, import_as,
+    import_bytes, import_dir, import_path,
+};
+
+/// Returns `shared/traces/raw`, or `None` (printing why) when absent.
+fn raw_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/raw");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        println!("skipped: ../shared/traces not found");
+        None
+    }
+}
+
+fn import_raw(rel: &str) -> Option<Vec<ImportedSession>> {
+    let path = raw_dir()?.join(rel);
+    Some(import_path(&path).unwrap_or_else(|err| panic!("{rel}: {err}")))
+}
+
+/// What SOURCES.md says about one session.
+struct Expect<'a> {
+    format: Format,
+    messages: u64,
+    records: &'a [(&'a str, u64)],
+    tool_calls: u64,
+    tool_results: u64,
+    unpaired: u64,
+    inferences: usize,
+    compactions: u64,
+    peak: Option<u64>,
+    /// JSON pointers into `usage_raw` and their values.
+    usage_raw: &'a [(&'a str, u64)],
+}
+
+fn check(s: &ImportedSession, expected: &Expect<'_>) {
+    let name = s.source.display().to_string();
+    assert_eq!(s.format, expected.format, "{name}: format");
+    assert_eq!(s.stats.messages, expected.messages, "{name}: messages");
+    for (kind, n) in expected.records {
+        assert_eq!(
+            s.stats.records.get(*kind).copied().unwrap_or(0),
+            *n,
+            "{name}: records[{kind}]"
+        );
+    }
+    assert_eq!(
+        s.stats.tool_calls, expected.tool_calls,
+        "{name}: tool calls"
+    );
+    assert_eq!(
+        s.stats.tool_results, expected.tool_results,
+        "{name}: tool results"
+    );
+    assert_eq!(
+        s.stats.unpaired_tool_calls, expected.unpaired,
+        "{name}: unpaired"
+    );
+    assert_eq!(
+        s.inferences.len(),
+        expected.inferences,
+        "{name}: inferences"
+    );
+    assert_eq!(
+        s.stats.compactions, expected.compactions,
+        "{name}: compactions"
+    );
+    assert_eq!(s.stats.peak_prompt_tokens, expected.peak, "{name}: peak");
+    for (pointer, n) in expected.usage_raw {
+        assert_eq!(
+            s.stats.usage_raw.pointer(pointer),
+            Some(&json!(n)),
+            "{name}: usage_raw{pointer}"
+        );
+    }
+    // Invariants every import keeps.
+    let message_entries = s
+        .entries
+        .iter()
+        .filter(|e| matches!(e.body, EntryBody::Message(_)))
+        .count();
+    assert_eq!(s.stats.entries, message_entries as u64, "{name}: entries");
+    for (idx, entry) in s.entries.iter().enumerate() {
+        let parent = idx.checked_sub(1).map(|prev| &s.entries[prev].id);
+        assert_eq!(
+            entry.parent_id.as_ref(),
+            parent,
+            "{name}: entry {idx} chains to the previous one"
+        );
+        assert!(
+            entry.timestamp.parse::<jiff::Timestamp>().is_ok(),
+            "{name}: entry {idx} timestamp {}",
+            entry.timestamp
+        );
+    }
+    assert!(
+        s.entries.windows(2).all(|w| w[0].id.hex() < w[1].id.hex()),
+        "{name}: ids sort in entry order"
+    );
+    for inference in &s.inferences {
+        assert!(inference.first_entry <= inference.last_entry);
+        let message = message_at(s, inference.last_entry);
+        assert_eq!(
+            message.role,
+            Role::Assistant,
+            "{name}: inference points at an assistant entry"
+        );
+        assert_eq!(message.usage, inference.usage);
+    }
+}
+
+fn message_at(s: &ImportedSession, idx: usize) -> &Message {
+    match &s.entries[idx].body {
+        EntryBody::Message(entry) => &entry.message,
+        other => panic!("entry {idx} is {}", other.type_name()),
+    }
+}
+
+fn messages(s: &ImportedSession) -> impl Iterator<Item = &Message> {
+    s.entries.iter().filter_map(|e| match &e.body {
+        EntryBody::Message(entry) => Some(&entry.message),
+        _ => None,
+    })
+}
+
+fn tool_names(s: &ImportedSession) -> BTreeMap<String, u64> {
+    let mut names = BTreeMap::new();
+    for call in messages(s).flat_map(Message::tool_uses) {
+        *names.entry(call.name.clone()).or_insert(0) += 1;
+    }
+    names
+}
+
+fn capsules(s: &ImportedSession) -> Vec<(usize, &soba_core::Capsule)> {
+    s.entries
+        .iter()
+        .enumerate()
+        .filter_map(|(idx, e)| match &e.body {
+            EntryBody::Capsule(capsule) => Some((idx, capsule.as_ref())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Returns the largest number of unpaired calls in one assistant message.
+fn unpaired_per_message(s: &ImportedSession) -> Vec<usize> {
+    let answered: std::collections::HashSet<&str> = messages(s)
+        .flat_map(Message::tool_results)
+        .map(|r| r.tool_use_id.as_str())
+        .collect();
+    let mut counts: Vec<usize> = messages(s)
+        .map(|m| {
+            m.tool_uses()
+                .filter(|c| !answered.contains(c.id.as_str()))
+                .count()
+        })
+        .filter(|n| *n > 0)
+        .collect();
+    counts.sort_unstable();
+    counts
+}
+
+#[test]
+fn pi_large_session() {
+    let Some(mut sessions) = import_raw("pi-mono/large-session.jsonl") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::PiV1,
+            messages: 914,
+            records: &[
+                ("user", 88),
+                ("assistant", 453),
+                ("toolResult", 373),
+                ("model_change", 1),
+                ("thinking_level_change", 103),
+            ],
+            tool_calls: 391,
+            tool_results: 373,
+            unpaired: 18,
+            inferences: 453,
+            compactions: 0,
+            peak: Some(177_604),
+            usage_raw: &[
+                ("/input", 1_049),
+                ("/output", 83_156),
+                ("/cacheRead", 43_229_469),
+                ("/cacheWrite", 4_296_232),
+            ],
+        },
+    );
+    assert_eq!(s.original_id, "d703a1a9-1b7b-4fb1-b512-c9738b1fe617");
+    assert_eq!(
+        (
+            s.stats.usage.input,
+            s.stats.usage.cache_read,
+            s.stats.usage.cache_write
+        ),
+        (1_049, 43_229_469, 4_296_232)
+    );
+    // 16 unanswered calls sit in the one errored message, 2 in aborted ones.
+    assert_eq!(unpaired_per_message(&s).last(), Some(&16));
+    assert_eq!(unpaired_per_message(&s).iter().sum::<usize>(), 18);
+    // 3 aborted calls carry partialJson, kept as raw text.
+    assert_eq!(
+        messages(&s)
+            .flat_map(Message::tool_uses)
+            .filter(|c| c.input.raw().is_some())
+            .count(),
+        3
+    );
+    // claude-sonnet-4-5 answers 452 requests; one earlier gpt-5.1-codex request was aborted.
+    let by_model = s.inferences.iter().fold(BTreeMap::new(), |mut acc, i| {
+        *acc.entry(i.model.clone().unwrap_or_default()).or_insert(0) += 1;
+        acc
+    });
+    assert_eq!(by_model.get("claude-sonnet-4-5"), Some(&452));
+    assert_eq!(by_model.get("gpt-5.1-codex"), Some(&1));
+    assert_eq!(s.stats.records.values().sum::<u64>(), 914 + 1 + 103);
+}
+
+#[test]
+fn pi_before_compaction() {
+    let Some(mut sessions) = import_raw("pi-mono/before-compaction.jsonl") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::PiV1,
+            messages: 990,
+            records: &[
+                ("user", 55),
+                ("assistant", 484),
+                ("toolResult", 448),
+                ("bashExecution", 3),
+                ("compaction", 2),
+                ("model_change", 5),
+                ("thinking_level_change", 5),
+            ],
+            tool_calls: 454,
+            tool_results: 448,
+            unpaired: 6,
+            inferences: 484,
+            compactions: 2,
+            peak: Some(184_915),
+            usage_raw: &[
+                ("/input", 3_689),
+                ("/output", 187_895),
+                ("/cacheRead", 54_693_675),
+                ("/cacheWrite", 1_685_320),
+                ("/totalTokens", 56_570_579),
+            ],
+        },
+    );
+    assert_eq!(s.model.as_deref(), Some("claude-opus-4-5"));
+    let model_changes = s
+        .entries
+        .iter()
+        .filter(|e| matches!(e.body, EntryBody::ModelChange { .. }))
+        .count();
+    assert_eq!(model_changes, 5);
+    // bashExecution messages are real user text "$ cmd\n<output>".
+    let bash: Vec<&Message> = messages(&s)
+        .filter(|m| m.text().starts_with("$ "))
+        .collect();
+    assert_eq!(bash.len(), 3);
+    assert!(bash.iter().all(|m| m.is_real_user()));
+    assert!(bash[0].text().starts_with("$ ls\nAGENTS.md\n"));
+    assert_eq!(
+        messages(&s)
+            .flat_map(Message::tool_uses)
+            .filter(|c| c.input.raw().is_some())
+            .count(),
+        3
+    );
+
+    // The two compactions, with their first kept entries resolved from
+    // firstKeptEntryIndex (0-based over all lines).
+    let lines: Vec<Value> = std::fs::read_to_string(&s.source)
+        .expect("readable")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("valid line"))
+        .collect();
+    let found = capsules(&s);
+    assert_eq!(found.len(), 2);
+    for ((capsule_idx, capsule), (line, tokens_before, kept_line, k_chars)) in found
+        .iter()
+        .zip([(359, 175_004, 293, 4.3), (628, 185_014, 551, 3.6)])
+    {
+        let imported = capsule.imported.as_ref().expect("imported");
+        assert_eq!(
+            (imported.agent.as_str(), imported.original_id.clone()),
+            ("pi", format!("line:{line}"))
+        );
+        assert_eq!(capsule.tokens_before.get(), tokens_before);
+        let n_chars = capsule.markdown.chars().count() as f64;
+        assert_eq!((n_chars / 100.0).round() / 10.0, k_chars, "summary length");
+        assert_eq!(
+            s.entries[*capsule_idx].timestamp,
+            lines[line]["timestamp"].as_str().expect("timestamp")
+        );
+        let kept_id = capsule.first_kept_entry_id.as_ref().expect("kept entry");
+        let kept = s
+            .entries
+            .iter()
+            .find(|e| &e.id == kept_id)
+            .expect("kept entry exists");
+        // The entry made from line `kept_line` (or the first line after it that makes one).
+        let first_line_with_entry = (kept_line..line)
+            .find(|&l| {
+                matches!(
+                    lines[l]["type"].as_str(),
+                    Some("message" | "model_change" | "compaction")
+                )
+            })
+            .expect("a line makes an entry");
+        assert_eq!(
+            kept.timestamp,
+            lines[first_line_with_entry]["timestamp"]
+                .as_str()
+                .expect("timestamp")
+        );
+    }
+    assert_eq!(
+        found[1].1.previous_capsule_id.as_ref(),
+        Some(&s.entries[found[0].0].id)
+    );
+    // The sixth unanswered call is the bash call right before the second compaction.
+    let before = message_at(&s, found[1].0 - 1);
+    let call = before.tool_uses().next().expect("a call");
+    assert_eq!(call.name, "bash");
+    assert!(
+        !messages(&s)
+            .flat_map(Message::tool_results)
+            .any(|r| r.tool_use_id == call.id)
+    );
+}
+
+#[test]
+fn swe_agent_one_x() {
+    let Some(mut sessions) = import_raw("swe-agent/marshmallow-code__marshmallow-1867.traj") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::SweAgent1,
+            messages: 28,
+            records: &[("system", 1), ("user", 1), ("assistant", 13), ("tool", 13)],
+            tool_calls: 13,
+            tool_results: 13,
+            unpaired: 0,
+            inferences: 13,
+            compactions: 0,
+            peak: None,
+            usage_raw: &[
+                ("/model_stats/tokens_sent", 0),
+                ("/model_stats/tokens_received", 0),
+                ("/model_stats/api_calls", 13),
+            ],
+        },
+    );
+    assert!(
+        s.system_prompt
+            .as_deref()
+            .is_some_and(|p| p.starts_with("SETTING: You are an autonomous programmer"))
+    );
+    assert!(s.system_prompt_in_entries);
+    assert_eq!(messages(&s).filter(|m| m.is_real_user()).count(), 1);
+    let first_call = messages(&s)
+        .flat_map(Message::tool_uses)
+        .next()
+        .expect("a call");
+    assert_eq!(
+        (first_call.id.as_str(), first_call.name.as_str()),
+        ("call_9diWc1DYm4RLmPfHgIaP2wd", "bash")
+    );
+    assert_eq!(first_call.input.str_arg("command"), Some("ls -F"));
+}
+
+#[test]
+fn swe_agent_zero_x() {
+    let Some(mut sessions) = import_raw("swe-agent/pydicom__pydicom-1458.traj") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::SweAgent0,
+            messages: 26,
+            records: &[("system", 1), ("demo", 1), ("user", 12), ("assistant", 12)],
+            tool_calls: 12,
+            tool_results: 11,
+            unpaired: 1,
+            inferences: 12,
+            compactions: 0,
+            peak: None,
+            usage_raw: &[
+                ("/model_stats/tokens_sent", 122_612),
+                ("/model_stats/tokens_received", 1_369),
+                ("/model_stats/api_calls", 12),
+            ],
+        },
+    );
+    assert_eq!(
+        s.stats
+            .usage_raw
+            .pointer("/model_stats/instance_cost")
+            .and_then(Value::as_f64)
+            .map(|c| (c * 100.0).round()),
+        Some(127.0)
+    );
+    assert_eq!(
+        (s.stats.usage.input, s.stats.usage.output),
+        (122_612, 1_369)
+    );
+    let origins: Vec<MessageOrigin> = messages(&s)
+        .filter(|m| m.role != Role::Assistant)
+        .map(|m| m.origin)
+        .collect();
+    assert_eq!(
+        origins
+            .iter()
+            .filter(|o| **o == MessageOrigin::Demonstration)
+            .count(),
+        1
+    );
+    assert_eq!(
+        origins
+            .iter()
+            .filter(|o| **o == MessageOrigin::Observation)
+            .count(),
+        11
+    );
+    assert_eq!(messages(&s).filter(|m| m.is_real_user()).count(), 1);
+    let calls: Vec<_> = messages(&s).flat_map(Message::tool_uses).collect();
+    assert!(
+        calls
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.id == format!("step-{i}") && c.name == "bash")
+    );
+    assert_eq!(
+        calls[0].input.str_arg("command"),
+        Some("create reproduce_bug.py")
+    );
+    assert_eq!(calls[11].input.str_arg("command"), Some("submit"));
+}
+
+#[test]
+fn openhands_instances() {
+    let Some(sessions) = import_raw("openhands/output.jsonl") else {
+        return;
+    };
+    assert_eq!(sessions.len(), 3);
+    let table = [
+        ("ponylang__ponyc-4595", 49, 23, 565_158, 2_558, 33_459, true),
+        ("ponylang__ponyc-4593", 70, 33, 410_169, 5_156, 19_391, true),
+        (
+            "ponylang__ponyc-4588",
+            103,
+            49,
+            938_015,
+            5_627,
+            27_127,
+            false,
+        ),
+    ];
+    let mut total_prompt = 0;
+    let mut total_completion = 0;
+    let mut error_observations = 0;
+    for (s, (id, events, calls, prompt, completion, peak, finished)) in sessions.iter().zip(table) {
+        assert_eq!(s.original_id, id);
+        let unpaired = u64::from(finished);
+        check(
+            s,
+            &Expect {
+                format: Format::OpenHands,
+                messages: events,
+                records: &[
+                    ("action:system", 1),
+                    ("action:message", 1),
+                    ("action:finish", unpaired),
+                ],
+                tool_calls: calls,
+                tool_results: calls - unpaired,
+                unpaired,
+                inferences: calls as usize,
+                compactions: 0,
+                peak: Some(peak),
+                usage_raw: &[],
+            },
+        );
+        assert_eq!(s.stats.usage_raw["prompt_tokens"], prompt);
+        assert_eq!(s.stats.usage_raw["completion_tokens"], completion);
+        assert_eq!(
+            s.stats.usage_raw["accumulated_token_usage"]["prompt_tokens"],
+            prompt
+        );
+        assert_eq!(
+            (s.stats.usage.input, s.stats.usage.output),
+            (prompt, completion)
+        );
+        assert!(
+            s.inferences
+                .iter()
+                .all(|i| i.usage.is_some() && i.response_id.is_some())
+        );
+        let schema_names: Vec<&str> = s
+            .tool_schemas
+            .iter()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+            .collect();
+        assert_eq!(
+            schema_names,
+            ["execute_bash", "think", "finish", "str_replace_editor"]
+        );
+        assert!(
+            s.system_prompt
+                .as_deref()
+                .is_some_and(|p| p.starts_with("You are OpenHands agent"))
+        );
+        // The calls left without an observation are the finish calls.
+        let answered: std::collections::HashSet<&str> = messages(s)
+            .flat_map(Message::tool_results)
+            .map(|r| r.tool_use_id.as_str())
+            .collect();
+        let unanswered: Vec<&str> = messages(s)
+            .flat_map(Message::tool_uses)
+            .filter(|c| !answered.contains(c.id.as_str()))
+            .map(|c| c.name.as_str())
+            .collect();
+        assert!(unanswered.iter().all(|name| *name == "finish"));
+        assert_eq!(
+            s.stats
+                .diagnostics
+                .iter()
+                .any(|d| d.contains("maximum iteration")),
+            !finished
+        );
+        error_observations += s
+            .stats
+            .records
+            .get("observation:error")
+            .copied()
+            .unwrap_or(0);
+        total_prompt += prompt;
+        total_completion += completion;
+        assert!(
+            messages(s)
+                .flat_map(Message::tool_results)
+                .any(|r| r.is_error)
+        );
+    }
+    assert_eq!(error_observations, 2);
+    assert_eq!(((total_prompt as f64) / 1e4).round() / 100.0, 1.91);
+    assert_eq!(((total_completion as f64) / 100.0).round() / 10.0, 13.3);
+    let all_calls: u64 = sessions.iter().map(|s| s.stats.tool_calls).sum();
+    let all_results: u64 = sessions.iter().map(|s| s.stats.tool_results).sum();
+    assert_eq!((all_calls, all_results), (105, 103));
+}
+
+#[test]
+fn gemini_cli() {
+    let Some(mut sessions) = import_raw("gemini-cli/session-2026-01-30T06-08-7befeae5.json") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::GeminiCli,
+            messages: 32,
+            records: &[("user", 1), ("gemini", 31)],
+            tool_calls: 62,
+            tool_results: 62,
+            unpaired: 0,
+            inferences: 31,
+            compactions: 0,
+            peak: Some(66_309),
+            usage_raw: &[
+                ("/input", 1_053_589),
+                ("/cached", 927_523),
+                ("/output", 21_861),
+                ("/thoughts", 7_489),
+                ("/total", 1_082_939),
+            ],
+        },
+    );
+    assert_eq!(s.model.as_deref(), Some("gemini-3-pro-preview"));
+    let errors = messages(&s)
+        .flat_map(Message::tool_results)
+        .filter(|r| r.is_error)
+        .count();
+    assert_eq!(errors, 2);
+    let thoughts = messages(&s)
+        .flat_map(|m| &m.content)
+        .filter(|b| matches!(b, Block::Thinking { .. }))
+        .count();
+    assert_eq!(thoughts, 63);
+    // Normalised: input excludes cached; output includes thoughts.
+    let u = s.stats.usage;
+    assert_eq!(
+        (u.input, u.cache_read, u.output, u.reasoning),
+        (1_053_589 - 927_523, 927_523, 21_861 + 7_489, 7_489)
+    );
+}
+
+#[test]
+fn claude_code_openai_chat_export() {
+    let Some(mut sessions) = import_raw("claude-code-openai-chat/develop-1.json") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::ClaudeCodeOpenAiChat,
+            messages: 619,
+            records: &[
+                ("system", 2),
+                ("user", 16),
+                ("assistant", 353),
+                ("tool", 248),
+            ],
+            tool_calls: 249,
+            tool_results: 248,
+            unpaired: 1,
+            inferences: 238,
+            compactions: 2,
+            peak: None,
+            usage_raw: &[],
+        },
+    );
+    assert_eq!(s.model.as_deref(), Some("claude-sonnet-4-6"));
+    let names = tool_names(&s);
+    let expected: BTreeMap<String, u64> = [
+        ("Write", 139),
+        ("Bash", 70),
+        ("Edit", 15),
+        ("TodoWrite", 12),
+        ("Read", 11),
+        ("ToolSearch", 2),
+    ]
+    .into_iter()
+    .map(|(name, n)| (name.to_owned(), n))
+    .collect();
+    assert_eq!(names, expected);
+    // The last call is the unanswered one.
+    let last_call = messages(&s)
+        .flat_map(Message::tool_uses)
+        .last()
+        .expect("a call");
+    assert!(
+        !messages(&s)
+            .flat_map(Message::tool_results)
+            .any(|r| r.tool_use_id == last_call.id)
+    );
+    let thinking = messages(&s)
+        .flat_map(|m| &m.content)
+        .filter(|b| matches!(b, Block::Thinking { .. }))
+        .count();
+    assert_eq!(thinking, 33);
+    // Compactions at message indexes 112/113 and 269/270.
+    let found = capsules(&s);
+    let ids: Vec<&str> = found
+        .iter()
+        .map(|(_, c)| c.imported.as_ref().map_or("", |i| i.original_id.as_str()))
+        .collect();
+    assert_eq!(ids, ["messages[112]", "messages[269]"]);
+    for (idx, capsule) in &found {
+        assert!(
+            capsule
+                .markdown
+                .starts_with("This session is being continued from a previous conversation")
+        );
+        let summary = message_at(&s, idx + 1);
+        assert_eq!(summary.origin, MessageOrigin::Summary);
+        assert_eq!(
+            capsule.first_kept_entry_id.as_ref(),
+            Some(&s.entries[idx + 2].id)
+        );
+    }
+    let markers = messages(&s)
+        .filter(|m| m.origin == MessageOrigin::Marker)
+        .count();
+    assert_eq!(markers, 4);
+    assert_eq!(
+        messages(&s).filter(|m| m.is_real_user()).count(),
+        16 - 2 - 4
+    );
+}
+
+#[test]
+fn codex_messages_meta() {
+    let Some(mut sessions) = import_raw("codex-converted/trajectory-1.json") else {
+        return;
+    };
+    let s = sessions.remove(0);
+    check(
+        &s,
+        &Expect {
+            format: Format::CodexMessagesMeta,
+            messages: 905,
+            records: &[
+                ("developer", 1),
+                ("system", 2),
+                ("user", 20),
+                ("assistant", 472),
+                ("tool", 410),
+            ],
+            tool_calls: 411,
+            tool_results: 410,
+            unpaired: 1,
+            inferences: 348,
+            compactions: 0,
+            peak: Some(216_116),
+            usage_raw: &[
+                ("/total_token_usage/input_tokens", 40_399_924),
+                ("/total_token_usage/cached_input_tokens", 26_484_096),
+                ("/total_token_usage/output_tokens", 195_227),
+                ("/total_token_usage/reasoning_output_tokens", 57_259),
+                ("/total_token_usage/total_tokens", 40_595_151),
+                ("/model_context_window", 258_400),
+                ("/token_count_events", 715),
+            ],
+        },
+    );
+    assert_eq!(s.context_window, Some(258_400));
+    let u = s.stats.usage;
+    assert_eq!(
+        (u.input, u.cache_read, u.output, u.reasoning),
+        (40_399_924 - 26_484_096, 26_484_096, 195_227, 57_259)
+    );
+    assert!(
+        s.system_prompt
+            .as_deref()
+            .is_some_and(|p| p.starts_with("You are Codex"))
+    );
+    assert!(!s.system_prompt_in_entries);
+    let names = tool_names(&s);
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        [
+            ("apply_patch".to_owned(), 68),
+            ("exec_command".to_owned(), 309),
+            ("update_plan".to_owned(), 5),
+            ("write_stdin".to_owned(), 29)
+        ]
+    );
+    assert_eq!(s.model.as_deref(), Some("gpt-5.3-codex-bak"));
+    // 7 <turn_aborted> markers among the 20 user records (the 8 "continue"
+    // prompts are real); the two environment contexts are injected.
+    assert_eq!(
+        messages(&s)
+            .filter(|m| m.origin == MessageOrigin::Marker)
+            .count(),
+        7
+    );
+    assert_eq!(
+        messages(&s)
+            .filter(|m| m.origin == MessageOrigin::Injected)
+            .count(),
+        2
+    );
+    assert_eq!(messages(&s).filter(|m| m.is_real_user()).count(), 13);
+    assert_eq!(
+        messages(&s)
+            .filter(|m| m.is_real_user() && m.text() == "continue")
+            .count(),
+        8
+    );
+    // The two compactions the export dropped show in the attached usage:
+    // the token_count series falls from 211,015 to 15,784 and from 210,138
+    // to 14,900; the 211,015 and 210,138 requests answered with nothing the
+    // export kept (the compaction turn), so the inference before each drop
+    // is the last recorded response, still above 200,000.
+    let prompts: Vec<u64> = s
+        .inferences
+        .iter()
+        .filter_map(|i| i.usage.map(|u| u.prompt()))
+        .collect();
+    for to in [15_784, 14_900] {
+        assert!(
+            prompts.windows(2).any(|w| w[0] > 200_000 && w[1] == to),
+            "prompt drop to {to}"
+        );
+    }
+    assert_eq!(
+        s.inferences.iter().filter(|i| i.usage.is_some()).count(),
+        346
+    );
+}
+
+#[test]
+fn folder_walk_is_sorted_and_skips_unknown_files() {
+    let Some(raw) = raw_dir() else { return };
+    let outcomes = import_dir(&raw).expect("walks");
+    let paths: Vec<String> = outcomes
+        .iter()
+        .map(|f| {
+            f.path
+                .strip_prefix(&raw)
+                .expect("under raw")
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "claude-code-openai-chat/develop-1.json",
+            "codex-converted/trajectory-1.json",
+            "gemini-cli/session-2026-01-30T06-08-7befeae5.json",
+            "openhands/output.jsonl",
+            "pi-mono/before-compaction.jsonl",
+            "pi-mono/large-session.jsonl",
+            "swe-agent/marshmallow-code__marshmallow-1867.traj",
+            "swe-agent/pydicom__pydicom-1458.traj",
+        ]
+    );
+    let sessions: usize = outcomes
+        .iter()
+        .map(|f| match &f.outcome {
+            FileOutcome::Imported(sessions) => sessions.len(),
+            other => panic!("{}: {other:?}", f.path.display()),
+        })
+        .sum();
+    assert_eq!(sessions, 10);
+    for (rel, format) in [
+        ("pi-mono/large-session.jsonl", "pi-v1"),
+        ("codex-converted/trajectory-1.json", "codex-messages-meta"),
+        (
+            "claude-code-openai-chat/develop-1.json",
+            "claude-code-openai-chat",
+        ),
+        ("openhands/output.jsonl", "openhands"),
+    ] {
+        assert_eq!(
+            detect_format(&raw.join(rel)).expect("detects").as_str(),
+            format
+        );
+    }
+}
+
+#[test]
+fn folder_walk_reports_unknown_and_soba_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("nested")).expect("mkdir");
+    std::fs::write(dir.path().join("b-notes.txt"), "hello").expect("write");
+    std::fs::write(
+        dir.path().join("a-soba.jsonl"),
+        "{\"type\":\"session\",\"schemaVersion\":1,\"id\":\"x\"}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("nested/pi.jsonl"),
+        "{\"type\":\"session\",\"id\":\"p\",\"timestamp\":\"2025-01-01T00:00:00Z\"}\n{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:01Z\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n",
+    )
+    .expect("write");
+    let outcomes = import_dir(dir.path()).expect("walks");
+    let summary: Vec<(String, &str)> = outcomes
+        .iter()
+        .map(|f| {
+            let name = f
+                .path
+                .strip_prefix(dir.path())
+                .expect("under dir")
+                .display()
+                .to_string();
+            let kind = match &f.outcome {
+                FileOutcome::Imported(_) => "imported",
+                FileOutcome::Skipped(_) => "skipped",
+                FileOutcome::Failed(_) => "failed",
+            };
+            (name, kind)
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("a-soba.jsonl".to_owned(), "skipped"),
+            ("b-notes.txt".to_owned(), "skipped"),
+            ("nested/pi.jsonl".to_owned(), "imported")
+        ]
+    );
+    let FileOutcome::Skipped(soba) = &outcomes[0].outcome else {
+        panic!("skipped")
+    };
+    assert!(soba.contains("already a soba session"), "{soba}");
+    let FileOutcome::Skipped(unknown) = &outcomes[1].outcome else {
+        panic!("skipped")
+    };
+    assert!(unknown.contains("pi-v1, pi-v3, swe-agent-1"), "{unknown}");
+    assert!(matches!(
+        detect_format(&dir.path().join("a-soba.jsonl")),
+        Ok(Detected::Soba { schema_version: 1 })
+    ));
+    assert!(import_dir(&dir.path().join("missing")).is_err());
+    // A single SOBA file is a clear error.
+    let err = import_path(&dir.path().join("a-soba.jsonl")).expect_err("not importable");
+    assert!(err.to_string().contains("already a soba session"));
+}
+
+#[test]
+fn damaged_real_files_never_panic() {
+    let Some(raw) = raw_dir() else { return };
+    let options = ImportOptions::with_fallback_ms(0);
+    for rel in [
+        "pi-mono/large-session.jsonl",
+        "swe-agent/pydicom__pydicom-1458.traj",
+        "openhands/output.jsonl",
+        "gemini-cli/session-2026-01-30T06-08-7befeae5.json",
+        "claude-code-openai-chat/develop-1.json",
+    ] {
+        let bytes = std::fs::read(raw.join(rel)).expect("readable");
+        for cut in [1, 7, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
+            let _ = import_bytes(&bytes[..cut], Path::new(rel), &options);
+        }
+        // Every format's importer on every other file: errors or sessions, no panic.
+        for format in Format::ALL {
+            let _ = import_as(&bytes[..bytes.len() / 2], format, Path::new(rel), &options);
+        }
+    }
+    // A pi file cut mid-line keeps its good lines and names the torn one.
+    let bytes = std::fs::read(raw.join("pi-mono/large-session.jsonl")).expect("readable");
+    let cut = bytes.len() / 2;
+    let sessions = import_bytes(&bytes[..cut], Path::new("cut.jsonl"), &options).expect("imports");
+    let torn_line = bytes[..cut].iter().filter(|b| **b == b'\n').count() + 1;
+    assert!(
+        sessions[0]
+            .stats
+            .diagnostics
+            .iter()
+            .any(|d| d.starts_with(&format!("line {torn_line}:")))
+    );
+}
+
+#[test]
+fn garbage_and_hostile_input() {
+    let options = ImportOptions::with_fallback_ms(0);
+    let path = Path::new("garbage");
+    for input in [
+        &b""[..],
+        b"\xff\xfe\x00garbage",
+        b"{}",
+        b"[]",
+        b"null",
+        b"{\"history\":\"nope\",\"info\":1}",
+        b"{\"format\":\"openai-chat\",\"messages\":[null,1,{\"role\":7}]}",
+        b"{\"instance_id\":1,\"history\":[{\"action\":\"run\",\"tool_call_metadata\":{\"model_response\":{\"usage\":{\"prompt_tokens\":18446744073709551615,\"prompt_tokens_details\":{\"cached_tokens\":-5}}}}}]}",
+        b"{\"type\":\"session\",\"id\":1}\n{\"type\":\"message\",\"message\":{\"role\":\"assistant\",\"content\":\"x\",\"usage\":{\"input\":18446744073709551615,\"cacheRead\":18446744073709551615}}}\n{\"type\":\"compaction\",\"firstKeptEntryIndex\":99999999999}",
+        b"{\"sessionId\":\"s\",\"messages\":[{\"type\":\"gemini\",\"tokens\":{\"input\":1,\"cached\":5},\"toolCalls\":[{\"result\":[{}]}]}]}",
+    ] {
+        match import_bytes(input, path, &options) {
+            Ok(sessions) => assert!(!sessions.is_empty()),
+            Err(err) => assert!(!err.to_string().is_empty()),
+        }
+    }
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    assert!(import_bytes(deep.as_bytes(), path, &options).is_err());
+    let unknown = import_bytes(b"hello", path, &options).expect_err("unknown");
+    assert!(
+        unknown.to_string().contains("codex-messages-meta"),
+        "{unknown}"
+    );
+}
