@@ -1,0 +1,217 @@
+//! `search`: a regex over the files of the workspace, honouring
+//! `.gitignore` and skipping `.git/` and binaries, at most 1,000 matching
+//! lines (SPEC §11.1).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use regex::Regex;
+use serde_json::{Value, json};
+use soba_core::ToolInput;
+use tokio_util::sync::CancellationToken;
+
+use super::args::Args;
+use super::read::BINARY_PROBE_BYTES;
+use super::{
+    MAX_LISTED, Tool, ToolContext, ToolFuture, ToolOutcome, Workspace, run_blocking, walk,
+};
+
+/// Characters of a matching line shown before it is cut with `…`, so one
+/// minified file cannot flood the result.
+pub const MAX_MATCH_LINE_CHARS: usize = 500;
+
+/// The `search` tool.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Search;
+
+impl Tool for Search {
+    fn name(&self) -> &'static str {
+        "search"
+    }
+
+    fn description(&self) -> &'static str {
+        "Searches the workspace's text files for lines matching a regular expression (Rust regex syntax) and \
+         returns them as `path:line:text`, sorted by path. Honours .gitignore and skips .git/ and binary files. \
+         `path` limits the search to a directory or file; `glob` to files matching a pattern such as `*.rs`. \
+         At most 1000 matches are shown."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Regular expression to look for"},
+                "path": {"type": "string", "description": "Directory or file to search, relative to the workspace root (default: the root)"},
+                "glob": {"type": "string", "description": "Glob the files must match, e.g. `*.rs`"}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let args = Args::new(self.name(), input);
+            let request = match (
+                args.string("pattern"),
+                args.optional_string("path"),
+                args.optional_string("glob"),
+            ) {
+                (Ok(pattern), Ok(path), Ok(glob)) => SearchRequest {
+                    pattern: pattern.to_owned(),
+                    path: path.map(str::to_owned),
+                    glob: glob.map(str::to_owned),
+                },
+                (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
+                    return error.into();
+                }
+            };
+            let workspace = ctx.workspace().clone();
+            let cancel = ctx.cancel().clone();
+            run_blocking(move || search(&workspace, &request, &cancel)).await
+        })
+    }
+}
+
+struct SearchRequest {
+    pattern: String,
+    path: Option<String>,
+    glob: Option<String>,
+}
+
+fn search(
+    workspace: &Workspace,
+    request: &SearchRequest,
+    cancel: &CancellationToken,
+) -> ToolOutcome {
+    let run = || -> Result<ToolOutcome, ToolOutcome> {
+        if request.pattern.is_empty() {
+            return Err(ToolOutcome::error(
+                "pattern is empty; pass a regular expression",
+            ));
+        }
+        let regex = Regex::new(&request.pattern).map_err(|error| {
+            ToolOutcome::error(format!("invalid regex `{}`: {error}", request.pattern))
+        })?;
+        let base = walk::base(workspace, request.path.as_deref())?;
+        let filter = walk::glob(&base, request.glob.as_deref())?;
+        let files = walk::files(&base, filter.as_ref(), cancel)?;
+        let mut shown: Vec<String> = Vec::new();
+        let mut n_matches = 0usize;
+        for file in &files {
+            if cancel.is_cancelled() {
+                return Err(ToolOutcome::error("cancelled"));
+            }
+            let relative = workspace.relative(file);
+            scan(file, &regex, |line_no, text| {
+                n_matches += 1;
+                if shown.len() < MAX_LISTED {
+                    shown.push(format!("{relative}:{line_no}:{}", clip(text)));
+                }
+            });
+        }
+        if n_matches == 0 {
+            return Ok(ToolOutcome::ok(format!(
+                "no matches for `{}`",
+                request.pattern
+            )));
+        }
+        if n_matches > MAX_LISTED {
+            shown.push(format!("… {} more matches", n_matches - MAX_LISTED));
+        }
+        Ok(ToolOutcome::ok(shown.join("\n")))
+    };
+    run().unwrap_or_else(|error| error)
+}
+
+/// Calls `on_match` for each matching line of a text file. Symlinks,
+/// unreadable files and binaries (a NUL in the first 8 KiB) are skipped.
+fn scan(path: &Path, regex: &Regex, mut on_match: impl FnMut(u64, &str)) {
+    // The walk does not follow symlinks; opening one here would.
+    if path.symlink_metadata().map_or(true, |meta| !meta.is_file()) {
+        return;
+    }
+    let Ok(file) = File::open(path) else { return };
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut position = 0usize;
+    let mut line_no = 0u64;
+    let mut pending: Vec<(u64, String)> = Vec::new();
+    loop {
+        line.clear();
+        let Ok(n_read) = reader.read_until(b'\n', &mut line) else {
+            return;
+        };
+        if n_read == 0 {
+            break;
+        }
+        if position < BINARY_PROBE_BYTES {
+            let probe = n_read.min(BINARY_PROBE_BYTES - position);
+            if line[..probe].contains(&0) {
+                return;
+            }
+            // Matches are held back until the probe window has passed, so a
+            // binary file reports none.
+        }
+        position = position.saturating_add(n_read);
+        line_no += 1;
+        while matches!(line.last(), Some(b'\n' | b'\r')) {
+            line.pop();
+        }
+        let text = String::from_utf8_lossy(&line);
+        if regex.is_match(&text) {
+            if position <= BINARY_PROBE_BYTES {
+                pending.push((line_no, text.into_owned()));
+            } else {
+                for (pending_no, pending_text) in pending.drain(..) {
+                    on_match(pending_no, &pending_text);
+                }
+                on_match(line_no, &text);
+            }
+        }
+    }
+    for (pending_no, pending_text) in pending {
+        on_match(pending_no, &pending_text);
+    }
+}
+
+/// Cuts a line to [`MAX_MATCH_LINE_CHARS`] characters.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(MAX_MATCH_LINE_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_cuts_long_lines() {
+        assert_eq!(clip("short"), "short");
+        let long = "é".repeat(MAX_MATCH_LINE_CHARS + 3);
+        let clipped = clip(&long);
+        assert_eq!(clipped.chars().count(), MAX_MATCH_LINE_CHARS + 1);
+        assert!(clipped.ends_with('…'));
+    }
+
+    #[test]
+    fn binaries_report_no_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("b.bin");
+        std::fs::write(&binary, b"needle\nmore\0bytes\n").unwrap();
+        let text = dir.path().join("t.txt");
+        std::fs::write(&text, b"needle\nhay\nneedle again\n").unwrap();
+        let regex = Regex::new("needle").unwrap();
+        let mut found = Vec::new();
+        scan(&binary, &regex, |n, t| found.push((n, t.to_owned())));
+        assert!(found.is_empty());
+        scan(&text, &regex, |n, t| found.push((n, t.to_owned())));
+        assert_eq!(
+            found,
+            [(1, "needle".to_owned()), (3, "needle again".to_owned())]
+        );
+    }
+}

@@ -1,0 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Integration tests of soba-engine, one binary with a module per subsystem.
+
+mod tool;
