@@ -13,12 +13,12 @@ use soba_core::facts::{self, Facts, FactsConfig, FactsInput};
 use soba_core::guard;
 use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
 use soba_core::plan::{self, Plan, PlanRequest, SkipReason as PlanSkip};
+use soba_core::summarize::{self, SummarizeError, Summarizer, SummaryRequest};
 use soba_core::trigger::{self, PreflightInput, TriggerConfig};
 use soba_core::{
     Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Quality, TokenCount, TokenCounter,
     Trigger, Usage,
 };
-use soba_provider::client::BoxFuture;
 use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -29,54 +29,6 @@ use crate::session::SessionCore;
 
 /// Receives engine events.
 pub type EventSink = Arc<dyn Fn(EngineEvent) + Send + Sync>;
-
-/// What a summarizer is asked to do.
-#[derive(Debug, Clone)]
-pub struct SummaryJob {
-    /// The previous capsule's rendered state, to update rather than redo.
-    pub previous_state: Option<String>,
-    /// The span, oldest first, with original tool results.
-    pub span: Vec<Entry>,
-    /// `/compact` instructions.
-    pub instructions: Option<String>,
-    /// `summarizer.maxOutputTokens`.
-    pub max_output_tokens: TokenCount,
-    /// Tokens the span removes from the model input.
-    pub span_tokens: TokenCount,
-}
-
-/// What a summarizer returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SummaryOutput {
-    /// The raw summary text (guards judge it).
-    pub text: String,
-    /// The summarizer's own usage, for flight records.
-    pub usage: Option<Usage>,
-    /// How many chunks the span was summarized in (the deadline scales).
-    pub chunks: usize,
-}
-
-/// An LLM summarizer the barrier can call (the deterministic builder needs
-/// none).
-pub trait CapsuleSummarizer: Send + Sync {
-    /// Returns the summarizer model id.
-    fn model(&self) -> &str;
-
-    /// Returns how many chunks `job` will take (the deadline is
-    /// `timeoutMs × chunks`).
-    fn chunks(&self, job: &SummaryJob) -> usize {
-        let _ = job;
-        1
-    }
-
-    /// Summarizes `job`, reporting progress (0–100) as it streams.
-    fn summarize<'a>(
-        &'a self,
-        job: &'a SummaryJob,
-        cancel: &'a CancellationToken,
-        progress: &'a (dyn Fn(u8) + Send + Sync),
-    ) -> BoxFuture<'a, Result<SummaryOutput, String>>;
-}
 
 /// A trigger the caller forces at this preflight.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,7 +66,7 @@ pub struct BarrierContext {
     /// Where events go.
     pub events: EventSink,
     /// The LLM summarizer; `None` is the deterministic builder.
-    pub summarizer: Option<Arc<dyn CapsuleSummarizer>>,
+    pub summarizer: Option<Arc<dyn Summarizer>>,
     /// Mints operation ids.
     pub operation_ids: Arc<dyn Fn() -> String + Send + Sync>,
     /// Current time, RFC 3339, for flight records.
@@ -629,80 +581,110 @@ impl BarrierContext {
                 usage: None,
             };
         };
-        let job = SummaryJob {
-            previous_state: previous
-                .map(|capsule| soba_core::render::capsule_input(&capsule.into())),
-            span: snapshot.span.clone(),
-            instructions: snapshot.instructions.clone(),
-            max_output_tokens: snapshot.max_output_tokens,
-            span_tokens: snapshot.plan.span_tokens,
-        };
-        let chunks = summarizer.chunks(&job).max(1) as u32;
-        let deadline = snapshot.timeout * chunks;
-        let events = self.events.clone();
-        let op = operation_id.to_owned();
-        let high_water = std::sync::atomic::AtomicU8::new(0);
-        let progress = move |percent: u8| {
-            let percent = percent.min(99);
-            if high_water.fetch_max(percent, std::sync::atomic::Ordering::SeqCst) < percent {
-                events(EngineEvent::CompactionProgress {
-                    operation_id: op.clone(),
-                    percent,
-                });
+        let previous_state = previous.map(summarize::previous_state);
+        let items = summarize::span_items(&snapshot.span);
+        let mut chunk_budget = summarize::chunk_tokens(
+            summarizer.window_tokens(),
+            snapshot.max_output_tokens.get() as u32,
+            previous_state.as_deref(),
+            snapshot.instructions.as_deref(),
+            counter,
+        );
+        let mut chunks = summarize::chunk_span(&items, chunk_budget, counter);
+        let mut state = previous_state;
+        let mut usage_total: Option<Usage> = None;
+        let mut chunk_idx = 0;
+        let mut halved = false;
+        let mut high_water = 0u8;
+        let fallback = |reason: String, usage: Option<Usage>| {
+            if trigger.is_soft() {
+                Generated::Failed(reason)
+            } else {
+                Generated::Content {
+                    content: Box::new(deterministic(Quality::Degraded)),
+                    usage,
+                }
             }
         };
-        let outcome = tokio::select! {
-            _ = cancel.cancelled() => return Generated::Cancelled,
-            result = tokio::time::timeout(deadline, summarizer.summarize(&job, cancel, &progress)) => result,
-        };
-        if cancel.is_cancelled() {
-            return Generated::Cancelled;
+        while chunk_idx < chunks.len() {
+            let request = SummaryRequest {
+                previous_state: state.clone(),
+                span_text: chunks[chunk_idx].clone(),
+                chunk_index: chunk_idx,
+                chunk_count: chunks.len(),
+                instructions: snapshot.instructions.clone(),
+                max_output_tokens: snapshot.max_output_tokens.get() as u32,
+            };
+            let outcome = tokio::select! {
+                _ = cancel.cancelled() => return Generated::Cancelled,
+                result = tokio::time::timeout(snapshot.timeout, summarizer.summarize(&request)) => result,
+            };
+            if cancel.is_cancelled() {
+                return Generated::Cancelled;
+            }
+            match outcome {
+                // A timeout is not a rejection: the deterministic capsule,
+                // degraded, still faces the post-ROI check (SPEC §9.3).
+                Err(_elapsed) => {
+                    return Generated::Content {
+                        content: Box::new(deterministic(Quality::Degraded)),
+                        usage: usage_total,
+                    };
+                }
+                Ok(Err(SummarizeError::Cancelled)) => return Generated::Cancelled,
+                Ok(Err(SummarizeError::Overflow { detail })) if !halved => {
+                    // Halve the chunk size and retry once (SPEC §9.2).
+                    halved = true;
+                    chunk_budget = TokenCount::new((chunk_budget.get() / 2).max(1));
+                    let rest: Vec<String> = chunks[chunk_idx..].to_vec();
+                    let mut rechunked = chunks[..chunk_idx].to_vec();
+                    rechunked.extend(summarize::chunk_span(&rest, chunk_budget, counter));
+                    chunks = rechunked;
+                    tracing::debug!("summarizer overflow, chunk halved: {detail}");
+                }
+                Ok(Err(err)) => return fallback(format!("summarizer failed: {err}"), usage_total),
+                Ok(Ok(response)) => {
+                    if let Some(usage) = response.usage {
+                        usage_total.get_or_insert_with(Usage::default).add(&usage);
+                    }
+                    state = Some(response.text);
+                    chunk_idx += 1;
+                    let percent = ((chunk_idx * 100) / chunks.len()).min(99) as u8;
+                    if percent > high_water {
+                        high_water = percent;
+                        self.emit(EngineEvent::CompactionProgress {
+                            operation_id: operation_id.to_owned(),
+                            percent,
+                        });
+                    }
+                }
+            }
         }
-        match outcome {
-            Err(_elapsed) => Generated::Content {
-                content: Box::new(deterministic(Quality::Degraded)),
-                usage: None,
-            },
-            Ok(Err(reason)) => {
-                if trigger.is_soft() {
-                    Generated::Failed(format!("summarizer failed: {reason}"))
-                } else {
-                    Generated::Content {
-                content: Box::new(deterministic(Quality::Degraded)),
-                        usage: None,
-                    }
+        let text = state.unwrap_or_default();
+        match guard::check_summary(&text, snapshot.plan.span_tokens, counter) {
+            Ok(narrative) => {
+                let options = BuildOptions {
+                    auto_limit: snapshot.auto_limit,
+                    trigger,
+                    quality: Quality::Full,
+                    instructions: snapshot.instructions.as_deref(),
+                };
+                let content = builder::build_with_narrative(
+                    narrative,
+                    summarizer.model(),
+                    &facts,
+                    &options,
+                    counter,
+                );
+                Generated::Content {
+                    content: Box::new(content),
+                    usage: usage_total,
                 }
             }
-            Ok(Ok(output)) => {
-                match guard::check_summary(&output.text, snapshot.plan.span_tokens, counter) {
-                    Ok(narrative) => {
-                        let options = BuildOptions {
-                            auto_limit: snapshot.auto_limit,
-                            trigger,
-                            quality: Quality::Full,
-                            instructions: snapshot.instructions.as_deref(),
-                        };
-                        let content = builder::build_with_narrative(
-                            narrative,
-                            summarizer.model(),
-                            &facts,
-                            &options,
-                            counter,
-                        );
-                        Generated::Content {
-                            content: Box::new(content),
-                            usage: output.usage,
-                        }
-                    }
-                    Err(rejection) if trigger.is_soft() => {
-                        Generated::Failed(format!("summary rejected by guard {}", rejection.name()))
-                    }
-                    Err(_) => Generated::Content {
-                content: Box::new(deterministic(Quality::Degraded)),
-                        usage: output.usage,
-                    },
-                }
-            }
+            Err(rejection) => fallback(
+                format!("summary rejected by guard {}", rejection.name()),
+                usage_total,
+            ),
         }
     }
 }
