@@ -193,7 +193,9 @@ pub struct TriggerDecision {
 
 /// Chooses at most one trigger in the preflight order of SPEC §6:
 /// `hard_limit` → pending `milestone`/`plan_pivot` → pending
-/// `turn_complete` → `auto_threshold`.
+/// `turn_complete` → `auto_threshold`. (`user` comes from `/compact` and
+/// `context_overflow` from the provider's answer; neither is a preflight
+/// choice.)
 ///
 /// - `hard_limit` fires when effective > hardLimit, whatever `auto` and the
 ///   soft cap say.

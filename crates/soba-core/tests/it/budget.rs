@@ -418,3 +418,26 @@ fn measurement_source() {
     };
     assert_eq!(measure(&input).source, MeasurementSource::Estimated);
 }
+
+proptest::proptest! {
+    /// With the defaults, every budget with hardLimit ≥ 3 exists and its
+    /// limits nest: the tail and the ROI floor fit in autoLimit together,
+    /// so a soft compaction can always reach its floor.
+    #[test]
+    fn limits_nest(context_window in 0u64..2_000_000, max_output in 0u64..200_000) {
+        let config = CompactionConfig::default();
+        let hard = i128::from(context_window) - i128::from(max_output) - 8_192;
+        let got = Budget::compute(TokenCount::new(context_window), TokenCount::new(max_output), &config);
+        proptest::prop_assert_eq!(got.is_ok(), hard >= 3);
+        if let Ok(budget) = got {
+            let l = limits(&budget);
+            proptest::prop_assert_eq!(i128::from(l.hard), hard);
+            proptest::prop_assert!(l.hygiene < l.auto && l.auto <= l.soft && l.soft < l.hard);
+            proptest::prop_assert!(l.base <= l.hard && l.auto <= 80_000);
+            proptest::prop_assert!(l.keep_recent <= 20_000 && l.keep_recent + l.roi_floor <= l.auto);
+            proptest::prop_assert!(l.soft_gate <= l.auto && l.roi_floor <= 12_000);
+            proptest::prop_assert_eq!(l.max_tool_result, (l.hard / 4).min(16_000));
+            proptest::prop_assert_eq!(budget.warnings().is_empty(), l.soft + 1 != l.hard);
+        }
+    }
+}
