@@ -93,7 +93,8 @@ pub const BUILTIN_MODELS: &[BuiltinModel] = &[
     model("openai", "o4-mini", 200_000, 100_000),
     model("anthropic", "claude-opus-4-5", 200_000, 64_000),
     model("anthropic", "claude-opus-4-1", 200_000, 32_000),
-    model("anthropic", "claude-sonnet-4-6", 200_000, 64_000),
+    // platform.claude.com/docs/models/sonnet-4-6: 1M window, 128K output.
+    model("anthropic", "claude-sonnet-4-6", 1_000_000, 128_000),
     model("anthropic", "claude-sonnet-4-5", 200_000, 64_000),
     model("anthropic", "claude-sonnet-4", 200_000, 64_000),
     model("anthropic", "claude-haiku-4-5", 200_000, 64_000),
