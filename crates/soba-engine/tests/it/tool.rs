@@ -773,8 +773,8 @@ async fn bash_timeout_kills_the_process_group() {
     let started = Instant::now();
     fx.check(
         "bash",
-        json!({"command": "echo started; sleep 5 & echo $! > bg.pid; wait", "timeoutMs": 400}),
-        "started\ntimed out after 400 ms; the command and its children were killed",
+        json!({"command": "echo started; sleep 5 & echo $! > bg.pid; wait", "timeoutMs": 500}),
+        "started\ntimed out after 500 ms; the command and its children were killed",
         true,
     )
     .await;
