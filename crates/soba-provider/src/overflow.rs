@@ -411,6 +411,12 @@ mod tests {
         );
         check(200, OVERFLOW_PATTERNS[0].example, None);
         check(500, "internal server error", None);
+        // Too many output tokens is a bad request, not a context overflow.
+        check(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 64000 > 32000, which is the maximum allowed number of output tokens for claude-opus-4-1-20250805"}}"#,
+            None,
+        );
     }
 
     #[test]
