@@ -133,7 +133,7 @@ pub(crate) fn fit_middle(
         let n = cut.tokens.get();
         if n <= target_n {
             low = Some(kept);
-            let close_enough = n.saturating_mul(100) >= target_n.saturating_mul(99);
+            let close_enough = target_n - n <= target_n / 1_000;
             best = Some(cut);
             if kept == k_max || close_enough {
                 break;

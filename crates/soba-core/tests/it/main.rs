@@ -3,6 +3,9 @@
 mod budget;
 mod capsule;
 mod guard;
+mod input;
+mod plan;
+mod props;
 mod trigger;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no
