@@ -1,4 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Integration tests of soba-engine, one binary with a module per subsystem.
 
+mod barrier;
+mod harness;
 mod tool;

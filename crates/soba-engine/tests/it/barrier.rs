@@ -1,0 +1,366 @@
+//! End-to-end tests of the preflight barrier and the agent loop against
+//! the fake provider server (SPEC §6–§7, issue "engine").
+
+use std::sync::Arc;
+
+use soba_core::summarize::{FakeReply, FakeSummarizer};
+use soba_core::summarize::{
+    SummarizeError, Summarizer, SummaryFuture, SummaryRequest, SummaryResponse,
+};
+use soba_core::{EntryBody, EntryId, Quality, TokenCount, Trigger};
+use soba_engine::event::{Outcome, TurnEnd};
+use soba_engine::session::SessionCore;
+use soba_provider::fake::Script;
+use soba_store::log::WriterOptions;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{Harness, Options, assert_paired, capsule_triggers};
+
+const HARD_LIMIT: u64 = 13_000;
+const AUTO_LIMIT: u64 = 10_400;
+const ROI_FLOOR: u64 = 500;
+
+/// A summary that passes every guard.
+fn valid_summary() -> String {
+    [
+        "Goal",
+        "Constraints",
+        "Done",
+        "In progress",
+        "Pending",
+        "Decisions",
+        "Blockers",
+        "Next steps",
+    ]
+    .iter()
+    .map(|heading| {
+        format!("## {heading}\nReading the data files one by one to audit their contents.\n")
+    })
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+fn files_read(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|idx| format!("data/file{:02}.txt", idx % 40))
+        .collect()
+}
+
+#[tokio::test]
+async fn budget_of_the_test_model_is_the_documented_one() {
+    let h = Harness::start(Options::default()).await;
+    let core = h.core.lock().await;
+    let budget = core.budget();
+    assert_eq!(budget.hard_limit().get(), HARD_LIMIT);
+    assert_eq!(budget.auto_limit().get(), AUTO_LIMIT);
+    assert_eq!(budget.hygiene_limit().get(), 6_500);
+    assert_eq!(budget.keep_recent().get(), 1_000);
+    assert_eq!(budget.soft_gate().get(), 2_000);
+    assert_eq!(budget.roi_floor().get(), ROI_FLOOR);
+}
+
+#[tokio::test]
+async fn a_long_turn_prunes_once_then_compacts_at_auto_limit_and_rearms() {
+    let h = Harness::start(Options::default()).await;
+    for path in files_read(26) {
+        h.push_read(&path);
+    }
+    h.push_text("audit done");
+    assert_eq!(h.turn("read every data file").await, TurnEnd::Completed);
+
+    // Hygiene: once in the turn, persisted.
+    assert_eq!(h.hygiene_events(), 1);
+    assert_eq!(h.count_logged("hygiene"), 1);
+
+    // auto_threshold at the first preflight at or above autoLimit, then a
+    // second soft compaction in the same turn only under the re-arm rule.
+    let ends = h.compaction_ends();
+    let completed: Vec<_> = ends
+        .iter()
+        .filter(|end| end.outcome == Outcome::Completed)
+        .collect();
+    assert!(completed.len() >= 2, "{ends:#?}");
+    assert!(
+        completed
+            .iter()
+            .all(|end| end.trigger == Trigger::AutoThreshold)
+    );
+    assert!(completed[0].tokens_before.get() >= AUTO_LIMIT);
+    assert!(
+        completed[0].tokens_before.get() < AUTO_LIMIT + 1_300,
+        "fired late: {completed:#?}"
+    );
+    for pair in completed.windows(2) {
+        let rearm = AUTO_LIMIT.max(pair[0].tokens_after.get() + ROI_FLOOR);
+        assert!(pair[1].tokens_before.get() >= rearm, "{pair:#?}");
+    }
+    assert!(
+        completed
+            .iter()
+            .all(|end| end.tokens_after.get() <= HARD_LIMIT)
+    );
+    assert_eq!(capsule_triggers(&h.logged_entries()).len(), completed.len());
+    assert_paired(&h.server);
+}
+
+#[tokio::test]
+async fn a_failed_soft_attempt_caps_the_turn_but_hard_limit_still_fires() {
+    let summarizer = Arc::new(FakeSummarizer::new([
+        FakeReply::Text("Generating…".into()),
+        FakeReply::Text(valid_summary()),
+    ]));
+    let mut options = Options::default();
+    options.summarizer = Some(summarizer.clone());
+    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000); // keep hygiene out of the way
+    let h = Harness::start(options).await;
+    for path in files_read(14) {
+        h.push_read(&path);
+    }
+    h.push_text("done");
+    assert_eq!(h.turn("read them all").await, TurnEnd::Completed);
+
+    let ends = h.compaction_ends();
+    assert_eq!(ends.len(), 2, "{ends:#?}");
+    assert_eq!(
+        (ends[0].trigger, ends[0].outcome),
+        (Trigger::AutoThreshold, Outcome::Failed)
+    );
+    assert!(
+        ends[0]
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("placeholder"),
+        "{:?}",
+        ends[0].reason
+    );
+    assert_eq!(
+        (ends[1].trigger, ends[1].outcome),
+        (Trigger::HardLimit, Outcome::Completed)
+    );
+    assert!(ends[1].tokens_before.get() > HARD_LIMIT);
+    assert_eq!(ends[1].quality, Some(Quality::Full));
+    // Exactly two summarizer calls: no second soft attempt in the turn.
+    assert_eq!(summarizer.requests().len(), 2);
+    assert_eq!(capsule_triggers(&h.logged_entries()), vec!["hard_limit"]);
+
+    // After the failed soft attempt the full history was replayed: the
+    // request that followed carried every tool result so far.
+    let requests = h.server.requests();
+    let results_in = |idx: usize| {
+        requests[idx].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count()
+    };
+    let grew = (1..requests.len())
+        .take_while(|&idx| results_in(idx) == idx)
+        .count();
+    assert!(grew >= 10, "history replayed in full for {grew} requests");
+    assert_paired(&h.server);
+}
+
+#[tokio::test]
+async fn a_summarizer_timeout_gives_a_degraded_capsule() {
+    let summarizer = Arc::new(FakeSummarizer::new([FakeReply::Stall]));
+    let mut options = Options::default();
+    options.summarizer = Some(summarizer);
+    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    let h = Harness::start(options).await;
+    for path in files_read(10) {
+        h.push_read(&path);
+    }
+    h.push_text("done");
+    assert_eq!(h.turn("read").await, TurnEnd::Completed);
+    let ends = h.compaction_ends();
+    assert_eq!(ends.len(), 1, "{ends:#?}");
+    assert_eq!(ends[0].outcome, Outcome::Completed);
+    assert_eq!(ends[0].quality, Some(Quality::Degraded));
+    assert!(
+        ends[0]
+            .result_line(|id| id.short_with(4))
+            .ends_with("fallback used")
+    );
+    let entries = h.logged_entries();
+    let capsule = entries
+        .iter()
+        .find_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) => Some(capsule.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(capsule.quality, Quality::Degraded);
+    assert_eq!(capsule.summarizer, "deterministic");
+}
+
+/// A summarizer that does something to the session while it "generates",
+/// then answers with a valid summary.
+struct Interfering {
+    action: Box<dyn Fn() -> futures_like::Pinned + Send + Sync>,
+}
+
+mod futures_like {
+    pub type Pinned = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+}
+
+impl Summarizer for Interfering {
+    fn model(&self) -> &str {
+        "interfering"
+    }
+
+    fn window_tokens(&self) -> TokenCount {
+        TokenCount::new(200_000)
+    }
+
+    fn summarize<'a>(&'a self, _request: &'a SummaryRequest) -> SummaryFuture<'a> {
+        let action = (self.action)();
+        Box::pin(async move {
+            action.await;
+            Ok::<_, SummarizeError>(SummaryResponse {
+                text: valid_summary(),
+                model: "interfering".into(),
+                usage: None,
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_during_generation_appends_nothing_even_if_the_summary_arrives() {
+    let cancel = CancellationToken::new();
+    let fire = cancel.clone();
+    let summarizer = Arc::new(Interfering {
+        action: Box::new(move || {
+            let fire = fire.clone();
+            Box::pin(async move { fire.cancel() })
+        }),
+    });
+    let mut options = Options::default();
+    options.summarizer = Some(summarizer);
+    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    let h = Harness::start(options).await;
+    for path in files_read(12) {
+        h.push_read(&path);
+    }
+    let end = h.agent.run_turn("read", &cancel).await.unwrap();
+    assert_eq!(end, TurnEnd::Cancelled);
+    let ends = h.compaction_ends();
+    assert_eq!(ends.last().map(|end| end.outcome), Some(Outcome::Cancelled));
+    assert_eq!(h.count_logged("capsule"), 0);
+    // No request was sent after the cancel.
+    let sent = h.server.requests().len();
+    assert_eq!(
+        sent,
+        h.count_logged("message") / 2,
+        "one request per assistant message"
+    );
+}
+
+#[tokio::test]
+async fn a_rewind_during_generation_makes_the_barrier_stale() {
+    let core_slot: Arc<std::sync::Mutex<Option<Arc<Mutex<SessionCore>>>>> =
+        Arc::new(std::sync::Mutex::new(None));
+    let slot = core_slot.clone();
+    let summarizer = Arc::new(Interfering {
+        action: Box::new(move || {
+            let core = slot.lock().unwrap().clone().unwrap();
+            Box::pin(async move {
+                let mut core = core.lock().await;
+                let first: EntryId = core.path()[0].id.clone();
+                core.rewind(first).unwrap();
+            })
+        }),
+    });
+    let mut options = Options::default();
+    options.summarizer = Some(summarizer);
+    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    let h = Harness::start(options).await;
+    *core_slot.lock().unwrap() = Some(h.core.clone());
+    for path in files_read(12) {
+        h.push_read(&path);
+    }
+    assert_eq!(h.turn("read").await, TurnEnd::Stale);
+    assert_eq!(
+        h.compaction_ends().last().map(|end| end.outcome),
+        Some(Outcome::Stale)
+    );
+    assert_eq!(h.count_logged("capsule"), 0);
+    assert_eq!(h.count_logged("leaf"), 1);
+}
+
+#[tokio::test]
+async fn an_overflow_gets_one_recovery_compaction_and_one_retry() {
+    let h = Harness::start(Options::default()).await;
+    for path in files_read(6) {
+        h.push_read(&path);
+    }
+    h.push_text("first turn done");
+    assert_eq!(h.turn("read six files").await, TurnEnd::Completed);
+    let before = h.server.requests().len();
+
+    h.server.push(Script::overflow("openai").unwrap());
+    h.push_text("second turn done");
+    assert_eq!(h.turn("go on").await, TurnEnd::Completed);
+    assert_eq!(
+        h.server.requests().len(),
+        before + 2,
+        "the failed request and one retry"
+    );
+    let entries = h.logged_entries();
+    let overflow = entries.iter().rev().find_map(|entry| match &entry.body {
+        EntryBody::Capsule(capsule) if capsule.trigger == Trigger::ContextOverflow => {
+            Some(capsule.clone())
+        }
+        _ => None,
+    });
+    let capsule = overflow.expect("a context_overflow capsule");
+    assert!(capsule.overflow.is_some());
+
+    // A second overflow in the same turn fails it, with no third request.
+    let before = h.server.requests().len();
+    h.server.push(Script::overflow("openai").unwrap());
+    h.server.push(Script::overflow("openai").unwrap());
+    match h.turn("and again").await {
+        TurnEnd::Failed(reason) => assert!(reason.contains("context overflow again"), "{reason}"),
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    assert_eq!(h.server.requests().len(), before + 2);
+    assert_paired(&h.server);
+}
+
+#[tokio::test]
+async fn resuming_gives_the_same_next_request_as_the_live_session() {
+    let h = Harness::start(Options::default()).await;
+    for path in files_read(20) {
+        h.push_read(&path);
+    }
+    h.push_text("done");
+    assert_eq!(h.turn("read twenty").await, TurnEnd::Completed);
+    h.push_read("data/file01.txt");
+    h.push_text("done again");
+    assert_eq!(h.turn("one more").await, TurnEnd::Completed);
+    assert!(h.count_logged("capsule") >= 1);
+    let live = h.next_request().await;
+    let live_effective = h.effective().await;
+    let crate::harness::Harness {
+        dir,
+        agent,
+        core,
+        log_path,
+        config,
+        ..
+    } = h;
+    drop(agent);
+    drop(core);
+    let (resumed, diagnostics) =
+        SessionCore::open(&log_path, config, WriterOptions::default()).unwrap();
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let tools = soba_engine::tool::ToolRegistry::builtin();
+    let again = soba_engine::agent::build_request(&resumed, "model", &tools);
+    assert_eq!(live, again);
+    assert_eq!(resumed.measure().tokens, live_effective);
+    drop(dir);
+}
