@@ -230,7 +230,7 @@ impl FlightRecord {
     /// Decodes one line; the error says what is wrong with it.
     pub fn from_line(text: &str) -> Result<Self, DecodeError> {
         let line: FlightLine =
-            serde_json::from_str(text).map_err(|err| DecodeError::from_json(&err))?;
+            serde_json::from_str(text).map_err(|err| DecodeError::from_json_line(&err, text))?;
         let unknown = |field: &str, value: &str| {
             DecodeError::Shape(format!("unknown `{field}` value {value:?}"))
         };

@@ -497,6 +497,15 @@ impl SessionWriter {
     }
 }
 
+impl Drop for SessionWriter {
+    /// Releases the lock explicitly: a child process forked meanwhile (a
+    /// tool, a test harness) shares the open file until it execs, and would
+    /// otherwise keep the session locked for that moment.
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
 /// Returns the current leaf after `entry` in file order (SPEC §3.1).
 pub fn leaf_after(entry: &Entry) -> EntryId {
     match &entry.body {

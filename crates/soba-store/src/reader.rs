@@ -76,7 +76,8 @@ pub enum DiagnosticKind {
         /// What is wrong.
         message: String,
     },
-    /// The line repeats an earlier entry's id; skipped.
+    /// The line repeats an earlier entry's id; it shadows the earlier one
+    /// (resume, reading backwards, meets it first).
     DuplicateId {
         /// The repeated id.
         id: EntryId,
@@ -123,7 +124,10 @@ impl fmt::Display for Diagnostic {
                 write!(f, "{at}: not a valid entry ({message}); line skipped")
             }
             DiagnosticKind::DuplicateId { id } => {
-                write!(f, "{at}: duplicate entry id {id}; line skipped")
+                write!(
+                    f,
+                    "{at}: duplicate entry id {id}; this line replaces the earlier one"
+                )
             }
             DiagnosticKind::DanglingParent { id, parent } => {
                 write!(
@@ -284,7 +288,8 @@ impl SessionLog {
         self.header.as_ref()
     }
 
-    /// Returns the good entries in file order.
+    /// Returns the good entries in file order, including any shadowed by a
+    /// later line with the same id.
     pub fn entries(&self) -> &[LoggedEntry] {
         &self.entries
     }
@@ -427,8 +432,14 @@ impl LogBuilder {
 
     fn push_entry(&mut self, entry: Entry, location: Location, raw: Option<String>) {
         if self.log.index.contains_key(&entry.id) {
-            self.push_diagnostic(location, DiagnosticKind::DuplicateId { id: entry.id });
-            return;
+            // The later line wins, as it does for resume, which reads
+            // backwards and meets it first.
+            self.push_diagnostic(
+                location,
+                DiagnosticKind::DuplicateId {
+                    id: entry.id.clone(),
+                },
+            );
         }
         self.log.leaf = Some(leaf_after(&entry));
         self.log

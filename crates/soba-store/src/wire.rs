@@ -39,6 +39,25 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
+    /// Classifies a serde error on `line`, naming the JSON kind when the
+    /// line is valid JSON but not an object.
+    pub(crate) fn from_json_line(err: &serde_json::Error, line: &str) -> Self {
+        let found = match line.trim_start().chars().next() {
+            Some('[') => "an array",
+            Some('"') => "a string",
+            Some('t' | 'f') => "a boolean",
+            Some('n') => "null",
+            Some('-' | '0'..='9') => "a number",
+            _ => return DecodeError::from_json(err),
+        };
+        match err.classify() {
+            serde_json::error::Category::Data => {
+                DecodeError::Shape(format!("expected a JSON object, found {found}"))
+            }
+            _ => DecodeError::from_json(err),
+        }
+    }
+
     pub(crate) fn from_json(err: &serde_json::Error) -> Self {
         match err.classify() {
             serde_json::error::Category::Data => DecodeError::Shape(err.to_string()),
@@ -143,22 +162,7 @@ impl HeaderRecord {
 
     /// Checks the record and converts it to a header.
     pub fn into_header(self) -> Result<SessionHeader, DecodeError> {
-        if self.type_tag != HEADER_TYPE {
-            return Err(DecodeError::shape(format!(
-                "line 1 has type {:?}, not \"session\"",
-                self.type_tag
-            )));
-        }
-        let Some(version) = self.schema_version else {
-            return Err(DecodeError::shape(
-                "the header has no schemaVersion (a pi log? import it with `soba import`)",
-            ));
-        };
-        if version == 0 || version > SCHEMA_VERSION {
-            return Err(DecodeError::shape(format!(
-                "schemaVersion {version} is not supported (this version reads {SCHEMA_VERSION}); upgrade soba"
-            )));
-        }
+        check_version(Some(&self.type_tag), self.schema_version)?;
         let id = SessionId::parse(&self.id).map_err(|err| DecodeError::shape(err.to_string()))?;
         Ok(SessionHeader {
             id,
@@ -193,10 +197,48 @@ pub fn encode_header(header: &SessionHeader) -> Result<String, StoreError> {
     })
 }
 
+/// Checks a header's `type` and `schemaVersion`.
+fn check_version(type_tag: Option<&str>, schema_version: Option<u64>) -> Result<(), DecodeError> {
+    match type_tag {
+        Some(HEADER_TYPE) => {}
+        Some(other) => {
+            return Err(DecodeError::shape(format!(
+                "line 1 has type {other:?}, not \"session\""
+            )));
+        }
+        None => return Err(DecodeError::shape("line 1 has no `type`")),
+    }
+    let Some(version) = schema_version else {
+        return Err(DecodeError::shape(
+            "the header has no schemaVersion (a pi log? import it with `soba import`)",
+        ));
+    };
+    if version == 0 || version > SCHEMA_VERSION {
+        return Err(DecodeError::shape(format!(
+            "schemaVersion {version} is not supported (this version reads {SCHEMA_VERSION}); upgrade soba"
+        )));
+    }
+    Ok(())
+}
+
+/// The tag and version of a header line, checked before its other fields.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VersionPeek {
+    #[serde(rename = "type")]
+    type_name: Option<String>,
+    schema_version: Option<u64>,
+}
+
 /// Decodes line 1 of a session log.
 pub fn decode_header(line: &str) -> Result<SessionHeader, DecodeError> {
+    // The version first, so that a pi log or a newer format is named as
+    // such rather than reported as a missing field.
+    let peek: VersionPeek =
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))?;
+    check_version(peek.type_name.as_deref(), peek.schema_version)?;
     let record: HeaderRecord =
-        serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))?;
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))?;
     record.into_header()
 }
 
@@ -223,7 +265,8 @@ struct TypePeek {
 
 /// Returns the `type` tag of a JSON line, `None` when it has none.
 pub fn peek_type(line: &str) -> Result<Option<String>, DecodeError> {
-    let peek: TypePeek = serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))?;
+    let peek: TypePeek =
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))?;
     Ok(peek.type_name)
 }
 
@@ -722,7 +765,7 @@ pub fn encode_entry(entry: &Entry) -> Result<String, StoreError> {
 /// a `session` line (a second header) is a shape error.
 pub fn decode_entry(line: &str) -> Result<Entry, DecodeError> {
     let envelope: Envelope =
-        serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))?;
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))?;
     if envelope.type_name == HEADER_TYPE {
         return Err(DecodeError::shape("a session header after line 1"));
     }
@@ -735,7 +778,7 @@ pub fn decode_entry(line: &str) -> Result<Entry, DecodeError> {
         .map(|parent| parse_id("parentId", parent))
         .transpose()?;
     fn body<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, DecodeError> {
-        serde_json::from_str(line).map_err(|err| DecodeError::from_json(&err))
+        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))
     }
     let record = match envelope.type_name.as_str() {
         "message" => BodyRecord::Message(body(line)?),

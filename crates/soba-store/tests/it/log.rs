@@ -1,0 +1,614 @@
+//! The writer: appends, leaf tracking, token counts, the lock, torn tails,
+//! prefix preservation, truncation at any byte, a kill at any moment, and
+//! session discovery.
+
+use std::io::{BufRead, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use soba_core::tokens::{ByteCounter, DEFAULT_IMAGE_TOKENS};
+use soba_core::{
+    Block, CheckpointKind, Encoding, EntryBody, EntryId, Image, ImageSource, Message, Role,
+    TokenCount,
+};
+use soba_store::{
+    DiagnosticKind, Durability, SessionLog, SessionWriter, StoreError, SystemMinter, WriterOptions,
+    find_session, list_sessions, read_log, resume, session_path,
+};
+
+use crate::strategy;
+use crate::support::{create, entries_of, header, line_ends, options, writable};
+
+#[test]
+fn appends_chain_parents_and_track_the_leaf() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    assert_eq!(writer.leaf(), None);
+    let first = writer
+        .append(EntryBody::ModelChange {
+            model: "openai/gpt-5".into(),
+        })
+        .expect("appends");
+    assert_eq!(first.parent_id, None);
+    assert_eq!(first.timestamp, "2025-01-01T00:00:00Z");
+    assert!(first.id.as_str().starts_with("e_"));
+    let second = writer
+        .append(EntryBody::Checkpoint {
+            kind: CheckpointKind::Milestone,
+            note: "m".into(),
+        })
+        .expect("appends");
+    assert_eq!(second.parent_id.as_ref(), Some(&first.id));
+    let rewind = writer.rewind(first.id.clone()).expect("rewinds");
+    assert_eq!(rewind.parent_id.as_ref(), Some(&second.id));
+    assert_eq!(writer.leaf(), Some(&first.id));
+    let branch = writer
+        .append(EntryBody::ConfigChange {
+            auto_compact: Some(true),
+        })
+        .expect("appends");
+    assert_eq!(branch.parent_id.as_ref(), Some(&first.id));
+    drop(writer);
+
+    let log = read_log(&path).expect("reads");
+    assert!(log.is_clean(), "{:?}", log.diagnostics());
+    assert_eq!(log.header(), Some(&header("s1")));
+    assert_eq!(
+        entries_of(log.entries()),
+        vec![first.clone(), second.clone(), rewind, branch.clone()]
+    );
+    assert_eq!(log.leaf(), Some(&branch.id));
+    assert_eq!(entries_of(log.path()), vec![first.clone(), branch]);
+    // The abandoned branch stays in the file.
+    assert!(log.entry(&second.id).is_some());
+
+    let mut reopened = SessionWriter::open(&path, options(1)).expect("reopens");
+    assert_eq!(reopened.session_id().as_str(), "s1");
+    assert_eq!(reopened.leaf(), log.leaf());
+    let next = reopened
+        .append(EntryBody::ModelChange { model: "m".into() })
+        .expect("appends");
+    assert_eq!(next.parent_id.as_ref(), log.leaf());
+}
+
+#[test]
+fn capsules_get_ck_ids_and_messages_store_their_count() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut writer = create(&dir.path().join("s1.jsonl"));
+    let message = Message::new(
+        Role::User,
+        vec![
+            Block::Text("hello world!".into()),
+            Block::Image(Image {
+                media_type: "image/png".into(),
+                source: ImageSource::Data("iVBORw0KGgo=".into()),
+            }),
+        ],
+    );
+    let entry = writer
+        .append_message(message, &ByteCounter, DEFAULT_IMAGE_TOKENS)
+        .expect("appends");
+    let EntryBody::Message(stored) = &entry.body else {
+        panic!("a message entry")
+    };
+    let tokens = stored.tokens.expect("a stored count");
+    // 12 bytes → 3 tokens, + 1,100 for the image, + 4 of message overhead.
+    assert_eq!(tokens.n, TokenCount::new(1_107));
+    assert_eq!(tokens.encoding, Encoding::O200kBase);
+    assert!(!tokens.estimated);
+
+    let capsule = strategy::sample_capsule(Some(entry.id.clone()));
+    let appended = writer
+        .append(EntryBody::Capsule(Box::new(capsule)))
+        .expect("appends");
+    assert!(appended.id.as_str().starts_with("ck_"), "{}", appended.id);
+}
+
+#[test]
+fn unknown_bodies_are_never_written() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let before = std::fs::read(&path).expect("readable");
+    let err = writer
+        .append(EntryBody::Unknown {
+            type_name: "bookmark".into(),
+        })
+        .expect_err("refused");
+    assert!(matches!(err, StoreError::Encode { .. }), "{err}");
+    assert_eq!(std::fs::read(&path).expect("readable"), before);
+}
+
+#[test]
+fn a_second_writer_gets_a_clear_error_and_readers_need_no_lock() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let entry = writer
+        .append(EntryBody::ModelChange { model: "m".into() })
+        .expect("appends");
+
+    let err = SessionWriter::open(&path, options(1)).expect_err("locked");
+    assert!(
+        matches!(&err, StoreError::Locked { session, .. } if session == "s1"),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("session s1 is already open for writing by another process"),
+        "{message}"
+    );
+    assert!(message.contains("s1.jsonl"), "{message}");
+
+    let log = read_log(&path).expect("reads while locked");
+    assert_eq!(log.leaf(), Some(&entry.id));
+    let resumed = resume(&path).expect("resumes while locked");
+    assert_eq!(resumed.leaf, Some(entry.id.clone()));
+
+    drop(writer);
+    let reopened = SessionWriter::open(&path, options(1)).expect("the lock went with the writer");
+    assert_eq!(reopened.leaf(), Some(&entry.id));
+}
+
+#[test]
+fn create_refuses_an_existing_file_and_open_refuses_non_sessions() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    drop(create(&path));
+    let err = SessionWriter::create(&path, &header("s1"), options(0)).expect_err("exists");
+    assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
+
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").expect("written");
+    let err = SessionWriter::open(&empty, options(0)).expect_err("not a session");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{} is not a soba session (the file is empty); import it with `soba import` instead",
+            empty.display()
+        )
+    );
+    let pi = dir.path().join("pi.jsonl");
+    std::fs::write(&pi, "{\"type\":\"session\",\"id\":\"p\",\"cwd\":\"/\"}\n").expect("written");
+    assert!(matches!(
+        SessionWriter::open(&pi, options(0)),
+        Err(StoreError::NotASession { .. })
+    ));
+}
+
+#[test]
+fn a_torn_tail_is_ended_before_the_next_append() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let kept = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect("appends");
+    drop(writer);
+    let torn = br#"{"type":"model_change","id":"e_0194"#;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(torn))
+        .expect("torn line written");
+    let before = std::fs::read(&path).expect("readable");
+
+    let log = read_log(&path).expect("reads");
+    assert_eq!(entries_of(log.entries()), vec![kept.clone()]);
+    assert_eq!(log.diagnostics().len(), 1);
+    assert_eq!(
+        log.diagnostics()[0].to_string(),
+        format!(
+            "line 3 (byte {}): torn last line ({} bytes, no newline) ignored; the next append ends it",
+            before.len() - torn.len(),
+            torn.len()
+        )
+    );
+
+    let mut writer = SessionWriter::open(&path, options(1)).expect("reopens");
+    assert_eq!(writer.leaf(), Some(&kept.id));
+    let next = writer
+        .append(EntryBody::ModelChange { model: "b".into() })
+        .expect("appends");
+    let after = std::fs::read(&path).expect("readable");
+    assert!(after.starts_with(&before));
+    assert_eq!(after[before.len()], b'\n');
+
+    let log = read_log(&path).expect("reads");
+    assert_eq!(entries_of(log.entries()), vec![kept.clone(), next.clone()]);
+    assert_eq!(next.parent_id, Some(kept.id));
+    // The torn line is now a corrupt middle line, skipped with its number.
+    assert_eq!(log.diagnostics().len(), 1);
+    assert_eq!(log.diagnostics()[0].location.line, Some(3));
+    assert!(matches!(
+        log.diagnostics()[0].kind,
+        DiagnosticKind::InvalidJson { .. }
+    ));
+}
+
+#[test]
+fn system_minter_writes_v7_ids_and_utc_times() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let options = WriterOptions {
+        durability: Durability::Fsync,
+        minter: Box::new(SystemMinter),
+    };
+    let mut writer = SessionWriter::create(&path, &header("s1"), options).expect("creates");
+    let entry = writer
+        .append(EntryBody::ModelChange { model: "m".into() })
+        .expect("appends");
+    let uuid = uuid_of(&entry.id);
+    assert_eq!(uuid.get_version_num(), 7);
+    assert!(entry.timestamp.ends_with('Z'));
+}
+
+fn uuid_of(id: &EntryId) -> uuid::Uuid {
+    uuid::Uuid::parse_str(id.hex()).expect("hex of a uuid")
+}
+
+/// One step of a property-test session.
+#[derive(Debug, Clone)]
+enum Op {
+    Append(EntryBody),
+    /// Rewind to the n-th appended entry (modulo their number).
+    Rewind(usize),
+    /// Drop the writer and open it again.
+    Reopen,
+    /// Simulate a crash mid-append: write part of a line, then reopen.
+    Tear(Vec<u8>),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => strategy::body().prop_filter("writable", writable).prop_map(Op::Append),
+        1 => any::<usize>().prop_map(Op::Rewind),
+        1 => Just(Op::Reopen),
+        1 => vec(any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 1..40).prop_map(Op::Tear),
+    ]
+}
+
+proptest! {
+
+    /// SPEC §3.2 and §17: no operation changes the bytes before it, and
+    /// every acknowledged entry reads back.
+    #[test]
+    fn appends_never_change_the_bytes_before_them(ops in vec(op(), 1..24)) {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("s1.jsonl");
+        let mut writer = Some(create(&path));
+        let mut acknowledged = Vec::new();
+        let mut before = std::fs::read(&path).expect("readable");
+        for (step, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Append(body) => {
+                    let entry = writer.as_mut().expect("open").append(body).expect("appends");
+                    acknowledged.push(entry);
+                }
+                Op::Rewind(n) if !acknowledged.is_empty() => {
+                    let target = acknowledged[n % acknowledged.len()].id.clone();
+                    let entry = writer.as_mut().expect("open").rewind(target).expect("rewinds");
+                    acknowledged.push(entry);
+                }
+                Op::Rewind(_) => {}
+                Op::Reopen => {
+                    drop(writer.take());
+                    writer = Some(SessionWriter::open(&path, options(step as i64)).expect("reopens"));
+                }
+                Op::Tear(bytes) => {
+                    drop(writer.take());
+                    std::fs::OpenOptions::new().append(true).open(&path)
+                        .and_then(|mut file| file.write_all(&bytes)).expect("torn bytes written");
+                    writer = Some(SessionWriter::open(&path, options(step as i64)).expect("reopens"));
+                }
+            }
+            let after = std::fs::read(&path).expect("readable");
+            prop_assert!(after.starts_with(&before), "step {} changed the prefix", step);
+            before = after;
+        }
+        let log = read_log(&path).expect("reads");
+        prop_assert_eq!(entries_of(log.entries()), acknowledged.clone());
+        if let Some(last) = acknowledged.last() {
+            let expected_leaf = match &last.body {
+                EntryBody::Leaf { target } => target.clone(),
+                _ => last.id.clone(),
+            };
+            prop_assert_eq!(log.leaf(), Some(&expected_leaf));
+        }
+        let reopened = SessionWriter::open(&path, options(99));
+        drop(writer);
+        prop_assert!(matches!(reopened, Err(StoreError::Locked { .. })), "the first writer still holds the lock");
+    }
+
+    /// SPEC §17: a log truncated at any byte opens, and loses at most its
+    /// last line, which was not acknowledged.
+    #[test]
+    fn a_log_cut_at_any_byte_loses_at_most_its_last_line(
+        bodies in vec(strategy::body().prop_filter("writable, no leaf", |b| {
+            writable(b) && !matches!(b, EntryBody::Leaf { .. })
+        }), 1..8),
+        cut_fraction in 0.0f64..=1.0,
+    ) {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("s1.jsonl");
+        let mut writer = create(&path);
+        let appended: Vec<_> = bodies.into_iter().map(|b| writer.append(b).expect("appends")).collect();
+        drop(writer);
+        let bytes = std::fs::read(&path).expect("readable");
+        let ends = line_ends(&bytes);
+        let cut = ((bytes.len() as f64) * cut_fraction) as usize;
+        let truncated = &bytes[..cut];
+
+        let log = SessionLog::from_bytes(truncated);
+        let n_complete_entries = ends.iter().filter(|&&end| end <= cut).count().saturating_sub(1);
+        prop_assert_eq!(entries_of(log.entries()), appended[..n_complete_entries].to_vec());
+        let kinds: Vec<_> = log.diagnostics().iter().map(|d| d.kind.clone()).collect();
+        let at_line_end = cut == 0 || ends.contains(&cut);
+        if cut == 0 {
+            prop_assert_eq!(kinds, vec![DiagnosticKind::EmptyFile]);
+        } else if cut < ends[0] {
+            prop_assert_eq!(kinds.len(), 2);
+            prop_assert!(matches!(kinds[0], DiagnosticKind::MissingHeader { .. }), "{:?}", kinds);
+            prop_assert_eq!(&kinds[1], &DiagnosticKind::TornLine { bytes: cut as u64 });
+        } else if at_line_end {
+            prop_assert!(kinds.is_empty(), "{:?}", kinds);
+        } else {
+            prop_assert_eq!(kinds.len(), 1);
+            prop_assert!(matches!(kinds[0], DiagnosticKind::TornLine { .. }), "{:?}", kinds);
+        }
+
+        // The same from the file, by resume, and a writer carries on after it.
+        std::fs::write(&path, truncated).expect("truncated");
+        let resumed = resume(&path).expect("resumes");
+        prop_assert_eq!(resumed.leaf.as_ref(), log.leaf());
+        prop_assert_eq!(entries_of(&resumed.stretch), entries_of(log.live_stretch()));
+        if cut >= ends[0] {
+            let mut writer = SessionWriter::open(&path, options(7)).expect("reopens");
+            prop_assert_eq!(writer.leaf(), log.leaf());
+            let next = writer.append(EntryBody::ModelChange { model: "after".into() }).expect("appends");
+            drop(writer);
+            let after = std::fs::read(&path).expect("readable");
+            prop_assert!(after.starts_with(truncated));
+            let reread = read_log(&path).expect("reads");
+            let mut expected = appended[..n_complete_entries].to_vec();
+            if ends.contains(&(cut + 1)) {
+                // Only the newline was missing: once the append ends the
+                // line, it reads as the entry it always was, on a side
+                // branch (the new entry's parent is the leaf before it).
+                let resurrected = appended[n_complete_entries].clone();
+                prop_assert_eq!(resurrected.parent_id.as_ref(), next.parent_id.as_ref());
+                expected.push(resurrected);
+            }
+            expected.push(next);
+            prop_assert_eq!(entries_of(reread.entries()), expected);
+        }
+    }
+}
+
+/// The child side of the kill test: appends forever, printing each
+/// acknowledged id, until the parent kills it.
+fn append_until_killed(path: &str, seed: u64) {
+    let options = WriterOptions {
+        durability: Durability::Fsync,
+        minter: Box::new(SystemMinter),
+    };
+    let mut writer = match SessionWriter::open(path, options) {
+        Ok(writer) => writer,
+        Err(err) => {
+            eprintln!("child cannot open {path}: {err}");
+            std::process::exit(3);
+        }
+    };
+    let mut rng = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let stdout = std::io::stdout();
+    loop {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Mostly small lines, sometimes large ones that take a while to write.
+        let size = if rng.is_multiple_of(8) {
+            (rng % (2 << 20)) as usize
+        } else {
+            (rng % 2_000) as usize
+        };
+        let message = Message::user("x".repeat(size));
+        let entry = match writer.append_message(message, &ByteCounter, DEFAULT_IMAGE_TOKENS) {
+            Ok(entry) => entry,
+            Err(err) => {
+                eprintln!("child append failed: {err}");
+                std::process::exit(4);
+            }
+        };
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "ACK {}", entry.id);
+        let _ = out.flush();
+    }
+}
+
+/// SPEC §17: kill the writer at any point of an append; the log opens and
+/// nothing acknowledged is lost. The test re-executes its own binary as the
+/// child (`SOBA_KILL_CHILD`), SIGKILLs it after a random short delay, and
+/// checks the log after every round (`SOBA_KILL_ROUNDS`, default 50).
+#[test]
+fn a_killed_writer_loses_nothing_acknowledged() {
+    if let Ok(path) = std::env::var("SOBA_KILL_CHILD") {
+        let seed = std::env::var("SOBA_KILL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        append_until_killed(&path, seed);
+        return;
+    }
+    let rounds: u64 = std::env::var("SOBA_KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    drop(create(&path));
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut acknowledged: Vec<EntryId> = Vec::new();
+    let mut before = std::fs::read(&path).expect("readable");
+    let mut rng: u64 = 0x5eed_1234_abcd_ef01;
+    let mut n_torn = 0;
+    for round in 0..rounds {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "log::a_killed_writer_loses_nothing_acknowledged",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("SOBA_KILL_CHILD", &path)
+            .env("SOBA_KILL_SEED", (round + 1).to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the child starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let reader = std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut lines = std::io::BufReader::new(stdout);
+            let mut line = String::new();
+            // Only whole lines count: a line cut by the kill was not printed.
+            while lines.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                if line.ends_with('\n')
+                    && let Some(id) = line.trim_end().strip_prefix("ACK ")
+                {
+                    acked.push(EntryId::parse(id).expect("a printed entry id"));
+                }
+                line.clear();
+            }
+            acked
+        });
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(5 + rng % 40));
+        child.kill().expect("SIGKILL delivered");
+        let status = child.wait().expect("the child is reaped");
+        let acked = reader.join().expect("the reader thread");
+        if acked.is_empty() {
+            let mut stderr = String::new();
+            child
+                .stderr
+                .take()
+                .map(|mut e| e.read_to_string(&mut stderr));
+            assert!(
+                status.code().is_none(),
+                "the child failed before being killed: {status} {stderr}"
+            );
+        }
+        acknowledged.extend(acked);
+
+        let after = std::fs::read(&path).expect("readable");
+        assert!(
+            after.starts_with(&before),
+            "round {round}: the prefix changed"
+        );
+        let log = SessionLog::from_bytes(&after);
+        assert!(
+            log.header().is_some(),
+            "round {round}: the header is intact"
+        );
+        for id in &acknowledged {
+            assert!(
+                log.entry(id).is_some(),
+                "round {round}: acknowledged {id} is lost"
+            );
+        }
+        for diagnostic in log.diagnostics() {
+            match diagnostic.kind {
+                DiagnosticKind::TornLine { .. } => n_torn += 1,
+                // An earlier round's torn line, ended by a later append.
+                DiagnosticKind::InvalidJson { .. } => {}
+                _ => panic!("round {round}: unexpected damage: {diagnostic}"),
+            }
+        }
+        let resumed = resume(&path).expect("resumes");
+        assert_eq!(resumed.leaf.as_ref(), log.leaf(), "round {round}");
+        assert_eq!(
+            entries_of(&resumed.stretch),
+            entries_of(log.live_stretch()),
+            "round {round}"
+        );
+        before = after;
+    }
+    assert!(
+        !acknowledged.is_empty(),
+        "no child ever acknowledged an append"
+    );
+    eprintln!(
+        "{rounds} kills, {} acknowledged entries, {n_torn} rounds ended on a torn line",
+        acknowledged.len()
+    );
+}
+
+#[test]
+fn sessions_are_listed_and_found_by_prefix() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let ids = [
+        "0194c2d0-aaaa-7000-8000-000000000001",
+        "0194c2d0-aaab-7000-8000-000000000002",
+        "0194c2d0-bbbb-7000-8000-000000000003",
+    ];
+    for (n, id) in ids.iter().enumerate() {
+        let path = session_path(dir.path(), &header(id).id);
+        let mut writer =
+            SessionWriter::create(&path, &header(id), options(n as i64)).expect("creates");
+        writer
+            .append(EntryBody::ModelChange { model: "m".into() })
+            .expect("appends");
+    }
+    std::fs::write(dir.path().join(format!("{}.flight.jsonl", ids[0])), "{}\n").expect("written");
+    std::fs::write(dir.path().join("notes.txt"), "x").expect("written");
+    std::fs::write(dir.path().join("broken.jsonl"), "garbage\n").expect("written");
+
+    let sessions = list_sessions(dir.path()).expect("lists");
+    let mut found: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
+    found.sort_unstable();
+    assert_eq!(found, vec![ids[0], ids[1], ids[2], "broken"]);
+    let first = sessions.iter().find(|s| s.id == ids[0]).expect("listed");
+    assert_eq!(first.created_at.as_deref(), Some("2025-01-01T00:00:00Z"));
+    assert_eq!(first.cwd.as_deref(), Some("/work/project"));
+    assert_eq!(
+        first.size,
+        std::fs::metadata(&first.path).expect("exists").len()
+    );
+    assert!(first.modified.is_some());
+    assert_eq!(first.problem, None);
+    let broken = sessions.iter().find(|s| s.id == "broken").expect("listed");
+    assert!(
+        broken
+            .problem
+            .as_deref()
+            .is_some_and(|p| p.starts_with("invalid JSON")),
+        "{broken:?}"
+    );
+
+    assert_eq!(
+        find_session(dir.path(), "0194c2d0-b").expect("unique").id,
+        ids[2]
+    );
+    assert_eq!(find_session(dir.path(), ids[0]).expect("exact").id, ids[0]);
+    let err = find_session(dir.path(), "0194c2d0-aaa").expect_err("ambiguous");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "\"0194c2d0-aaa\" matches 2 sessions ({}, {}); give a longer prefix",
+            ids[0], ids[1]
+        )
+    );
+    assert!(matches!(
+        find_session(dir.path(), "ffff"),
+        Err(StoreError::SessionNotFound { .. })
+    ));
+    assert!(
+        list_sessions(dir.path().join("missing"))
+            .expect("no directory, no sessions")
+            .is_empty()
+    );
+}
