@@ -41,6 +41,17 @@ fn valid_summary() -> String {
     .join("\n")
 }
 
+/// Options with an LLM summarizer and hygiene kept out of the way.
+fn llm_options(summarizer: Arc<dyn Summarizer>) -> Options {
+    let mut compaction = crate::harness::small_config();
+    compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    Options {
+        compaction,
+        summarizer: Some(summarizer),
+        ..Options::default()
+    }
+}
+
 fn files_read(n: usize) -> Vec<String> {
     (0..n)
         .map(|idx| format!("data/file{:02}.txt", idx % 40))
@@ -110,9 +121,7 @@ async fn a_failed_soft_attempt_caps_the_turn_but_hard_limit_still_fires() {
         FakeReply::Text("Generating…".into()),
         FakeReply::Text(valid_summary()),
     ]));
-    let mut options = Options::default();
-    options.summarizer = Some(summarizer.clone());
-    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000); // keep hygiene out of the way
+    let options = llm_options(summarizer.clone());
     let h = Harness::start(options).await;
     for path in files_read(14) {
         h.push_read(&path);
@@ -166,9 +175,7 @@ async fn a_failed_soft_attempt_caps_the_turn_but_hard_limit_still_fires() {
 #[tokio::test]
 async fn a_summarizer_timeout_gives_a_degraded_capsule() {
     let summarizer = Arc::new(FakeSummarizer::new([FakeReply::Stall]));
-    let mut options = Options::default();
-    options.summarizer = Some(summarizer);
-    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    let options = llm_options(summarizer);
     let h = Harness::start(options).await;
     for path in files_read(10) {
         h.push_read(&path);
@@ -238,9 +245,7 @@ async fn a_cancel_during_generation_appends_nothing_even_if_the_summary_arrives(
             Box::pin(async move { fire.cancel() })
         }),
     });
-    let mut options = Options::default();
-    options.summarizer = Some(summarizer);
-    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    let options = llm_options(summarizer);
     let h = Harness::start(options).await;
     for path in files_read(12) {
         h.push_read(&path);
@@ -274,9 +279,7 @@ async fn a_rewind_during_generation_makes_the_barrier_stale() {
             })
         }),
     });
-    let mut options = Options::default();
-    options.summarizer = Some(summarizer);
-    options.compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    let options = llm_options(summarizer);
     let h = Harness::start(options).await;
     *core_slot.lock().unwrap() = Some(h.core.clone());
     for path in files_read(12) {

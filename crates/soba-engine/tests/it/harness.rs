@@ -45,15 +45,16 @@ pub fn small_model() -> ModelSpec {
 
 /// Compaction settings scaled down for the small model.
 pub fn small_config() -> CompactionConfig {
-    let mut config = CompactionConfig::default();
-    config.safety_reserve_tokens = TokenCount::new(1_000);
-    config.min_tokens_for_auto_compact = TokenCount::new(2_000);
-    config.keep_recent_tokens = TokenCount::new(1_000);
-    config.min_reclaimable_tokens = TokenCount::new(500);
-    config.min_hygiene_tokens = TokenCount::new(1_500);
-    config.hygiene_keep_messages = 4;
-    config.timeout_ms = 200;
-    config
+    CompactionConfig {
+        safety_reserve_tokens: TokenCount::new(1_000),
+        min_tokens_for_auto_compact: TokenCount::new(2_000),
+        keep_recent_tokens: TokenCount::new(1_000),
+        min_reclaimable_tokens: TokenCount::new(500),
+        min_hygiene_tokens: TokenCount::new(1_500),
+        hygiene_keep_messages: 4,
+        timeout_ms: 200,
+        ..CompactionConfig::default()
+    }
 }
 
 /// Reports as usage exactly the local count of the request the session
