@@ -19,6 +19,7 @@ pub mod overflow;
 pub mod registry;
 pub mod request;
 pub mod sse;
+pub mod summarizer;
 pub mod wire;
 
 #[cfg(feature = "http")]

@@ -10,4 +10,5 @@ mod overflow;
 mod retry;
 mod snapshots;
 mod streaming;
+mod summarizer;
 mod timeout;
