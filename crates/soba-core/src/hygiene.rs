@@ -5,11 +5,10 @@
 
 use std::fmt;
 
-use serde_json::Value;
-
 use crate::budget::Budget;
 use crate::config::CompactionConfig;
 use crate::entry::EntryBody;
+use crate::facts;
 use crate::id::EntryId;
 use crate::input::{InputOrigin, LiveInput};
 use crate::message::ToolUse;
@@ -17,62 +16,21 @@ use crate::tokens::TokenCount;
 
 /// What a later success must match to resolve a failing tool result
 /// (SPEC §8.1, §9.2): the same command, or the same tool on the same path.
+/// It is the fact extractor's key ([`facts::CallFacts::key`]), so hygiene
+/// keeps exactly the errors a capsule would list as unresolved.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ErrorKey {
-    /// A shell command, whitespace-normalised.
-    Command(String),
-    /// A tool acting on a path.
-    ToolPath {
-        /// The tool's name.
-        tool: String,
-        /// The path argument.
-        path: String,
-    },
-    /// Any other call: the same tool with the same arguments.
-    Call {
-        /// The tool's name.
-        tool: String,
-        /// The arguments as JSON text.
-        input: String,
-    },
-}
-
-/// Argument names that carry a shell command.
-const COMMAND_ARGS: [&str; 3] = ["command", "cmd", "script"];
-/// Argument names that carry a file path.
-const PATH_ARGS: [&str; 5] = ["path", "file_path", "filePath", "file", "filename"];
+pub struct ErrorKey(String);
 
 impl ErrorKey {
-    /// Derives the key of a tool call from its arguments: a `command`
-    /// (a string, or an argv array as Codex sends it), else a path, else
-    /// the whole call.
+    /// Derives the key of a tool call: its normalised shell command, else
+    /// the tool with the path it acts on, else the tool.
     pub fn from_call(call: &ToolUse) -> Self {
-        let args = call.input.object();
-        for name in COMMAND_ARGS {
-            let command = match args.get(name) {
-                Some(Value::String(command)) => Some(command.clone()),
-                Some(Value::Array(argv)) => {
-                    let parts: Option<Vec<&str>> = argv.iter().map(Value::as_str).collect();
-                    parts.map(|parts| parts.join(" "))
-                }
-                _ => None,
-            };
-            if let Some(command) = command {
-                return ErrorKey::Command(command.split_whitespace().collect::<Vec<_>>().join(" "));
-            }
-        }
-        for name in PATH_ARGS {
-            if let Some(path) = args.get(name).and_then(Value::as_str) {
-                return ErrorKey::ToolPath {
-                    tool: call.name.clone(),
-                    path: path.to_owned(),
-                };
-            }
-        }
-        ErrorKey::Call {
-            tool: call.name.clone(),
-            input: call.input.to_json_text(),
-        }
+        ErrorKey(facts::call_facts(call, None).key)
+    }
+
+    /// Returns the key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -287,7 +245,7 @@ pub fn plan_hygiene(
 mod tests {
     use super::*;
     use crate::message::ToolInput;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn key(name: &str, args: Value) -> ErrorKey {
         ErrorKey::from_call(&ToolUse {
@@ -298,28 +256,16 @@ mod tests {
     }
 
     #[test]
-    fn error_keys_follow_command_then_path_then_call() {
-        assert_eq!(
-            key("bash", json!({"command": "cargo  test\n"})),
-            ErrorKey::Command("cargo test".into())
-        );
-        assert_eq!(
-            key("shell", json!({"command": ["bash", "-lc", "make"]})),
-            ErrorKey::Command("bash -lc make".into())
-        );
-        assert_eq!(
-            key("edit_file", json!({"path": "src/a.rs", "old": "x"})),
-            ErrorKey::ToolPath {
-                tool: "edit_file".into(),
-                path: "src/a.rs".into()
-            }
-        );
-        assert_eq!(
-            key("search", json!({"pattern": "fn"})),
-            ErrorKey::Call {
-                tool: "search".into(),
-                input: r#"{"pattern":"fn"}"#.into()
-            }
+    fn error_keys_match_the_same_command_or_the_same_tool_and_path() {
+        let bash = |command: &str| key("bash", json!({ "command": command }));
+        assert_eq!(bash("cargo  test"), bash("cargo test"));
+        assert_ne!(bash("cargo test"), bash("cargo build"));
+        let edit = |path: &str, old: &str| key("edit_file", json!({ "path": path, "old": old }));
+        assert_eq!(edit("src/a.rs", "x"), edit("src/a.rs", "y"));
+        assert_ne!(edit("src/a.rs", "x"), edit("src/b.rs", "x"));
+        assert_ne!(
+            edit("src/a.rs", "x"),
+            key("write_file", json!({"path": "src/a.rs"}))
         );
     }
 
