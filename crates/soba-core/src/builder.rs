@@ -392,19 +392,41 @@ fn measure(content: &CapsuleContent, counter: &dyn TokenCounter) -> TokenCount {
         .n
 }
 
-/// Returns the largest `k` in `0..=len` for which `fits(k)` holds, assuming
-/// `fits` is monotone; 0 when none does.
-fn largest_fitting(len: usize, mut fits: impl FnMut(usize) -> bool) -> usize {
-    if fits(len) {
-        return len;
+/// Drops the oldest items of one list (its tail) until the capsule fits:
+/// estimates how many from each item's own tokens, re-measures, and finally
+/// adds back any item that still fits, so the most that fit are kept.
+/// `apply(content, k)` keeps the first `k` items. Returns the new measure.
+fn trim_oldest(
+    content: &mut CapsuleContent,
+    mut tokens: TokenCount,
+    costs: &[TokenCount],
+    apply: &dyn Fn(&mut CapsuleContent, usize),
+    counter: &dyn TokenCounter,
+) -> TokenCount {
+    let bound = content.bound;
+    let mut keep = costs.len();
+    while tokens > bound && keep > 0 {
+        let mut over = tokens.saturating_sub(bound);
+        while keep > 0 && over > TokenCount::ZERO {
+            keep -= 1;
+            over = over.saturating_sub(costs[keep]);
+        }
+        apply(content, keep);
+        tokens = measure(content, counter);
     }
-    let (mut lo, mut hi) = (0, len);
-    // Invariant: fits(hi) is false; the answer is in lo..hi.
-    while lo + 1 < hi {
-        let mid = (lo + hi) / 2;
-        if fits(mid) { lo = mid } else { hi = mid }
+    // Token counts are not exactly additive: the estimate may have dropped
+    // one item too many.
+    while tokens <= bound && keep < costs.len() {
+        apply(content, keep + 1);
+        let grown = measure(content, counter);
+        if grown > bound {
+            apply(content, keep);
+            break;
+        }
+        keep += 1;
+        tokens = grown;
     }
-    lo
+    tokens
 }
 
 /// Trims the content to its bound, in SPEC §9.4's order, and measures it.
@@ -416,14 +438,15 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
     if tokens > bound && !content.local.files_read.is_empty() {
         let all = content.local.files_read.clone();
         let more = content.local.files_read_more;
-        let keep = largest_fitting(all.len(), |k| {
-            content.local.files_read = all[..k].to_vec();
-            content.local.files_read_more = more + (all.len() - k) as u64;
-            measure(&content, counter) <= bound
-        });
-        content.local.files_read = all[..keep].to_vec();
-        content.local.files_read_more = more + (all.len() - keep) as u64;
-        tokens = measure(&content, counter);
+        let costs: Vec<TokenCount> = all
+            .iter()
+            .map(|path| counter.count_text(&format!("- {}\n", code_span(path))).n)
+            .collect();
+        let apply = |content: &mut CapsuleContent, keep: usize| {
+            content.local.files_read = all[..keep].to_vec();
+            content.local.files_read_more = more + (all.len() - keep) as u64;
+        };
+        tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }
 
     // 2. The earlier narrative, middle-truncated, then omitted.
@@ -451,23 +474,35 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
     // 3. Checkpoint entries, oldest first.
     if tokens > bound && !content.local.checkpoints.is_empty() {
         let all = content.local.checkpoints.clone();
-        let keep = largest_fitting(all.len(), |k| {
-            content.local.checkpoints = all[..k].to_vec();
-            measure(&content, counter) <= bound
-        });
-        content.local.checkpoints = all[..keep].to_vec();
-        tokens = measure(&content, counter);
+        let costs: Vec<TokenCount> = all
+            .iter()
+            .map(|(kind, note)| {
+                counter
+                    .count_text(&format!("- {}: {note}\n", kind.as_str()))
+                    .n
+            })
+            .collect();
+        let apply = |content: &mut CapsuleContent, keep: usize| {
+            content.local.checkpoints = all[..keep].to_vec()
+        };
+        tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }
 
     // 4. Verification commands, oldest first.
     if tokens > bound && !content.local.verification.is_empty() {
         let all = content.local.verification.clone();
-        let keep = largest_fitting(all.len(), |k| {
-            content.local.verification = all[..k].to_vec();
-            measure(&content, counter) <= bound
-        });
-        content.local.verification = all[..keep].to_vec();
-        tokens = measure(&content, counter);
+        let costs: Vec<TokenCount> = all
+            .iter()
+            .map(|v| {
+                counter
+                    .count_text(&format!("- passed (exit 0): {}\n", code_span(&v.command)))
+                    .n
+            })
+            .collect();
+        let apply = |content: &mut CapsuleContent, keep: usize| {
+            content.local.verification = all[..keep].to_vec()
+        };
+        tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }
 
     content.markdown = render::sections_markdown(&content.view());
@@ -493,14 +528,6 @@ mod tests {
             capsule_bound(TokenCount::new(80_000)),
             TokenCount::new(8_000)
         );
-    }
-
-    #[test]
-    fn largest_fitting_finds_the_edge() {
-        assert_eq!(largest_fitting(10, |k| k <= 7), 7);
-        assert_eq!(largest_fitting(10, |_| true), 10);
-        assert_eq!(largest_fitting(10, |_| false), 0);
-        assert_eq!(largest_fitting(0, |_| false), 0);
     }
 
     #[test]

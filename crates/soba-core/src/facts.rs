@@ -1132,7 +1132,13 @@ pub fn is_failure(result: &ToolResult) -> bool {
         return true;
     }
     let text = result.text();
-    exit_code(&text).is_some_and(|code| code != 0)
+    failed(false, &text, exit_code(&text))
+}
+
+/// Returns whether a result with this flag, text and exit status failed.
+fn failed(is_error: bool, text: &str, exit: Option<i64>) -> bool {
+    is_error
+        || exit.is_some_and(|code| code != 0)
         || text.trim_start().starts_with("exec_command failed")
 }
 
@@ -1305,7 +1311,8 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                     {
                         continue;
                     }
-                    let failing = is_failure(result);
+                    let exit = exit_code(&text);
+                    let failing = failed(result.is_error, &text, exit);
                     if !failing {
                         reads.extend(call.facts.read.iter().cloned());
                     }
@@ -1315,7 +1322,6 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                     };
                     errors.insert(key, (seq, failing.then(|| text.clone())));
                     if let Some(command) = command.filter(|c| is_verification(c)) {
-                        let exit = exit_code(&text);
                         let shown = truncate_middle_chars(&command, KEY_SIDE_CHARS, KEY_SIDE_CHARS);
                         verification.retain(|(_, v)| v.command != shown);
                         verification.push((
