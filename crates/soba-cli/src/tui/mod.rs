@@ -1,0 +1,185 @@
+//! The interactive agent (`soba`, SPEC §11.2–§11.3): a ratatui terminal UI
+//! over a background engine task. The UI loop reads keys from a polling
+//! thread and engine reports from a channel, updates [`state::AppState`]
+//! and draws it with the pure [`render::render`]; the [`worker::Worker`]
+//! owns the session, runs turns and `/compact` on their own tasks and
+//! executes slash commands.
+
+pub mod command;
+pub mod render;
+pub mod state;
+pub(crate) mod view;
+pub(crate) mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event};
+use ratatui::DefaultTerminal;
+use soba_engine::tool::{ApprovalPolicy, ToolConfig, ToolError, ToolRegistry, Workspace};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+
+use crate::cli::{AgentArgs, GlobalArgs};
+use crate::context::Context;
+use crate::engine;
+use crate::error::{CliError, CliResult};
+use state::{Action, AppState, UiEvent};
+use worker::{Launch, Start, Worker};
+
+/// How often the key thread checks whether the UI has gone.
+const KEY_POLL: Duration = Duration::from_millis(100);
+
+/// Maps a tool-subsystem configuration error: a bad `--allow` is a usage
+/// error, anything from config a configuration error.
+fn tool_error(err: ToolError) -> CliError {
+    match &err {
+        ToolError::UnknownAllowName { origin, .. } if *origin == "--allow" => {
+            CliError::usage(err.to_string())
+        }
+        _ => CliError::user(err.to_string()),
+    }
+}
+
+/// Returns which session to open from `-c` and `-r [ID]`.
+fn start_of(args: &AgentArgs) -> Start {
+    match (&args.resume, args.continue_session) {
+        (Some(id), _) if !id.trim().is_empty() => Start::Resume(id.trim().to_owned()),
+        (Some(_), _) => Start::Pick,
+        (None, true) => Start::Continue,
+        (None, false) => Start::New,
+    }
+}
+
+/// Runs the interactive agent. Configuration problems (no model, a bad
+/// key, an impossible budget, an unknown session) are reported before the
+/// terminal is taken over, with the usual exit codes.
+pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
+    let ctx = Context::load(global)?;
+    ctx.print_warnings();
+    let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
+        .map_err(tool_error)?;
+    let tool_config = ToolConfig::default()
+        .with_bash_timeout_ms(ctx.config().bash_timeout_ms)
+        .map_err(tool_error)?;
+    let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
+    let launch = Launch {
+        ctx,
+        model_flag: args.model.clone(),
+        policy,
+        tool_config,
+        workspace,
+        tools: Arc::new(ToolRegistry::builtin()),
+    };
+    let start = start_of(args);
+    let (ui_tx, ui_rx) = mpsc::unbounded_channel();
+    let (internal_tx, internal_rx) = mpsc::unbounded_channel();
+    let (action_tx, action_rx) = mpsc::unbounded_channel();
+    let mut worker = Worker::new(launch, ui_tx, internal_tx);
+    let runtime = engine::runtime()?;
+    let notes = runtime.block_on(async { worker.open_start(&start) })?;
+    let mut terminal = ratatui::try_init()
+        .map_err(|err| CliError::internal("cannot take over the terminal").caused_by(err))?;
+    let _ = crossterm::execute!(std::io::stdout(), event::EnableBracketedPaste);
+    let result = runtime.block_on(async {
+        let worker_task =
+            tokio::spawn(worker.run(action_rx, internal_rx, notes, start == Start::Pick));
+        let result = ui_loop(&mut terminal, ui_rx, action_tx).await;
+        // The worker cancels a running turn and stops once the UI's action
+        // channel is closed.
+        let _ = worker_task.await;
+        result
+    });
+    let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
+    ratatui::restore();
+    result
+}
+
+/// Reads terminal events on a thread (crossterm's reader blocks) until the
+/// UI drops its receiver or sets `stop`.
+fn spawn_key_reader(stop: Arc<AtomicBool>) -> UnboundedReceiver<Event> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            match event::poll(KEY_POLL) {
+                Ok(true) => match event::read() {
+                    Ok(event) => {
+                        if tx.send(event).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                },
+                Ok(false) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    rx
+}
+
+/// Applies one terminal event to the state.
+fn on_terminal_event(state: &mut AppState, event: Event) -> Vec<Action> {
+    match event {
+        Event::Key(key) => state.on_key(key, Instant::now()),
+        Event::Paste(text) => {
+            state.on_paste(&text);
+            Vec::new()
+        }
+        // A resize simply redraws at the new size.
+        _ => Vec::new(),
+    }
+}
+
+/// The UI loop: draw, then wait for a key, an engine report or a tick.
+async fn ui_loop(
+    terminal: &mut DefaultTerminal,
+    mut reports: UnboundedReceiver<UiEvent>,
+    actions: UnboundedSender<Action>,
+) -> CliResult {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut keys = spawn_key_reader(stop.clone());
+    let mut state = AppState::default();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let outcome = loop {
+        if let Err(err) = terminal.draw(|frame| render::render(frame, &state)) {
+            break Err(CliError::internal("cannot draw the terminal").caused_by(err));
+        }
+        let mut pending = tokio::select! {
+            Some(event) = keys.recv() => on_terminal_event(&mut state, event),
+            report = reports.recv() => match report {
+                Some(report) => state.apply(report),
+                None => break Ok(()),
+            },
+            _ = tick.tick() => {
+                if state.last_ctrl_c.is_some_and(|at| at.elapsed() > state::DOUBLE_CTRL_C) {
+                    state.last_ctrl_c = None;
+                    state.hint = None;
+                }
+                Vec::new()
+            }
+        };
+        // Apply whatever else is already waiting before drawing again, so a
+        // burst of streamed text costs one frame.
+        while let Ok(report) = reports.try_recv() {
+            pending.extend(state.apply(report));
+        }
+        let mut quit = false;
+        for action in pending {
+            if action == Action::Quit {
+                quit = true;
+                break;
+            }
+            if actions.send(action).is_err() {
+                quit = true;
+                break;
+            }
+        }
+        if quit {
+            break Ok(());
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    drop(actions);
+    outcome
+}

@@ -1,0 +1,628 @@
+//! Drawing: a pure function from [`AppState`] to a ratatui frame, so every
+//! screen can be snapshot-tested on a `TestBackend`. Layout: conversation
+//! pane, sidebar (hidden below [`SIDEBAR_MIN_WIDTH`] columns), status line
+//! and input box, with modal boxes over the conversation.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Direction, Layout, Position, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use soba_core::tokens::group_thousands;
+use unicode_width::UnicodeWidthChar;
+
+use super::state::{Activity, AppState, HistoryItem, Overlay, Picker, RewindPlan};
+
+/// Below this width the sidebar is hidden and the context figure moves to
+/// the conversation's title.
+pub const SIDEBAR_MIN_WIDTH: u16 = 80;
+/// The sidebar's width, borders included.
+const SIDEBAR_WIDTH: u16 = 30;
+/// The input box never grows beyond this many text lines.
+const INPUT_MAX_LINES: usize = 6;
+
+/// The status line during a barrier before a response (SPEC §11.2).
+pub fn barrier_text(percent: u8, idle: bool) -> String {
+    if idle {
+        format!("Compacting context · {percent}%")
+    } else {
+        format!("Compacting context before response · {percent}%")
+    }
+}
+
+/// Draws the whole screen.
+pub fn render(frame: &mut Frame<'_>, state: &AppState) {
+    let area = frame.area();
+    if area.width < 10 || area.height < 6 {
+        frame.render_widget(Paragraph::new("soba: terminal too small"), area);
+        return;
+    }
+    let input_width = area.width.saturating_sub(2).max(1) as usize;
+    let (input_lines, cursor) = input_layout(&state.input.text, state.input.cursor, input_width);
+    let input_height = input_lines.len().clamp(1, INPUT_MAX_LINES) as u16 + 2;
+    let rows = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([
+            Constraint::Min(3),
+            Constraint::Length(1),
+            Constraint::Length(input_height),
+        ])
+        .split(area);
+    let (body, status, input) = (rows[0], rows[1], rows[2]);
+    let show_sidebar = area.width >= SIDEBAR_MIN_WIDTH;
+    let conversation = if show_sidebar {
+        let cols = Layout::default()
+            .direction(Direction::Horizontal)
+            .constraints([Constraint::Min(20), Constraint::Length(SIDEBAR_WIDTH)])
+            .split(body);
+        render_sidebar(frame, state, cols[1]);
+        cols[0]
+    } else {
+        body
+    };
+    render_conversation(frame, state, conversation, !show_sidebar);
+    render_status(frame, state, status);
+    render_input(frame, state, input, &input_lines, cursor);
+    if let Some(overlay) = &state.overlay {
+        render_overlay(frame, overlay, conversation);
+    }
+}
+
+fn dim() -> Style {
+    Style::default().fg(Color::DarkGray)
+}
+
+fn title_text(state: &AppState, with_context: bool) -> String {
+    let mut title = format!(" soba · {}", state.header.model);
+    if !state.header.session.is_empty() {
+        title.push_str(&format!(" · session {}", state.header.session));
+    }
+    if with_context && state.sidebar.hard_limit > 0 {
+        title.push_str(&format!(
+            " · {} / {}",
+            group_thousands(state.sidebar.effective),
+            group_thousands(state.sidebar.hard_limit)
+        ));
+    }
+    title.push(' ');
+    title
+}
+
+/// Returns the conversation's lines wrapped to `width`.
+pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> {
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    let mut notes = state.notes.iter().peekable();
+    let mut push_notes = |anchor: usize, lines: &mut Vec<Line<'static>>| {
+        while let Some((_, text)) = notes.next_if(|(at, _)| *at <= anchor) {
+            for row in wrap(text, width.saturating_sub(2)) {
+                lines.push(Line::from(Span::styled(
+                    format!("  {row}"),
+                    Style::default().fg(Color::Yellow),
+                )));
+            }
+            lines.push(Line::default());
+        }
+    };
+    push_notes(0, &mut lines);
+    for (idx, item) in state.history.iter().enumerate() {
+        match item {
+            HistoryItem::User(text) => {
+                for (n, row) in wrap(text, width.saturating_sub(2)).into_iter().enumerate() {
+                    let prefix = if n == 0 { "› " } else { "  " };
+                    lines.push(Line::from(vec![
+                        Span::styled(prefix, Style::default().fg(Color::Cyan)),
+                        Span::styled(row, Style::default().add_modifier(Modifier::BOLD)),
+                    ]));
+                }
+                lines.push(Line::default());
+            }
+            HistoryItem::Assistant(text) => {
+                for row in wrap(text, width.saturating_sub(2)) {
+                    lines.push(Line::from(format!("  {row}")));
+                }
+                lines.push(Line::default());
+            }
+            HistoryItem::Tool { line, is_error } => {
+                let style = if *is_error {
+                    Style::default().fg(Color::Red)
+                } else {
+                    Style::default().fg(Color::Blue)
+                };
+                let row = truncate_to(&format!("  ▸ {line}"), width);
+                lines.push(Line::from(Span::styled(row, style)));
+            }
+            HistoryItem::Event(text) => {
+                for row in wrap(text, width.saturating_sub(4)) {
+                    lines.push(Line::from(Span::styled(
+                        format!("  · {row}"),
+                        dim().add_modifier(Modifier::ITALIC),
+                    )));
+                }
+            }
+        }
+        push_notes(idx + 1, &mut lines);
+    }
+    if !state.streaming.is_empty() {
+        let text = format!("{}▍", state.streaming);
+        for row in wrap(&text, width.saturating_sub(2)) {
+            lines.push(Line::from(format!("  {row}")));
+        }
+        lines.push(Line::default());
+    } else if state.activity == Activity::Turn && state.barrier.is_none() {
+        lines.push(Line::from(Span::styled("  … working", dim())));
+    }
+    for queued in &state.queue {
+        let text = format!("queued: {queued}");
+        for (n, row) in wrap(&text, width.saturating_sub(4)).into_iter().enumerate() {
+            let prefix = if n == 0 { "  ⏸ " } else { "    " };
+            lines.push(Line::from(Span::styled(format!("{prefix}{row}"), dim())));
+        }
+    }
+    while lines.last().is_some_and(|line| line.spans.is_empty()) {
+        lines.pop();
+    }
+    lines
+}
+
+fn render_conversation(frame: &mut Frame<'_>, state: &AppState, area: Rect, narrow: bool) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(dim())
+        .title(Span::styled(
+            title_text(state, narrow),
+            Style::default().add_modifier(Modifier::BOLD),
+        ));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let lines = conversation_lines(state, inner.width as usize);
+    let height = inner.height as usize;
+    let max_scroll = lines.len().saturating_sub(height);
+    let scroll = state.scroll.min(max_scroll);
+    let end = lines.len() - scroll;
+    let start = end.saturating_sub(height);
+    let visible: Vec<Line<'static>> = lines[start..end].to_vec();
+    frame.render_widget(Paragraph::new(visible), inner);
+}
+
+/// Returns the context bar: `width` cells filled up to effective/hardLimit,
+/// with the autoLimit (`┃`) and hygieneLimit (`╎`) positions marked.
+pub fn context_bar(sidebar: &super::state::Sidebar, width: usize) -> Line<'static> {
+    if width == 0 || sidebar.hard_limit == 0 {
+        return Line::default();
+    }
+    let cell = |tokens: u64| -> usize {
+        ((u128::from(tokens) * width as u128) / u128::from(sidebar.hard_limit)) as usize
+    };
+    let filled = cell(sidebar.effective).min(width);
+    let auto = cell(sidebar.auto_limit).min(width - 1);
+    let hygiene = cell(sidebar.hygiene_limit).min(width - 1);
+    let fill_color = if sidebar.effective >= sidebar.auto_limit {
+        Color::Red
+    } else if sidebar.effective >= sidebar.hygiene_limit {
+        Color::Yellow
+    } else {
+        Color::Green
+    };
+    let spans: Vec<Span<'static>> = (0..width)
+        .map(|idx| {
+            if idx == auto {
+                Span::styled("┃", Style::default().fg(Color::Magenta))
+            } else if idx == hygiene {
+                Span::styled("╎", Style::default().fg(Color::Cyan))
+            } else if idx < filled {
+                Span::styled("█", Style::default().fg(fill_color))
+            } else {
+                Span::styled("░", dim())
+            }
+        })
+        .collect();
+    Line::from(spans)
+}
+
+fn render_sidebar(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(dim())
+        .title(" context ");
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let width = inner.width as usize;
+    let side = &state.sidebar;
+    let percent = (u128::from(side.effective) * 100)
+        .checked_div(u128::from(side.hard_limit))
+        .unwrap_or(0);
+    let label = |name: &str, value: u64| {
+        Line::from(vec![
+            Span::styled(format!("{name:<9}"), dim()),
+            Span::raw(group_thousands(value)),
+        ])
+    };
+    let mut lines = vec![
+        Line::from(Span::styled(
+            format!("{} tokens", group_thousands(side.effective)),
+            Style::default().add_modifier(Modifier::BOLD),
+        )),
+        Line::from(Span::styled(
+            format!(
+                "{percent}% of hardLimit {}",
+                group_thousands(side.hard_limit)
+            ),
+            dim(),
+        )),
+        context_bar(side, width),
+        Line::from(vec![
+            Span::styled("┃", Style::default().fg(Color::Magenta)),
+            Span::raw(format!(" auto    {}", group_thousands(side.auto_limit))),
+        ]),
+        Line::from(vec![
+            Span::styled("╎", Style::default().fg(Color::Cyan)),
+            Span::raw(format!(" hygiene {}", group_thousands(side.hygiene_limit))),
+        ]),
+        label("soft", side.soft_limit),
+        Line::from(vec![
+            Span::styled(format!("{:<9}", "source"), dim()),
+            Span::raw(side.source.clone()),
+        ]),
+        Line::from(vec![
+            Span::styled(format!("{:<9}", "auto"), dim()),
+            Span::raw(if side.auto_compact { "on" } else { "off" }),
+        ]),
+        Line::default(),
+        Line::from(Span::styled("last compaction", dim())),
+    ];
+    match &side.last_compaction {
+        Some(text) => lines.extend(wrap(text, width).into_iter().map(Line::from)),
+        None => lines.push(Line::from("(none)")),
+    }
+    if !state.queue.is_empty() {
+        lines.push(Line::default());
+        lines.push(Line::from(Span::styled(
+            format!("{} queued", state.queue.len()),
+            Style::default().fg(Color::Yellow),
+        )));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+fn render_status(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
+    let width = area.width as usize;
+    let line = if let Some((percent, idle)) = state.barrier {
+        Line::from(Span::styled(
+            truncate_to(&format!(" {}", barrier_text(percent, idle)), width),
+            Style::default()
+                .fg(Color::Yellow)
+                .add_modifier(Modifier::BOLD),
+        ))
+    } else if let Some(result) = &state.result_line {
+        let color = if result.warn {
+            Color::Yellow
+        } else {
+            Color::Green
+        };
+        Line::from(Span::styled(
+            truncate_to(&format!(" {}", result.text), width),
+            Style::default().fg(color),
+        ))
+    } else {
+        Line::default()
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+fn render_input(
+    frame: &mut Frame<'_>,
+    state: &AppState,
+    area: Rect,
+    input_lines: &[String],
+    cursor: (usize, usize),
+) {
+    let title = match state.activity {
+        Activity::Idle => " message · /help ".to_owned(),
+        Activity::Turn => " message · turn running: Enter queues, Esc cancels ".to_owned(),
+        Activity::Compact => " message · compacting: Enter queues, Esc cancels ".to_owned(),
+    };
+    let mut block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(if state.is_busy() {
+            Color::Yellow
+        } else {
+            Color::Cyan
+        }))
+        .title(title);
+    if let Some(hint) = &state.hint {
+        block = block.title_bottom(Span::styled(
+            format!(" {hint} "),
+            Style::default().fg(Color::Yellow),
+        ));
+    }
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let height = inner.height as usize;
+    let first = (cursor.0 + 1).saturating_sub(height);
+    let visible: Vec<Line<'static>> = input_lines
+        .iter()
+        .skip(first)
+        .take(height)
+        .map(|row| Line::from(row.clone()))
+        .collect();
+    frame.render_widget(Paragraph::new(visible), inner);
+    if state.overlay.is_none() {
+        frame.set_cursor_position(Position::new(
+            inner.x + cursor.1 as u16,
+            inner.y + (cursor.0 - first) as u16,
+        ));
+    }
+}
+
+fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
+    let width = area.width.saturating_sub(4).clamp(10, 76);
+    let text_width = width.saturating_sub(2) as usize;
+    let (title, lines): (String, Vec<Line<'static>>) = match overlay {
+        Overlay::Approval(view) => {
+            let mut lines: Vec<Line<'static>> = wrap(&view.summary, text_width.saturating_sub(2))
+                .into_iter()
+                .map(|row| {
+                    Line::from(Span::styled(
+                        format!("  {row}"),
+                        Style::default().add_modifier(Modifier::BOLD),
+                    ))
+                })
+                .collect();
+            lines.push(Line::default());
+            lines.push(key_line("y", "run once"));
+            for (n, row) in wrap(
+                &format!("always: {}", view.scope),
+                text_width.saturating_sub(4),
+            )
+            .into_iter()
+            .enumerate()
+            {
+                if n == 0 {
+                    lines.push(key_line("a", &row));
+                } else {
+                    lines.push(Line::from(format!("   {row}")));
+                }
+            }
+            lines.push(key_line("n", "deny"));
+            (format!(" Allow {}? ", view.tool), lines)
+        }
+        Overlay::Picker(picker) => picker_lines(picker, text_width, area.height),
+        Overlay::ConfirmRewind(plan) => (
+            " Rewind the conversation? ".to_owned(),
+            confirm_lines(plan, text_width),
+        ),
+    };
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let rect = Rect {
+        x: area.x + (area.width.saturating_sub(width)) / 2,
+        y: area.y + area.height.saturating_sub(height + 1),
+        width: width.min(area.width),
+        height,
+    };
+    frame.render_widget(Clear, rect);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(Color::Yellow))
+        .title(Span::styled(
+            title,
+            Style::default().add_modifier(Modifier::BOLD),
+        ));
+    frame.render_widget(Paragraph::new(lines).block(block), rect);
+}
+
+fn key_line(key: &str, text: &str) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(
+            format!(" {key} "),
+            Style::default()
+                .fg(Color::Yellow)
+                .add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(text.to_owned()),
+    ])
+}
+
+fn picker_lines(picker: &Picker, width: usize, height: u16) -> (String, Vec<Line<'static>>) {
+    let room = (height as usize).saturating_sub(4).max(1);
+    let first = (picker.selected + 1).saturating_sub(room);
+    let mut lines: Vec<Line<'static>> = picker
+        .items
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(room)
+        .map(|(idx, item)| {
+            let row = truncate_to(
+                &format!(
+                    "{} {}",
+                    if idx == picker.selected { "›" } else { " " },
+                    item.label
+                ),
+                width,
+            );
+            if idx == picker.selected {
+                Line::from(Span::styled(
+                    row,
+                    Style::default().add_modifier(Modifier::REVERSED),
+                ))
+            } else {
+                Line::from(row)
+            }
+        })
+        .collect();
+    if picker.items.is_empty() {
+        lines.push(Line::from("(nothing to choose)"));
+    }
+    lines.push(Line::from(Span::styled(
+        "↑/↓ choose · Enter select · Esc close",
+        dim(),
+    )));
+    (format!(" {} ", picker.title), lines)
+}
+
+fn confirm_lines(plan: &RewindPlan, width: usize) -> Vec<Line<'static>> {
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    for text in &plan.lines {
+        lines.extend(wrap(text, width).into_iter().map(Line::from));
+    }
+    lines.push(Line::default());
+    lines.push(key_line("y", "rewind (files on disk are not changed)"));
+    lines.push(key_line("n", "keep going"));
+    lines
+}
+
+/// Returns the display width of `text`.
+pub fn text_width(text: &str) -> usize {
+    text.chars().map(|ch| ch.width().unwrap_or(0)).sum()
+}
+
+/// Cuts `text` to `width` columns, ending in `…` when cut.
+pub fn truncate_to(text: &str, width: usize) -> String {
+    if text_width(text) <= width {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for ch in text.chars() {
+        let w = ch.width().unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        out.push(ch);
+        used += w;
+    }
+    out.push('…');
+    out
+}
+
+/// Wraps `text` at word boundaries to `width` columns (long words are cut),
+/// keeping its newlines; tabs become four spaces.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut rows = Vec::new();
+    for paragraph in text.replace('\t', "    ").split('\n') {
+        let mut row = String::new();
+        let mut row_width = 0;
+        for word in paragraph.split(' ') {
+            let word_width = text_width(word);
+            let gap = usize::from(!row.is_empty() || row_width > 0);
+            if row_width + gap + word_width <= width {
+                if gap == 1 {
+                    row.push(' ');
+                }
+                row.push_str(word);
+                row_width += gap + word_width;
+                continue;
+            }
+            if !row.is_empty() {
+                rows.push(std::mem::take(&mut row));
+                row_width = 0;
+            }
+            for ch in word.chars() {
+                let w = ch.width().unwrap_or(0);
+                if row_width + w > width && !row.is_empty() {
+                    rows.push(std::mem::take(&mut row));
+                    row_width = 0;
+                }
+                row.push(ch);
+                row_width += w;
+            }
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// Lays the input out hard-wrapped at `width`; returns the rows and the
+/// cursor's (row, column).
+pub fn input_layout(text: &str, cursor: usize, width: usize) -> (Vec<String>, (usize, usize)) {
+    let width = width.max(1);
+    let mut rows = vec![String::new()];
+    let mut col = 0;
+    let mut at = (0, 0);
+    for (idx, ch) in text.chars().enumerate() {
+        if idx == cursor {
+            at = (rows.len() - 1, col);
+        }
+        if ch == '\n' {
+            rows.push(String::new());
+            col = 0;
+            continue;
+        }
+        let w = ch.width().unwrap_or(0);
+        if col + w > width {
+            rows.push(String::new());
+            col = 0;
+            if idx == cursor {
+                at = (rows.len() - 1, 0);
+            }
+        }
+        if let Some(row) = rows.last_mut() {
+            row.push(ch);
+        }
+        col += w;
+    }
+    if cursor >= text.chars().count() {
+        if col >= width {
+            rows.push(String::new());
+            col = 0;
+        }
+        at = (rows.len() - 1, col);
+    }
+    (rows, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_words_and_newlines() {
+        assert_eq!(wrap("the quick brown fox", 9), ["the quick", "brown fox"]);
+        assert_eq!(wrap("a\n\nb", 5), ["a", "", "b"]);
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), [""]);
+        assert_eq!(wrap("日本語テキスト", 6), ["日本語", "テキス", "ト"]);
+    }
+
+    #[test]
+    fn input_layout_tracks_the_cursor() {
+        assert_eq!(input_layout("abc", 3, 10), (vec!["abc".to_owned()], (0, 3)));
+        assert_eq!(
+            input_layout("abcd", 4, 4),
+            (vec!["abcd".to_owned(), String::new()], (1, 0))
+        );
+        assert_eq!(
+            input_layout("ab\ncd", 3, 10),
+            (vec!["ab".to_owned(), "cd".to_owned()], (1, 0))
+        );
+        assert_eq!(
+            input_layout("abcdef", 1, 3),
+            (vec!["abc".to_owned(), "def".to_owned()], (0, 1))
+        );
+    }
+
+    #[test]
+    fn truncation_marks_the_cut() {
+        assert_eq!(truncate_to("abcdef", 4), "abc…");
+        assert_eq!(truncate_to("abc", 4), "abc");
+    }
+
+    #[test]
+    fn bar_marks_the_limits() {
+        let sidebar = super::super::state::Sidebar {
+            effective: 5_000,
+            hard_limit: 20_000,
+            auto_limit: 16_000,
+            hygiene_limit: 10_000,
+            ..Default::default()
+        };
+        let line = context_bar(&sidebar, 20);
+        let text: String = line
+            .spans
+            .iter()
+            .map(|span| span.content.as_ref())
+            .collect();
+        assert_eq!(text, "█████░░░░░╎░░░░░┃░░░");
+    }
+}

@@ -1,0 +1,844 @@
+//! The TUI's whole visible state ([`AppState`]) and its pure transitions:
+//! key presses become [`Action`]s for the engine, engine reports
+//! ([`UiEvent`]) update what is shown, and typed input waits in the queue
+//! while a turn runs (SPEC §11.2). Rendering reads only this state.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use soba_engine::tool::ApprovalDecision;
+
+use super::command::{self, SlashCommand};
+
+/// A second Ctrl-C within this long exits (SPEC §11.2).
+pub const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
+
+/// One item of the conversation, built from the session path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryItem {
+    /// A real user message.
+    User(String),
+    /// Assistant text.
+    Assistant(String),
+    /// A tool call folded to one line, e.g. `bash: cargo test (exit 1, 2.3 KB)`.
+    Tool {
+        /// The folded line, without the marker.
+        line: String,
+        /// Whether the result is an error.
+        is_error: bool,
+    },
+    /// A non-message entry worth showing: a capsule, a checkpoint, a model,
+    /// skill or setting change, a loaded capsule file, a hygiene pass.
+    Event(String),
+}
+
+/// The sidebar's figures (SPEC §11.2, §13).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sidebar {
+    /// Effective tokens now.
+    pub effective: u64,
+    /// `provider_usage` or `estimated`.
+    pub source: String,
+    /// hardLimit.
+    pub hard_limit: u64,
+    /// softLimit.
+    pub soft_limit: u64,
+    /// autoLimit, the soft threshold.
+    pub auto_limit: u64,
+    /// hygieneLimit.
+    pub hygiene_limit: u64,
+    /// Whether soft compaction is on.
+    pub auto_compact: bool,
+    /// The last compaction on the path, one line.
+    pub last_compaction: Option<String>,
+}
+
+/// The header: what is running where.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Header {
+    /// The active model id.
+    pub model: String,
+    /// The session id, short.
+    pub session: String,
+}
+
+/// The one compaction result line kept after a barrier (SPEC §11.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultLine {
+    /// `CompactionEnd::result_line`.
+    pub text: String,
+    /// Whether a fallback was used (or the compaction did not complete).
+    pub warn: bool,
+}
+
+/// What the engine is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activity {
+    /// Waiting for input.
+    #[default]
+    Idle,
+    /// A user turn runs (its barriers included).
+    Turn,
+    /// An idle `/compact` runs; no inference follows.
+    Compact,
+}
+
+/// A tool call waiting for the user's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalView {
+    /// The tool.
+    pub tool: String,
+    /// The command or path.
+    pub summary: String,
+    /// What `a` would approve.
+    pub scope: String,
+}
+
+/// What a picker chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PickerPurpose {
+    /// `/rewind`: real user messages and capsules.
+    Rewind,
+    /// `/resume`: sessions of this workspace.
+    Resume,
+    /// `/model`: models.
+    Model,
+}
+
+/// One choice of a picker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickerItem {
+    /// What the engine gets back (an entry id, a session path, a model id).
+    pub key: String,
+    /// What the user sees.
+    pub label: String,
+}
+
+/// A list to choose from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Picker {
+    /// Its title.
+    pub title: String,
+    /// What it is for.
+    pub purpose: PickerPurpose,
+    /// The choices, in display order.
+    pub items: Vec<PickerItem>,
+    /// The highlighted choice.
+    pub selected: usize,
+}
+
+/// A rewind waiting for confirmation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewindPlan {
+    /// The full id of the entry the leaf will point at.
+    pub leaf: String,
+    /// The user message's text to put back in the input box.
+    pub restore_input: Option<String>,
+    /// The confirmation's lines: target, files modified after it, the
+    /// estimated context after the rewind.
+    pub lines: Vec<String>,
+}
+
+/// A modal box over the conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overlay {
+    /// `y` / `a` / `n`.
+    Approval(ApprovalView),
+    /// A list to choose from.
+    Picker(Picker),
+    /// A rewind confirmation.
+    ConfirmRewind(RewindPlan),
+}
+
+/// The line being typed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InputLine {
+    /// The text, newlines included.
+    pub text: String,
+    /// The cursor, in characters.
+    pub cursor: usize,
+}
+
+impl InputLine {
+    fn byte_at(&self, cursor: usize) -> usize {
+        self.text
+            .char_indices()
+            .nth(cursor)
+            .map_or(self.text.len(), |(idx, _)| idx)
+    }
+
+    fn n_chars(&self) -> usize {
+        self.text.chars().count()
+    }
+
+    /// Inserts text at the cursor.
+    pub fn insert(&mut self, text: &str) {
+        let at = self.byte_at(self.cursor);
+        self.text.insert_str(at, text);
+        self.cursor += text.chars().count();
+    }
+
+    /// Replaces the whole text, cursor at the end.
+    pub fn set(&mut self, text: &str) {
+        self.text = text.to_owned();
+        self.cursor = self.n_chars();
+    }
+
+    /// Takes the text, leaving the line empty.
+    pub fn take(&mut self) -> String {
+        self.cursor = 0;
+        std::mem::take(&mut self.text)
+    }
+
+    fn backspace(&mut self) {
+        if self.cursor > 0 {
+            let start = self.byte_at(self.cursor - 1);
+            let end = self.byte_at(self.cursor);
+            self.text.replace_range(start..end, "");
+            self.cursor -= 1;
+        }
+    }
+
+    fn delete(&mut self) {
+        if self.cursor < self.n_chars() {
+            let start = self.byte_at(self.cursor);
+            let end = self.byte_at(self.cursor + 1);
+            self.text.replace_range(start..end, "");
+        }
+    }
+
+    fn delete_word(&mut self) {
+        let chars: Vec<char> = self.text.chars().collect();
+        let mut start = self.cursor;
+        while start > 0 && chars[start - 1].is_whitespace() {
+            start -= 1;
+        }
+        while start > 0 && !chars[start - 1].is_whitespace() {
+            start -= 1;
+        }
+        let (from, to) = (self.byte_at(start), self.byte_at(self.cursor));
+        self.text.replace_range(from..to, "");
+        self.cursor = start;
+    }
+}
+
+/// What the UI asks of the engine (or of itself, for `Quit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Start a turn with this real user message.
+    StartTurn(String),
+    /// Run a slash command.
+    Command(SlashCommand),
+    /// Cancel the running turn (Ctrl-C, Esc).
+    Cancel,
+    /// Answer the pending approval prompt.
+    Approve(ApprovalDecision),
+    /// A picker's choice.
+    Picked(PickerPurpose, String),
+    /// A confirmed rewind.
+    Rewind(RewindPlan),
+    /// Leave soba.
+    Quit,
+}
+
+/// What the engine reports to the UI.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UiEvent {
+    /// Model and session changed.
+    Header(Header),
+    /// The conversation, rebuilt from the path.
+    History(Vec<HistoryItem>),
+    /// New sidebar figures.
+    Sidebar(Sidebar),
+    /// A piece of streamed assistant text.
+    Delta(String),
+    /// The streamed step was appended (its text is now in the history).
+    StepDone,
+    /// A barrier started; `idle` for a `/compact` no inference follows.
+    BarrierStarted {
+        /// No response follows this barrier.
+        idle: bool,
+    },
+    /// Barrier progress, 0–99.
+    BarrierProgress(u8),
+    /// The barrier ended with this result line.
+    BarrierEnded(ResultLine),
+    /// The turn or the idle `/compact` ended; the text says how, when it
+    /// did not simply complete.
+    Finished(Option<String>),
+    /// Something to tell the user (not part of the session log).
+    Note(String),
+    /// Open a modal box.
+    Overlay(Overlay),
+    /// An approval prompt (the answer goes back through [`Action::Approve`]).
+    Approval(ApprovalView),
+    /// Put this text in the input box (a rewound user message).
+    SetInput(String),
+}
+
+/// Everything the TUI shows; [`super::render::render`] is a pure function of it.
+#[derive(Debug, Clone, Default)]
+pub struct AppState {
+    /// Model and session.
+    pub header: Header,
+    /// The conversation from the session path.
+    pub history: Vec<HistoryItem>,
+    /// Local notes (command output), each shown after `anchor` history items.
+    pub notes: Vec<(usize, String)>,
+    /// Assistant text streaming in the current step.
+    pub streaming: String,
+    /// The input box.
+    pub input: InputLine,
+    /// Input typed while a turn ran, oldest first.
+    pub queue: VecDeque<String>,
+    /// What the engine is doing.
+    pub activity: Activity,
+    /// `Some(percent)` while a barrier runs; `idle` when no response follows.
+    pub barrier: Option<(u8, bool)>,
+    /// The last barrier's result line.
+    pub result_line: Option<ResultLine>,
+    /// The sidebar figures.
+    pub sidebar: Sidebar,
+    /// A modal box, if open.
+    pub overlay: Option<Overlay>,
+    /// A transient hint under the input (e.g. "Ctrl-C again to quit").
+    pub hint: Option<String>,
+    /// Lines scrolled up from the bottom of the conversation.
+    pub scroll: usize,
+    /// When Ctrl-C was last pressed (not rendered).
+    pub last_ctrl_c: Option<Instant>,
+}
+
+impl AppState {
+    /// Returns whether a turn or an idle `/compact` is running.
+    pub fn is_busy(&self) -> bool {
+        self.activity != Activity::Idle
+    }
+
+    fn note(&mut self, text: impl Into<String>) {
+        self.notes.push((self.history.len(), text.into()));
+        self.scroll = 0;
+    }
+
+    /// Handles Enter: dispatches the typed line now or queues it.
+    pub fn submit(&mut self) -> Vec<Action> {
+        let line = self.input.text.trim().to_owned();
+        if line.is_empty() {
+            return Vec::new();
+        }
+        if command::is_command(&line) {
+            match command::parse(&line) {
+                Err(err) => {
+                    // A bad command stays in the box for editing.
+                    self.note(err.to_string());
+                    return Vec::new();
+                }
+                Ok(command) => {
+                    self.input.take();
+                    if self.is_busy() && !command.acts_during_turn() {
+                        self.queue.push_back(line);
+                        return Vec::new();
+                    }
+                    return self.dispatch_command(command);
+                }
+            }
+        }
+        self.input.take();
+        if self.is_busy() {
+            self.queue.push_back(line);
+            return Vec::new();
+        }
+        self.start_turn(line)
+    }
+
+    fn start_turn(&mut self, text: String) -> Vec<Action> {
+        self.activity = Activity::Turn;
+        self.streaming.clear();
+        self.scroll = 0;
+        vec![Action::StartTurn(text)]
+    }
+
+    fn dispatch_command(&mut self, command: SlashCommand) -> Vec<Action> {
+        match command {
+            SlashCommand::Help => {
+                self.note(command::help_text());
+                Vec::new()
+            }
+            SlashCommand::Quit => vec![Action::Quit],
+            SlashCommand::Compact { .. } if !self.is_busy() => {
+                self.activity = Activity::Compact;
+                vec![Action::Command(command)]
+            }
+            other => vec![Action::Command(other)],
+        }
+    }
+
+    /// Sends queued input, oldest first, until one item starts a turn or a
+    /// compaction (SPEC §11.2: it becomes the next turn when the current
+    /// one ends).
+    pub fn drain_queue(&mut self) -> Vec<Action> {
+        let mut actions = Vec::new();
+        while !self.is_busy() {
+            let Some(line) = self.queue.pop_front() else {
+                break;
+            };
+            if command::is_command(&line) {
+                match command::parse(&line) {
+                    Ok(command) => actions.extend(self.dispatch_command(command)),
+                    Err(err) => self.note(err.to_string()),
+                }
+            } else {
+                actions.extend(self.start_turn(line));
+            }
+            if actions.contains(&Action::Quit) {
+                break;
+            }
+        }
+        actions
+    }
+
+    /// Applies one engine report; returns what follows from it (queued
+    /// input sent when a turn ends).
+    pub fn apply(&mut self, event: UiEvent) -> Vec<Action> {
+        match event {
+            UiEvent::Header(header) => self.header = header,
+            UiEvent::History(items) => {
+                self.history = items;
+                let len = self.history.len();
+                for (anchor, _) in &mut self.notes {
+                    *anchor = (*anchor).min(len);
+                }
+            }
+            UiEvent::Sidebar(sidebar) => self.sidebar = sidebar,
+            UiEvent::Delta(text) => self.streaming.push_str(&text),
+            UiEvent::StepDone => self.streaming.clear(),
+            UiEvent::BarrierStarted { idle } => {
+                self.barrier = Some((0, idle));
+                self.result_line = None;
+            }
+            UiEvent::BarrierProgress(percent) => {
+                if let Some((shown, _)) = &mut self.barrier {
+                    *shown = (*shown).max(percent.min(99));
+                }
+            }
+            UiEvent::BarrierEnded(line) => {
+                self.barrier = None;
+                self.result_line = Some(line);
+            }
+            UiEvent::Finished(reason) => {
+                self.activity = Activity::Idle;
+                self.streaming.clear();
+                self.barrier = None;
+                if matches!(self.overlay, Some(Overlay::Approval(_))) {
+                    self.overlay = None;
+                }
+                if let Some(reason) = reason {
+                    self.note(reason);
+                }
+                return self.drain_queue();
+            }
+            UiEvent::Note(text) => self.note(text),
+            UiEvent::Overlay(overlay) => self.overlay = Some(overlay),
+            UiEvent::Approval(view) => self.overlay = Some(Overlay::Approval(view)),
+            UiEvent::SetInput(text) => self.input.set(&text),
+        }
+        Vec::new()
+    }
+
+    /// Handles one key press at time `now`.
+    pub fn on_key(&mut self, key: KeyEvent, now: Instant) -> Vec<Action> {
+        if key.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && key.code == KeyCode::Char('c') {
+            return self.ctrl_c(now);
+        }
+        if let Some(overlay) = self.overlay.clone() {
+            return self.overlay_key(overlay, key);
+        }
+        self.hint = None;
+        match key.code {
+            KeyCode::Esc if self.is_busy() => {
+                self.hint = Some("cancelling the turn…".to_owned());
+                return vec![Action::Cancel];
+            }
+            KeyCode::Enter
+                if key.modifiers.contains(KeyModifiers::ALT)
+                    || key.modifiers.contains(KeyModifiers::SHIFT) =>
+            {
+                self.input.insert("\n");
+            }
+            KeyCode::Enter => return self.submit(),
+            KeyCode::Char('j') if ctrl => self.input.insert("\n"),
+            KeyCode::Char('d') if ctrl && self.input.text.is_empty() => return vec![Action::Quit],
+            KeyCode::Char('a') if ctrl => self.input.cursor = 0,
+            KeyCode::Char('e') if ctrl => self.input.cursor = self.input.n_chars(),
+            KeyCode::Char('u') if ctrl => {
+                self.input.take();
+            }
+            KeyCode::Char('w') if ctrl => self.input.delete_word(),
+            KeyCode::Char(ch) if !ctrl => self.input.insert(&ch.to_string()),
+            KeyCode::Backspace => self.input.backspace(),
+            KeyCode::Delete => self.input.delete(),
+            KeyCode::Left => self.input.cursor = self.input.cursor.saturating_sub(1),
+            KeyCode::Right => self.input.cursor = (self.input.cursor + 1).min(self.input.n_chars()),
+            KeyCode::Home => self.input.cursor = 0,
+            KeyCode::End => self.input.cursor = self.input.n_chars(),
+            KeyCode::PageUp => self.scroll += 10,
+            KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(10),
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// Handles pasted text (bracketed paste): inserted as typed, newlines kept.
+    pub fn on_paste(&mut self, text: &str) {
+        if self.overlay.is_none() {
+            self.input
+                .insert(&text.replace("\r\n", "\n").replace('\r', "\n"));
+        }
+    }
+
+    fn ctrl_c(&mut self, now: Instant) -> Vec<Action> {
+        if let Some(last) = self.last_ctrl_c
+            && now.saturating_duration_since(last) <= DOUBLE_CTRL_C
+        {
+            return vec![Action::Quit];
+        }
+        self.last_ctrl_c = Some(now);
+        let mut actions = Vec::new();
+        if matches!(self.overlay, Some(Overlay::Approval(_))) {
+            actions.push(Action::Approve(ApprovalDecision::Deny));
+        }
+        self.overlay = None;
+        if self.is_busy() {
+            actions.push(Action::Cancel);
+            self.hint = Some("cancelling the turn… (Ctrl-C again within 2 s quits)".to_owned());
+        } else {
+            self.input.take();
+            self.hint = Some("press Ctrl-C again within 2 s to quit".to_owned());
+        }
+        actions
+    }
+
+    fn overlay_key(&mut self, overlay: Overlay, key: KeyEvent) -> Vec<Action> {
+        match overlay {
+            Overlay::Approval(_) => {
+                let decision = match key.code {
+                    KeyCode::Char('y' | 'Y') => ApprovalDecision::Once,
+                    KeyCode::Char('a' | 'A') => ApprovalDecision::AlwaysForSession,
+                    KeyCode::Char('n' | 'N') | KeyCode::Esc => ApprovalDecision::Deny,
+                    _ => return Vec::new(),
+                };
+                self.overlay = None;
+                vec![Action::Approve(decision)]
+            }
+            Overlay::Picker(mut picker) => match key.code {
+                KeyCode::Esc | KeyCode::Char('q') => {
+                    self.overlay = None;
+                    Vec::new()
+                }
+                KeyCode::Up | KeyCode::Char('k') => {
+                    picker.selected = picker.selected.saturating_sub(1);
+                    self.overlay = Some(Overlay::Picker(picker));
+                    Vec::new()
+                }
+                KeyCode::Down | KeyCode::Char('j') => {
+                    if picker.selected + 1 < picker.items.len() {
+                        picker.selected += 1;
+                    }
+                    self.overlay = Some(Overlay::Picker(picker));
+                    Vec::new()
+                }
+                KeyCode::Enter => {
+                    self.overlay = None;
+                    match picker.items.get(picker.selected) {
+                        Some(item) => vec![Action::Picked(picker.purpose, item.key.clone())],
+                        None => Vec::new(),
+                    }
+                }
+                _ => Vec::new(),
+            },
+            Overlay::ConfirmRewind(plan) => match key.code {
+                KeyCode::Char('y' | 'Y') | KeyCode::Enter => {
+                    self.overlay = None;
+                    vec![Action::Rewind(plan)]
+                }
+                KeyCode::Char('n' | 'N') | KeyCode::Esc => {
+                    self.overlay = None;
+                    self.note("rewind cancelled");
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed(state: &mut AppState, text: &str) -> Vec<Action> {
+        state.input.set(text);
+        state.submit()
+    }
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn ctrl(ch: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(ch), KeyModifiers::CONTROL)
+    }
+
+    #[test]
+    fn idle_text_starts_a_turn() {
+        let mut state = AppState::default();
+        assert_eq!(
+            typed(&mut state, "  fix the parser  "),
+            [Action::StartTurn("fix the parser".into())]
+        );
+        assert_eq!(state.activity, Activity::Turn);
+        assert!(state.input.text.is_empty());
+        assert!(state.queue.is_empty());
+    }
+
+    #[test]
+    fn input_during_a_turn_is_queued_and_becomes_the_next_turn() {
+        let mut state = AppState::default();
+        typed(&mut state, "first");
+        assert_eq!(typed(&mut state, "second"), []);
+        assert_eq!(
+            typed(&mut state, "/checkpoint milestone \"parser done\""),
+            []
+        );
+        assert_eq!(typed(&mut state, "third"), []);
+        assert_eq!(
+            state.queue,
+            ["second", "/checkpoint milestone \"parser done\"", "third"]
+        );
+        // A barrier does not change that.
+        state.apply(UiEvent::BarrierStarted { idle: false });
+        assert_eq!(typed(&mut state, "/compact"), []);
+        assert_eq!(state.queue.len(), 4);
+        // The turn ends: exactly the next message starts; the rest waits.
+        let actions = state.apply(UiEvent::Finished(None));
+        assert_eq!(actions, [Action::StartTurn("second".into())]);
+        assert_eq!(
+            state.queue,
+            ["/checkpoint milestone \"parser done\"", "third", "/compact"]
+        );
+        // The next end sends the queued command, then the next message.
+        let actions = state.apply(UiEvent::Finished(None));
+        assert_eq!(
+            actions,
+            [
+                Action::Command(SlashCommand::Checkpoint {
+                    kind: soba_core::CheckpointKind::Milestone,
+                    note: "parser done".into()
+                }),
+                Action::StartTurn("third".into())
+            ]
+        );
+        let actions = state.apply(UiEvent::Finished(None));
+        assert_eq!(
+            actions,
+            [Action::Command(SlashCommand::Compact {
+                save: false,
+                instructions: None
+            })]
+        );
+        assert_eq!(state.activity, Activity::Compact);
+        assert_eq!(state.apply(UiEvent::Finished(None)), []);
+        assert_eq!(state.activity, Activity::Idle);
+    }
+
+    #[test]
+    fn immediate_commands_act_during_a_turn() {
+        let mut state = AppState::default();
+        typed(&mut state, "work");
+        assert_eq!(
+            typed(&mut state, "/budget"),
+            [Action::Command(SlashCommand::Budget)]
+        );
+        assert_eq!(
+            typed(&mut state, "/auto-compact off"),
+            [Action::Command(SlashCommand::AutoCompact(false))]
+        );
+        assert_eq!(
+            typed(&mut state, "/rewind 1"),
+            [Action::Command(SlashCommand::Rewind(Some(
+                super::super::command::RewindTarget::Nth(1)
+            )))]
+        );
+        assert_eq!(typed(&mut state, "/help"), []);
+        assert!(
+            state
+                .notes
+                .last()
+                .is_some_and(|(_, text)| text.contains("/budget"))
+        );
+        assert!(state.queue.is_empty());
+    }
+
+    #[test]
+    fn a_bad_command_stays_in_the_box_with_usage() {
+        let mut state = AppState::default();
+        assert_eq!(typed(&mut state, "/auto-compact maybe"), []);
+        assert_eq!(state.input.text, "/auto-compact maybe");
+        let (_, note) = state.notes.last().expect("a note");
+        assert!(note.contains("usage: /auto-compact on|off"), "{note}");
+        assert_eq!(state.activity, Activity::Idle);
+    }
+
+    #[test]
+    fn ctrl_c_cancels_then_quits_within_two_seconds() {
+        let mut state = AppState::default();
+        typed(&mut state, "work");
+        let start = Instant::now();
+        assert_eq!(state.on_key(ctrl('c'), start), [Action::Cancel]);
+        assert_eq!(
+            state.on_key(ctrl('c'), start + Duration::from_millis(1_500)),
+            [Action::Quit]
+        );
+        let mut state = AppState::default();
+        assert_eq!(state.on_key(ctrl('c'), start), []);
+        assert_eq!(
+            state.on_key(ctrl('c'), start + Duration::from_millis(2_500)),
+            []
+        );
+        assert_eq!(
+            state.on_key(ctrl('c'), start + Duration::from_millis(3_000)),
+            [Action::Quit]
+        );
+    }
+
+    #[test]
+    fn esc_cancels_a_running_turn_only() {
+        let mut state = AppState::default();
+        assert_eq!(state.on_key(key(KeyCode::Esc), Instant::now()), []);
+        typed(&mut state, "work");
+        assert_eq!(
+            state.on_key(key(KeyCode::Esc), Instant::now()),
+            [Action::Cancel]
+        );
+    }
+
+    #[test]
+    fn approval_keys_answer_and_ctrl_c_denies() {
+        let view = ApprovalView {
+            tool: "bash".into(),
+            summary: "cargo test".into(),
+            scope: "bash commands starting with `cargo` this session".into(),
+        };
+        for (code, decision) in [
+            (KeyCode::Char('y'), ApprovalDecision::Once),
+            (KeyCode::Char('a'), ApprovalDecision::AlwaysForSession),
+            (KeyCode::Char('n'), ApprovalDecision::Deny),
+            (KeyCode::Esc, ApprovalDecision::Deny),
+        ] {
+            let mut state = AppState::default();
+            typed(&mut state, "work");
+            state.apply(UiEvent::Approval(view.clone()));
+            assert_eq!(state.on_key(key(KeyCode::Char('x')), Instant::now()), []);
+            assert_eq!(
+                state.on_key(key(code), Instant::now()),
+                [Action::Approve(decision)]
+            );
+            assert_eq!(state.overlay, None);
+        }
+        let mut state = AppState::default();
+        typed(&mut state, "work");
+        state.apply(UiEvent::Approval(view));
+        assert_eq!(
+            state.on_key(ctrl('c'), Instant::now()),
+            [Action::Approve(ApprovalDecision::Deny), Action::Cancel]
+        );
+    }
+
+    #[test]
+    fn barrier_progress_only_goes_up_and_leaves_one_result_line() {
+        let mut state = AppState::default();
+        state.apply(UiEvent::BarrierStarted { idle: false });
+        state.apply(UiEvent::BarrierProgress(40));
+        state.apply(UiEvent::BarrierProgress(20));
+        assert_eq!(state.barrier, Some((40, false)));
+        state.apply(UiEvent::BarrierProgress(100));
+        assert_eq!(state.barrier, Some((99, false)));
+        let line = ResultLine {
+            text: "Compacted (user): 9,000 → 2,000 tokens (−78%) · ck_7f3a".into(),
+            warn: false,
+        };
+        state.apply(UiEvent::BarrierEnded(line.clone()));
+        assert_eq!(state.barrier, None);
+        assert_eq!(state.result_line, Some(line));
+        state.apply(UiEvent::BarrierStarted { idle: true });
+        assert_eq!(state.result_line, None);
+    }
+
+    #[test]
+    fn editing_keys() {
+        let mut state = AppState::default();
+        let now = Instant::now();
+        for ch in "héllo world".chars() {
+            state.on_key(key(KeyCode::Char(ch)), now);
+        }
+        state.on_key(ctrl('w'), now);
+        assert_eq!(state.input.text, "héllo ");
+        state.on_key(key(KeyCode::Home), now);
+        state.on_key(key(KeyCode::Delete), now);
+        state.on_key(key(KeyCode::Right), now);
+        state.on_key(key(KeyCode::Backspace), now);
+        assert_eq!(state.input.text, "llo ");
+        state.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT), now);
+        assert_eq!(state.input.text, "\nllo ");
+        state.on_paste("a\r\nb");
+        assert_eq!(state.input.text, "\na\nbllo ");
+        state.on_key(ctrl('u'), now);
+        assert_eq!(state.on_key(ctrl('d'), now), [Action::Quit]);
+    }
+
+    #[test]
+    fn picker_moves_and_chooses() {
+        let mut state = AppState::default();
+        state.apply(UiEvent::Overlay(Overlay::Picker(Picker {
+            title: "Rewind to".into(),
+            purpose: PickerPurpose::Rewind,
+            items: vec![
+                PickerItem {
+                    key: "e_1".into(),
+                    label: "one".into(),
+                },
+                PickerItem {
+                    key: "e_2".into(),
+                    label: "two".into(),
+                },
+            ],
+            selected: 0,
+        })));
+        let now = Instant::now();
+        state.on_key(key(KeyCode::Down), now);
+        state.on_key(key(KeyCode::Down), now);
+        assert_eq!(
+            state.on_key(key(KeyCode::Enter), now),
+            [Action::Picked(PickerPurpose::Rewind, "e_2".into())]
+        );
+        assert_eq!(state.overlay, None);
+    }
+
+    #[test]
+    fn history_rebuild_keeps_notes_in_range() {
+        let mut state = AppState::default();
+        state.apply(UiEvent::History(vec![
+            HistoryItem::User("a".into()),
+            HistoryItem::Assistant("b".into()),
+        ]));
+        state.apply(UiEvent::Note("after b".into()));
+        assert_eq!(state.notes, [(2, "after b".to_owned())]);
+        state.apply(UiEvent::History(vec![]));
+        assert_eq!(state.notes, [(0, "after b".to_owned())]);
+    }
+}

@@ -1,0 +1,618 @@
+//! What the TUI shows of a session, computed from its path: the
+//! conversation with tool calls folded to one line each, the sidebar
+//! figures, the `/budget` text, the `/rewind` picker and the rewind
+//! confirmation (files modified after the target, estimated context after).
+
+use std::collections::{HashMap, HashSet};
+
+use soba_core::facts::{self, FactsConfig, FactsInput};
+use soba_core::id::shortest_unique_len;
+use soba_core::tokens::group_thousands;
+use soba_core::{Block, ContextSource, Entry, EntryBody, EntryId, Quality, Role};
+use soba_engine::agent::describe_call;
+use soba_engine::session::SessionCore;
+
+use super::state::{HistoryItem, PickerItem, RewindPlan, Sidebar};
+
+/// Returns the number of random hex digits that keeps every id of the
+/// session distinct (at least 4, SPEC §3.1).
+pub fn short_len(entries: &[Entry]) -> usize {
+    shortest_unique_len(entries.iter().map(|entry| &entry.id))
+}
+
+/// Formats a byte count as `512 B`, `2.3 KB` or `1.4 MB`.
+pub fn format_size(bytes: usize) -> String {
+    const KB: f64 = 1024.0;
+    let n = bytes as f64;
+    if n < KB {
+        format!("{bytes} B")
+    } else if n < KB * KB {
+        format!("{:.1} KB", n / KB)
+    } else {
+        format!("{:.1} MB", n / (KB * KB))
+    }
+}
+
+/// Returns the exit code a `bash` result reports on its last line
+/// (`exit code N`).
+fn exit_code(text: &str) -> Option<&str> {
+    text.lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .and_then(|line| line.trim().strip_prefix("exit code "))
+}
+
+/// Folds one tool call and its result into a line, e.g.
+/// `bash: cargo test (exit 1, 2.3 KB)`.
+pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: bool) -> String {
+    match result {
+        Some((text, is_error)) => {
+            let size = format_size(text.len());
+            match exit_code(text) {
+                Some(code) if tool == "bash" => format!("{call} (exit {code}, {size})"),
+                _ if is_error => format!("{call} (error, {size})"),
+                _ => format!("{call} ({size})"),
+            }
+        }
+        None if running => format!("{call} (running…)"),
+        None => format!("{call} (no result recorded)"),
+    }
+}
+
+/// Builds the conversation from `path`; `running` marks unanswered tool
+/// calls of the turn in progress as running rather than interrupted.
+pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<HistoryItem> {
+    let mut items = Vec::new();
+    // Tool call id → (index in items, description, tool name).
+    let mut calls: HashMap<String, (usize, String, String)> = HashMap::new();
+    for entry in path {
+        match &entry.body {
+            EntryBody::Message(stored) => {
+                let message = &stored.message;
+                match message.role {
+                    Role::User if message.is_real_user() => {
+                        items.push(HistoryItem::User(message.text()));
+                    }
+                    Role::Assistant => {
+                        let text = message.text();
+                        if !text.trim().is_empty() {
+                            items.push(HistoryItem::Assistant(text.trim().to_owned()));
+                        }
+                        for call in message.tool_uses() {
+                            let description = describe_call(call);
+                            calls.insert(
+                                call.id.clone(),
+                                (items.len(), description.clone(), call.name.clone()),
+                            );
+                            items.push(HistoryItem::Tool {
+                                line: tool_line(&description, &call.name, None, running),
+                                is_error: false,
+                            });
+                        }
+                    }
+                    Role::Tool | Role::User => {
+                        for block in &message.content {
+                            let Block::ToolResult(result) = block else {
+                                continue;
+                            };
+                            if let Some((idx, description, tool)) = calls.get(&result.tool_use_id) {
+                                let text = result.text();
+                                items[*idx] = HistoryItem::Tool {
+                                    line: tool_line(
+                                        description,
+                                        tool,
+                                        Some((&text, result.is_error)),
+                                        running,
+                                    ),
+                                    is_error: result.is_error,
+                                };
+                            }
+                        }
+                    }
+                    Role::System => {}
+                }
+            }
+            EntryBody::Capsule(capsule) => {
+                let mut text = format!(
+                    "capsule {} ({}): {} → {} tokens",
+                    entry.id.short_with(short),
+                    capsule.trigger.as_str(),
+                    group_thousands(capsule.tokens_before.get()),
+                    group_thousands(capsule.tokens_after.get()),
+                );
+                if capsule.quality == Quality::Degraded {
+                    text.push_str(" · fallback used");
+                }
+                items.push(HistoryItem::Event(text));
+            }
+            EntryBody::Checkpoint { kind, note } => {
+                let kind = match kind {
+                    soba_core::CheckpointKind::Milestone => "milestone",
+                    soba_core::CheckpointKind::PlanPivot => "plan pivot",
+                };
+                items.push(HistoryItem::Event(format!(
+                    "{kind} {}: {note}",
+                    entry.id.short_with(short)
+                )));
+            }
+            EntryBody::ModelChange { model } => {
+                items.push(HistoryItem::Event(format!("model {model}")));
+            }
+            EntryBody::ConfigChange {
+                auto_compact: Some(on),
+            } => {
+                let state = if *on { "on" } else { "off" };
+                items.push(HistoryItem::Event(format!("auto-compact {state}")));
+            }
+            EntryBody::Skill(skill) => {
+                let action = match skill.action {
+                    soba_core::entry::SkillAction::Activate => "on",
+                    soba_core::entry::SkillAction::Deactivate => "off",
+                };
+                items.push(HistoryItem::Event(format!("skill {} {action}", skill.name)));
+            }
+            EntryBody::Context(context) if context.source == ContextSource::CapsuleFile => {
+                items.push(HistoryItem::Event(format!(
+                    "loaded capsule file {} (untrusted context)",
+                    context.path
+                )));
+            }
+            EntryBody::Hygiene {
+                reclaimed_tokens, ..
+            } => items.push(HistoryItem::Event(format!(
+                "hygiene: old tool output stubbed, {} tokens reclaimed",
+                group_thousands(reclaimed_tokens.get())
+            ))),
+            _ => {}
+        }
+    }
+    items
+}
+
+/// Returns the latest capsule on the path as one sidebar line.
+pub fn last_compaction(path: &[Entry], short: usize) -> Option<String> {
+    path.iter().rev().find_map(|entry| match &entry.body {
+        EntryBody::Capsule(capsule) => {
+            let before = capsule.tokens_before.get();
+            let reclaimed = before.saturating_sub(capsule.tokens_after.get());
+            let percent = (reclaimed * 100 + before / 2)
+                .checked_div(before)
+                .unwrap_or(0);
+            let mut line = format!(
+                "{} {}: {} → {} (\u{2212}{percent}%)",
+                entry.id.short_with(short),
+                capsule.trigger.as_str(),
+                group_thousands(before),
+                group_thousands(capsule.tokens_after.get()),
+            );
+            if capsule.quality == Quality::Degraded {
+                line.push_str(" · fallback used");
+            }
+            Some(line)
+        }
+        _ => None,
+    })
+}
+
+/// Returns the sidebar figures of a session now.
+pub fn sidebar(core: &SessionCore) -> Sidebar {
+    let measurement = core.measure();
+    let budget = core.budget();
+    Sidebar {
+        effective: measurement.tokens.get(),
+        source: measurement.source.as_str().to_owned(),
+        hard_limit: budget.hard_limit().get(),
+        soft_limit: budget.soft_limit().get(),
+        auto_limit: budget.auto_limit().get(),
+        hygiene_limit: budget.hygiene_limit().get(),
+        auto_compact: core
+            .derived()
+            .auto_compact_or(core.config().compaction.auto),
+        last_compaction: last_compaction(core.path(), short_len(core.entries())),
+    }
+}
+
+/// Returns the `/budget` text: every limit of SPEC §4.3, effective tokens
+/// and their source, the auto-compact setting and the last compaction.
+pub fn budget_text(core: &SessionCore) -> String {
+    let budget = core.budget();
+    let measurement = core.measure();
+    let side = sidebar(core);
+    let rows: [(&str, u64); 10] = [
+        ("contextWindow", budget.context_window().get()),
+        ("maxOutputTokens", budget.max_output_tokens().get()),
+        ("hardLimit", budget.hard_limit().get()),
+        ("softLimit", budget.soft_limit().get()),
+        ("autoLimit", budget.auto_limit().get()),
+        ("hygieneLimit", budget.hygiene_limit().get()),
+        ("keepRecent", budget.keep_recent().get()),
+        ("softGate", budget.soft_gate().get()),
+        ("roiFloor", budget.roi_floor().get()),
+        ("maxToolResult", budget.max_tool_result_tokens().get()),
+    ];
+    let mut text = format!("/budget · {}\n", core.model_id());
+    text.push_str(&format!(
+        "{:<16}{:>10} tokens ({})\n",
+        "effective",
+        group_thousands(measurement.tokens.get()),
+        measurement.source.as_str()
+    ));
+    for (name, value) in rows {
+        text.push_str(&format!("{name:<16}{:>10}\n", group_thousands(value)));
+    }
+    text.push_str(&format!(
+        "{:<16}{:>10}\n",
+        "auto-compact",
+        if side.auto_compact { "on" } else { "off" }
+    ));
+    text.push_str(&format!(
+        "{:<16}{}",
+        "last compaction",
+        side.last_compaction.unwrap_or_else(|| "(none)".to_owned())
+    ));
+    text
+}
+
+fn one_line(text: &str, max_chars: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max_chars {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Returns the `/rewind` picker's choices: real user messages and capsules
+/// on the path, newest first, with short ids.
+pub fn rewind_choices(path: &[Entry], short: usize) -> Vec<PickerItem> {
+    let mut n_user = 0;
+    let mut items = Vec::new();
+    for entry in path.iter().rev() {
+        match &entry.body {
+            EntryBody::Message(stored) if stored.message.is_real_user() => {
+                n_user += 1;
+                items.push(PickerItem {
+                    key: entry.id.as_str().to_owned(),
+                    label: format!(
+                        "{:<8} {n_user:>2}. {}",
+                        entry.id.short_with(short),
+                        one_line(&stored.message.text(), 60)
+                    ),
+                });
+            }
+            EntryBody::Capsule(capsule) => items.push(PickerItem {
+                key: entry.id.as_str().to_owned(),
+                label: format!(
+                    "{:<8}     capsule ({}): {} → {} tokens",
+                    entry.id.short_with(short),
+                    capsule.trigger.as_str(),
+                    group_thousands(capsule.tokens_before.get()),
+                    group_thousands(capsule.tokens_after.get())
+                ),
+            }),
+            _ => {}
+        }
+    }
+    items
+}
+
+/// Finds the entry `wanted` designates: a full id, or a prefix plus at
+/// least four random hex digits. Ambiguity and absence are errors.
+pub fn find_entry<'a>(entries: &'a [Entry], wanted: &str) -> Result<&'a Entry, String> {
+    let matching: Vec<&Entry> = entries
+        .iter()
+        .filter(|entry| {
+            entry.id.matches_short(wanted) && !matches!(entry.body, EntryBody::Leaf { .. })
+        })
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!(
+            "no entry {wanted} in this session; /rewind without an argument lists them"
+        )),
+        many => Err(format!(
+            "{wanted} matches {} entries; give more digits",
+            many.len()
+        )),
+    }
+}
+
+/// Returns the N-th most recent real user message on the path (1 = latest).
+pub fn nth_user_message(path: &[Entry], n: usize) -> Result<&Entry, String> {
+    let users: Vec<&Entry> = path
+        .iter()
+        .rev()
+        .filter(|entry| matches!(&entry.body, EntryBody::Message(stored) if stored.message.is_real_user()))
+        .collect();
+    users.get(n.saturating_sub(1)).copied().ok_or_else(|| {
+        format!(
+            "there {} only {} message{} to rewind to",
+            if users.len() == 1 { "is" } else { "are" },
+            users.len(),
+            if users.len() == 1 { "" } else { "s" }
+        )
+    })
+}
+
+/// Returns the path from the root to `leaf`, following parent ids.
+pub fn path_to(entries: &[Entry], leaf: &EntryId) -> Vec<Entry> {
+    let index: HashMap<&EntryId, &Entry> = entries.iter().map(|entry| (&entry.id, entry)).collect();
+    let mut path = Vec::new();
+    let mut cursor = Some(leaf);
+    while let Some(id) = cursor {
+        let Some(entry) = index.get(id) else {
+            break;
+        };
+        if path.len() > entries.len() {
+            break; // a parent cycle in a hand-edited log
+        }
+        path.push((*entry).clone());
+        cursor = entry.parent_id.as_ref();
+    }
+    path.reverse();
+    path
+}
+
+/// Plans a rewind to `target`: the new leaf (a user message's parent, or
+/// the entry itself), the text to put back in the input box, and the
+/// confirmation lines (SPEC §11.3).
+pub fn plan_rewind(core: &SessionCore, target: &Entry) -> Result<RewindPlan, String> {
+    let short = short_len(core.entries());
+    let (leaf, restore_input, label) = match &target.body {
+        EntryBody::Message(stored) if stored.message.is_real_user() => {
+            let Some(parent) = target.parent_id.clone() else {
+                return Err(
+                    "that is the session's first entry: there is nothing before it to rewind to; start a new session instead"
+                        .to_owned(),
+                );
+            };
+            let text = stored.message.text();
+            (
+                parent,
+                Some(text.clone()),
+                format!("before your message \"{}\"", one_line(&text, 50)),
+            )
+        }
+        EntryBody::Capsule(capsule) => (
+            target.id.clone(),
+            None,
+            format!(
+                "capsule {} ({})",
+                target.id.short_with(short),
+                capsule.trigger.as_str()
+            ),
+        ),
+        other => (
+            target.id.clone(),
+            None,
+            format!(
+                "{} entry {}",
+                other.type_name(),
+                target.id.short_with(short)
+            ),
+        ),
+    };
+    let new_path = path_to(core.entries(), &leaf);
+    let kept: HashSet<&EntryId> = new_path.iter().map(|entry| &entry.id).collect();
+    let undone: Vec<Entry> = core
+        .path()
+        .iter()
+        .filter(|entry| !kept.contains(&entry.id))
+        .cloned()
+        .collect();
+    let modified = facts::extract(
+        &FactsInput {
+            span: &undone,
+            previous: None,
+            retained: &HashSet::new(),
+            cwd: Some(&core.header().cwd),
+        },
+        &FactsConfig::default(),
+        core.counter().as_ref(),
+    )
+    .files_modified;
+    let after = core
+        .factor()
+        .apply(core.input_for(&new_path).total_tokens());
+    let now = core.measure().tokens;
+    let mut lines = vec![format!("Rewind to {label}.")];
+    if modified.is_empty() {
+        lines.push("No files were modified after it.".to_owned());
+    } else {
+        lines.push(format!(
+            "Files modified after it (they stay as they are on disk): {}",
+            modified.join(", ")
+        ));
+    }
+    let mut context = format!(
+        "Estimated context after: {} tokens (now {}).",
+        group_thousands(after.get()),
+        group_thousands(now.get())
+    );
+    if after > core.budget().hard_limit() {
+        context.push_str(" That is over hardLimit: the next request compacts first (hard_limit).");
+    }
+    lines.push(context);
+    Ok(RewindPlan {
+        leaf: leaf.as_str().to_owned(),
+        restore_input,
+        lines,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use soba_core::{IdKind, Message, MessageEntry, ToolInput, ToolUse};
+
+    fn entry(n: u128, parent: Option<u128>, body: EntryBody) -> Entry {
+        Entry {
+            id: EntryId::from_uuid(
+                IdKind::Entry,
+                0x0190_0000_0000_7000_8000_0000_0000_0000 | n << 16,
+            ),
+            parent_id: parent.map(|p| {
+                EntryId::from_uuid(
+                    IdKind::Entry,
+                    0x0190_0000_0000_7000_8000_0000_0000_0000 | p << 16,
+                )
+            }),
+            timestamp: String::new(),
+            body,
+        }
+    }
+
+    fn message(message: Message) -> EntryBody {
+        EntryBody::Message(MessageEntry {
+            message,
+            tokens: None,
+        })
+    }
+
+    fn call(id: &str, name: &str, input: serde_json::Value) -> Message {
+        Message::new(
+            Role::Assistant,
+            vec![
+                Block::Text("Running it.".into()),
+                Block::ToolUse(ToolUse {
+                    id: id.into(),
+                    name: name.into(),
+                    input: ToolInput::from_value(input),
+                }),
+            ],
+        )
+    }
+
+    #[test]
+    fn tool_calls_fold_to_one_line() {
+        let output = format!("{}\nexit code 1", "x".repeat(2_400));
+        let path = vec![
+            entry(1, None, message(Message::user("run the tests"))),
+            entry(
+                2,
+                Some(1),
+                message(call(
+                    "c1",
+                    "bash",
+                    serde_json::json!({"command": "cargo test"}),
+                )),
+            ),
+            entry(
+                3,
+                Some(2),
+                message(Message::tool_result("c1", output, true)),
+            ),
+            entry(
+                4,
+                Some(3),
+                message(call(
+                    "c2",
+                    "read_file",
+                    serde_json::json!({"path": "src/lib.rs"}),
+                )),
+            ),
+            entry(
+                5,
+                Some(4),
+                message(Message::tool_result("c2", "fn main() {}", false)),
+            ),
+            entry(
+                6,
+                Some(5),
+                message(call(
+                    "c3",
+                    "write_file",
+                    serde_json::json!({"path": "a.txt"}),
+                )),
+            ),
+        ];
+        let items = history_items(&path, 4, false);
+        assert_eq!(
+            items,
+            vec![
+                HistoryItem::User("run the tests".into()),
+                HistoryItem::Assistant("Running it.".into()),
+                HistoryItem::Tool {
+                    line: "bash: cargo test (exit 1, 2.4 KB)".into(),
+                    is_error: true
+                },
+                HistoryItem::Assistant("Running it.".into()),
+                HistoryItem::Tool {
+                    line: "read_file: src/lib.rs (12 B)".into(),
+                    is_error: false
+                },
+                HistoryItem::Assistant("Running it.".into()),
+                HistoryItem::Tool {
+                    line: "write_file: a.txt (no result recorded)".into(),
+                    is_error: false
+                },
+            ]
+        );
+        let running = history_items(&path, 4, true);
+        assert_eq!(
+            running.last(),
+            Some(&HistoryItem::Tool {
+                line: "write_file: a.txt (running…)".into(),
+                is_error: false
+            })
+        );
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(2_355), "2.3 KB");
+        assert_eq!(format_size(1_500_000), "1.4 MB");
+    }
+
+    #[test]
+    fn nth_user_message_counts_from_the_latest() {
+        let path = vec![
+            entry(1, None, message(Message::user("one"))),
+            entry(2, Some(1), message(Message::assistant("a"))),
+            entry(3, Some(2), message(Message::user("two"))),
+        ];
+        assert_eq!(
+            nth_user_message(&path, 1).map(|e| e.id.clone()),
+            Ok(path[2].id.clone())
+        );
+        assert_eq!(
+            nth_user_message(&path, 2).map(|e| e.id.clone()),
+            Ok(path[0].id.clone())
+        );
+        assert_eq!(
+            nth_user_message(&path, 3).map(|e| e.id.clone()),
+            Err("there are only 2 messages to rewind to".to_owned())
+        );
+        let choices = rewind_choices(&path, 4);
+        assert_eq!(choices.len(), 2);
+        assert!(
+            choices[0].label.ends_with(" 1. two"),
+            "{}",
+            choices[0].label
+        );
+        assert!(
+            choices[1].label.ends_with(" 2. one"),
+            "{}",
+            choices[1].label
+        );
+    }
+
+    #[test]
+    fn entries_are_found_by_short_id() {
+        let path = vec![
+            entry(0x1234, None, message(Message::user("one"))),
+            entry(0x1235, Some(0x1234), message(Message::user("two"))),
+        ];
+        let short = path[0].id.short_with(4);
+        assert!(find_entry(&path, &short).is_err(), "ambiguous at 4 digits");
+        let long = path[0].id.short_with(short_len(&path));
+        assert_eq!(
+            find_entry(&path, &long).map(|e| e.id.clone()),
+            Ok(path[0].id.clone())
+        );
+        assert!(find_entry(&path, "e_ffff").is_err());
+        assert_eq!(path_to(&path, &path[1].id).len(), 2);
+    }
+}

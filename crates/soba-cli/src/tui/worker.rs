@@ -1,0 +1,1502 @@
+//! The background engine task of the TUI: owns the open session and its
+//! agent, runs turns and `/compact` on their own tasks, executes slash
+//! commands, answers approval prompts through a channel, and reports to
+//! the UI with [`UiEvent`]s. What acts at once during a barrier and what
+//! waits follows SPEC §7.1.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use soba_core::builder::{self, BuildOptions, CapsuleContent};
+use soba_core::entry::{SkillAction, SkillEntry};
+use soba_core::facts::{self, FactsConfig, FactsInput};
+use soba_core::render::{self, CapsuleView};
+use soba_core::summarize::{self, Summarizer, SummaryRequest};
+use soba_core::tokens::group_thousands;
+use soba_core::{
+    Capsule, ContextEntry, ContextSource, Entry, EntryBody, EntryId, IdKind, Quality, TokenCount,
+    Trigger, Usage,
+};
+use soba_engine::EngineError;
+use soba_engine::agent::Agent;
+use soba_engine::barrier::{EventSink, Forced};
+use soba_engine::event::{CompactionEnd, EngineEvent, Outcome, TurnEnd};
+use soba_engine::session::SessionCore;
+use soba_engine::tool::{
+    ApprovalDecision, ApprovalFuture, ApprovalPolicy, ApprovalRequest, Approvals, Approver,
+    ToolConfig, ToolContext, ToolRegistry, Workspace,
+};
+use soba_provider::client::ModelClient;
+use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::{Mutex, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::command::{RewindTarget, SlashCommand};
+use super::state::{
+    Action, ApprovalView, Header, Overlay, Picker, PickerItem, PickerPurpose, ResultLine,
+    RewindPlan, UiEvent,
+};
+use super::view;
+use crate::cmd::capsule as capsule_files;
+use crate::context::Context;
+use crate::engine::{self, ModelSetup};
+use crate::error::{CliError, CliResult};
+
+/// Which session to open at launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// A new session.
+    New,
+    /// The workspace's most recent session (`-c`).
+    Continue,
+    /// A session by id prefix or path (`-r ID`).
+    Resume(String),
+    /// A picker of the workspace's sessions (`-r` alone).
+    Pick,
+}
+
+/// Everything resolved once at launch.
+pub struct Launch {
+    /// Configuration, workspace and locations.
+    pub ctx: Context,
+    /// `--model`, when given.
+    pub model_flag: Option<String>,
+    /// `--auto-approve`, `--allow`, `tools.allow`.
+    pub policy: ApprovalPolicy,
+    /// `tools.bash.timeoutMs`.
+    pub tool_config: ToolConfig,
+    /// The tools' confined workspace.
+    pub workspace: Workspace,
+    /// The agent's tools.
+    pub tools: Arc<ToolRegistry>,
+}
+
+/// The approver the agent asks: it sends the prompt to the UI and waits
+/// for the answer the worker forwards; a dropped answer denies.
+pub struct ChannelApprover {
+    ui: UnboundedSender<UiEvent>,
+    pending: Arc<StdMutex<Option<oneshot::Sender<ApprovalDecision>>>>,
+}
+
+impl Approver for ChannelApprover {
+    fn decide<'a>(&'a self, request: ApprovalRequest<'a>) -> ApprovalFuture<'a> {
+        let view = ApprovalView {
+            tool: request.tool().to_owned(),
+            summary: request.summary(),
+            scope: request.session_scope(),
+        };
+        let (answer, wait) = oneshot::channel();
+        *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+        let _ = self.ui.send(UiEvent::Approval(view));
+        Box::pin(async move { wait.await.unwrap_or(ApprovalDecision::Deny) })
+    }
+}
+
+/// What the worker hears from the tasks it started.
+pub enum Internal {
+    /// An engine event (from the event sink).
+    Event(EngineEvent),
+    /// A turn or an idle `/compact` finished.
+    Done(Result<Finished, EngineError>),
+}
+
+/// How a run ended.
+pub enum Finished {
+    /// A user turn.
+    Turn(TurnEnd),
+    /// An idle `/compact` (its outcome is the barrier's result line).
+    Compact,
+}
+
+/// The open session.
+struct Live {
+    core: Arc<Mutex<SessionCore>>,
+    agent: Agent,
+    setup: ModelSetup,
+}
+
+/// A turn or `/compact` in progress.
+struct Running {
+    cancel: CancellationToken,
+    /// An idle `/compact` (no inference follows), rather than a turn.
+    compact: bool,
+    /// `/compact --save`: mirror a full capsule into Project Memory.
+    save: bool,
+}
+
+/// The background engine task.
+pub struct Worker {
+    launch: Launch,
+    live: Option<Live>,
+    ui: UnboundedSender<UiEvent>,
+    internal: UnboundedSender<Internal>,
+    pending_approval: Arc<StdMutex<Option<oneshot::Sender<ApprovalDecision>>>>,
+    in_barrier: Arc<AtomicBool>,
+    running: Option<Running>,
+    /// `/auto-compact` typed during a barrier, appended after it.
+    pending_auto_compact: Option<bool>,
+    /// A rewind confirmed during a turn outside a barrier, applied when the
+    /// cancelled turn has ended.
+    pending_rewind: Option<RewindPlan>,
+    /// A rewind was appended during a barrier: if the barrier still
+    /// completed (it held the append mutex first), the turn is cancelled.
+    rewound_in_barrier: bool,
+}
+
+fn note_error(err: impl std::fmt::Display) -> String {
+    format!("error: {err}")
+}
+
+fn cli_note(err: &CliError) -> String {
+    let mut text = format!("error: {}", err.message);
+    if let Some(source) = &err.source {
+        for cause in source.chain() {
+            text.push_str(&format!(": {cause}"));
+        }
+    }
+    for hint in &err.hints {
+        text.push_str(&format!("\nhint: {hint}"));
+    }
+    text
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Worker {
+    /// Builds the worker; nothing is opened yet.
+    pub fn new(
+        launch: Launch,
+        ui: UnboundedSender<UiEvent>,
+        internal: UnboundedSender<Internal>,
+    ) -> Self {
+        Worker {
+            launch,
+            live: None,
+            ui,
+            internal,
+            pending_approval: Arc::new(StdMutex::new(None)),
+            in_barrier: Arc::new(AtomicBool::new(false)),
+            running: None,
+            pending_auto_compact: None,
+            pending_rewind: None,
+            rewound_in_barrier: false,
+        }
+    }
+
+    fn send(&self, event: UiEvent) {
+        // The UI dropping its receiver means it is shutting down.
+        let _ = self.ui.send(event);
+    }
+
+    fn note(&self, text: impl Into<String>) {
+        self.send(UiEvent::Note(text.into()));
+    }
+
+    fn sink(&self) -> EventSink {
+        let internal = self.internal.clone();
+        let in_barrier = self.in_barrier.clone();
+        Arc::new(move |event: EngineEvent| {
+            match &event {
+                EngineEvent::CompactionStart { .. } => in_barrier.store(true, Ordering::SeqCst),
+                EngineEvent::CompactionEnd(_) => in_barrier.store(false, Ordering::SeqCst),
+                _ => {}
+            }
+            let _ = internal.send(Internal::Event(event));
+        })
+    }
+
+    /// Opens the session `start` names (before the terminal is taken over,
+    /// so configuration errors print normally). Returns notes for the user.
+    pub fn open_start(&mut self, start: &Start) -> CliResult<Vec<String>> {
+        match start {
+            Start::New => self.open_new(),
+            Start::Continue => {
+                let summary = self.launch.ctx.select_session(None)?;
+                self.open_path(&summary.path)
+            }
+            Start::Resume(id) => {
+                let summary = self.launch.ctx.select_session(Some(id))?;
+                self.open_path(&summary.path)
+            }
+            Start::Pick => {
+                // Resolve the model now so a missing key fails before the
+                // terminal is taken over; the session is chosen in the UI.
+                let ctx = &self.launch.ctx;
+                let resolved = ctx
+                    .config()
+                    .resolve_model(self.launch.model_flag.as_deref(), &ctx.env)?;
+                ModelSetup::resolve(ctx, &resolved.id)?.budget(ctx)?;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn setup_for(&self, id: &str) -> CliResult<ModelSetup> {
+        let setup = ModelSetup::resolve(&self.launch.ctx, id)?;
+        setup.budget(&self.launch.ctx)?;
+        Ok(setup)
+    }
+
+    fn open_new(&mut self) -> CliResult<Vec<String>> {
+        let ctx = &self.launch.ctx;
+        let resolved = ctx
+            .config()
+            .resolve_model(self.launch.model_flag.as_deref(), &ctx.env)?;
+        let setup = self.setup_for(&resolved.id)?;
+        self.live = None;
+        let core = engine::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;
+        self.install(core, setup)
+    }
+
+    fn open_path(&mut self, path: &Path) -> CliResult<Vec<String>> {
+        let log = soba_store::reader::read_log(path)?;
+        let entries: Vec<Entry> = log
+            .path()
+            .into_iter()
+            .map(|logged| logged.entry.clone())
+            .collect();
+        let model = engine::model_for_session(
+            &self.launch.ctx,
+            self.launch.model_flag.as_deref(),
+            &entries,
+        )?;
+        let setup = self.setup_for(&model)?;
+        // Drop the open session first: its writer holds the file lock.
+        self.live = None;
+        let (mut core, diagnostics) =
+            engine::open_session(&self.launch.ctx, path, &setup, &self.launch.tools)?;
+        if engine::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
+            core.append(EntryBody::ModelChange {
+                model: setup.info.id.clone(),
+            })?;
+        }
+        let mut notes: Vec<String> = diagnostics
+            .into_iter()
+            .map(|diagnostic| format!("warning: {diagnostic}"))
+            .collect();
+        notes.extend(self.install(core, setup)?);
+        Ok(notes)
+    }
+
+    fn install(&mut self, core: SessionCore, setup: ModelSetup) -> CliResult<Vec<String>> {
+        let ctx = &self.launch.ctx;
+        let mut notes = Vec::new();
+        let summarizer = engine::summarizer(ctx, &setup, &mut notes)?;
+        let client: Arc<dyn ModelClient> = Arc::from(setup.client(ctx)?);
+        let core = Arc::new(Mutex::new(core));
+        let approver = Arc::new(ChannelApprover {
+            ui: self.ui.clone(),
+            pending: self.pending_approval.clone(),
+        });
+        let agent = Agent {
+            barrier: engine::barrier(core.clone(), self.sink(), summarizer),
+            model: client,
+            tools: self.launch.tools.clone(),
+            approvals: Arc::new(Approvals::interactive(self.launch.policy.clone(), approver)),
+            tool_context: ToolContext::new(
+                self.launch.workspace.clone(),
+                self.launch.tool_config.clone(),
+                CancellationToken::new(),
+            ),
+            provider_model: setup.info.wire_model.clone(),
+        };
+        self.live = Some(Live { core, agent, setup });
+        Ok(notes)
+    }
+
+    /// Sends the header, the conversation and the sidebar.
+    async fn refresh(&self) {
+        let Some(live) = &self.live else {
+            self.send(UiEvent::Header(Header::default()));
+            self.send(UiEvent::History(Vec::new()));
+            return;
+        };
+        let core = live.core.lock().await;
+        let short = view::short_len(core.entries());
+        self.send(UiEvent::Header(Header {
+            model: core.model_id().to_owned(),
+            session: core.header().id.as_str().chars().take(8).collect(),
+        }));
+        self.send(UiEvent::History(view::history_items(
+            core.path(),
+            short,
+            self.running.is_some(),
+        )));
+        self.send(UiEvent::Sidebar(view::sidebar(&core)));
+    }
+
+    /// Runs until the UI quits (its action channel closes or sends Quit).
+    pub async fn run(
+        mut self,
+        mut actions: UnboundedReceiver<Action>,
+        mut internal: UnboundedReceiver<Internal>,
+        start_notes: Vec<String>,
+        pick_at_start: bool,
+    ) {
+        self.refresh().await;
+        for note in start_notes {
+            self.note(note);
+        }
+        if pick_at_start {
+            self.resume_picker(true);
+        }
+        loop {
+            tokio::select! {
+                biased;
+                Some(message) = internal.recv() => match message {
+                    Internal::Event(event) => self.on_event(event).await,
+                    Internal::Done(result) => self.on_done(result).await,
+                },
+                action = actions.recv() => match action {
+                    None | Some(Action::Quit) => break,
+                    Some(action) => self.on_action(action).await,
+                },
+            }
+        }
+        self.shutdown(&mut internal).await;
+    }
+
+    /// Cancels a running turn and waits (briefly) for it to end, so nothing
+    /// is appended after the UI is gone.
+    async fn shutdown(&mut self, internal: &mut UnboundedReceiver<Internal>) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        self.deny_pending();
+        running.cancel.cancel();
+        let wait = async {
+            while let Some(message) = internal.recv().await {
+                if matches!(message, Internal::Done(_)) {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), wait).await;
+    }
+
+    fn deny_pending(&self) {
+        if let Some(answer) = self
+            .pending_approval
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = answer.send(ApprovalDecision::Deny);
+        }
+    }
+
+    async fn on_action(&mut self, action: Action) {
+        match action {
+            Action::StartTurn(text) => self.start_turn(text).await,
+            Action::Command(command) => self.on_command(command).await,
+            Action::Cancel => {
+                self.deny_pending();
+                if let Some(running) = &self.running {
+                    running.cancel.cancel();
+                }
+            }
+            Action::Approve(decision) => {
+                if let Some(answer) = self
+                    .pending_approval
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+                {
+                    let _ = answer.send(decision);
+                }
+            }
+            Action::Picked(purpose, key) => self.on_picked(purpose, key).await,
+            Action::Rewind(plan) => self.rewind(plan).await,
+            Action::Quit => {}
+        }
+    }
+
+    async fn ensure_session(&mut self) -> bool {
+        if self.live.is_some() {
+            return true;
+        }
+        match self.open_new() {
+            Ok(notes) => {
+                for note in notes {
+                    self.note(note);
+                }
+                self.refresh().await;
+                true
+            }
+            Err(err) => {
+                self.note(cli_note(&err));
+                false
+            }
+        }
+    }
+
+    async fn start_turn(&mut self, text: String) {
+        if self.running.is_some() {
+            // The UI queues input while a turn runs; this is a safety net.
+            self.note("a turn is already running; the message was not sent");
+            return;
+        }
+        if !self.ensure_session().await {
+            self.send(UiEvent::Finished(None));
+            return;
+        }
+        let Some(live) = &self.live else {
+            return;
+        };
+        let agent = live.agent.clone();
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            cancel: cancel.clone(),
+            compact: false,
+            save: false,
+        });
+        let internal = self.internal.clone();
+        tokio::spawn(async move {
+            let result = agent.run_turn(&text, &cancel).await;
+            let _ = internal.send(Internal::Done(result.map(Finished::Turn)));
+        });
+    }
+
+    async fn start_compact(&mut self, save: bool, instructions: Option<String>) {
+        if self.running.is_some() {
+            self.note("a turn is running; /compact waits until it ends");
+            return;
+        }
+        if !self.ensure_session().await {
+            self.send(UiEvent::Finished(None));
+            return;
+        }
+        let Some(live) = &self.live else {
+            return;
+        };
+        let barrier = live.agent.barrier.clone();
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            cancel: cancel.clone(),
+            compact: true,
+            save,
+        });
+        let internal = self.internal.clone();
+        tokio::spawn(async move {
+            let result = barrier
+                .preflight(Some(Forced::User { instructions }), &cancel)
+                .await;
+            let _ = internal.send(Internal::Done(result.map(|_| Finished::Compact)));
+        });
+    }
+
+    async fn on_event(&mut self, event: EngineEvent) {
+        match event {
+            EngineEvent::TurnStarted { .. } | EngineEvent::ToolResult { .. } => {
+                self.refresh().await
+            }
+            EngineEvent::Hygiene {
+                reclaimed, stubbed, ..
+            } => {
+                self.note(format!(
+                    "hygiene: {stubbed} old tool outputs stubbed, {} tokens reclaimed",
+                    group_thousands(reclaimed.get())
+                ));
+                self.refresh().await;
+            }
+            EngineEvent::CompactionStart { .. } => {
+                let idle = self.running.as_ref().is_some_and(|running| running.compact);
+                self.send(UiEvent::BarrierStarted { idle });
+            }
+            EngineEvent::CompactionProgress { percent, .. } => {
+                self.send(UiEvent::BarrierProgress(percent));
+            }
+            EngineEvent::CompactionEnd(end) => self.on_compaction_end(end).await,
+            EngineEvent::TextDelta { text } => self.send(UiEvent::Delta(text)),
+            EngineEvent::AssistantMessage { .. } => {
+                self.send(UiEvent::StepDone);
+                self.refresh().await;
+            }
+            EngineEvent::Warning { message } => self.note(format!("warning: {message}")),
+            EngineEvent::TurnEnded { .. } => {}
+        }
+    }
+
+    fn short(&self, core: &SessionCore) -> usize {
+        view::short_len(core.entries())
+    }
+
+    async fn on_compaction_end(&mut self, end: CompactionEnd) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let short = {
+            let core = live.core.lock().await;
+            self.short(&core)
+        };
+        let text = end.result_line(|id| id.short_with(short));
+        let warn = end.outcome != Outcome::Completed || end.quality == Some(Quality::Degraded);
+        self.send(UiEvent::BarrierEnded(ResultLine { text, warn }));
+        if self.rewound_in_barrier {
+            self.rewound_in_barrier = false;
+            if end.outcome == Outcome::Completed
+                && let Some(running) = &self.running
+            {
+                // The barrier took the append mutex before the rewind, so
+                // it completed; the turn must not go on from the new leaf.
+                running.cancel.cancel();
+            }
+        }
+        if let Some(on) = self.pending_auto_compact.take() {
+            self.set_auto_compact(on).await;
+        }
+        if self.running.as_ref().is_some_and(|running| running.save) {
+            self.save_to_memory(&end).await;
+        }
+        self.refresh().await;
+    }
+
+    async fn on_done(&mut self, result: Result<Finished, EngineError>) {
+        self.running = None;
+        self.in_barrier.store(false, Ordering::SeqCst);
+        self.deny_pending();
+        let reason = match result {
+            Ok(Finished::Turn(TurnEnd::Completed)) => None,
+            Ok(Finished::Turn(TurnEnd::Cancelled)) => Some(
+                "turn cancelled: nothing more was appended; your message stays in the log unanswered"
+                    .to_owned(),
+            ),
+            Ok(Finished::Turn(TurnEnd::Stale)) => {
+                Some("turn ended: the conversation was rewound during compaction".to_owned())
+            }
+            Ok(Finished::Turn(TurnEnd::Failed(reason))) => Some(format!("turn failed: {reason}")),
+            Ok(Finished::Compact) => None,
+            Err(err) => Some(note_error(err)),
+        };
+        if let Some(on) = self.pending_auto_compact.take() {
+            self.set_auto_compact(on).await;
+        }
+        if let Some(plan) = self.pending_rewind.take() {
+            self.apply_rewind(&plan).await;
+        }
+        self.refresh().await;
+        self.send(UiEvent::Finished(reason));
+    }
+
+    async fn on_command(&mut self, command: SlashCommand) {
+        let busy = self.running.is_some();
+        if busy && !command.acts_during_turn() {
+            // The UI queues these; answer rather than interleave with a turn.
+            self.note("that command waits until the turn ends");
+            return;
+        }
+        if !matches!(
+            command,
+            SlashCommand::Resume | SlashCommand::Help | SlashCommand::Quit
+        ) && !self.ensure_session().await
+        {
+            if matches!(command, SlashCommand::Compact { .. }) {
+                self.send(UiEvent::Finished(None));
+            }
+            return;
+        }
+        match command {
+            SlashCommand::Budget => {
+                if let Some(live) = &self.live {
+                    let text = view::budget_text(&*live.core.lock().await);
+                    self.note(text);
+                }
+            }
+            SlashCommand::Compact { save, instructions } => {
+                self.start_compact(save, instructions).await
+            }
+            SlashCommand::AutoCompact(on) => {
+                if self.in_barrier.load(Ordering::SeqCst) {
+                    self.pending_auto_compact = Some(on);
+                    self.note(format!(
+                        "auto-compact {}: recorded when the running compaction ends",
+                        if on { "on" } else { "off" }
+                    ));
+                } else {
+                    self.set_auto_compact(on).await;
+                }
+            }
+            SlashCommand::Model(None) => self.model_picker().await,
+            SlashCommand::Model(Some(id)) => self.switch_model(&id).await,
+            SlashCommand::CapsuleList => self.capsule_list().await,
+            SlashCommand::CapsuleCreate { title, force } => {
+                self.capsule_create(&title, force).await
+            }
+            SlashCommand::CapsuleExport {
+                checkpoint,
+                path,
+                force,
+            } => self.capsule_export(&checkpoint, &path, force).await,
+            SlashCommand::CapsuleLoad { path } => self.capsule_load(&path).await,
+            SlashCommand::Checkpoint { kind, note } => {
+                let appended = self.append(EntryBody::Checkpoint { kind, note }).await;
+                if let Some(entry) = appended {
+                    self.note(format!(
+                        "{} recorded as {}",
+                        kind.as_str(),
+                        entry.id.short_with(4)
+                    ));
+                }
+            }
+            SlashCommand::Rewind(target) => self.rewind_command(target).await,
+            SlashCommand::Resume => self.resume_picker(false),
+            SlashCommand::Skill { name, off } => self.skill(&name, off).await,
+            SlashCommand::Help => self.note(super::command::help_text()),
+            SlashCommand::Quit => {}
+        }
+    }
+
+    /// Appends an entry to the open session, reporting failures as notes.
+    async fn append(&self, body: EntryBody) -> Option<Entry> {
+        let live = self.live.as_ref()?;
+        let appended = live.core.lock().await.append(body);
+        match appended {
+            Ok(entry) => {
+                self.refresh().await;
+                Some(entry)
+            }
+            Err(err) => {
+                self.note(note_error(err));
+                None
+            }
+        }
+    }
+
+    async fn set_auto_compact(&self, on: bool) {
+        if self
+            .append(EntryBody::ConfigChange {
+                auto_compact: Some(on),
+            })
+            .await
+            .is_some()
+        {
+            self.note(format!(
+                "auto-compact {}{}",
+                if on { "on" } else { "off" },
+                if on {
+                    ""
+                } else {
+                    ": only hard_limit and context overflow compact now"
+                }
+            ));
+        }
+    }
+
+    async fn rewind_command(&mut self, target: Option<RewindTarget>) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let core = live.core.lock().await;
+        let short = self.short(&core);
+        let found = match &target {
+            None => {
+                let items = view::rewind_choices(core.path(), short);
+                drop(core);
+                if items.is_empty() {
+                    self.note("nothing to rewind to yet");
+                } else {
+                    self.send(UiEvent::Overlay(Overlay::Picker(Picker {
+                        title: "Rewind to (newest first)".to_owned(),
+                        purpose: PickerPurpose::Rewind,
+                        items,
+                        selected: 0,
+                    })));
+                }
+                return;
+            }
+            Some(RewindTarget::Nth(n)) => view::nth_user_message(core.path(), *n),
+            Some(RewindTarget::Id(id)) => view::find_entry(core.entries(), id),
+        };
+        let planned = found.and_then(|entry| view::plan_rewind(&core, entry));
+        drop(core);
+        match planned {
+            Ok(plan) => self.send(UiEvent::Overlay(Overlay::ConfirmRewind(plan))),
+            Err(problem) => self.note(problem),
+        }
+    }
+
+    async fn rewind(&mut self, plan: RewindPlan) {
+        if self.running.is_none() {
+            self.apply_rewind(&plan).await;
+            self.refresh().await;
+            return;
+        }
+        if self.in_barrier.load(Ordering::SeqCst) {
+            // During a barrier the rewind acts at once: the barrier ends
+            // stale and appends nothing (SPEC §7.1).
+            self.rewound_in_barrier = true;
+            self.apply_rewind(&plan).await;
+            self.refresh().await;
+        } else {
+            // Outside a barrier a tool or a request may still append: end
+            // the turn first, then move the leaf.
+            self.pending_rewind = Some(plan);
+            self.deny_pending();
+            if let Some(running) = &self.running {
+                running.cancel.cancel();
+            }
+            self.note("rewinding once the running turn has stopped");
+        }
+    }
+
+    async fn apply_rewind(&mut self, plan: &RewindPlan) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let target = match EntryId::parse(&plan.leaf) {
+            Ok(target) => target,
+            Err(err) => {
+                self.note(note_error(err));
+                return;
+            }
+        };
+        let result = live.core.lock().await.rewind(target.clone());
+        match result {
+            Ok(_) => {
+                if let Some(text) = &plan.restore_input {
+                    self.send(UiEvent::SetInput(text.clone()));
+                }
+                self.note(format!(
+                    "rewound to {}; files on disk are unchanged",
+                    target.short_with(4)
+                ));
+            }
+            Err(err) => self.note(note_error(err)),
+        }
+    }
+
+    fn resume_picker(&self, at_start: bool) {
+        let dir = &self.launch.ctx.locations.sessions_dir;
+        let sessions = match soba_store::reader::list_sessions(dir) {
+            Ok(sessions) => sessions,
+            Err(err) => {
+                self.note(note_error(err));
+                return;
+            }
+        };
+        let mut items = Vec::new();
+        if at_start {
+            items.push(PickerItem {
+                key: String::new(),
+                label: "(a new session)".to_owned(),
+            });
+        }
+        for summary in sessions.iter().filter(|summary| summary.problem.is_none()) {
+            items.push(PickerItem {
+                key: summary.path.display().to_string(),
+                label: format!(
+                    "{}  {}  {}",
+                    summary.id.chars().take(8).collect::<String>(),
+                    summary
+                        .created_at
+                        .as_deref()
+                        .unwrap_or("?")
+                        .chars()
+                        .take(16)
+                        .collect::<String>()
+                        .replace('T', " "),
+                    view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX))
+                ),
+            });
+        }
+        if items.is_empty() {
+            self.note(format!("no sessions in {}", dir.display()));
+            return;
+        }
+        self.send(UiEvent::Overlay(Overlay::Picker(Picker {
+            title: "Resume a session (most recent first)".to_owned(),
+            purpose: PickerPurpose::Resume,
+            items,
+            selected: 0,
+        })));
+    }
+
+    async fn on_picked(&mut self, purpose: PickerPurpose, key: String) {
+        match purpose {
+            PickerPurpose::Rewind => {
+                self.rewind_command(Some(RewindTarget::Id(key))).await;
+            }
+            PickerPurpose::Resume => {
+                if self.running.is_some() {
+                    self.note("finish or cancel the running turn before switching sessions");
+                    return;
+                }
+                let opened = if key.is_empty() {
+                    self.open_new()
+                } else {
+                    self.open_path(&PathBuf::from(&key))
+                };
+                match opened {
+                    Ok(notes) => {
+                        for note in notes {
+                            self.note(note);
+                        }
+                    }
+                    Err(err) => self.note(cli_note(&err)),
+                }
+                self.refresh().await;
+            }
+            PickerPurpose::Model => self.switch_model(&key).await,
+        }
+    }
+
+    async fn model_picker(&self) {
+        let current = match &self.live {
+            Some(live) => live.core.lock().await.model_id().to_owned(),
+            None => String::new(),
+        };
+        let config = self.launch.ctx.config();
+        let mut ids: Vec<String> = config.models.keys().cloned().collect();
+        for model in soba_provider::registry::BUILTIN_MODELS {
+            let provider = match model.provider {
+                "openai" | "anthropic" => model.provider,
+                _ => "openrouter",
+            };
+            let id = if provider == "openrouter" {
+                format!("openrouter/{}/{}", model.provider, model.name)
+            } else {
+                format!("{provider}/{}", model.name)
+            };
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        let selected = ids.iter().position(|id| *id == current).unwrap_or(0);
+        let items = ids
+            .into_iter()
+            .map(|id| PickerItem {
+                label: if id == current {
+                    format!("{id}  (current)")
+                } else {
+                    id.clone()
+                },
+                key: id,
+            })
+            .collect();
+        self.send(UiEvent::Overlay(Overlay::Picker(Picker {
+            title: "Switch model".to_owned(),
+            purpose: PickerPurpose::Model,
+            items,
+            selected,
+        })));
+    }
+
+    async fn switch_model(&mut self, id: &str) {
+        if self.running.is_some() {
+            self.note("/model waits until the turn ends");
+            return;
+        }
+        let setup = match self.setup_for(id) {
+            Ok(setup) => setup,
+            Err(err) => {
+                self.note(cli_note(&err));
+                return;
+            }
+        };
+        let Some(live) = &self.live else {
+            return;
+        };
+        let path = live.core.lock().await.log_path().to_path_buf();
+        if live.setup.info.id == setup.info.id {
+            self.note(format!("already using {}", setup.info.id));
+            return;
+        }
+        if self
+            .append(EntryBody::ModelChange {
+                model: setup.info.id.clone(),
+            })
+            .await
+            .is_none()
+        {
+            return;
+        }
+        // Reopen the session so its limits, counter and client follow the
+        // new model (the log's model_change makes resume do the same).
+        let flag = self.launch.model_flag.replace(setup.info.id.clone());
+        let reopened = self.open_path(&path);
+        self.launch.model_flag = flag;
+        match reopened {
+            Ok(notes) => {
+                for note in notes {
+                    self.note(note);
+                }
+                self.note(format!("model {}", setup.info.id));
+            }
+            Err(err) => self.note(cli_note(&err)),
+        }
+        self.refresh().await;
+    }
+
+    async fn skill(&self, name: &str, off: bool) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let active = live.core.lock().await.live().pinned_state().skills;
+        let current = active.iter().find(|skill| skill.name == name).cloned();
+        let body = if off {
+            let Some(current) = current else {
+                self.note(format!("skill {name} is not active"));
+                return;
+            };
+            SkillEntry {
+                name: name.to_owned(),
+                action: SkillAction::Deactivate,
+                sha256: current.sha256,
+                text: String::new(),
+            }
+        } else {
+            let file = self
+                .launch
+                .ctx
+                .workspace
+                .project_dir()
+                .join("skills")
+                .join(format!("{name}.md"));
+            let text = match std::fs::read_to_string(&file) {
+                Ok(text) => text,
+                Err(err) => {
+                    self.note(format!(
+                        "error: cannot read {}: {err}\nhint: skills are markdown files in .soba/skills/",
+                        file.display()
+                    ));
+                    return;
+                }
+            };
+            let sha256 = sha256_hex(&text);
+            if current.as_ref().is_some_and(|skill| skill.sha256 == sha256) {
+                self.note(format!("skill {name} is already active"));
+                return;
+            }
+            SkillEntry {
+                name: name.to_owned(),
+                action: SkillAction::Activate,
+                sha256,
+                text,
+            }
+        };
+        if self.append(EntryBody::Skill(body)).await.is_some() {
+            self.note(format!(
+                "skill {name} {}",
+                if off {
+                    "deactivated"
+                } else {
+                    "activated: its text is part of the system prompt"
+                }
+            ));
+        }
+    }
+
+    async fn capsule_list(&self) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let core = live.core.lock().await;
+        let short = self.short(&core);
+        let on_path: HashSet<&EntryId> = core.path().iter().map(|entry| &entry.id).collect();
+        let mut lines = vec!["capsules in this session (newest first):".to_owned()];
+        let mut n = 0;
+        for entry in core.entries().iter().rev() {
+            if let EntryBody::Capsule(capsule) = &entry.body {
+                n += 1;
+                lines.push(format!(
+                    "  {}  {:<15} {:<8} {} → {} tokens{}",
+                    entry.id.short_with(short),
+                    capsule.trigger.as_str(),
+                    capsule.quality.as_str(),
+                    group_thousands(capsule.tokens_before.get()),
+                    group_thousands(capsule.tokens_after.get()),
+                    if on_path.contains(&entry.id) {
+                        ""
+                    } else {
+                        "  (not on the current path)"
+                    }
+                ));
+            }
+        }
+        if n == 0 {
+            lines.push("  (none)".to_owned());
+        }
+        let project = self.launch.ctx.workspace.project_dir();
+        for dir in ["capsules", "memory"] {
+            let mut files: Vec<String> = std::fs::read_dir(project.join(dir))
+                .into_iter()
+                .flatten()
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.ends_with(".capsule.md"))
+                .collect();
+            files.sort();
+            if !files.is_empty() {
+                lines.push(format!(".soba/{dir}/:"));
+                lines.extend(files.into_iter().map(|name| format!("  {name}")));
+            }
+        }
+        drop(core);
+        self.note(lines.join("\n"));
+    }
+
+    async fn capsule_export(&self, wanted: &str, given: &str, force: bool) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let core = live.core.lock().await;
+        let capsules: Vec<&Entry> = core
+            .entries()
+            .iter()
+            .filter(|entry| {
+                matches!(entry.body, EntryBody::Capsule(_)) && entry.id.matches_short(wanted)
+            })
+            .collect();
+        let entry = match capsules.as_slice() {
+            [one] => *one,
+            [] => {
+                let problem = format!("no capsule {wanted} in this session; /capsule lists them");
+                drop(core);
+                self.note(problem);
+                return;
+            }
+            _ => {
+                drop(core);
+                self.note(format!(
+                    "{wanted} matches several capsules; give more digits"
+                ));
+                return;
+            }
+        };
+        let EntryBody::Capsule(capsule) = &entry.body else {
+            return;
+        };
+        let root = self.launch.ctx.workspace.root.clone();
+        let file = match export_path(&root, Path::new(given)) {
+            Ok(file) => file,
+            Err(problem) => {
+                drop(core);
+                self.note(problem);
+                return;
+            }
+        };
+        let leaf = core
+            .leaf()
+            .map(|id| id.as_str().to_owned())
+            .unwrap_or_default();
+        let rendered = capsule_files::render_file(
+            &CapsuleView::from(capsule.as_ref()),
+            entry.id.as_str(),
+            &capsule_files::title_of(capsule, &entry.id),
+            core.header().id.as_str(),
+            &leaf,
+            core.counter().as_ref(),
+        );
+        drop(core);
+        match capsule_files::write_file(&file, &rendered.text, force) {
+            Ok(()) => self.note(format!(
+                "wrote {} ({} tokens; {})",
+                display_path(&root, &file),
+                group_thousands(rendered.tokens.get()),
+                capsule_files::redaction_note(&rendered)
+            )),
+            Err(err) => self.note(cli_note(&err)),
+        }
+    }
+
+    async fn capsule_load(&self, given: &str) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let root = self.launch.ctx.workspace.root.clone();
+        let file = if Path::new(given).is_absolute() {
+            PathBuf::from(given)
+        } else {
+            root.join(given)
+        };
+        let text = match read_capsule_text(&file) {
+            Ok(text) => text,
+            Err(problem) => {
+                self.note(problem);
+                return;
+            }
+        };
+        let checked = {
+            let core = live.core.lock().await;
+            render::check_loadable(&text, core.budget().auto_limit(), core.counter().as_ref())
+                .map(|parsed| (parsed, core.counter().count_text(&text).n))
+        };
+        let (parsed, tokens) = match checked {
+            Ok(checked) => checked,
+            Err(err) => {
+                self.note(format!(
+                    "error: cannot load {}: {err}",
+                    display_path(&root, &file)
+                ));
+                return;
+            }
+        };
+        let entry = ContextEntry {
+            source: ContextSource::CapsuleFile,
+            path: display_path(&root, &file),
+            sha256: sha256_hex(&text),
+            text,
+        };
+        if let Some(appended) = self.append(EntryBody::Context(entry)).await {
+            self.note(format!(
+                "loaded {} as {} ({} tokens{}); the model sees it as untrusted data",
+                display_path(&root, &file),
+                appended.id.short_with(4),
+                group_thousands(tokens.get()),
+                parsed
+                    .front
+                    .title
+                    .as_deref()
+                    .map(|title| format!(", \"{title}\""))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+
+    async fn capsule_create(&self, title: &str, force: bool) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let started = Instant::now();
+        let summarizer = live.agent.barrier.summarizer.clone();
+        // Everything needed is taken under the lock; the summarizer runs
+        // without it.
+        let (span, previous, facts, auto_limit, counter, session, leaf, limits, compaction) = {
+            let core = live.core.lock().await;
+            let region = core.path()[core.live().region_start()..].to_vec();
+            let previous: Option<Capsule> = core.path().iter().rev().find_map(|entry| match &entry
+                .body
+            {
+                EntryBody::Capsule(capsule) => Some((**capsule).clone()),
+                _ => None,
+            });
+            let span: Vec<Entry> = region
+                .into_iter()
+                .filter(|entry| !matches!(entry.body, EntryBody::Capsule(_)))
+                .collect();
+            let compaction = core.config().compaction.clone();
+            let facts = facts::extract(
+                &FactsInput {
+                    span: &span,
+                    previous: previous.as_ref(),
+                    retained: &HashSet::new(),
+                    cwd: Some(&core.header().cwd),
+                },
+                &FactsConfig {
+                    user_message_budget: compaction.user_message_budget_tokens,
+                },
+                core.counter().as_ref(),
+            );
+            (
+                span,
+                previous,
+                facts,
+                core.budget().auto_limit(),
+                core.counter().clone(),
+                core.header().id.as_str().to_owned(),
+                core.leaf()
+                    .map(|id| id.as_str().to_owned())
+                    .unwrap_or_default(),
+                core.flight_limits(),
+                compaction,
+            )
+        };
+        if span.is_empty() && previous.is_none() {
+            self.note("nothing to hand off yet: send a message first");
+            return;
+        }
+        let options = |quality| BuildOptions {
+            auto_limit,
+            trigger: Trigger::User,
+            quality,
+            instructions: None,
+        };
+        let mut fallback = None;
+        let (content, usage): (CapsuleContent, Option<Usage>) = match &summarizer {
+            None => (
+                builder::build_deterministic(
+                    &facts,
+                    previous.as_ref(),
+                    &options(Quality::Full),
+                    counter.as_ref(),
+                ),
+                None,
+            ),
+            Some(summarizer) => match llm_narrative(
+                summarizer.as_ref(),
+                &span,
+                previous.as_ref(),
+                u32::try_from(compaction.summarizer.max_output_tokens.get()).unwrap_or(u32::MAX),
+                std::time::Duration::from_millis(compaction.timeout_ms),
+                counter.as_ref(),
+            )
+            .await
+            {
+                Ok((narrative, usage)) => (
+                    builder::build_with_narrative(
+                        narrative,
+                        summarizer.model(),
+                        &facts,
+                        &options(Quality::Full),
+                        counter.as_ref(),
+                    ),
+                    usage,
+                ),
+                Err(reason) => {
+                    fallback = Some(reason);
+                    (
+                        builder::build_deterministic(
+                            &facts,
+                            previous.as_ref(),
+                            &options(Quality::Degraded),
+                            counter.as_ref(),
+                        ),
+                        None,
+                    )
+                }
+            },
+        };
+        let id = EntryId::from_uuid(IdKind::Capsule, uuid::Uuid::now_v7().as_u128());
+        let rendered = capsule_files::render_file(
+            &content.view(),
+            id.as_str(),
+            title,
+            &session,
+            &leaf,
+            counter.as_ref(),
+        );
+        let date = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
+        let root = self.launch.ctx.workspace.root.clone();
+        let file = self
+            .launch
+            .ctx
+            .workspace
+            .project_dir()
+            .join("capsules")
+            .join(format!("{date}-{}.capsule.md", capsule_files::slug(title)));
+        if let Err(err) = capsule_files::write_file(&file, &rendered.text, force) {
+            self.note(cli_note(&err));
+            return;
+        }
+        let record = FlightRecord {
+            operation_id: format!("op_{}", uuid::Uuid::now_v7().simple()),
+            timestamp: format!("{:.3}", jiff::Timestamp::now()),
+            level: FlightLevel::CapsuleCreate,
+            trigger: Some(Trigger::User),
+            limits,
+            tokens_before: TokenCount::ZERO,
+            tokens_after: TokenCount::ZERO,
+            reclaimed: TokenCount::ZERO,
+            outcome: FlightOutcome::Completed,
+            reason: fallback.clone(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            checkpoint_id: Some(id.clone()),
+            quality: Some(content.quality),
+            summarizer: Some(FlightSummarizer {
+                model: content.summarizer.clone(),
+                usage,
+            }),
+            expected_cache_write: None,
+        };
+        live.core.lock().await.flight(&record);
+        let mut text = format!(
+            "wrote {} ({}, {} tokens, {}; {})",
+            display_path(&root, &file),
+            id.short_with(4),
+            group_thousands(rendered.tokens.get()),
+            content.quality.as_str(),
+            capsule_files::redaction_note(&rendered)
+        );
+        if let Some(reason) = fallback {
+            text.push_str(&format!("\nfallback used: {reason}"));
+        }
+        self.note(text);
+    }
+
+    async fn save_to_memory(&self, end: &CompactionEnd) {
+        let (Outcome::Completed, Some(id)) = (end.outcome, &end.checkpoint_id) else {
+            self.note(format!(
+                "not saved to Project Memory: no capsule was made ({})",
+                end.reason.as_deref().unwrap_or("nothing to compact")
+            ));
+            return;
+        };
+        if end.quality != Some(Quality::Full) {
+            self.note("not saved to Project Memory: the capsule is degraded (fallback used); only full capsules are saved");
+            return;
+        }
+        let Some(live) = &self.live else {
+            return;
+        };
+        let core = live.core.lock().await;
+        let Some(EntryBody::Capsule(capsule)) = core.entry(id).map(|entry| &entry.body) else {
+            return;
+        };
+        let leaf = core
+            .leaf()
+            .map(|leaf| leaf.as_str().to_owned())
+            .unwrap_or_default();
+        let rendered = capsule_files::render_file(
+            &CapsuleView::from(capsule.as_ref()),
+            id.as_str(),
+            &capsule_files::title_of(capsule, id),
+            core.header().id.as_str(),
+            &leaf,
+            core.counter().as_ref(),
+        );
+        drop(core);
+        let file = self
+            .launch
+            .ctx
+            .workspace
+            .project_dir()
+            .join("memory")
+            .join(format!("{id}.capsule.md"));
+        match capsule_files::write_file(&file, &rendered.text, false) {
+            Ok(()) => self.note(format!(
+                "saved to Project Memory: .soba/memory/{id}.capsule.md ({})",
+                capsule_files::redaction_note(&rendered)
+            )),
+            Err(err) => self.note(cli_note(&err)),
+        }
+    }
+}
+
+/// Reads a `.capsule.md`, refusing files over 1 MiB before reading them.
+fn read_capsule_text(file: &Path) -> Result<String, String> {
+    let metadata = std::fs::metadata(file)
+        .map_err(|err| format!("error: cannot read {}: {err}", file.display()))?;
+    if metadata.len() > render::CAPSULE_FILE_MAX_BYTES as u64 {
+        return Err(format!(
+            "error: cannot load {}: {}",
+            file.display(),
+            render::CapsuleFileError::TooLarge {
+                bytes: usize::try_from(metadata.len()).unwrap_or(usize::MAX),
+                max: render::CAPSULE_FILE_MAX_BYTES,
+            }
+        ));
+    }
+    let bytes = std::fs::read(file)
+        .map_err(|err| format!("error: cannot read {}: {err}", file.display()))?;
+    String::from_utf8(bytes).map_err(|err| {
+        format!(
+            "error: cannot load {}: not UTF-8 text (invalid byte at offset {})",
+            file.display(),
+            err.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Resolves an export path: relative paths must stay inside the workspace;
+/// absolute ones may go anywhere (SPEC §12).
+fn export_path(root: &Path, given: &Path) -> Result<PathBuf, String> {
+    if given.is_absolute() {
+        return Ok(given.to_path_buf());
+    }
+    let mut resolved = root.to_path_buf();
+    for component in given.components() {
+        match component {
+            std::path::Component::Normal(part) => resolved.push(part),
+            std::path::Component::ParentDir if resolved != root => {
+                resolved.pop();
+            }
+            std::path::Component::ParentDir => {
+                return Err(format!(
+                    "error: {} is outside the workspace {}\nhint: give a path inside the workspace, or an absolute path to write elsewhere",
+                    given.display(),
+                    root.display()
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(resolved)
+}
+
+/// Shows a path relative to the workspace when it is inside it.
+fn display_path(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root).map_or_else(
+        |_| path.display().to_string(),
+        |rel| rel.display().to_string(),
+    )
+}
+
+/// Asks the LLM summarizer for the narrative of `span`, chunk by chunk,
+/// under the per-chunk deadline, then the guards; `Err` says why it failed.
+async fn llm_narrative(
+    summarizer: &dyn Summarizer,
+    span: &[Entry],
+    previous: Option<&Capsule>,
+    max_output_tokens: u32,
+    timeout: std::time::Duration,
+    counter: &dyn soba_core::TokenCounter,
+) -> Result<(soba_core::capsule::Narrative, Option<Usage>), String> {
+    let items = summarize::span_items(span);
+    let span_tokens = counter.count_text(&items.join("\n\n")).n;
+    let mut state = previous.map(summarize::previous_state);
+    let budget = summarize::chunk_tokens(
+        summarizer.window_tokens(),
+        max_output_tokens,
+        state.as_deref(),
+        None,
+        counter,
+    );
+    let chunks = summarize::chunk_span(&items, budget, counter);
+    let mut usage: Option<Usage> = None;
+    for (idx, chunk) in chunks.iter().enumerate() {
+        let request = SummaryRequest {
+            previous_state: state.clone(),
+            span_text: chunk.clone(),
+            chunk_index: idx,
+            chunk_count: chunks.len(),
+            instructions: None,
+            max_output_tokens,
+        };
+        let response = tokio::time::timeout(timeout, summarizer.summarize(&request))
+            .await
+            .map_err(|_| format!("summarizer timed out after {} ms", timeout.as_millis()))?
+            .map_err(|err| err.to_string())?;
+        if let Some(reported) = response.usage {
+            usage.get_or_insert_with(Usage::default).add(&reported);
+        }
+        state = Some(response.text);
+    }
+    let narrative =
+        soba_core::guard::check_summary(&state.unwrap_or_default(), span_tokens, counter)
+            .map_err(|rejection| format!("summary rejected by guard {}", rejection.name()))?;
+    Ok((narrative, usage))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_paths_stay_inside_unless_absolute() {
+        let root = Path::new("/ws");
+        assert_eq!(
+            export_path(root, Path::new("out/a.capsule.md")),
+            Ok(PathBuf::from("/ws/out/a.capsule.md"))
+        );
+        assert_eq!(
+            export_path(root, Path::new("out/../b.md")),
+            Ok(PathBuf::from("/ws/b.md"))
+        );
+        assert!(export_path(root, Path::new("../x.md")).is_err());
+        assert!(export_path(root, Path::new("a/../../x.md")).is_err());
+        assert_eq!(
+            export_path(root, Path::new("/tmp/x.md")),
+            Ok(PathBuf::from("/tmp/x.md"))
+        );
+    }
+}
