@@ -20,6 +20,49 @@ pub enum Command {
     Budget(BudgetArgs),
     /// Run the whole compaction engine offline on a session SOBA generates.
     Demo(DemoArgs),
+    /// Replay transcripts under SOBA and other agents' compaction policies
+    /// and report tokens, cost and what each policy kept (offline).
+    Replay(ReplayArgs),
+}
+
+/// `soba replay <file|dir>` (SPEC §15).
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A transcript in any supported format, or a folder walked recursively.
+    #[arg(value_name = "PATH")]
+    pub path: std::path::PathBuf,
+    /// Policies to replay, repeated or comma-separated: none, soba,
+    /// claude-code, codex, pi, opencode, goose or <peer>@N (default: all
+    /// seven).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub policy: Vec<String>,
+    /// The context window in tokens (default: recorded, else the registry).
+    #[arg(long, value_name = "N")]
+    pub window: Option<u64>,
+    /// The maximum output of every request (default: the registry, else
+    /// min(32000, window / 4)).
+    #[arg(long, value_name = "N")]
+    pub max_output: Option<u64>,
+    /// Cache pricing (default: anthropic for Claude models, openai for
+    /// OpenAI models, else none).
+    #[arg(long, value_name = "MODE", value_parser = ["anthropic", "openai", "none"])]
+    pub cache: Option<String>,
+    /// Price of a summarizer input token relative to a main-model one.
+    #[arg(long, value_name = "PRICE", default_value_t = 0.33)]
+    pub summarizer_price: f64,
+    /// Cache lifetime in seconds between recorded requests (0: no expiry).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub cache_ttl: u64,
+    /// Also run every peer with its trigger replaced by N input tokens
+    /// (reported as <peer>@N).
+    #[arg(long, value_name = "N")]
+    pub peer_trigger: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report with a chart.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 /// `soba demo`: a scripted coding session in a temporary directory.

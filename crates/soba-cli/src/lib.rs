@@ -4,6 +4,9 @@
 mod cli;
 mod cmd;
 mod error;
+/// The replay analyzer (`soba replay`, SPEC §15), public for its benchmark:
+/// replay a transcript or a folder under SOBA and the peers' policies.
+pub mod replay;
 
 pub use error::{CliError, ErrorKind};
 

@@ -3,6 +3,7 @@
 //! command.
 
 mod budget;
+mod replay;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no
 /// test file is silently left out of the build.

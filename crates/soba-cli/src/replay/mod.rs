@@ -1,0 +1,373 @@
+//! The replay analyzer (`soba replay`, SPEC §15): imports a real session (or
+//! every session under a folder), replays each recorded inference under
+//! SOBA and under the policies of other agents, and reports tokens,
+//! billed-equivalent cost and what each policy kept.
+//!
+//! - [`trace`]: the imported session prepared for replay (window, maximum
+//!   output, steps, the per-model calibration fit).
+//! - [`policy`]: `none` and the five peers; [`soba`]: SOBA's barrier driven
+//!   synchronously on soba-core with deterministic capsules.
+//! - [`cost`]: the cache-prefix model; [`probe`]: the retention probes.
+//! - [`report`]: figures, the table and `--json`; [`chart`]: `--html`.
+//!
+//! Decisions where SPEC §15 is silent are listed in each module's docs and
+//! in `ARCHITECTURE.md`.
+
+pub mod chart;
+pub mod cost;
+pub mod policy;
+pub mod probe;
+pub mod report;
+mod run;
+mod soba;
+pub mod trace;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use soba_core::budget::Budget;
+use soba_core::capsule::Trigger;
+use soba_core::config::CompactionConfig;
+use soba_core::{EntryBody, TokenCount, TokenCounter};
+use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
+
+pub use cost::CacheMode;
+pub use policy::{PolicyKind, PolicySpec};
+pub use report::{PolicyStats, RealSummary, ReplayReport, TraceReport};
+pub use trace::{Trace, TraceError, TraceOptions};
+
+use cost::{CostModel, openai_read_price};
+use policy::{NoneRunner, PeerRunner};
+use probe::ProbeIndex;
+use run::{Ctx, Runner};
+
+/// `--summarizer-price` by default.
+pub const DEFAULT_SUMMARIZER_PRICE: f64 = 0.33;
+/// `--cache-ttl` by default, in seconds.
+pub const DEFAULT_CACHE_TTL: u64 = 300;
+
+/// Everything `soba replay` takes besides the path.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// The policies, in report order; empty means all seven.
+    pub policies: Vec<PolicySpec>,
+    /// `--window`.
+    pub window: Option<u64>,
+    /// `--max-output`.
+    pub max_output: Option<u64>,
+    /// SOBA's `compaction.*` (defaults plus `--set`).
+    pub compaction: CompactionConfig,
+    /// `--cache`; `None` picks by the trace's model family.
+    pub cache: Option<CacheMode>,
+    /// `--summarizer-price`.
+    pub summarizer_price: f64,
+    /// `--cache-ttl` in seconds (0 ignores the cache lifetime).
+    pub cache_ttl: u64,
+    /// `--peer-trigger`: also run every selected peer as `<peer>@N`.
+    pub peer_trigger: Option<u64>,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            policies: Vec::new(),
+            window: None,
+            max_output: None,
+            compaction: CompactionConfig::default(),
+            cache: None,
+            summarizer_price: DEFAULT_SUMMARIZER_PRICE,
+            cache_ttl: DEFAULT_CACHE_TTL,
+            peer_trigger: None,
+        }
+    }
+}
+
+impl ReplayOptions {
+    /// Returns the policies to run: the selection (all seven when empty),
+    /// then `<peer>@N` for each selected peer under `--peer-trigger N`.
+    pub fn resolved_policies(&self) -> Vec<PolicySpec> {
+        let mut out: Vec<PolicySpec> = if self.policies.is_empty() {
+            PolicyKind::ALL.into_iter().map(PolicySpec::new).collect()
+        } else {
+            self.policies.clone()
+        };
+        if let Some(n) = self.peer_trigger {
+            let peers: Vec<PolicySpec> = out
+                .iter()
+                .filter(|spec| spec.kind.is_peer() && spec.trigger.is_none())
+                .map(|spec| PolicySpec {
+                    kind: spec.kind,
+                    trigger: Some(n),
+                })
+                .collect();
+            out.extend(peers);
+        }
+        let mut seen = HashSet::new();
+        out.retain(|spec| seen.insert(*spec));
+        out
+    }
+}
+
+/// Why a replay could not run at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The file or folder could not be read or imported. Retrying helps
+    /// only once the cause is fixed.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    /// A single trace cannot be replayed (unknown window, impossible
+    /// budget).
+    #[error("{trace}: {source}")]
+    Trace {
+        /// The trace.
+        trace: String,
+        /// Why.
+        #[source]
+        source: TraceError,
+    },
+    /// No trace under a folder could be replayed.
+    #[error("no trace under {path} could be replayed")]
+    NothingReplayed {
+        /// The folder.
+        path: PathBuf,
+    },
+}
+
+/// One session found under the path given.
+#[derive(Debug)]
+pub enum Loaded {
+    /// A session to replay.
+    Session {
+        /// Its display name (the file, plus `#id` when a file holds several).
+        name: String,
+        /// The imported session.
+        session: Box<ImportedSession>,
+    },
+    /// A file that was skipped, with the reason.
+    Skipped {
+        /// The file.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn session_names(path: &Path, sessions: Vec<ImportedSession>) -> Vec<Loaded> {
+    let several = sessions.len() > 1;
+    sessions
+        .into_iter()
+        .map(|session| {
+            let name = if several {
+                format!("{}#{}", path.display(), session.original_id)
+            } else {
+                path.display().to_string()
+            };
+            Loaded::Session {
+                name,
+                session: Box::new(session),
+            }
+        })
+        .collect()
+}
+
+/// Imports a file (whose errors are errors) or every file under a folder
+/// (whose unknown or broken files are listed as skipped).
+pub fn load(path: &Path) -> Result<Vec<Loaded>, ReplayError> {
+    if !path.is_dir() {
+        let sessions = import::import_path(path)?;
+        return Ok(session_names(path, sessions));
+    }
+    let mut out = Vec::new();
+    for file in import::import_dir(path)? {
+        match file.outcome {
+            FileOutcome::Imported(sessions) => out.extend(session_names(&file.path, sessions)),
+            FileOutcome::Skipped(reason) => out.push(Loaded::Skipped {
+                name: file.path.display().to_string(),
+                reason: reason
+                    .strip_prefix("skipped: ")
+                    .map(str::to_owned)
+                    .unwrap_or(reason),
+            }),
+            FileOutcome::Failed(err) => out.push(Loaded::Skipped {
+                name: file.path.display().to_string(),
+                reason: err.to_string(),
+            }),
+        }
+    }
+    Ok(out)
+}
+
+/// What replaying one session gave.
+#[derive(Debug)]
+pub struct TraceOutcome {
+    /// Its row.
+    pub report: TraceReport,
+    /// Its recorded compactions compared with SOBA's capsules.
+    pub real_summaries: Vec<RealSummary>,
+}
+
+/// Replays one imported session under every policy.
+pub fn replay_session(
+    name: String,
+    session: ImportedSession,
+    options: &ReplayOptions,
+) -> Result<TraceOutcome, TraceError> {
+    let trace = Trace::prepare(
+        name,
+        session,
+        &TraceOptions {
+            window: options.window,
+            max_output: options.max_output,
+            cache: options.cache,
+            image_tokens: options.compaction.image_tokens,
+        },
+    )?;
+    let budget = Budget::compute(
+        TokenCount::new(trace.window),
+        TokenCount::new(trace.max_output),
+        &options.compaction,
+    )
+    .map_err(|err| TraceError::Budget {
+        detail: err.to_string(),
+    })?;
+    let index = ProbeIndex::build(&trace);
+    let cost = CostModel {
+        mode: trace.cache,
+        openai_read: openai_read_price(&trace.model),
+        ttl_ms: i64::try_from(options.cache_ttl.saturating_mul(1_000)).unwrap_or(i64::MAX),
+        summarizer_price: options.summarizer_price,
+    };
+    let ctx = Ctx::new(
+        &trace,
+        &index,
+        cost,
+        &options.compaction,
+        budget.auto_limit(),
+    );
+    let steps = trace.steps.len();
+    let mut runners: Vec<Box<dyn Runner + '_>> = options
+        .resolved_policies()
+        .into_iter()
+        .map(|spec| -> Box<dyn Runner + '_> {
+            match spec.kind {
+                PolicyKind::None => Box::new(NoneRunner::new(steps)),
+                PolicyKind::Soba => Box::new(soba::SobaRunner::new(
+                    &ctx,
+                    options.compaction.clone(),
+                    budget,
+                )),
+                _ => Box::new(PeerRunner::new(spec, trace.window, trace.max_output, steps)),
+            }
+        })
+        .collect();
+    let output = run::run(&ctx, &mut runners);
+    drop(runners);
+    let real_summaries = real_summaries(&ctx);
+    let report = TraceReport {
+        trace: trace.name.clone(),
+        format: trace.format.as_str().to_owned(),
+        model: trace.model.clone(),
+        window: trace.window,
+        max_output: trace.max_output,
+        cache: Some(trace.cache),
+        recorded_requests: steps,
+        calibration: trace.calibration.values().cloned().collect(),
+        records_fixed: trace.records_fixed,
+        soba_limits: output.soba_limits,
+        policies: output.recorders.iter().map(|r| r.stats.clone()).collect(),
+        series: output.recorders.into_iter().map(|r| r.series).collect(),
+        skipped: None,
+    };
+    Ok(TraceOutcome {
+        report,
+        real_summaries,
+    })
+}
+
+/// Compares every recorded compaction's summary with the SOBA capsule
+/// built at the same point over the whole history before it (SPEC §15.5),
+/// each judged on its text alone.
+fn real_summaries(ctx: &Ctx<'_>) -> Vec<RealSummary> {
+    let trace = ctx.trace;
+    let counter: &dyn TokenCounter = ctx.counter();
+    let mut out = Vec::new();
+    for (n, &at) in trace.compaction_entries.iter().enumerate() {
+        let EntryBody::Capsule(agent) = &trace.entries[at].body else {
+            continue;
+        };
+        let Some(truth) = ctx.index.compaction_truth.get(n) else {
+            continue;
+        };
+        let span: Vec<_> = trace.entries[..at]
+            .iter()
+            .enumerate()
+            .filter(|(idx, _)| !trace.ignored[*idx])
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        let (_, rendered) =
+            ctx.deterministic_capsule(&span, None, &HashSet::new(), Trigger::AutoThreshold);
+        let agent_text = agent.markdown.as_str();
+        let agent_item = ctx.index.text_item(agent_text);
+        let soba_item = ctx.index.text_item(&rendered);
+        out.push(RealSummary {
+            trace: trace.name.clone(),
+            entry_index: at,
+            agent: trace.format.agent().to_owned(),
+            agent_tokens: counter.count_text(agent_text).n.get(),
+            soba_tokens: counter.count_text(&rendered).n.get(),
+            agent_probes: ctx.index.grade_text(truth, &agent_item),
+            soba_probes: ctx.index.grade_text(truth, &soba_item),
+        });
+    }
+    out
+}
+
+/// Replays a file or every session under a folder, without progress
+/// reporting (the command adds a progress bar). A single file that cannot
+/// be replayed is an error; inside a folder it is a skipped row.
+pub fn replay_path(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    let loaded = load(path)?;
+    let is_dir = path.is_dir();
+    let mut report = ReplayReport {
+        cache: options.cache,
+        cache_ttl: options.cache_ttl,
+        summarizer_price: options.summarizer_price,
+        peer_trigger: options.peer_trigger,
+        ..ReplayReport::default()
+    };
+    for item in loaded {
+        match item {
+            Loaded::Skipped { name, reason } => {
+                report.traces.push(TraceReport::skipped(name, None, reason))
+            }
+            Loaded::Session { name, session } => {
+                let format = session.format.as_str().to_owned();
+                match replay_session(name.clone(), *session, options) {
+                    Ok(outcome) => {
+                        report.traces.push(outcome.report);
+                        report.real_summaries.extend(outcome.real_summaries);
+                    }
+                    Err(source) if !is_dir => {
+                        return Err(ReplayError::Trace {
+                            trace: name,
+                            source,
+                        });
+                    }
+                    Err(source) => report.traces.push(TraceReport::skipped(
+                        name,
+                        Some(format),
+                        source.to_string(),
+                    )),
+                }
+            }
+        }
+    }
+    if report.replayed() == 0 {
+        return Err(ReplayError::NothingReplayed {
+            path: path.to_owned(),
+        });
+    }
+    report.total();
+    Ok(report)
+}

@@ -1,0 +1,689 @@
+//! Retention probes (SPEC §15.3): ground truth taken from the transcript
+//! (never from the capsule extractor), and the grading of a policy's model
+//! input at one request.
+//!
+//! A needle is present when, NFC-normalised with whitespace collapsed, it is
+//! a substring of the rendered input; for instructions, the task and tool
+//! results, its first and last 200 characters both appearing suffice. A
+//! modified file is present when its workspace-relative path appears. Every
+//! entry's normalised text and the set of modified files it names are
+//! computed once per trace and shared by all policies.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use regex::{RegexSet, RegexSetBuilder};
+use serde_json::Value;
+use soba_core::facts::{is_failure, normalize_command, patch_paths, workspace_relative};
+use soba_core::{Block, EntryBody, Message, Role, ToolInput, ToolUse};
+use unicode_normalization::UnicodeNormalization;
+
+use super::trace::Trace;
+
+/// Characters of a long needle that must appear from its start and its end.
+pub const HEAD_TAIL_CHARS: usize = 200;
+/// Tool results the "recent detail" probe looks for.
+pub const RECENT_RESULTS: usize = 5;
+
+/// The five probes, in report order.
+pub const PROBE_NAMES: [&str; 5] = [
+    "filesModified",
+    "originalTask",
+    "latestInstruction",
+    "unresolvedError",
+    "recentDetail",
+];
+
+/// Returns `text` NFC-normalised with every whitespace run collapsed to one
+/// space and both ends trimmed.
+pub fn normalize(text: &str) -> String {
+    let nfc: Cow<'_, str> = if text.is_ascii() {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.nfc().collect())
+    };
+    let mut out = String::with_capacity(nfc.len());
+    for word in nfc.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
+}
+
+/// Returns the text of a message as it is rendered in a model input: text,
+/// thinking, tool calls (name and arguments) and tool results.
+pub fn message_text(message: &Message) -> String {
+    let mut out = String::new();
+    for block in &message.content {
+        let piece: Cow<'_, str> = match block {
+            Block::Text(text) => Cow::Borrowed(text),
+            Block::Thinking { text, .. } => Cow::Borrowed(text),
+            Block::ToolUse(call) => {
+                Cow::Owned(format!("{}\n{}", call.name, call.input.to_json_text()))
+            }
+            Block::ToolResult(result) => Cow::Owned(result.text()),
+            Block::Image(_) => continue,
+        };
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// A set of modified files (indexes into [`ProbeIndex::files`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileSet(Vec<u64>);
+
+impl FileSet {
+    fn insert(&mut self, idx: usize) {
+        let word = idx / 64;
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        self.0[word] |= 1 << (idx % 64);
+    }
+
+    fn union_with(&mut self, other: &FileSet) {
+        if self.0.len() < other.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (mine, theirs) in self.0.iter_mut().zip(&other.0) {
+            *mine |= theirs;
+        }
+    }
+
+    /// Returns how many of the files `0..n` are in the set.
+    fn count_below(&self, n: usize) -> usize {
+        let mut count = 0;
+        for (word_idx, word) in self.0.iter().enumerate() {
+            let start = word_idx * 64;
+            if start >= n {
+                break;
+            }
+            let bits = if n - start >= 64 {
+                *word
+            } else {
+                word & ((1u64 << (n - start)) - 1)
+            };
+            count += bits.count_ones() as usize;
+        }
+        count
+    }
+}
+
+/// Rendered text of one input message, normalised, with the modified files
+/// it names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextItem {
+    /// The normalised text.
+    pub text: String,
+    /// Modified files whose path appears in it.
+    pub files: FileSet,
+}
+
+/// What one input message is, for probes.
+#[derive(Debug, Clone)]
+pub enum ItemContent {
+    /// A trace entry sent exactly as recorded.
+    Entry(usize),
+    /// Anything else: a summary, a stub, a truncated or capped message.
+    Text(Arc<TextItem>),
+}
+
+/// One message of a policy's model input after message 0.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Equal keys mean the same message with the same content (the cache
+    /// prefix compares them).
+    pub key: u64,
+    /// Its local token count.
+    pub tokens: u64,
+    /// What it holds.
+    pub content: ItemContent,
+    /// The trace entry it renders, verbatim or rewritten; `None` for
+    /// summaries and attachments.
+    pub source: Option<usize>,
+}
+
+impl Item {
+    /// Returns the item of a trace entry sent verbatim.
+    pub fn entry(idx: usize, tokens: u64) -> Item {
+        Item {
+            key: idx as u64,
+            tokens,
+            content: ItemContent::Entry(idx),
+            source: Some(idx),
+        }
+    }
+
+    /// Returns an item holding other text.
+    pub fn text(key: u64, tokens: u64, text: Arc<TextItem>, source: Option<usize>) -> Item {
+        Item {
+            key,
+            tokens,
+            content: ItemContent::Text(text),
+            source,
+        }
+    }
+
+    /// Returns whether it is a trace entry sent verbatim.
+    pub fn is_verbatim(&self) -> bool {
+        matches!(self.content, ItemContent::Entry(_))
+    }
+}
+
+/// A needle: one text the input should still hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Needle {
+    /// The entry it comes from.
+    pub entry: usize,
+    /// The whole normalised text, or its first 200 characters.
+    pub head: String,
+    /// Its last 200 characters, when it is longer than 400.
+    pub tail: Option<String>,
+}
+
+impl Needle {
+    /// Builds a needle from raw text; a long one keeps only its head and
+    /// tail (the SPEC's middle-truncation allowance).
+    pub fn new(entry: usize, raw: &str) -> Needle {
+        let text = normalize(raw);
+        let n = text.chars().count();
+        if n <= 2 * HEAD_TAIL_CHARS {
+            return Needle {
+                entry,
+                head: text,
+                tail: None,
+            };
+        }
+        let head: String = text.chars().take(HEAD_TAIL_CHARS).collect();
+        let tail: String = text.chars().skip(n - HEAD_TAIL_CHARS).collect();
+        Needle {
+            entry,
+            head,
+            tail: Some(tail),
+        }
+    }
+
+    /// Builds a needle that must appear whole (a file path).
+    pub fn whole(entry: usize, raw: &str) -> Needle {
+        Needle {
+            entry,
+            head: normalize(raw),
+            tail: None,
+        }
+    }
+}
+
+/// The ground truth before one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Truth {
+    /// Files modified so far: the first `files` of [`ProbeIndex::files`].
+    pub files: usize,
+    /// The original task (index into the needles).
+    pub task: Option<usize>,
+    /// The latest real user message.
+    pub instruction: Option<usize>,
+    /// The newest unresolved error.
+    pub error: Option<usize>,
+    /// The newest tool results, newest first.
+    pub recent: Vec<usize>,
+}
+
+/// One request's probe scores; `None` where the probe has nothing to look
+/// for yet (no file modified, no error, …).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProbeScores {
+    /// Fraction of modified files named.
+    pub files: Option<f64>,
+    /// Whether the original task is present.
+    pub task: Option<f64>,
+    /// Whether the latest instruction is present.
+    pub instruction: Option<f64>,
+    /// Whether the newest unresolved error is present.
+    pub error: Option<f64>,
+    /// Fraction of the newest tool results present.
+    pub recent: Option<f64>,
+}
+
+impl ProbeScores {
+    /// Returns the scores in [`PROBE_NAMES`] order.
+    pub fn values(&self) -> [Option<f64>; 5] {
+        [
+            self.files,
+            self.task,
+            self.instruction,
+            self.error,
+            self.recent,
+        ]
+    }
+
+    /// Returns the request's score: the mean of the applicable probes, 1
+    /// when none applies.
+    pub fn mean(&self) -> f64 {
+        let applicable: Vec<f64> = self.values().into_iter().flatten().collect();
+        if applicable.is_empty() {
+            1.0
+        } else {
+            applicable.iter().sum::<f64>() / applicable.len() as f64
+        }
+    }
+}
+
+/// Everything the probes need about one trace.
+#[derive(Debug)]
+pub struct ProbeIndex {
+    /// Every file an explicit edit tool modified, in order of first change.
+    pub files: Vec<String>,
+    matcher: Option<RegexSet>,
+    file_needles: Vec<String>,
+    entry_text: Vec<Option<Arc<TextItem>>>,
+    message0: TextItem,
+    /// Every needle, referenced by index from [`Truth`].
+    pub needles: Vec<Needle>,
+    /// The ground truth before each step's request.
+    pub truth: Vec<Truth>,
+    /// The ground truth before each recorded compaction.
+    pub compaction_truth: Vec<Truth>,
+    /// `system`-role entries, in order.
+    pub system_entries: Vec<usize>,
+    /// The first response entry of each step.
+    step_starts: Vec<usize>,
+}
+
+/// Argument names under which edit tools name their file.
+const PATH_KEYS: [&str; 7] = [
+    "path",
+    "file_path",
+    "filePath",
+    "absolute_path",
+    "notebook_path",
+    "filename",
+    "file",
+];
+
+fn path_arg(input: &ToolInput) -> Option<&str> {
+    PATH_KEYS
+        .iter()
+        .find_map(|key| input.str_arg(key))
+        .filter(|path| !path.trim().is_empty())
+}
+
+/// Returns the files a call modifies with an explicit edit tool (SPEC
+/// §15.3: write, edit, MultiEdit, `apply_patch` headers, `str_replace_editor`
+/// create/str_replace/insert, Gemini `write_file`/`replace`), as written.
+/// `open_file` is SWE-agent's current file, which its `edit` acts on.
+pub fn edited_files(call: &ToolUse, open_file: &mut Option<String>) -> Vec<String> {
+    let name = call.name.to_ascii_lowercase();
+    let input = &call.input;
+    match name.as_str() {
+        "open" => {
+            if let Some(path) = path_arg(input) {
+                *open_file = Some(path.to_owned());
+            }
+            Vec::new()
+        }
+        "str_replace_editor" | "edit" if input.str_arg("command").is_some() => {
+            match (input.str_arg("command"), path_arg(input)) {
+                (Some("create" | "str_replace" | "insert"), Some(path)) => vec![path.to_owned()],
+                _ => Vec::new(),
+            }
+        }
+        "write" | "write_file" | "create_file" | "create" | "edit" | "edit_file" | "multiedit"
+        | "notebookedit" | "replace" | "str_replace" | "insert" => match path_arg(input) {
+            Some(path) => {
+                if name == "create" {
+                    *open_file = Some(path.to_owned());
+                }
+                vec![path.to_owned()]
+            }
+            None if matches!(name.as_str(), "edit" | "insert") => {
+                open_file.iter().cloned().collect()
+            }
+            None => Vec::new(),
+        },
+        "apply_patch" => {
+            let patch = input
+                .str_arg("input")
+                .or_else(|| input.str_arg("patch"))
+                .or_else(|| input.str_arg("value"))
+                .or_else(|| input.raw());
+            patch.map(patch_paths).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Returns what a later success must match to resolve a failure of `call`:
+/// the same normalised command, or the same tool on the same path, else the
+/// same tool with the same arguments.
+fn error_key(call: &ToolUse, cwd: Option<&str>) -> String {
+    let args = call.input.object();
+    for name in ["command", "cmd", "script"] {
+        let command = match args.get(name) {
+            Some(Value::String(command)) => Some(command.clone()),
+            Some(Value::Array(argv)) => argv
+                .iter()
+                .map(Value::as_str)
+                .collect::<Option<Vec<&str>>>()
+                .map(|argv| match argv.as_slice() {
+                    [shell, flag, script]
+                        if shell.ends_with("sh") && flag.starts_with('-') && flag.contains('c') =>
+                    {
+                        (*script).to_owned()
+                    }
+                    _ => argv.join(" "),
+                }),
+            _ => None,
+        };
+        if let Some(command) = command {
+            return format!("$ {}", normalize_command(&command));
+        }
+    }
+    match path_arg(&call.input) {
+        Some(path) => format!("{} {}", call.name, workspace_relative(path, cwd)),
+        None => format!("{} {}", call.name, call.input.to_json_text()),
+    }
+}
+
+impl ProbeIndex {
+    /// Computes the ground truth of every step and every entry's normalised
+    /// text.
+    pub fn build(trace: &Trace) -> ProbeIndex {
+        let cwd = trace.cwd.as_deref();
+        let mut files: Vec<String> = Vec::new();
+        let mut needles: Vec<Needle> = Vec::new();
+        let mut truth_now = Truth::default();
+        let mut truth = Vec::with_capacity(trace.steps.len());
+        let mut compaction_truth = Vec::with_capacity(trace.compaction_entries.len());
+        let mut calls: HashMap<String, ToolUse> = HashMap::new();
+        let mut open_file: Option<String> = None;
+        // (sequence, key, needle) of every failure; key → last success.
+        let mut failures: Vec<(usize, String, usize)> = Vec::new();
+        let mut last_success: HashMap<String, usize> = HashMap::new();
+        let mut seq = 0usize;
+        let mut recent: Vec<usize> = Vec::new();
+        let mut system_entries = Vec::new();
+        let mut next_step = 0usize;
+        let mut next_compaction = 0usize;
+        for idx in 0..=trace.entries.len() {
+            // Snapshot the ground truth before each request and before each
+            // recorded compaction that starts here.
+            let step_here = |next: usize| {
+                trace
+                    .steps
+                    .get(next)
+                    .is_some_and(|step| step.response.start <= idx)
+            };
+            let compaction_here = |next: usize| {
+                trace
+                    .compaction_entries
+                    .get(next)
+                    .is_some_and(|&entry| entry <= idx)
+            };
+            if step_here(next_step) || compaction_here(next_compaction) {
+                truth_now.files = files.len();
+                truth_now.recent = recent.clone();
+                truth_now.error = failures
+                    .iter()
+                    .rev()
+                    .find(|(failed_at, key, _)| {
+                        last_success
+                            .get(key)
+                            .is_none_or(|success| success < failed_at)
+                    })
+                    .map(|(_, _, needle)| *needle);
+                while step_here(next_step) {
+                    truth.push(truth_now.clone());
+                    next_step += 1;
+                }
+                while compaction_here(next_compaction) {
+                    compaction_truth.push(truth_now.clone());
+                    next_compaction += 1;
+                }
+            }
+            let Some(entry) = trace.entries.get(idx) else {
+                break;
+            };
+            if trace.ignored[idx] {
+                continue;
+            }
+            let EntryBody::Message(entry) = &entry.body else {
+                continue;
+            };
+            let message = &entry.message;
+            if message.role == Role::System {
+                system_entries.push(idx);
+            }
+            if message.is_real_user() {
+                let needle = needles.len();
+                needles.push(Needle::new(idx, &message.text()));
+                truth_now.task.get_or_insert(needle);
+                truth_now.instruction = Some(needle);
+            }
+            for block in &message.content {
+                match block {
+                    Block::ToolUse(call) if message.role == Role::Assistant => {
+                        for path in edited_files(call, &mut open_file) {
+                            let rel = workspace_relative(&path, cwd);
+                            if !files.contains(&rel) {
+                                files.push(rel);
+                            }
+                        }
+                        calls.insert(call.id.clone(), call.clone());
+                    }
+                    Block::ToolResult(result) => {
+                        seq += 1;
+                        let needle = needles.len();
+                        needles.push(Needle::new(idx, &result.text()));
+                        recent.insert(0, needle);
+                        recent.truncate(RECENT_RESULTS);
+                        let key = match calls.get(&result.tool_use_id) {
+                            Some(call) => error_key(call, cwd),
+                            None => format!("unknown call {}", result.tool_use_id),
+                        };
+                        if is_failure(result) {
+                            failures.push((seq, key, needle));
+                        } else {
+                            last_success.insert(key, seq);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        let file_needles: Vec<String> = files.iter().map(|file| normalize(file)).collect();
+        let matcher = if file_needles.is_empty() {
+            None
+        } else {
+            RegexSetBuilder::new(file_needles.iter().map(|file| regex::escape(file)))
+                .size_limit(256 << 20)
+                .dfa_size_limit(64 << 20)
+                .build()
+                .ok()
+        };
+        let mut index = ProbeIndex {
+            files,
+            matcher,
+            file_needles,
+            entry_text: Vec::new(),
+            message0: TextItem::default(),
+            needles,
+            truth,
+            compaction_truth,
+            system_entries,
+            step_starts: trace.steps.iter().map(|step| step.response.start).collect(),
+        };
+        let mut message0 = trace.system_prompt.clone();
+        if !trace.tool_schemas.is_empty() {
+            message0.push('\n');
+            message0.push_str(&Value::Array(trace.tool_schemas.clone()).to_string());
+        }
+        index.message0 = index.text_item(&message0);
+        index.entry_text = trace
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(idx, entry)| match &entry.body {
+                EntryBody::Message(message) if !trace.ignored[idx] => {
+                    Some(Arc::new(index.text_item(&message_text(&message.message))))
+                }
+                _ => None,
+            })
+            .collect();
+        index
+    }
+
+    /// Returns the normalised text of `raw` with the modified files it names.
+    pub fn text_item(&self, raw: &str) -> TextItem {
+        let text = normalize(raw);
+        let mut files = FileSet::default();
+        match &self.matcher {
+            Some(matcher) => {
+                for idx in matcher.matches(&text).iter() {
+                    files.insert(idx);
+                }
+            }
+            None => {
+                for (idx, file) in self.file_needles.iter().enumerate() {
+                    if text.contains(file.as_str()) {
+                        files.insert(idx);
+                    }
+                }
+            }
+        }
+        TextItem { text, files }
+    }
+
+    /// Returns an entry's normalised text.
+    pub fn entry_text(&self, idx: usize) -> Option<&Arc<TextItem>> {
+        self.entry_text.get(idx).and_then(Option::as_ref)
+    }
+
+    /// Grades an input at `step`. `same_as_none` short-cuts an input equal
+    /// to the full history, where every needle is present by construction.
+    pub fn grade(&self, step: usize, items: &[Item], same_as_none: bool) -> ProbeScores {
+        let Some(truth) = self.truth.get(step) else {
+            return ProbeScores::default();
+        };
+        let applicable =
+            |present: Option<f64>, applies: bool| applies.then(|| present.unwrap_or(1.0));
+        if same_as_none {
+            return ProbeScores {
+                files: applicable(None, truth.files > 0),
+                task: applicable(None, truth.task.is_some()),
+                instruction: applicable(None, truth.instruction.is_some()),
+                error: applicable(None, truth.error.is_some()),
+                recent: applicable(None, !truth.recent.is_empty()),
+            };
+        }
+        let verbatim: std::collections::HashSet<usize> = items
+            .iter()
+            .filter_map(|item| match item.content {
+                ItemContent::Entry(idx) => Some(idx),
+                ItemContent::Text(_) => None,
+            })
+            .collect();
+        let texts: Vec<&str> = self.texts(step, items).collect();
+        let found = |needle_idx: usize| -> f64 {
+            let needle = &self.needles[needle_idx];
+            if verbatim.contains(&needle.entry) {
+                return 1.0;
+            }
+            let head = texts.iter().any(|text| text.contains(needle.head.as_str()));
+            let tail = needle
+                .tail
+                .as_ref()
+                .is_none_or(|tail| texts.iter().any(|text| text.contains(tail.as_str())));
+            if head && tail { 1.0 } else { 0.0 }
+        };
+        let files = (truth.files > 0).then(|| {
+            let mut named = self.message0.files.clone();
+            for &idx in self.system_before(step) {
+                if let Some(text) = self.entry_text(idx) {
+                    named.union_with(&text.files);
+                }
+            }
+            for item in items {
+                match &item.content {
+                    ItemContent::Entry(idx) => {
+                        if let Some(text) = self.entry_text(*idx) {
+                            named.union_with(&text.files);
+                        }
+                    }
+                    ItemContent::Text(text) => named.union_with(&text.files),
+                }
+            }
+            named.count_below(truth.files) as f64 / truth.files as f64
+        });
+        let recent = (!truth.recent.is_empty()).then(|| {
+            truth
+                .recent
+                .iter()
+                .map(|&needle| found(needle))
+                .sum::<f64>()
+                / truth.recent.len() as f64
+        });
+        ProbeScores {
+            files,
+            task: truth.task.map(found),
+            instruction: truth.instruction.map(found),
+            error: truth.error.map(found),
+            recent,
+        }
+    }
+
+    /// Grades a summary text alone (SPEC §15.5) against `truth`.
+    pub fn grade_text(&self, truth: &Truth, summary: &TextItem) -> ProbeScores {
+        let found = |needle_idx: usize| -> f64 {
+            let needle = &self.needles[needle_idx];
+            let head = summary.text.contains(needle.head.as_str());
+            let tail = needle
+                .tail
+                .as_ref()
+                .is_none_or(|tail| summary.text.contains(tail.as_str()));
+            if head && tail { 1.0 } else { 0.0 }
+        };
+        ProbeScores {
+            files: (truth.files > 0)
+                .then(|| summary.files.count_below(truth.files) as f64 / truth.files as f64),
+            task: truth.task.map(found),
+            instruction: truth.instruction.map(found),
+            error: truth.error.map(found),
+            recent: (!truth.recent.is_empty()).then(|| {
+                truth
+                    .recent
+                    .iter()
+                    .map(|&needle| found(needle))
+                    .sum::<f64>()
+                    / truth.recent.len() as f64
+            }),
+        }
+    }
+
+    /// Returns the `system` entries recorded before `step`'s request.
+    fn system_before(&self, step: usize) -> &[usize] {
+        let start = self.step_starts.get(step).copied().unwrap_or(usize::MAX);
+        let n = self.system_entries.partition_point(|&idx| idx < start);
+        &self.system_entries[..n]
+    }
+
+    fn texts<'a>(&'a self, step: usize, items: &'a [Item]) -> impl Iterator<Item = &'a str> + 'a {
+        std::iter::once(self.message0.text.as_str())
+            .chain(
+                self.system_before(step)
+                    .iter()
+                    .filter_map(|&idx| self.entry_text(idx).map(|text| text.text.as_str())),
+            )
+            .chain(items.iter().filter_map(|item| match &item.content {
+                ItemContent::Entry(idx) => self.entry_text(*idx).map(|text| text.text.as_str()),
+                ItemContent::Text(text) => Some(text.text.as_str()),
+            }))
+    }
+}

@@ -1,0 +1,538 @@
+//! The replay's results (SPEC §15.5): per-policy figures per trace and in
+//! total, the real-summary comparison, the aligned table printed on stdout
+//! and the `--json` document.
+
+use serde_json::{Map, Value, json};
+use soba_core::tokens::group_thousands;
+
+use super::cost::CacheMode;
+use super::probe::{PROBE_NAMES, ProbeScores};
+use super::trace::ModelCalibration;
+
+/// One policy's figures over one trace, or summed over several.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyStats {
+    /// The policy's name (`soba`, `codex`, `goose@80000`, …).
+    pub name: String,
+    /// Requests sent, resends included.
+    pub requests: u64,
+    /// Requests over the window (SOBA: requests it could not send).
+    pub over_window: u64,
+    /// Compactions made.
+    pub compactions: u64,
+    /// The largest request.
+    pub peak_input_tokens: u64,
+    /// The sum of every request's size (for the mean).
+    pub input_tokens_sum: u64,
+    /// Summarizer input tokens over every attempt.
+    pub summarizer_input_tokens: u64,
+    /// Summarizer output tokens over every attempt.
+    pub summarizer_output_tokens: u64,
+    /// Billed-equivalent tokens: requests plus summarizer attempts.
+    pub billed_equivalent_tokens: f64,
+    /// Extra requests after an over-window one.
+    pub resends: u64,
+    /// Summarizer attempts that reached generation.
+    pub summarizer_calls: u64,
+    /// Soft capsules the post-generation ROI check skipped.
+    pub rejected_capsules: u64,
+    /// Free pruning passes applied (SOBA hygiene, OpenCode prune).
+    pub hygiene_passes: u64,
+    /// Requests graded by the probes.
+    pub graded: u64,
+    /// The sum of graded requests' scores.
+    pub recall_sum: f64,
+    /// The lowest graded request's score.
+    pub recall_min: Option<f64>,
+    /// Per probe: the sum of applicable scores and their number.
+    pub probe_sums: [f64; 5],
+    /// Per probe: how many graded requests it applied to.
+    pub probe_counts: [u64; 5],
+}
+
+impl PolicyStats {
+    /// Returns empty figures for a policy.
+    pub fn new(name: impl Into<String>) -> Self {
+        PolicyStats {
+            name: name.into(),
+            ..PolicyStats::default()
+        }
+    }
+
+    /// Adds one request of `tokens`.
+    pub fn add_request(&mut self, tokens: u64) {
+        self.requests += 1;
+        self.input_tokens_sum += tokens;
+        self.peak_input_tokens = self.peak_input_tokens.max(tokens);
+    }
+
+    /// Adds one graded request.
+    pub fn add_grade(&mut self, scores: &ProbeScores) {
+        let mean = scores.mean();
+        self.graded += 1;
+        self.recall_sum += mean;
+        self.recall_min = Some(self.recall_min.map_or(mean, |min| min.min(mean)));
+        for (idx, value) in scores.values().into_iter().enumerate() {
+            if let Some(value) = value {
+                self.probe_sums[idx] += value;
+                self.probe_counts[idx] += 1;
+            }
+        }
+    }
+
+    /// Adds another trace's figures of the same policy.
+    pub fn merge(&mut self, other: &PolicyStats) {
+        self.requests += other.requests;
+        self.over_window += other.over_window;
+        self.compactions += other.compactions;
+        self.peak_input_tokens = self.peak_input_tokens.max(other.peak_input_tokens);
+        self.input_tokens_sum += other.input_tokens_sum;
+        self.summarizer_input_tokens += other.summarizer_input_tokens;
+        self.summarizer_output_tokens += other.summarizer_output_tokens;
+        self.billed_equivalent_tokens += other.billed_equivalent_tokens;
+        self.resends += other.resends;
+        self.summarizer_calls += other.summarizer_calls;
+        self.rejected_capsules += other.rejected_capsules;
+        self.hygiene_passes += other.hygiene_passes;
+        self.graded += other.graded;
+        self.recall_sum += other.recall_sum;
+        self.recall_min = match (self.recall_min, other.recall_min) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        for idx in 0..5 {
+            self.probe_sums[idx] += other.probe_sums[idx];
+            self.probe_counts[idx] += other.probe_counts[idx];
+        }
+    }
+
+    /// Returns the mean request size.
+    pub fn mean_input_tokens(&self) -> u64 {
+        if self.requests == 0 {
+            0
+        } else {
+            (self.input_tokens_sum as f64 / self.requests as f64).round() as u64
+        }
+    }
+
+    /// Returns the mean probe recall over graded requests.
+    pub fn recall_mean(&self) -> Option<f64> {
+        (self.graded > 0).then(|| self.recall_sum / self.graded as f64)
+    }
+
+    /// Returns one probe's mean over the graded requests it applied to.
+    pub fn probe_mean(&self, idx: usize) -> Option<f64> {
+        (self.probe_counts[idx] > 0).then(|| self.probe_sums[idx] / self.probe_counts[idx] as f64)
+    }
+
+    /// Returns the figures as the `--json` policy object.
+    pub fn to_json(&self) -> Value {
+        let mut probes = Map::new();
+        for (idx, name) in PROBE_NAMES.iter().enumerate() {
+            probes.insert((*name).to_owned(), json_ratio(self.probe_mean(idx)));
+        }
+        json!({
+            "name": self.name,
+            "requests": self.requests,
+            "overWindow": self.over_window,
+            "compactions": self.compactions,
+            "peakInputTokens": self.peak_input_tokens,
+            "meanInputTokens": self.mean_input_tokens(),
+            "summarizerInputTokens": self.summarizer_input_tokens,
+            "summarizerOutputTokens": self.summarizer_output_tokens,
+            "billedEquivalentTokens": self.billed_equivalent_tokens.round() as u64,
+            "probeRecallMean": json_ratio(self.recall_mean()),
+            "probeRecallMin": json_ratio(self.recall_min),
+            "gradedRequests": self.graded,
+            "resends": self.resends,
+            "summarizerCalls": self.summarizer_calls,
+            "rejectedCapsules": self.rejected_capsules,
+            "hygienePasses": self.hygiene_passes,
+            "probes": probes,
+        })
+    }
+}
+
+/// Rounds a ratio to four decimals for JSON (`null` when undefined).
+fn json_ratio(value: Option<f64>) -> Value {
+    match value {
+        Some(value) => json!((value * 10_000.0).round() / 10_000.0),
+        None => Value::Null,
+    }
+}
+
+/// One policy's curve for the chart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// The policy's name.
+    pub name: String,
+    /// Input tokens at each recorded request (the last one sent at that
+    /// step; for SOBA an unsent request's effective tokens).
+    pub tokens: Vec<Option<u64>>,
+    /// Steps at which the policy compacted.
+    pub compactions: Vec<usize>,
+}
+
+/// One trace's results.
+#[derive(Debug, Clone, Default)]
+pub struct TraceReport {
+    /// The file (and instance).
+    pub trace: String,
+    /// The format's name.
+    pub format: String,
+    /// The primary model.
+    pub model: String,
+    /// The context window.
+    pub window: u64,
+    /// The maximum output.
+    pub max_output: u64,
+    /// The cache pricing used.
+    pub cache: Option<CacheMode>,
+    /// Recorded inferences replayed.
+    pub recorded_requests: usize,
+    /// Calibration per model.
+    pub calibration: Vec<ModelCalibration>,
+    /// Whether the trace records its system prompt and tools.
+    pub records_fixed: bool,
+    /// SOBA's hardLimit and autoLimit for the chart, when SOBA ran.
+    pub soba_limits: Option<(u64, u64)>,
+    /// Per policy.
+    pub policies: Vec<PolicyStats>,
+    /// Per policy, for the chart.
+    pub series: Vec<Series>,
+    /// Why the trace was skipped, if it was.
+    pub skipped: Option<String>,
+}
+
+impl TraceReport {
+    /// Returns a row for a trace that could not be replayed.
+    pub fn skipped(trace: String, format: Option<String>, reason: String) -> Self {
+        TraceReport {
+            trace,
+            format: format.unwrap_or_default(),
+            skipped: Some(reason),
+            ..TraceReport::default()
+        }
+    }
+
+    /// Returns the primary model's calibration.
+    pub fn primary_calibration(&self) -> Option<&ModelCalibration> {
+        self.calibration
+            .iter()
+            .find(|calibration| calibration.model == self.model)
+            .or(self.calibration.first())
+    }
+
+    /// Returns the `traces[]` row.
+    pub fn to_json(&self) -> Value {
+        if let Some(reason) = &self.skipped {
+            return json!({"trace": self.trace, "format": self.format, "skipped": reason});
+        }
+        let primary = self.primary_calibration();
+        json!({
+            "trace": self.trace,
+            "format": self.format,
+            "model": self.model,
+            "window": self.window,
+            "maxOutput": self.max_output,
+            "cache": self.cache.map(CacheMode::as_str),
+            "requests": self.recorded_requests,
+            "fixedOverhead": primary.map_or(0, |c| c.overhead),
+            "factor": primary.map(|c| (c.factor * 10_000.0).round() / 10_000.0),
+            "recordsSystemPromptAndTools": self.records_fixed,
+            "calibration": self.calibration.iter().map(|c| json!({
+                "model": c.model,
+                "factor": (c.factor * 10_000.0).round() / 10_000.0,
+                "overhead": c.overhead,
+                "samples": c.samples,
+                "source": c.source.as_str(),
+            })).collect::<Vec<_>>(),
+            "policies": self.policies.iter().map(PolicyStats::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// A recorded compaction compared with SOBA's capsule at the same point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RealSummary {
+    /// The trace.
+    pub trace: String,
+    /// The imported capsule's index among the trace's entries.
+    pub entry_index: usize,
+    /// The agent whose summary it is.
+    pub agent: String,
+    /// Local tokens of the agent's summary.
+    pub agent_tokens: u64,
+    /// Local tokens of SOBA's capsule as rendered into the model input.
+    pub soba_tokens: u64,
+    /// Probes on the agent's summary text alone.
+    pub agent_probes: ProbeScores,
+    /// Probes on SOBA's capsule text alone.
+    pub soba_probes: ProbeScores,
+}
+
+fn probes_json(scores: &ProbeScores) -> Value {
+    let mut out = Map::new();
+    for (name, value) in PROBE_NAMES.iter().zip(scores.values()) {
+        out.insert((*name).to_owned(), json_ratio(value));
+    }
+    out.insert("mean".to_owned(), json_ratio(Some(scores.mean())));
+    Value::Object(out)
+}
+
+impl RealSummary {
+    /// Returns the `realSummaries[]` row.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "trace": self.trace,
+            "entryIndex": self.entry_index,
+            "agent": self.agent,
+            "agentTokens": self.agent_tokens,
+            "sobaTokens": self.soba_tokens,
+            "agentProbes": probes_json(&self.agent_probes),
+            "sobaProbes": probes_json(&self.soba_probes),
+        })
+    }
+}
+
+/// Everything one `soba replay` run produced.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayReport {
+    /// Per trace, skipped ones included.
+    pub traces: Vec<TraceReport>,
+    /// Per policy, over every replayed trace, in policy order.
+    pub totals: Vec<PolicyStats>,
+    /// Recorded compactions compared with SOBA's capsules.
+    pub real_summaries: Vec<RealSummary>,
+    /// `--cache` as given (`None`: by model family, per trace).
+    pub cache: Option<CacheMode>,
+    /// `--cache-ttl` in seconds.
+    pub cache_ttl: u64,
+    /// `--summarizer-price`.
+    pub summarizer_price: f64,
+    /// `--peer-trigger`.
+    pub peer_trigger: Option<u64>,
+}
+
+impl ReplayReport {
+    /// Returns the number of traces replayed (not skipped).
+    pub fn replayed(&self) -> usize {
+        self.traces.iter().filter(|t| t.skipped.is_none()).count()
+    }
+
+    /// Sums the per-trace figures into [`ReplayReport::totals`].
+    pub fn total(&mut self) {
+        let mut totals: Vec<PolicyStats> = Vec::new();
+        for trace in self.traces.iter().filter(|t| t.skipped.is_none()) {
+            for stats in &trace.policies {
+                match totals.iter_mut().find(|total| total.name == stats.name) {
+                    Some(total) => total.merge(stats),
+                    None => totals.push(stats.clone()),
+                }
+            }
+        }
+        self.totals = totals;
+    }
+
+    /// Returns the `--json` document.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "cache": self.cache.map_or("auto", CacheMode::as_str),
+            "cacheTtl": self.cache_ttl,
+            "summarizerPrice": self.summarizer_price,
+            "peerTrigger": self.peer_trigger,
+            "traces": self.traces.iter().map(TraceReport::to_json).collect::<Vec<_>>(),
+            "policies": self.totals.iter().map(PolicyStats::to_json).collect::<Vec<_>>(),
+            "realSummaries": self.real_summaries.iter().map(RealSummary::to_json).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Returns the aligned table of the totals, with a header naming the
+    /// traces, the cache model and its lifetime.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let caches: Vec<String> = self
+            .traces
+            .iter()
+            .filter(|t| t.skipped.is_none())
+            .filter_map(|t| t.cache.map(|c| c.as_str().to_owned()))
+            .collect();
+        let cache = match self.cache {
+            Some(cache) => cache.as_str().to_owned(),
+            None => {
+                let mut distinct = caches.clone();
+                distinct.sort();
+                distinct.dedup();
+                format!("by model ({})", distinct.join(", "))
+            }
+        };
+        let ttl = if self.cache_ttl == 0 {
+            "no expiry".to_owned()
+        } else {
+            format!("TTL {} s", self.cache_ttl)
+        };
+        out.push_str(&format!(
+            "replayed {} trace(s), {} skipped · cache {cache}, {ttl} · summarizer price {}\n\n",
+            self.replayed(),
+            self.traces.len() - self.replayed(),
+            self.summarizer_price
+        ));
+        out.push_str(&policy_table(&self.totals));
+        out
+    }
+
+    /// Returns the real-summary comparison as an aligned table.
+    pub fn real_summary_table(&self) -> String {
+        if self.real_summaries.is_empty() {
+            return String::new();
+        }
+        let mut rows: Vec<Vec<String>> = vec![
+            [
+                "trace", "entry", "agent", "tokens", "files", "task", "instr", "error", "recent",
+                "mean",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        ];
+        for summary in &self.real_summaries {
+            for (who, tokens, probes) in [
+                (
+                    summary.agent.as_str(),
+                    summary.agent_tokens,
+                    &summary.agent_probes,
+                ),
+                ("soba", summary.soba_tokens, &summary.soba_probes),
+            ] {
+                let mut row = vec![
+                    short_name(&summary.trace),
+                    summary.entry_index.to_string(),
+                    who.to_owned(),
+                    group_thousands(tokens),
+                ];
+                row.extend(probes.values().iter().map(|v| ratio_cell(*v)));
+                row.push(ratio_cell(Some(probes.mean())));
+                rows.push(row);
+            }
+        }
+        format!(
+            "recorded compactions vs SOBA capsules (summary text alone)\n\n{}",
+            align(&rows)
+        )
+    }
+}
+
+/// Returns the last two path components of a trace name.
+fn short_name(trace: &str) -> String {
+    let parts: Vec<&str> = trace.rsplit('/').take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+fn ratio_cell(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// Returns the policy table (the `--json` policy fields, one row each).
+pub fn policy_table(policies: &[PolicyStats]) -> String {
+    let header = [
+        "policy", "requests", "overWin", "compact", "peak", "mean", "summIn", "summOut", "billed",
+        "recall", "min", "resends", "calls", "rejected", "hygiene",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    for stats in policies {
+        rows.push(vec![
+            stats.name.clone(),
+            group_thousands(stats.requests),
+            group_thousands(stats.over_window),
+            group_thousands(stats.compactions),
+            group_thousands(stats.peak_input_tokens),
+            group_thousands(stats.mean_input_tokens()),
+            group_thousands(stats.summarizer_input_tokens),
+            group_thousands(stats.summarizer_output_tokens),
+            group_thousands(stats.billed_equivalent_tokens.round() as u64),
+            ratio_cell(stats.recall_mean()),
+            ratio_cell(stats.recall_min),
+            group_thousands(stats.resends),
+            group_thousands(stats.summarizer_calls),
+            group_thousands(stats.rejected_capsules),
+            group_thousands(stats.hygiene_passes),
+        ]);
+    }
+    align(&rows)
+}
+
+/// Aligns rows: the first column left, the others right.
+fn align(rows: &[Vec<String>]) -> String {
+    let n_cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n_cols)
+        .map(|col| {
+            rows.iter()
+                .filter_map(|row| row.get(col))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (col, cell) in row.iter().enumerate() {
+            let pad = widths[col].saturating_sub(cell.chars().count());
+            if col == 0 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str("  ");
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_merge_and_mean() {
+        let mut a = PolicyStats::new("soba");
+        a.add_request(100);
+        a.add_request(300);
+        let mut b = PolicyStats::new("soba");
+        b.add_request(50);
+        b.add_grade(&ProbeScores {
+            files: Some(0.5),
+            task: Some(1.0),
+            instruction: None,
+            error: None,
+            recent: Some(0.0),
+        });
+        a.merge(&b);
+        assert_eq!(a.requests, 3);
+        assert_eq!(a.peak_input_tokens, 300);
+        assert_eq!(a.mean_input_tokens(), 150);
+        assert_eq!(a.recall_mean(), Some(0.5));
+        assert_eq!(a.recall_min, Some(0.5));
+        assert_eq!(a.probe_mean(0), Some(0.5));
+        assert_eq!(a.probe_mean(2), None);
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let mut stats = PolicyStats::new("none");
+        stats.add_request(1_234_567);
+        let table = policy_table(&[stats]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with("none "));
+        assert!(lines[1].contains("1,234,567"));
+        assert_eq!(
+            lines[0].find("requests").map(|i| i + "requests".len()),
+            lines[1].find("        1").map(|i| i + "        1".len())
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The `soba` policy: SOBA's own preflight barrier (SPEC §7) driven
+//! synchronously on soba-core — measure, hygiene once per turn, trigger
+//! choice with the soft cap and re-arm rule, the planner with its ROI and
+//! fail-closed fit, the deterministic capsule, the post-generation ROI
+//! check — on a session path of its own. A request above hardLimit is never
+//! sent: it counts in `overWindow`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use soba_core::budget::Budget;
+use soba_core::builder::{self, BuildOptions, CapsuleFrame};
+use soba_core::calibration::Factor;
+use soba_core::capsule::{CapsuleState, Quality, Trigger};
+use soba_core::config::CompactionConfig;
+use soba_core::derived::DerivedState;
+use soba_core::facts::{self, FactsConfig, FactsInput};
+use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
+use soba_core::input::{InputConfig, InputOrigin, InputSetup, LiveInput};
+use soba_core::plan::{self, PlanRequest};
+use soba_core::render::{self, CapsuleView};
+use soba_core::trigger::{self, PreflightInput, TriggerConfig, TurnState};
+use soba_core::{Capsule, Entry, EntryBody, EntryId, IdKind, TokenCount};
+
+use super::probe::{Item, TextItem, message_text};
+use super::run::{Ctx, Message0, Recorder, Runner, TEXT_KEY};
+
+/// Keys of rewritten messages (stubbed, capped, cut or synthetic).
+const REWRITE_KEY: u64 = 1 << 63;
+/// Ids minted for SOBA's own entries count down from here, far from the
+/// importers' time-ordered uuid v7 ids.
+const FIRST_MINTED: u128 = u128::MAX;
+
+/// The `soba` policy's state on one trace.
+pub(crate) struct SobaRunner {
+    config: CompactionConfig,
+    budget: Budget,
+    factor: Factor,
+    setup: InputSetup,
+    path: Vec<Entry>,
+    /// For each path entry, the trace entry it is (`None` for SOBA's own).
+    trace_idx: Vec<Option<usize>>,
+    live: LiveInput,
+    turn: TurnState,
+    hygiene_considered: Option<Option<EntryId>>,
+    minted: u128,
+    capsule_keys: HashMap<EntryId, u64>,
+    texts: HashMap<u64, Arc<TextItem>>,
+    items: Vec<Item>,
+    recorder: Recorder,
+}
+
+impl SobaRunner {
+    /// Returns the runner for a trace; the budget comes from the trace's
+    /// window and maximum output with `config` (defaults plus `--set`).
+    pub fn new(ctx: &Ctx<'_>, config: CompactionConfig, budget: Budget) -> Self {
+        let setup = ctx
+            .trace
+            .input_setup(InputConfig::new(&budget, &config))
+            .with_renderer(Arc::new(|capsule: &Capsule| {
+                render::capsule_input(&CapsuleView::from(capsule))
+            }));
+        let factor = Factor::new(ctx.trace.primary_calibration().factor);
+        SobaRunner {
+            live: LiveInput::new(setup.clone()),
+            setup,
+            config,
+            budget,
+            factor,
+            path: Vec::new(),
+            trace_idx: Vec::new(),
+            turn: TurnState::new(),
+            hygiene_considered: None,
+            minted: FIRST_MINTED,
+            capsule_keys: HashMap::new(),
+            texts: HashMap::new(),
+            items: Vec::new(),
+            recorder: Recorder::new("soba", ctx.trace.steps.len()),
+        }
+    }
+
+    fn mint(&mut self, kind: IdKind) -> EntryId {
+        let id = EntryId::from_uuid(kind, self.minted);
+        self.minted -= 1;
+        id
+    }
+
+    fn push(&mut self, body: EntryBody, kind: IdKind) -> EntryId {
+        let id = self.mint(kind);
+        self.path.push(Entry {
+            id: id.clone(),
+            parent_id: self.path.last().map(|entry| entry.id.clone()),
+            timestamp: String::new(),
+            body,
+        });
+        self.trace_idx.push(None);
+        self.live.extend(&self.path);
+        id
+    }
+
+    /// Returns effective tokens: the calibrated local count of the whole
+    /// input, the fitted overhead folded into the system prompt's count.
+    fn effective(&self) -> TokenCount {
+        self.factor.apply(self.live.total_tokens())
+    }
+
+    /// Runs hygiene when due (SPEC §8.1): once per turn, at the first
+    /// preflight at or above hygieneLimit.
+    fn hygiene(&mut self, effective: TokenCount, turn_start: &Option<EntryId>) {
+        let considered = self.hygiene_considered.as_ref() == Some(turn_start);
+        if !hygiene::is_due(effective, self.budget.hygiene_limit(), considered) {
+            return;
+        }
+        self.hygiene_considered = Some(turn_start.clone());
+        let config = HygieneConfig::new(&self.budget, &self.config);
+        if let HygieneDecision::Apply(pass) = hygiene::plan_hygiene(&self.live, effective, &config)
+        {
+            self.push(pass.entry_body(), IdKind::Entry);
+            self.recorder.stats.hygiene_passes += 1;
+        }
+    }
+
+    /// Plans, builds and (when it passes the checks) appends a capsule.
+    fn compact(
+        &mut self,
+        ctx: &Ctx<'_>,
+        step: usize,
+        chosen: Trigger,
+        effective: TokenCount,
+        turn_start: &Option<EntryId>,
+    ) {
+        let counter = ctx.counter();
+        let cwd = ctx.trace.cwd.as_deref();
+        let previous = self.path.iter().rev().find_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) => Some((entry.id.clone(), (**capsule).clone())),
+            _ => None,
+        });
+        let previous_capsule = previous.as_ref().map(|(_, capsule)| capsule);
+        let facts_config = FactsConfig {
+            user_message_budget: self.config.user_message_budget_tokens,
+        };
+        // Facts of everything live: an upper bound for any boundary (§7.2).
+        let region = &self.path[self.live.region_start()..];
+        let all_facts = facts::extract(
+            &FactsInput {
+                span: region,
+                previous: previous_capsule,
+                retained: &HashSet::new(),
+                cwd,
+            },
+            &facts_config,
+            counter,
+        );
+        let facts_tokens = counter
+            .count_text(&render::local_markdown(
+                &builder::bounded_local(&all_facts, counter),
+                None,
+            ))
+            .n;
+        let request = PlanRequest {
+            trigger: chosen,
+            effective,
+            budget: &self.budget,
+            summarizer_max_output_tokens: self.config.summarizer.max_output_tokens,
+            facts_tokens,
+            factor: self.factor,
+        };
+        let planned = match plan::plan(&self.live, &request) {
+            Ok(planned) => planned,
+            Err(_) => {
+                // Fail-closed: a soft trigger proceeds without compacting; a
+                // forced one leaves the input over hardLimit, and the
+                // request is not sent.
+                if chosen.is_soft() {
+                    self.turn
+                        .mark_soft_attempt_without_capsule(turn_start.as_ref());
+                }
+                return;
+            }
+        };
+        if planned.skip.is_some() {
+            return; // nothing to compact, or a pre-ROI skip: not an attempt
+        }
+        let span_ids: HashSet<&EntryId> = planned.span_entry_ids.iter().collect();
+        let span: Vec<Entry> = self
+            .path
+            .iter()
+            .filter(|entry| span_ids.contains(&entry.id))
+            .cloned()
+            .collect();
+        let truncated = planned
+            .boundary_truncation
+            .as_ref()
+            .map(|cut| cut.entry_id.clone());
+        let retained: HashSet<EntryId> = match &planned.first_kept_entry_id {
+            Some(first) => self
+                .path
+                .iter()
+                .skip_while(|entry| &entry.id != first)
+                .map(|entry| entry.id.clone())
+                .filter(|id| Some(id) != truncated.as_ref())
+                .collect(),
+            None => HashSet::new(),
+        };
+        let facts = facts::extract(
+            &FactsInput {
+                span: &span,
+                previous: previous_capsule,
+                retained: &retained,
+                cwd,
+            },
+            &facts_config,
+            counter,
+        );
+        let content = builder::build_deterministic(
+            &facts,
+            previous_capsule,
+            &BuildOptions {
+                auto_limit: self.budget.auto_limit(),
+                trigger: chosen,
+                quality: Quality::Full,
+                instructions: None,
+            },
+            counter,
+        );
+        let pinned = self.live.pinned_state();
+        let capsule = content.into_capsule(CapsuleFrame {
+            first_kept_entry_id: planned.first_kept_entry_id.clone(),
+            boundary_truncation: planned.boundary_truncation.clone(),
+            tokens_before: effective,
+            tokens_after: TokenCount::ZERO,
+            previous_capsule_id: previous.as_ref().map(|(id, _)| id.clone()),
+            state: CapsuleState {
+                model: ctx.trace.model.clone(),
+                calibration: vec![(ctx.trace.model.clone(), self.factor.get())],
+                auto_compact: self.config.auto,
+                skills: pinned.skills,
+                pinned_agents_md: pinned.agents_md,
+                pinned_system: pinned.system_messages,
+            },
+            instructions: None,
+            native: None,
+            overflow: None,
+            imported: None,
+        });
+        // The attempt reached generation: it is costed whatever follows.
+        let input = ctx.summarizer_input(&span, previous_capsule);
+        let output = ctx.narrative_tokens(&capsule);
+        self.recorder.summarizer(ctx, input, output);
+
+        let capsule_id = self.mint(IdKind::Capsule);
+        self.path.push(Entry {
+            id: capsule_id.clone(),
+            parent_id: self.path.last().map(|entry| entry.id.clone()),
+            timestamp: String::new(),
+            body: EntryBody::Capsule(Box::new(capsule)),
+        });
+        // tokensAfter, measured exactly on the input the capsule gives.
+        let after = self
+            .factor
+            .apply(LiveInput::build(self.setup.clone(), &self.path).total_tokens());
+        let post = plan::post_roi(chosen, effective, after, &self.budget);
+        if !post.ok || after > self.budget.hard_limit() {
+            self.path.pop();
+            if !post.ok {
+                self.recorder.stats.rejected_capsules += 1;
+            }
+            if chosen.is_soft() {
+                self.turn
+                    .mark_soft_attempt_without_capsule(turn_start.as_ref());
+            }
+            return;
+        }
+        if let Some(Entry {
+            body: EntryBody::Capsule(capsule),
+            ..
+        }) = self.path.last_mut()
+        {
+            capsule.tokens_after = after;
+        }
+        self.trace_idx.push(None);
+        self.live.extend(&self.path);
+        self.capsule_keys.insert(capsule_id, ctx.fresh_key());
+        self.recorder.compaction(step);
+    }
+
+    /// Rebuilds the item list of the current input for pricing and probes.
+    fn refresh_items(&mut self, ctx: &Ctx<'_>) {
+        let view = self.live.view();
+        let mut items = Vec::with_capacity(view.messages.len() + 1);
+        if let Some(capsule) = &view.capsule {
+            let key = self
+                .capsule_keys
+                .get(capsule.id)
+                .copied()
+                .unwrap_or(TEXT_KEY | u64::MAX >> 3);
+            let text = self
+                .texts
+                .entry(key)
+                .or_insert_with(|| {
+                    let rendered = capsule
+                        .rendered
+                        .map_or_else(String::new, |message| message.text());
+                    Arc::new(ctx.index.text_item(&rendered))
+                })
+                .clone();
+            items.push(Item::text(key, capsule.tokens.get(), text, None));
+        }
+        for message in &view.messages {
+            let source = self.trace_idx.get(message.path_index).copied().flatten();
+            let tokens = message.tokens.get();
+            match source {
+                Some(idx)
+                    if message.origin == InputOrigin::Entry && message.rewrites.is_verbatim() =>
+                {
+                    items.push(Item::entry(idx, tokens));
+                }
+                _ => {
+                    let rewrites = message.rewrites;
+                    let key = REWRITE_KEY
+                        | (hash_parts(&(
+                            source,
+                            message.source.as_str(),
+                            message.origin as u8,
+                            rewrites.stubbed,
+                            rewrites.capped,
+                            rewrites.swept,
+                            rewrites.truncated,
+                            tokens,
+                            message
+                                .results
+                                .iter()
+                                .map(|r| r.call_id.as_str())
+                                .collect::<Vec<_>>(),
+                        )) >> 1);
+                    let text = self
+                        .texts
+                        .entry(key)
+                        .or_insert_with(|| {
+                            Arc::new(ctx.index.text_item(&message_text(message.message)))
+                        })
+                        .clone();
+                    items.push(Item::text(key, tokens, text, source));
+                }
+            }
+        }
+        self.items = items;
+    }
+}
+
+fn hash_parts(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Runner for SobaRunner {
+    fn append(&mut self, ctx: &Ctx<'_>, idx: usize) {
+        let mut entry = ctx.trace.entries[idx].clone();
+        entry.parent_id = self.path.last().map(|last| last.id.clone());
+        self.path.push(entry);
+        self.trace_idx.push(Some(idx));
+    }
+
+    fn preflight(&mut self, ctx: &Ctx<'_>, step: usize, message0: Message0) {
+        self.live.extend(&self.path);
+        let derived = DerivedState::from_path(&self.path);
+        let turn_start = derived.turn_start.clone();
+        self.turn.sync(turn_start.as_ref());
+        let effective = self.effective();
+        self.hygiene(effective, &turn_start);
+        let effective = self.effective();
+        let decision = trigger::choose_trigger(&PreflightInput {
+            effective,
+            budget: &self.budget,
+            config: TriggerConfig::resolve(&self.config, &derived),
+            derived: &derived,
+            turn: &self.turn,
+        });
+        if let Some(chosen) = decision.chosen {
+            self.compact(ctx, step, chosen, effective, &turn_start);
+        }
+        self.refresh_items(ctx);
+        let effective = self.effective();
+        if effective > self.budget.hard_limit() {
+            // A request known to be over hardLimit is never sent (§7.2).
+            let tokens = Recorder::size(ctx, step, message0, &self.items);
+            self.recorder.unsent(step, tokens);
+            return;
+        }
+        self.recorder.send(ctx, step, message0, &self.items, true);
+    }
+
+    fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    fn recorder(&mut self) -> &mut Recorder {
+        &mut self.recorder
+    }
+
+    fn limits(&self) -> Option<(u64, u64)> {
+        Some((
+            self.budget.hard_limit().get(),
+            self.budget.auto_limit().get(),
+        ))
+    }
+}
