@@ -12,7 +12,7 @@ use crate::budget::Budget;
 use crate::calibration::Factor;
 use crate::capsule::{BoundaryTruncation, Capsule, Trigger};
 use crate::id::EntryId;
-use crate::input::LiveInput;
+use crate::input::{InputOrigin, LiveInput};
 use crate::retention::{self, NoFit, Retention};
 use crate::tokens::{TokenCount, TokenCounter, group_thousands};
 use crate::unit::{self, Unit};
@@ -96,6 +96,10 @@ pub struct Plan {
     /// Entries summarized: the live units before the boundary, then the
     /// cut straddler (its elided middle), oldest first.
     pub span_entry_ids: Vec<EntryId>,
+    /// Entries kept verbatim in the new tail, oldest first: what the fact
+    /// extractor takes as `retained`. A cut straddler is not among them
+    /// (SPEC §8.2: a truncated user message is not in the retained tail).
+    pub retained_entry_ids: Vec<EntryId>,
     /// Tokens the span removes from the model input: the previous capsule,
     /// the units before the boundary and the straddler's elided middle.
     pub span_tokens: TokenCount,
@@ -292,6 +296,19 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
     if let Some(cut) = &retention.new_cut {
         span_entry_ids.push(cut.entry_id.clone());
     }
+    let cut_entry = boundary_truncation.as_ref().map(|cut| &cut.entry_id);
+    let mut retained_entry_ids: Vec<EntryId> = Vec::new();
+    for unit in &units[retention.first_kept.min(units.len())..] {
+        for message in &view.messages[unit.messages.clone()] {
+            let is_new = retained_entry_ids.last() != Some(message.source);
+            if is_new
+                && message.origin != InputOrigin::SyntheticResult
+                && cut_entry != Some(message.source)
+            {
+                retained_entry_ids.push(message.source.clone());
+            }
+        }
+    }
     let previous_tokens = previous.map_or(TokenCount::ZERO, |capsule| capsule.tokens);
     let span_local = previous_tokens
         + span_units
@@ -336,6 +353,7 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
         first_kept_entry_id,
         boundary_truncation,
         span_entry_ids,
+        retained_entry_ids,
         span_tokens,
         fixed_tokens: factor.apply(fixed_local),
         capsule_budget,

@@ -325,6 +325,11 @@ fn a_text_straddler_keeps_at_least_256_tokens() {
     assert_eq!(cut.kept_tokens, tokens(256));
     assert_eq!(plan.first_kept_entry_id, Some(straddler.clone()));
     assert_eq!(plan.span_entry_ids, vec![straddler]);
+    assert_eq!(
+        plan.retained_entry_ids,
+        vec![session.path[1].id.clone()],
+        "a cut straddler is not retained"
+    );
     assert_eq!(plan.span_tokens, tokens(2_004 - 256));
     assert_eq!(plan.tail_tokens, tokens(900 + 256));
     assert_eq!(plan.skip, None);
@@ -356,6 +361,7 @@ fn tool_batches_are_never_cut_and_the_newest_unit_is_kept_whole() {
     assert_eq!(plan.boundary_truncation, None);
     assert_eq!(plan.tail_tokens, tokens(1_504));
     assert_eq!(plan.span_entry_ids.len(), 3); // start, the call and its result
+    assert_eq!(plan.retained_entry_ids, vec![session.path[3].id.clone()]);
     assert!(plan.span_entry_ids.contains(&call));
 }
 

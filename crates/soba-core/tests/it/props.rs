@@ -471,6 +471,24 @@ fn check_plan(
         let first_message = view.messages.iter().find(|message| message.source == first);
         prop_assert!(first_message.is_some_and(|message| !message.is_result()));
     }
+    // Every live message is summarized or retained, never both; a cut
+    // straddler (its middle summarized now or by the previous capsule) is
+    // not retained.
+    let span: HashSet<&EntryId> = plan.span_entry_ids.iter().collect();
+    let retained: HashSet<&EntryId> = plan.retained_entry_ids.iter().collect();
+    prop_assert!(span.is_disjoint(&retained));
+    for message in view
+        .messages
+        .iter()
+        .filter(|message| message.origin != InputOrigin::SyntheticResult)
+    {
+        let is_cut = plan
+            .boundary_truncation
+            .as_ref()
+            .is_some_and(|cut| &cut.entry_id == message.source);
+        prop_assert!(span.contains(message.source) || retained.contains(message.source) || is_cut);
+        prop_assert!(!(is_cut && retained.contains(message.source)));
+    }
     // firstKeptEntryId never moves backwards on the path.
     let previous_first = view
         .capsule
