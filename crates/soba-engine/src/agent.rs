@@ -33,7 +33,9 @@ pub struct Agent {
     pub provider_model: String,
 }
 
-/// Builds the request the session would send now.
+/// Builds the request the session would send now: the latest capsule as
+/// its rendered message, or as its native item when the model input sends
+/// that instead (SPEC §5 step 2).
 pub fn build_request(core: &SessionCore, model: &str, tools: &ToolRegistry) -> ChatRequest {
     let view = core.live().view();
     let system = view
@@ -44,11 +46,22 @@ pub fn build_request(core: &SessionCore, model: &str, tools: &ToolRegistry) -> C
         .join("\n\n");
     let mut messages = Vec::with_capacity(view.messages.len() + 1);
     let mut breakpoints = Vec::new();
-    if let Some(capsule) = &view.capsule
-        && let Some(rendered) = capsule.rendered
-    {
-        messages.push(rendered.clone());
-        breakpoints.push(0);
+    let mut native = None;
+    if let Some(capsule) = &view.capsule {
+        match capsule.rendered {
+            Some(rendered) => {
+                messages.push(rendered.clone());
+                breakpoints.push(0);
+            }
+            // The input's native predicate accepted only parsable items.
+            None => {
+                native = capsule
+                    .capsule
+                    .native
+                    .as_ref()
+                    .and_then(|item| crate::native::parse_item(&item.item));
+            }
+        }
     }
     messages.extend(view.messages.iter().map(|message| message.message.clone()));
     let mut request = ChatRequest::new(
@@ -67,6 +80,7 @@ pub fn build_request(core: &SessionCore, model: &str, tools: &ToolRegistry) -> C
         })
         .collect();
     request.cache_breakpoints = breakpoints;
+    request.native = native;
     request
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use soba_core::builder::{self, BuildOptions, CapsuleContent, CapsuleFrame};
 use soba_core::calibration::Factor;
+use soba_core::capsule::NativeContinuation;
 use soba_core::facts::{self, Facts, FactsConfig, FactsInput};
 use soba_core::guard;
 use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::EngineError;
 use crate::event::{CompactionEnd, EngineEvent, Outcome};
+use crate::native::NativeJob;
 use crate::session::SessionCore;
 
 /// Receives engine events.
@@ -88,6 +90,8 @@ struct Snapshot {
     overflow: Option<soba_core::capsule::OverflowRecord>,
     max_output_tokens: TokenCount,
     timeout: Duration,
+    /// The native compaction to run alongside the summarizer (SPEC §10.3).
+    native: Option<NativeJob>,
 }
 
 fn facts_of(
@@ -166,7 +170,7 @@ impl BarrierContext {
             plan: snapshot.plan.explain(),
             tokens_before: before,
         });
-        let generated = self.generate(&snapshot, &operation_id, cancel).await;
+        let (generated, native) = self.generate(&snapshot, &operation_id, cancel).await;
         let mut core = self.core.lock().await; // the append mutex (SPEC §7.1)
         let end = |outcome: Outcome, reason: Option<String>| CompactionEnd {
             operation_id: operation_id.clone(),
@@ -264,6 +268,19 @@ impl BarrierContext {
                 end(Outcome::Failed, Some(reason)),
                 summary,
             ));
+        }
+        // The outcome and tokensAfter are the portable capsule's; the native
+        // item only rides along, unless sending it would not fit.
+        if let Some(native) = native {
+            capsule.native = Some(native);
+            let with_native = measure_with_capsule(&core, &capsule, snapshot.plan.factor);
+            if with_native > core.budget().hard_limit() {
+                tracing::warn!(
+                    "native continuation dropped: the input would be {with_native} tokens > hardLimit {}",
+                    core.budget().hard_limit()
+                );
+                capsule.native = None;
+            }
         }
         let entry = core.append(EntryBody::Capsule(Box::new(capsule)))?;
         let completed = CompactionEnd {
@@ -518,6 +535,15 @@ impl BarrierContext {
                 .collect(),
             None => HashSet::new(),
         };
+        let native = core.native_compactor().map(|compactor| {
+            NativeJob::prepare(
+                compactor.clone(),
+                &core.live().view(),
+                &path,
+                &planned.span_entry_ids,
+                planned.boundary_truncation.as_ref(),
+            )
+        });
         let pinned = core.live().pinned_state();
         let state = CapsuleState {
             model: core.model_id().to_owned(),
@@ -541,16 +567,68 @@ impl BarrierContext {
             overflow,
             max_output_tokens: compaction.summarizer.max_output_tokens,
             timeout: Duration::from_millis(compaction.timeout_ms),
+            native,
         }))
     }
 
-    /// Step 6: the capsule content, from the LLM under its deadline or from
-    /// the deterministic builder.
+    /// Step 6: the capsule content, and with a native compactor the native
+    /// continuation made in parallel under the same deadline (`timeoutMs`
+    /// per summarizer chunk, SPEC §10.3). The native item is kept only
+    /// with content; its failure is logged and changes nothing.
     async fn generate(
         &self,
         snapshot: &Snapshot,
         operation_id: &str,
         cancel: &CancellationToken,
+    ) -> (Generated, Option<NativeContinuation>) {
+        let layout = self
+            .summarizer
+            .as_ref()
+            .map(|summarizer| chunk_layout(summarizer.as_ref(), snapshot));
+        let n_chunks = layout
+            .as_ref()
+            .map_or(1, |layout| layout.chunks.len().max(1));
+        let deadline = snapshot
+            .timeout
+            .saturating_mul(u32::try_from(n_chunks).unwrap_or(u32::MAX));
+        let Some(job) = &snapshot.native else {
+            let generated = self.summarize(snapshot, operation_id, cancel, layout).await;
+            return (generated, None);
+        };
+        let summary = self.summarize(snapshot, operation_id, cancel, layout);
+        let native = job.run(deadline, cancel);
+        tokio::pin!(summary, native);
+        let mut native_done = None;
+        let generated = loop {
+            tokio::select! {
+                generated = &mut summary => break generated,
+                result = &mut native, if native_done.is_none() => native_done = Some(result),
+            }
+        };
+        if !matches!(generated, Generated::Content { .. }) {
+            return (generated, None);
+        }
+        let result = match native_done {
+            Some(result) => result,
+            None => native.await,
+        };
+        match result {
+            Ok(native) => (generated, Some(native)),
+            Err(err) => {
+                tracing::warn!("{err}; the portable capsule is used alone");
+                (generated, None)
+            }
+        }
+    }
+
+    /// The capsule content, from the LLM chunk by chunk under its deadline
+    /// or from the deterministic builder.
+    async fn summarize(
+        &self,
+        snapshot: &Snapshot,
+        operation_id: &str,
+        cancel: &CancellationToken,
+        layout: Option<ChunkLayout>,
     ) -> Generated {
         let counter = snapshot.counter.as_ref();
         let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
@@ -572,7 +650,7 @@ impl BarrierContext {
             };
             builder::build_deterministic(&facts, previous, &options, counter)
         };
-        let Some(summarizer) = &self.summarizer else {
+        let (Some(summarizer), Some(layout)) = (&self.summarizer, layout) else {
             if cancel.is_cancelled() {
                 return Generated::Cancelled;
             }
@@ -581,16 +659,11 @@ impl BarrierContext {
                 usage: None,
             };
         };
-        let previous_state = previous.map(summarize::previous_state);
-        let items = summarize::span_items(&snapshot.span);
-        let mut chunk_budget = summarize::chunk_tokens(
-            summarizer.window_tokens(),
-            snapshot.max_output_tokens.get() as u32,
-            previous_state.as_deref(),
-            snapshot.instructions.as_deref(),
-            counter,
-        );
-        let mut chunks = summarize::chunk_span(&items, chunk_budget, counter);
+        let ChunkLayout {
+            previous_state,
+            mut chunk_budget,
+            mut chunks,
+        } = layout;
         let mut state = previous_state;
         let mut usage_total: Option<Usage> = None;
         let mut chunk_idx = 0;
@@ -686,6 +759,34 @@ impl BarrierContext {
                 usage_total,
             ),
         }
+    }
+}
+
+/// The summarizer's chunks of a span, oldest first, with the state they
+/// update.
+struct ChunkLayout {
+    previous_state: Option<String>,
+    chunk_budget: TokenCount,
+    chunks: Vec<String>,
+}
+
+fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout {
+    let counter = snapshot.counter.as_ref();
+    let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
+    let previous_state = previous.map(summarize::previous_state);
+    let items = summarize::span_items(&snapshot.span);
+    let chunk_budget = summarize::chunk_tokens(
+        summarizer.window_tokens(),
+        snapshot.max_output_tokens.get() as u32,
+        previous_state.as_deref(),
+        snapshot.instructions.as_deref(),
+        counter,
+    );
+    let chunks = summarize::chunk_span(&items, chunk_budget, counter);
+    ChunkLayout {
+        previous_state,
+        chunk_budget,
+        chunks,
     }
 }
 

@@ -7,6 +7,7 @@ pub mod barrier;
 pub mod demo;
 pub mod error;
 pub mod event;
+pub mod native;
 pub mod session;
 pub mod tool;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use soba_core::budget::Budget;
 use soba_core::calibration::{self, CalibrationInput, Factor, MeasureInput, Measurement};
-use soba_core::config::CompactionConfig;
+use soba_core::config::{CompactionConfig, NativeMode};
 use soba_core::derived::DerivedState;
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::tokens::BpeCounter;
@@ -19,6 +19,7 @@ use soba_store::log::{SessionHeader, SessionWriter, WriterOptions};
 use soba_store::reader::read_log;
 
 use crate::error::EngineError;
+use crate::native::{NativeCompactor, NativeTarget};
 
 /// The model a session talks to, as the registry and config resolved it.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +71,7 @@ pub struct SessionCore {
     config: SessionConfig,
     budget: Budget,
     counter: Arc<dyn TokenCounter>,
+    native: Option<Arc<dyn NativeCompactor>>,
     /// The in-memory soft-cap mark (SPEC §6.2).
     pub turn: TurnState,
     /// The turn (its starting user message) in which hygiene was considered.
@@ -89,13 +91,18 @@ impl SessionCore {
         config: &SessionConfig,
         budget: &Budget,
         counter: Arc<dyn TokenCounter>,
+        native: Option<&NativeTarget>,
     ) -> InputSetup {
-        InputSetup::new(counter, InputConfig::new(budget, &config.compaction))
+        let setup = InputSetup::new(counter, InputConfig::new(budget, &config.compaction))
             .with_system_prompt(config.system_prompt.clone())
             .with_tool_schemas(config.tool_schemas.clone())
             .with_renderer(Arc::new(|capsule| {
                 soba_core::render::capsule_input(&soba_core::render::CapsuleView::from(capsule))
-            }))
+            }));
+        match native {
+            Some(target) => setup.with_native_match(target.native_match()),
+            None => setup,
+        }
     }
 
     fn assemble(
@@ -130,7 +137,7 @@ impl SessionCore {
             .enumerate()
             .map(|(idx, entry)| (entry.id.clone(), idx))
             .collect();
-        let live = LiveInput::new(Self::setup(&config, &budget, counter.clone()));
+        let live = LiveInput::new(Self::setup(&config, &budget, counter.clone(), None));
         let mut core = SessionCore {
             writer,
             flight,
@@ -142,6 +149,7 @@ impl SessionCore {
             config,
             budget,
             counter,
+            native: None,
             turn: TurnState::new(),
             hygiene_considered: None,
         };
@@ -263,6 +271,29 @@ impl SessionCore {
         &self.counter
     }
 
+    /// Sets the native compactor of the session's model (SPEC §10.3):
+    /// preflights then call it in parallel with the summarizer, and the
+    /// model input carries a capsule's native item instead of the rendered
+    /// capsule when the item was made for the compactor's target. Ignored
+    /// (set to `None`) unless `compaction.native` is `"auto"`. Call it
+    /// again with the new model's compactor (or `None`) when the model or
+    /// endpoint changes; the model input is rebuilt either way.
+    pub fn set_native(&mut self, compactor: Option<Arc<dyn NativeCompactor>>) {
+        self.native = compactor.filter(|_| self.config.compaction.native == NativeMode::Auto);
+        let setup = Self::setup(
+            &self.config,
+            &self.budget,
+            self.counter.clone(),
+            self.native.as_ref().map(|native| native.target()),
+        );
+        self.live = LiveInput::build(setup, &self.path);
+    }
+
+    /// Returns the native compactor, when one is set.
+    pub fn native_compactor(&self) -> Option<&Arc<dyn NativeCompactor>> {
+        self.native.as_ref()
+    }
+
     /// Returns the active model id: the latest `model_change` on the path,
     /// else the configured one.
     pub fn model_id(&self) -> &str {
@@ -371,7 +402,12 @@ impl SessionCore {
     /// setup (used to measure a candidate capsule before appending it).
     pub fn input_for(&self, path: &[Entry]) -> LiveInput {
         LiveInput::build(
-            Self::setup(&self.config, &self.budget, self.counter.clone()),
+            Self::setup(
+                &self.config,
+                &self.budget,
+                self.counter.clone(),
+                self.native.as_ref().map(|native| native.target()),
+            ),
             path,
         )
     }

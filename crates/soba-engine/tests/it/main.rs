@@ -3,4 +3,7 @@
 
 mod barrier;
 mod harness;
+mod session;
+mod native;
+mod summarizer;
 mod tool;
