@@ -2034,3 +2034,40 @@ fn codex_trace_files_modified_match_the_ground_truth() {
     assert!(!facts.verification.is_empty());
     assert!(facts.original_task.is_some());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    ))]
+
+    /// Malformed capsule files give an error, never a panic.
+    #[test]
+    fn capsule_file_parsing_never_panics(
+        front in "(---\r?\n)?([a-zA-Z]{0,12}:? ?(\"[^\"\n]{0,12}\"?|'[^'\n]{0,12}'?|[^\n]{0,16})\r?\n){0,6}(---\n)?",
+        body in "(## [A-Za-z ]{0,12}\n[^\u{0}]{0,30}\n|```\n){0,12}",
+    ) {
+        let _ = parse_capsule_file(&format!("{front}{body}"));
+        let _ = parse_capsule_file(&format!("---\nschemaVersion: 1\n{front}---\n{body}"));
+    }
+
+    /// Shell commands and patches of any shape are parsed without panicking.
+    #[test]
+    fn tool_calls_of_any_shape_never_panic(
+        command in "[a-z/ .'\"\\\\<>|&;#*$\n-]{0,120}",
+        name in prop::sample::select(vec!["bash", "exec_command", "shell", "apply_patch", "edit", "open", "str_replace_editor"]),
+    ) {
+        let calls = [
+            ToolUse { id: "t".into(), name: name.into(), input: ToolInput::from_value(json!({"command": command, "cmd": command})) },
+            ToolUse { id: "t".into(), name: name.into(), input: ToolInput::from_value(json!({"input": command, "path": command})) },
+            ToolUse { id: "t".into(), name: name.into(), input: ToolInput::from_json_text(&command) },
+        ];
+        let mut span = Span::default();
+        for call in calls {
+            let _ = call_facts(&call, Some(CWD));
+            span.message(Message::new(Role::Assistant, vec![Block::ToolUse(call.clone())]));
+            span.result(&call.id, &command, false);
+        }
+        let facts = facts_of(&span);
+        let _ = build_deterministic(&facts, None, &options(20_000, Quality::Degraded), &ByteCounter);
+    }
+}

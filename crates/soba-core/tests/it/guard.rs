@@ -213,3 +213,27 @@ fn rejections_carry_their_guard() {
     assert_eq!(rejection.guard, Guard::MissingHeading("In progress"));
     assert_eq!(rejection.name(), "missing_heading:in_progress");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    ))]
+
+    /// Guards judge any output without panicking, and whatever passes has
+    /// every heading and at least 50 characters.
+    #[test]
+    fn guards_never_panic(
+        raw in "(```[a-z]*\n)?(## (Goal|Constraints|Done|In progress|Pending|Decisions|Blockers|Next steps|x)\n[^\u{0}]{0,40}\n){0,10}(END-OF-SUMMARY)?(\n```)?",
+        noise in "\\PC{0,80}",
+        span in 0u64..2_000,
+    ) {
+        for text in [raw.clone(), format!("{noise}{raw}"), noise.clone()] {
+            if let Ok(narrative) = check_summary(&text, TokenCount::new(span), &ByteCounter) {
+                let normalized = normalize(&text);
+                proptest::prop_assert!(normalized.chars().count() >= 50);
+                proptest::prop_assert!(ByteCounter.count_text(&normalized).n < TokenCount::new(span));
+                proptest::prop_assert_eq!(narrative.sections().len(), 8);
+            }
+        }
+    }
+}
