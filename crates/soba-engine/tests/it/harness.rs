@@ -62,6 +62,8 @@ pub fn small_config() -> CompactionConfig {
 struct EchoUsage {
     inner: OpenAiChatClient,
     core: Arc<Mutex<SessionCore>>,
+    /// (local count, effective tokens, hardLimit) of every request sent.
+    sent: Arc<StdMutex<Vec<(u64, TokenCount, TokenCount)>>>,
 }
 
 impl ModelClient for EchoUsage {
@@ -76,7 +78,16 @@ impl ModelClient for EchoUsage {
         on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
-            let local = self.core.lock().await.live().total_tokens().get();
+            let local = {
+                let core = self.core.lock().await;
+                let local = core.live().total_tokens().get();
+                self.sent.lock().unwrap().push((
+                    local,
+                    core.measure().tokens,
+                    core.budget().hard_limit(),
+                ));
+                local
+            };
             let mut response = self.inner.stream(request, cancel, on_event).await?;
             response.message.usage = Some(Usage {
                 input: local,
@@ -98,6 +109,8 @@ pub struct Harness {
     pub events: Arc<StdMutex<Vec<EngineEvent>>>,
     pub log_path: PathBuf,
     pub config: SessionConfig,
+    /// (local count, effective tokens, hardLimit) of every request sent.
+    pub sent: Arc<StdMutex<Vec<(u64, TokenCount, TokenCount)>>>,
     next_call: AtomicU64,
 }
 
@@ -183,6 +196,7 @@ impl Harness {
         };
         let client = OpenAiChatClient::new(endpoint, http).unwrap();
         let events: Arc<StdMutex<Vec<EngineEvent>>> = Arc::new(StdMutex::new(Vec::new()));
+        let sent = Arc::new(StdMutex::new(Vec::new()));
         let sink_events = events.clone();
         let ops = Arc::new(AtomicU64::new(0));
         let barrier = BarrierContext {
@@ -197,6 +211,7 @@ impl Harness {
             model: Arc::new(EchoUsage {
                 inner: client,
                 core: core.clone(),
+                sent: sent.clone(),
             }),
             tools,
             approvals: Arc::new(Approvals::non_interactive(ApprovalPolicy::auto_approve())),
@@ -215,6 +230,7 @@ impl Harness {
             events,
             log_path,
             config,
+            sent,
             next_call: AtomicU64::new(0),
         }
     }
@@ -223,6 +239,13 @@ impl Harness {
     pub fn push_read(&self, path: &str) {
         let id = format!("call_{}", self.next_call.fetch_add(1, Ordering::SeqCst));
         let reply = Reply::text("").with_tool_call(&id, "read_file", json!({ "path": path }));
+        self.server.push(Script::stream(Dialect::Chat, &reply));
+    }
+
+    /// Queues one step that makes `tool` call with `arguments`.
+    pub fn push_call(&self, tool: &str, arguments: serde_json::Value) {
+        let id = format!("call_{}", self.next_call.fetch_add(1, Ordering::SeqCst));
+        let reply = Reply::text("").with_tool_call(&id, tool, arguments);
         self.server.push(Script::stream(Dialect::Chat, &reply));
     }
 
