@@ -11,6 +11,26 @@ pub struct Cli {
     /// The subcommand; none starts the interactive agent.
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Options every command accepts.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+}
+
+/// Options every command accepts (SPEC §11.5, §14).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct GlobalArgs {
+    /// Override a setting, after every other source (repeatable), e.g.
+    /// --set compaction.keepRecentTokens=30000 or
+    /// --set 'models."ollama/qwen3".contextWindow=32768'.
+    #[arg(long = "set", value_name = "PATH=VALUE", global = true)]
+    pub set: Vec<String>,
+    /// The workspace root (default: the current directory).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub cwd: Option<std::path::PathBuf>,
+    /// The sessions directory (default: sessions/<project-slug>/ under
+    /// $SOBA_HOME or $XDG_DATA_HOME/soba).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub session_dir: Option<std::path::PathBuf>,
 }
 
 /// Every subcommand.
@@ -20,6 +40,26 @@ pub enum Command {
     Budget(BudgetArgs),
     /// Run the whole compaction engine offline on a session SOBA generates.
     Demo(DemoArgs),
+    /// Run one turn non-interactively: assistant text on stdout, tool calls
+    /// and compactions on stderr.
+    Run(RunArgs),
+    /// Import transcripts of other agents (pi, Claude Code, Codex, …) as
+    /// SOBA sessions.
+    Import(ImportArgs),
+    /// List the workspace's sessions.
+    Sessions(SessionsArgs),
+    /// Summarize one session, list its entries or validate it.
+    Show(ShowArgs),
+    /// Aggregate the flight records of the workspace's compactions.
+    Stats(StatsArgs),
+    /// Compact a session now, as /compact does.
+    Compact(CompactArgs),
+    /// List, export, load or create portable capsules (.capsule.md).
+    Capsule(CapsuleArgs),
+    /// Print the merged configuration or its JSON Schema.
+    Config(ConfigArgs),
+    /// Print a shell completion script.
+    Completions(CompletionsArgs),
     /// Replay transcripts under SOBA and other agents' compaction policies
     /// and report tokens, cost and what each policy kept (offline).
     Replay(ReplayArgs),
@@ -63,6 +103,178 @@ pub struct ReplayArgs {
     /// Also write a self-contained HTML report with a chart.
     #[arg(long, value_name = "FILE")]
     pub html: Option<std::path::PathBuf>,
+}
+
+/// `soba run "<prompt>"` (SPEC §11.4).
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The prompt: one real user message.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: String,
+    /// The model as provider/model (overrides SOBA_MODEL and config).
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// Run every tool without approval.
+    #[arg(long)]
+    pub auto_approve: bool,
+    /// Tools that run without approval: bash, write (write_file and
+    /// edit_file), edit; comma-separated or repeated.
+    #[arg(long, value_name = "TOOLS")]
+    pub allow: Vec<String>,
+    /// Write the engine's events to stdout as JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Run the turn in the workspace's most recent session.
+    #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
+    pub continue_session: bool,
+    /// Run the turn in the session with this id (or id prefix).
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
+}
+
+/// `soba import <file|dir>` (SPEC §3.4).
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// A transcript file, or a folder walked recursively.
+    #[arg(value_name = "PATH")]
+    pub path: std::path::PathBuf,
+    /// Write the sessions here instead of the workspace's sessions folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+    /// Report only; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON array with one object per imported session.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `soba sessions`.
+#[derive(Debug, clap::Args)]
+pub struct SessionsArgs {
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `soba show <session>`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// A session id, id prefix, or the path of a session file.
+    #[arg(value_name = "SESSION")]
+    pub session: String,
+    /// List every entry, one line each, with short ids.
+    #[arg(long)]
+    pub entries: bool,
+    /// Validate every line; exit 1 when the log is damaged.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `soba stats`.
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// Only this session (id or prefix); default every session of the workspace.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `soba compact [--session ID] [--save] [instructions]`.
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    /// The session (id or prefix); default the workspace's most recent.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Also mirror the capsule to .soba/memory/ when its quality is full.
+    #[arg(long)]
+    pub save: bool,
+    /// The model whose limits apply (default: the session's model).
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// Instructions for the summary, e.g. "keep the API decisions".
+    #[arg(value_name = "INSTRUCTIONS", trailing_var_arg = true)]
+    pub instructions: Vec<String>,
+}
+
+/// `soba capsule …` (SPEC §12).
+#[derive(Debug, clap::Args)]
+pub struct CapsuleArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: CapsuleAction,
+    /// The session (id or prefix); default the workspace's most recent.
+    #[arg(long, value_name = "ID", global = true)]
+    pub session: Option<String>,
+    /// The model whose limits apply (default: the session's model).
+    #[arg(long, value_name = "ID", global = true)]
+    pub model: Option<String>,
+}
+
+/// The capsule subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum CapsuleAction {
+    /// List the session's capsules and the project's capsule files.
+    List,
+    /// Render an existing capsule to a .capsule.md file (redacted).
+    Export {
+        /// The capsule's checkpoint id (short form accepted, e.g. ck_7f3a).
+        #[arg(value_name = "CK")]
+        checkpoint: String,
+        /// The file to write (relative paths are inside the workspace).
+        #[arg(value_name = "PATH")]
+        path: std::path::PathBuf,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Load a .capsule.md into the session as untrusted context.
+    Load {
+        /// The file to load.
+        #[arg(value_name = "PATH")]
+        path: std::path::PathBuf,
+    },
+    /// Write a handoff capsule of the whole live context to
+    /// .soba/capsules/<date>-<title>.capsule.md.
+    Create {
+        /// The capsule's title.
+        #[arg(value_name = "TITLE")]
+        title: String,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `soba config show|schema`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    /// What to print.
+    #[command(subcommand)]
+    pub action: ConfigAction,
+}
+
+/// The config subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ConfigAction {
+    /// Print every setting with its value and, when not the default, its source.
+    Show {
+        /// Print {"config": …, "sources": …} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of config.json.
+    Schema,
+}
+
+/// `soba completions <shell>`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// `soba demo`: a scripted coding session in a temporary directory.

@@ -16,6 +16,8 @@ pub enum ErrorKind {
     Internal,
     /// stdout was closed by the reader (a quiet exit 0).
     BrokenPipe,
+    /// The user interrupted the command with SIGINT (exit 130).
+    Interrupted,
 }
 
 /// An error the CLI reports: what went wrong, its cause, and what to do.
@@ -81,6 +83,7 @@ impl CliError {
             ErrorKind::User => 1,
             ErrorKind::Internal => 255,
             ErrorKind::BrokenPipe => 0,
+            ErrorKind::Interrupted => 130,
         }
     }
 
@@ -120,6 +123,61 @@ impl From<std::io::Error> for CliError {
             };
         }
         CliError::internal("i/o failed").caused_by(err)
+    }
+}
+
+impl From<crate::config::ConfigError> for CliError {
+    fn from(err: crate::config::ConfigError) -> Self {
+        let hint = err.hint();
+        let mut cli_error = match &err {
+            crate::config::ConfigError::BadAssignment { .. } => CliError::usage(err.to_string()),
+            _ => CliError::user(err.to_string()),
+        };
+        if let Some(hint) = hint {
+            cli_error = cli_error.hint(hint);
+        }
+        cli_error
+    }
+}
+
+impl From<crate::paths::PathsError> for CliError {
+    fn from(err: crate::paths::PathsError) -> Self {
+        let message = err.to_string();
+        match std::error::Error::source(&err) {
+            Some(cause) => CliError::user(format!("{message}: {cause}")),
+            None => CliError::user(message),
+        }
+    }
+}
+
+impl From<soba_store::StoreError> for CliError {
+    fn from(err: soba_store::StoreError) -> Self {
+        use soba_store::StoreError;
+        match err {
+            StoreError::Io { .. } | StoreError::Encode { .. } => {
+                CliError::internal("session storage failed").caused_by(err)
+            }
+            other => CliError::user(other.to_string()),
+        }
+    }
+}
+
+impl From<soba_store::import::ImportError> for CliError {
+    fn from(err: soba_store::import::ImportError) -> Self {
+        let message = err.to_string();
+        match std::error::Error::source(&err) {
+            Some(cause) => CliError::user(format!("{message}: {cause}")),
+            None => CliError::user(message),
+        }
+    }
+}
+
+impl From<soba_engine::EngineError> for CliError {
+    fn from(err: soba_engine::EngineError) -> Self {
+        match err {
+            soba_engine::EngineError::Store(store) => CliError::from(store),
+            other => CliError::user(other.to_string()),
+        }
     }
 }
 

@@ -3,7 +3,11 @@
 
 mod cli;
 mod cmd;
+pub mod config;
+mod context;
+mod engine;
 mod error;
+pub mod paths;
 /// The replay analyzer (`soba replay`, SPEC §15), public for its benchmark:
 /// replay a transcript or a folder under SOBA and the peers' policies.
 pub mod replay;

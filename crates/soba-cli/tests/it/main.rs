@@ -3,7 +3,13 @@
 //! command.
 
 mod budget;
+mod capsule;
+mod config;
+mod import;
 mod replay;
+mod run;
+mod sessions;
+mod support;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no
 /// test file is silently left out of the build.

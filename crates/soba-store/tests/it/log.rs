@@ -469,6 +469,7 @@ fn a_killed_writer_loses_nothing_acknowledged() {
             .spawn()
             .expect("the child starts");
         let stdout = child.stdout.take().expect("piped stdout");
+        let (first_ack, first_acked) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut acked = Vec::new();
             let mut lines = std::io::BufReader::new(stdout);
@@ -479,6 +480,9 @@ fn a_killed_writer_loses_nothing_acknowledged() {
                     && let Some(id) = line.trim_end().strip_prefix("ACK ")
                 {
                     acked.push(EntryId::parse(id).expect("a printed entry id"));
+                    if acked.len() == 1 {
+                        let _ = first_ack.send(());
+                    }
                 }
                 line.clear();
             }
@@ -487,7 +491,9 @@ fn a_killed_writer_loses_nothing_acknowledged() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(5 + rng % 40));
+        // Kill inside the append loop, not during the child's start-up.
+        let _ = first_acked.recv_timeout(Duration::from_secs(30));
+        std::thread::sleep(Duration::from_micros(rng % 30_000));
         child.kill().expect("SIGKILL delivered");
         let status = child.wait().expect("the child is reaped");
         let acked = reader.join().expect("the reader thread");

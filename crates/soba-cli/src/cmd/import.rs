@@ -1,0 +1,304 @@
+//! `soba import <file|dir> [--out DIR] [--dry-run] [--json]` (SPEC §3.4):
+//! converts other agents' transcripts into SOBA sessions, one per source
+//! session, keeping the original ids in the header's `importedFrom`.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+use soba_core::tokens::group_thousands;
+use soba_store::import::{FileOutcome, ImportedSession, import_dir, import_path};
+use soba_store::log::{
+    Durability, ImportedFrom, SessionHeader, SessionWriter, SystemMinter, WriterOptions,
+};
+use soba_store::reader::{list_sessions, read_header, session_path};
+
+use crate::cli::{GlobalArgs, ImportArgs};
+use crate::context::Context;
+use crate::error::{CliError, CliResult};
+
+/// Diagnostics printed per session in plain output; `--json` lists all.
+const MAX_DIAGNOSTICS_SHOWN: usize = 10;
+
+/// What happened to one imported session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Written {
+    /// `--dry-run`: nothing written.
+    DryRun,
+    /// Written as this session file.
+    New { id: String, path: PathBuf },
+    /// The same source session was imported before.
+    Already { id: String, path: PathBuf },
+}
+
+/// Runs `soba import`.
+pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
+    let ctx = Context::load(global)?;
+    ctx.print_warnings();
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| ctx.locations.sessions_dir.clone());
+    let source = &args.path;
+    let metadata = std::fs::metadata(source).map_err(|err| {
+        CliError::user(format!("cannot read {}", source.display())).caused_by(err)
+    })?;
+    let mut sessions: Vec<ImportedSession> = Vec::new();
+    let mut n_failed = 0usize;
+    if metadata.is_dir() {
+        for file in import_dir(source)? {
+            match file.outcome {
+                FileOutcome::Imported(found) => sessions.extend(found),
+                FileOutcome::Skipped(diagnostic) => {
+                    eprintln!("{}: {diagnostic}", file.path.display());
+                }
+                FileOutcome::Failed(err) => {
+                    n_failed += 1;
+                    eprintln!("{}: {}", file.path.display(), CliError::from(err).message);
+                }
+            }
+        }
+        if sessions.is_empty() {
+            return Err(CliError::user(format!(
+                "no importable transcript in {}",
+                source.display()
+            ))
+            .hint(format!(
+                "supported formats: {}",
+                soba_store::import::Format::list()
+            )));
+        }
+    } else {
+        sessions = import_path(source)?;
+    }
+
+    let previous = if args.dry_run {
+        HashMap::new()
+    } else {
+        previous_imports(&out_dir)
+    };
+    let mut reports = Vec::with_capacity(sessions.len());
+    for session in &sessions {
+        let written = if args.dry_run {
+            Written::DryRun
+        } else {
+            let key = import_key(&session.source, &session.original_id);
+            match previous.get(&key) {
+                Some((id, path)) => Written::Already {
+                    id: id.clone(),
+                    path: path.clone(),
+                },
+                None => write_session(session, &out_dir, &ctx.workspace.root)?,
+            }
+        };
+        reports.push((session, written));
+    }
+
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        let array: Vec<Value> = reports
+            .iter()
+            .map(|(session, written)| session_json(session, written))
+            .collect();
+        let text = serde_json::to_string_pretty(&Value::Array(array))
+            .map_err(|err| CliError::internal("cannot encode the report").caused_by(err))?;
+        writeln!(stdout, "{text}")?;
+    } else {
+        for (session, written) in &reports {
+            stdout.write_all(session_text(session, written).as_bytes())?;
+        }
+        let n_new = reports
+            .iter()
+            .filter(|(_, written)| matches!(written, Written::New { .. }))
+            .count();
+        if !args.dry_run {
+            writeln!(
+                stdout,
+                "{n_new} of {} sessions written to {}",
+                reports.len(),
+                out_dir.display()
+            )?;
+        }
+    }
+    stdout.flush()?;
+    if n_failed > 0 {
+        eprintln!("{n_failed} files could not be imported (see above)");
+    }
+    Ok(())
+}
+
+/// Identifies a source session: its canonical file and original id.
+fn import_key(source: &Path, original_id: &str) -> (String, String) {
+    let path = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf());
+    (path.display().to_string(), original_id.to_owned())
+}
+
+/// Finds the sessions of `dir` that were imported, by source key.
+fn previous_imports(dir: &Path) -> HashMap<(String, String), (String, PathBuf)> {
+    let mut found = HashMap::new();
+    let Ok(sessions) = list_sessions(dir) else {
+        return found;
+    };
+    for summary in sessions {
+        let Ok(header) = read_header(&summary.path) else {
+            continue;
+        };
+        if let Some(from) = header.imported_from
+            && let Some(original_id) = from.original_id
+        {
+            found.insert(
+                (from.path, original_id),
+                (header.id.as_str().to_owned(), summary.path),
+            );
+        }
+    }
+    found
+}
+
+/// Writes one imported session as a new SOBA session file.
+fn write_session(session: &ImportedSession, out_dir: &Path, root: &Path) -> CliResult<Written> {
+    let mut minter = SystemMinter;
+    let cwd = session
+        .cwd
+        .clone()
+        .unwrap_or_else(|| root.display().to_string());
+    let mut header = SessionHeader::new(&mut minter, cwd);
+    if let Some(created_at) = &session.created_at {
+        header.created_at = created_at.clone();
+    }
+    let mut extra = Map::new();
+    if let Some(model) = &session.model {
+        extra.insert("model".into(), json!(model));
+    }
+    if let Some(window) = session.context_window {
+        extra.insert("contextWindow".into(), json!(window));
+    }
+    let (source_path, original_id) = import_key(&session.source, &session.original_id);
+    header.imported_from = Some(ImportedFrom {
+        format: session.format.as_str().to_owned(),
+        path: source_path,
+        original_id: Some(original_id),
+        extra,
+    });
+    let path = session_path(out_dir, &header.id);
+    // One fsync per entry would make a large import crawl; an interrupted
+    // import is simply run again.
+    let options = WriterOptions {
+        durability: Durability::Flush,
+        minter: Box::new(SystemMinter),
+    };
+    let mut writer = SessionWriter::create(&path, &header, options)?;
+    for entry in &session.entries {
+        if let Err(err) = writer.append_entry(entry) {
+            drop(writer);
+            let _ = std::fs::remove_file(&path);
+            return Err(CliError::from(err).hint(format!(
+                "{} was not imported; nothing was left behind",
+                session.source.display()
+            )));
+        }
+    }
+    let file = writer.path().to_path_buf();
+    drop(writer);
+    if let Ok(handle) = std::fs::File::open(&file) {
+        let _ = handle.sync_all();
+    }
+    Ok(Written::New {
+        id: header.id.as_str().to_owned(),
+        path: file,
+    })
+}
+
+/// The `--json` object of one session (SPEC §3.4).
+fn session_json(session: &ImportedSession, written: &Written) -> Value {
+    let stats = &session.stats;
+    let (session_id, path, already) = match written {
+        Written::DryRun => (Value::Null, Value::Null, false),
+        Written::New { id, path } => (json!(id), json!(path.display().to_string()), false),
+        Written::Already { id, path } => (json!(id), json!(path.display().to_string()), true),
+    };
+    json!({
+        "source": session.source.display().to_string(),
+        "format": session.format.as_str(),
+        "originalId": session.original_id,
+        "messages": stats.messages,
+        "entries": stats.entries,
+        "toolCalls": stats.tool_calls,
+        "toolResults": stats.tool_results,
+        "unpairedToolCalls": stats.unpaired_tool_calls,
+        "usage": {
+            "input": stats.usage.input,
+            "output": stats.usage.output,
+            "cacheRead": stats.usage.cache_read,
+            "cacheWrite": stats.usage.cache_write,
+            "reasoning": stats.usage.reasoning,
+        },
+        "usageRaw": stats.usage_raw,
+        "peakPromptTokens": stats.peak_prompt_tokens,
+        "compactions": stats.compactions,
+        "inferences": session.inference_count(),
+        "diagnostics": stats.diagnostics,
+        "sessionId": session_id,
+        "path": path,
+        "alreadyImported": already,
+    })
+}
+
+/// The plain report of one session.
+fn session_text(session: &ImportedSession, written: &Written) -> String {
+    let stats = &session.stats;
+    let usage = &stats.usage;
+    let n = group_thousands;
+    let destination = match written {
+        Written::DryRun => "dry run, not written".to_owned(),
+        Written::New { id, .. } => format!("imported as {id}"),
+        Written::Already { id, .. } => format!("already imported as {id}; skipped"),
+    };
+    let mut out = format!(
+        "{} ({}, {}): {destination}\n",
+        session.source.display(),
+        session.format,
+        session.original_id
+    );
+    out.push_str(&format!(
+        "  messages {} · entries {} · tool calls {} · results {} · unpaired calls {}\n",
+        n(stats.messages),
+        n(stats.entries),
+        n(stats.tool_calls),
+        n(stats.tool_results),
+        n(stats.unpaired_tool_calls)
+    ));
+    out.push_str(&format!(
+        "  usage: input {} · output {} · cache read {} · cache write {} · reasoning {}\n",
+        n(usage.input),
+        n(usage.output),
+        n(usage.cache_read),
+        n(usage.cache_write),
+        n(usage.reasoning)
+    ));
+    let peak = stats.peak_prompt_tokens.map_or_else(
+        || "unknown".to_owned(),
+        |peak| format!("{} tokens", n(peak)),
+    );
+    out.push_str(&format!(
+        "  peak prompt {peak} · compactions {} · inferences {}\n",
+        n(stats.compactions),
+        n(session.inference_count() as u64)
+    ));
+    if stats.diagnostics.is_empty() {
+        out.push_str("  diagnostics: none\n");
+    } else {
+        out.push_str(&format!("  diagnostics: {}\n", stats.diagnostics.len()));
+        for line in stats.diagnostics.iter().take(MAX_DIAGNOSTICS_SHOWN) {
+            out.push_str(&format!("    {line}\n"));
+        }
+        if stats.diagnostics.len() > MAX_DIAGNOSTICS_SHOWN {
+            out.push_str(&format!(
+                "    … and {} more (--json lists them all)\n",
+                stats.diagnostics.len() - MAX_DIAGNOSTICS_SHOWN
+            ));
+        }
+    }
+    out
+}

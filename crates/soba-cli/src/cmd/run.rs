@@ -1,0 +1,242 @@
+//! `soba run "<prompt>"` (SPEC §11.4): one turn, non-interactively.
+//! Assistant text goes to stdout; tool calls, barriers and result lines to
+//! stderr (`--json`: the engine's events as JSON lines on stdout). Exit
+//! codes: 0 completed, 1 failed or configuration error, 2 usage, 130
+//! SIGINT, 255 internal; the last stderr line names the reason.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use soba_core::EntryBody;
+use soba_engine::agent::Agent;
+use soba_engine::barrier::EventSink;
+use soba_engine::event::{EngineEvent, TurnEnd};
+use soba_engine::session::SessionCore;
+use soba_engine::tool::{
+    ApprovalPolicy, Approvals, NON_INTERACTIVE_DENIAL, ToolConfig, ToolContext, ToolError,
+    ToolRegistry, Workspace,
+};
+use soba_provider::client::ModelClient;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{GlobalArgs, RunArgs};
+use crate::context::Context;
+use crate::engine::{self, ModelSetup};
+use crate::error::{CliError, CliResult, ErrorKind};
+
+/// Prints engine events for `soba run`.
+struct Printer {
+    json: bool,
+    tools: Arc<ToolRegistry>,
+    policy: ApprovalPolicy,
+    /// Whether stdout ends with a newline (or nothing was written).
+    at_line_start: Mutex<bool>,
+}
+
+impl Printer {
+    fn end_stdout_line(&self) {
+        if let Ok(mut at_start) = self.at_line_start.lock()
+            && !*at_start
+        {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout);
+            let _ = stdout.flush();
+            *at_start = true;
+        }
+    }
+
+    fn print(&self, event: EngineEvent) {
+        if self.json {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{}", event.to_json());
+            let _ = stdout.flush();
+            return;
+        }
+        match event {
+            EngineEvent::TextDelta { text } => {
+                if text.is_empty() {
+                    return;
+                }
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+                if let Ok(mut at_start) = self.at_line_start.lock() {
+                    *at_start = text.ends_with('\n');
+                }
+            }
+            EngineEvent::AssistantMessage { tool_calls, .. } if !tool_calls.is_empty() => {
+                self.end_stdout_line();
+            }
+            EngineEvent::ToolResult {
+                name,
+                call,
+                is_error,
+                bytes,
+            } => {
+                let needs_approval = self
+                    .tools
+                    .get(&name)
+                    .is_some_and(|tool| tool.needs_approval());
+                let verdict = if !is_error {
+                    format!("ok ({bytes} bytes)")
+                } else if needs_approval && !self.policy.covers(&name) {
+                    NON_INTERACTIVE_DENIAL.to_owned()
+                } else {
+                    format!("error ({bytes} bytes)")
+                };
+                eprintln!("tool {call} → {verdict}");
+            }
+            EngineEvent::Hygiene {
+                reclaimed, stubbed, ..
+            } => {
+                eprintln!("hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed");
+            }
+            EngineEvent::CompactionStart {
+                trigger,
+                tokens_before,
+                ..
+            } => {
+                self.end_stdout_line();
+                eprintln!(
+                    "Compacting context before response ({}, {tokens_before} tokens)",
+                    trigger.as_str()
+                );
+            }
+            EngineEvent::CompactionEnd(end) => {
+                eprintln!("{}", end.result_line(|id| id.short_with(4)));
+            }
+            EngineEvent::Warning { message } => {
+                self.end_stdout_line();
+                eprintln!("warning: {message}");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Maps a tool-subsystem configuration error: a bad `--allow` is a usage
+/// error, anything from config a configuration error.
+fn tool_error(err: ToolError) -> CliError {
+    match &err {
+        ToolError::UnknownAllowName { origin, .. } if *origin == "--allow" => {
+            CliError::usage(err.to_string())
+        }
+        _ => CliError::user(err.to_string()),
+    }
+}
+
+/// Opens the session the turn runs in: a new one, the most recent one
+/// (`-c`) or the one named by `--resume`.
+fn open(
+    ctx: &Context,
+    args: &RunArgs,
+    setup: &ModelSetup,
+    tools: &ToolRegistry,
+) -> CliResult<SessionCore> {
+    let wanted = match (&args.resume, args.continue_session) {
+        (Some(id), _) => Some(id.as_str()),
+        (None, true) => None,
+        (None, false) => return engine::create_session(ctx, setup, tools),
+    };
+    let summary = ctx.select_session(wanted)?;
+    let (mut core, diagnostics) = engine::open_session(ctx, &summary.path, setup, tools)?;
+    for diagnostic in diagnostics {
+        eprintln!("warning: session {}: {diagnostic}", summary.id);
+    }
+    if engine::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
+        core.append(EntryBody::ModelChange {
+            model: setup.info.id.clone(),
+        })?;
+    }
+    Ok(core)
+}
+
+/// Runs `soba run`.
+pub fn cmd_run(args: &RunArgs, global: &GlobalArgs) -> CliResult {
+    let ctx = Context::load(global)?;
+    ctx.print_warnings();
+    let resolved = ctx
+        .config()
+        .resolve_model(args.model.as_deref(), &ctx.env)?;
+    let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
+    let budget = setup.budget(&ctx)?;
+    for warning in budget.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx)?);
+    let mut notes = Vec::new();
+    let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
+    for note in notes {
+        eprintln!("{note}");
+    }
+    let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
+        .map_err(tool_error)?;
+    let tool_config = ToolConfig::default()
+        .with_bash_timeout_ms(ctx.config().bash_timeout_ms)
+        .map_err(tool_error)?;
+    let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
+    let tools = Arc::new(ToolRegistry::builtin());
+    let core = open(&ctx, args, &setup, &tools)?;
+    let session_id = core.header().id.clone();
+    let core = Arc::new(tokio::sync::Mutex::new(core));
+    let printer = Arc::new(Printer {
+        json: args.json,
+        tools: tools.clone(),
+        policy: policy.clone(),
+        at_line_start: Mutex::new(true),
+    });
+    let sink_printer = printer.clone();
+    let sink: EventSink = Arc::new(move |event| sink_printer.print(event));
+    let agent = Agent {
+        barrier: engine::barrier(core, sink, summarizer),
+        model: client,
+        tools,
+        approvals: Arc::new(Approvals::non_interactive(policy)),
+        tool_context: ToolContext::new(workspace, tool_config, CancellationToken::new()),
+        provider_model: setup.info.wire_model.clone(),
+    };
+    let runtime = engine::runtime()?;
+    let (end, interrupted) = runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let turn = agent.run_turn(&args.prompt, &cancel);
+        tokio::pin!(turn);
+        let mut interrupted = false;
+        loop {
+            tokio::select! {
+                end = &mut turn => break (end, interrupted),
+                signal = tokio::signal::ctrl_c() => {
+                    if signal.is_err() || interrupted {
+                        // A second Ctrl-C does not wait for the turn.
+                        break (Ok(TurnEnd::Cancelled), true);
+                    }
+                    interrupted = true;
+                    cancel.cancel();
+                }
+            }
+        }
+    });
+    printer.end_stdout_line();
+    let end = end?;
+    let in_session = format!("session {session_id}");
+    match end {
+        TurnEnd::Completed => {
+            eprintln!("completed · {in_session}");
+            Ok(())
+        }
+        TurnEnd::Failed(reason) => Err(CliError::user(format!(
+            "turn failed: {reason} ({in_session})"
+        ))),
+        TurnEnd::Cancelled if interrupted => Err(CliError {
+            kind: ErrorKind::Interrupted,
+            message: format!("interrupted (SIGINT): the turn was cancelled ({in_session})"),
+            source: None,
+            hints: Vec::new(),
+        }),
+        TurnEnd::Cancelled => Err(CliError::user(format!(
+            "the turn was cancelled ({in_session})"
+        ))),
+        TurnEnd::Stale => Err(CliError::user(format!(
+            "the turn ended: the session moved during compaction ({in_session})"
+        ))),
+    }
+}

@@ -1,0 +1,197 @@
+//! `soba sessions`: the workspace's sessions, most recent first, with short
+//! id, creation time, entry count, size and workspace root.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use serde_json::{Value, json};
+use soba_store::reader::{SessionSummary, list_sessions};
+
+use crate::cli::{GlobalArgs, SessionsArgs};
+use crate::context::Context;
+use crate::error::CliResult;
+
+/// The fewest characters of a session id shown (the first 8 hex digits of a
+/// uuid v7 are its timestamp).
+pub const MIN_SHORT_SESSION: usize = 8;
+
+/// Runs `soba sessions`.
+pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
+    let ctx = Context::load(global)?;
+    ctx.print_warnings();
+    let dir = &ctx.locations.sessions_dir;
+    let sessions = list_sessions(dir)?;
+    let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
+    let short_len = shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        let rows: Vec<Value> = sessions
+            .iter()
+            .map(|summary| {
+                json!({
+                    "id": summary.id,
+                    "shortId": short(&summary.id, short_len),
+                    "path": summary.path.display().to_string(),
+                    "createdAt": summary.created_at,
+                    "entries": count_entries(&summary.path),
+                    "bytes": summary.size,
+                    "cwd": summary.cwd,
+                    "problem": summary.problem,
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&Value::Array(rows)).unwrap_or_default();
+        writeln!(stdout, "{text}")?;
+        return Ok(stdout.flush()?);
+    }
+    if sessions.is_empty() {
+        writeln!(stdout, "no sessions in {}", dir.display())?;
+        writeln!(
+            stdout,
+            "start one with `soba run \"<prompt>\"` or import one with `soba import <file>`"
+        )?;
+        return Ok(stdout.flush()?);
+    }
+    stdout.write_all(table(&sessions, short_len).as_bytes())?;
+    Ok(stdout.flush()?)
+}
+
+fn table(sessions: &[SessionSummary], short_len: usize) -> String {
+    let rows: Vec<[String; 5]> = sessions
+        .iter()
+        .map(|summary| {
+            [
+                short(&summary.id, short_len),
+                summary
+                    .created_at
+                    .as_deref()
+                    .map(display_time)
+                    .unwrap_or_else(|| "-".to_owned()),
+                count_entries(&summary.path).to_string(),
+                human_size(summary.size),
+                match &summary.problem {
+                    Some(problem) => format!("(unreadable header: {problem})"),
+                    None => summary.cwd.clone().unwrap_or_default(),
+                },
+            ]
+        })
+        .collect();
+    let header = ["id", "created", "entries", "size", "cwd"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: [&str; 5], out: &mut String| {
+        out.push_str(&format!(
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+        ));
+    };
+    line(header, &mut out);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3], &row[4]], &mut out);
+    }
+    out
+}
+
+/// Returns the length of the shortest prefix (at least `min`) that tells
+/// every id apart.
+pub fn shortest_unique_prefix(ids: &[&str], min: usize) -> usize {
+    let mut sorted: Vec<&str> = ids.to_vec();
+    sorted.sort_unstable();
+    let shared = sorted
+        .windows(2)
+        .map(|pair| {
+            pair[0]
+                .chars()
+                .zip(pair[1].chars())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (shared + 1).max(min)
+}
+
+/// Returns the first `len` characters of an id.
+pub fn short(id: &str, len: usize) -> String {
+    id.chars().take(len).collect()
+}
+
+/// Shows an RFC 3339 time as `yyyy-mm-dd hh:mm` (UTC).
+pub fn display_time(rfc3339: &str) -> String {
+    let text: String = rfc3339.chars().take(16).collect();
+    text.replace('T', " ")
+}
+
+/// Counts the complete, non-blank lines after the header.
+pub fn count_entries(path: &Path) -> u64 {
+    let Ok(file) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut n_lines = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                if line.last() == Some(&b'\n') && !line.iter().all(u8::is_ascii_whitespace) {
+                    n_lines += 1;
+                }
+            }
+        }
+    }
+    n_lines.saturating_sub(1)
+}
+
+/// Formats a byte count: `812 B`, `4.2 KiB`, `1.3 MiB`.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_and_sizes() {
+        let ids = ["0190aaaa-1111", "0190aaab-2222", "0191ffff-3333"];
+        assert_eq!(shortest_unique_prefix(&ids, 4), 8);
+        assert_eq!(shortest_unique_prefix(&ids[..1], 8), 8);
+        assert_eq!(human_size(812), "812 B");
+        assert_eq!(human_size(4300), "4.2 KiB");
+        assert_eq!(human_size(3 * 1024 * 1024 / 2), "1.5 MiB");
+        assert_eq!(display_time("2025-01-02T03:04:05.678Z"), "2025-01-02 03:04");
+    }
+
+    #[test]
+    fn counts_complete_lines_after_the_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, "{header}\n{a}\n\n{b}\n{torn").unwrap();
+        assert_eq!(count_entries(&path), 2);
+    }
+}

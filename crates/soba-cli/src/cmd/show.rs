@@ -1,0 +1,362 @@
+//! `soba show <session> [--entries] [--check]`: a session's summary, its
+//! entries one line each with short ids, or a full validation with
+//! line-numbered diagnostics (exit 1 when the log is damaged).
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+
+use soba_core::id::shortest_unique_len;
+use soba_core::tokens::group_thousands;
+use soba_core::{Block, EntryBody, EntryId, Usage};
+use soba_store::reader::{LoggedEntry, SessionLog, read_log};
+
+use crate::cli::{GlobalArgs, ShowArgs};
+use crate::context::Context;
+use crate::error::{CliError, CliResult};
+
+/// Characters of message text shown per entry line.
+const PREVIEW_CHARS: usize = 72;
+
+/// Runs `soba show`.
+pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
+    let ctx = Context::load(global)?;
+    ctx.print_warnings();
+    let summary = ctx.select_session(Some(&args.session))?;
+    let log = read_log(&summary.path)?;
+    let short_len = shortest_unique_len(log.entries().iter().map(|logged| &logged.entry.id));
+    let mut stdout = std::io::stdout().lock();
+    if args.entries {
+        stdout.write_all(entries_text(&log, short_len).as_bytes())?;
+    }
+    if args.check {
+        let problems = check(&log);
+        for problem in &problems {
+            writeln!(stdout, "{problem}")?;
+        }
+        stdout.flush()?;
+        if !problems.is_empty() {
+            return Err(CliError::user(format!(
+                "session {} is damaged: {} problem{} in {}",
+                summary.id,
+                problems.len(),
+                if problems.len() == 1 { "" } else { "s" },
+                summary.path.display()
+            ))
+            .hint("damaged lines are skipped when the session is read; nothing is lost by resuming it"));
+        }
+        writeln!(
+            stdout,
+            "session {} is valid: {} entries checked",
+            summary.id,
+            log.entries().len()
+        )?;
+        return Ok(stdout.flush()?);
+    }
+    if !args.entries {
+        stdout.write_all(summary_text(&log, &summary.path, short_len).as_bytes())?;
+    }
+    Ok(stdout.flush()?)
+}
+
+fn short(id: &EntryId, len: usize) -> String {
+    id.short_with(len)
+}
+
+/// One line of text: newlines shown as spaces, cut with `…`.
+fn preview(text: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.trim();
+    if flat.chars().count() <= PREVIEW_CHARS {
+        flat.to_owned()
+    } else {
+        let cut: String = flat.chars().take(PREVIEW_CHARS - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+/// Describes an entry's body in a few words.
+fn detail(logged: &LoggedEntry, short_len: usize) -> String {
+    match &logged.entry.body {
+        EntryBody::Message(message_entry) => {
+            let message = &message_entry.message;
+            let mut parts = vec![message.role.as_str().to_owned()];
+            if message.origin != soba_core::MessageOrigin::Typed {
+                parts.push(format!("({})", message.origin.as_str()));
+            }
+            let calls: Vec<&str> = message.tool_uses().map(|call| call.name.as_str()).collect();
+            if !calls.is_empty() {
+                parts.push(format!("calls {}", calls.join(", ")));
+            }
+            for result in message.tool_results() {
+                parts.push(format!(
+                    "result{} {}",
+                    if result.is_error { " (error)" } else { "" },
+                    preview(&result.text())
+                ));
+            }
+            let text = message.text();
+            if !text.trim().is_empty() {
+                parts.push(preview(&text));
+            }
+            if let Some(tokens) = &message_entry.tokens {
+                parts.push(format!("[{} tokens]", group_thousands(tokens.n.get())));
+            }
+            parts.join(" ")
+        }
+        EntryBody::Context(context) => {
+            format!("{} {}", context.source.as_str(), context.path)
+        }
+        EntryBody::Capsule(capsule) => format!(
+            "{} {} {} → {} tokens, kept from {}",
+            capsule.trigger.as_str(),
+            capsule.quality.as_str(),
+            group_thousands(capsule.tokens_before.get()),
+            group_thousands(capsule.tokens_after.get()),
+            capsule
+                .first_kept_entry_id
+                .as_ref()
+                .map_or_else(|| "nothing".to_owned(), |id| short(id, short_len))
+        ),
+        EntryBody::Hygiene {
+            pruned_through,
+            reclaimed_tokens,
+        } => format!(
+            "pruned through {} ({} tokens)",
+            short(pruned_through, short_len),
+            group_thousands(reclaimed_tokens.get())
+        ),
+        EntryBody::Checkpoint { kind, note } => format!("{} {}", kind.as_str(), preview(note)),
+        EntryBody::Leaf { target } => format!("→ {}", short(target, short_len)),
+        EntryBody::ModelChange { model } => model.clone(),
+        EntryBody::ConfigChange { auto_compact } => match auto_compact {
+            Some(on) => format!("autoCompact {}", if *on { "on" } else { "off" }),
+            None => String::new(),
+        },
+        EntryBody::Skill(skill) => format!("{:?} {}", skill.action, skill.name).to_lowercase(),
+        EntryBody::Unknown { .. } => "(unknown type, kept)".to_owned(),
+    }
+}
+
+/// One line per entry in file order; `*` marks the current path.
+fn entries_text(log: &SessionLog, short_len: usize) -> String {
+    let on_path: HashSet<&EntryId> = log.path().iter().map(|logged| &logged.entry.id).collect();
+    let id_width = short_len + 3;
+    let mut out = String::new();
+    for logged in log.entries() {
+        let entry = &logged.entry;
+        let line = logged
+            .location
+            .line
+            .map_or_else(|| "-".to_owned(), |n| n.to_string());
+        let parent = entry
+            .parent_id
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |id| short(id, short_len));
+        out.push_str(&format!(
+            "{line:>6} {} {:<id_width$} {:<id_width$} {:<13} {}\n",
+            if on_path.contains(&entry.id) {
+                '*'
+            } else {
+                ' '
+            },
+            short(&entry.id, short_len),
+            parent,
+            entry.body.type_name(),
+            detail(logged, short_len)
+        ));
+    }
+    out
+}
+
+/// The summary: header, counts, path, capsules, usage, diagnostics.
+fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> String {
+    let mut out = String::new();
+    match log.header() {
+        Some(header) => {
+            out.push_str(&format!("session   {}\n", header.id));
+            out.push_str(&format!("file      {}\n", file.display()));
+            out.push_str(&format!("created   {}\n", header.created_at));
+            out.push_str(&format!("cwd       {} ({})\n", header.cwd, header.os));
+            if let Some(from) = &header.imported_from {
+                out.push_str(&format!(
+                    "imported  {} {}{}\n",
+                    from.format,
+                    from.path,
+                    from.original_id
+                        .as_deref()
+                        .map(|id| format!(" (original id {id})"))
+                        .unwrap_or_default()
+                ));
+            }
+            if !header.memory.is_empty() {
+                out.push_str(&format!("memory    {} capsules\n", header.memory.len()));
+            }
+        }
+        None => {
+            out.push_str(&format!("file      {}\n", file.display()));
+            out.push_str("header    missing or damaged (run with --check)\n");
+        }
+    }
+    let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut by_role: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut usage = Usage::default();
+    let mut n_calls = 0u64;
+    for logged in log.entries() {
+        *by_type.entry(logged.entry.body.type_name()).or_default() += 1;
+        if let EntryBody::Message(message_entry) = &logged.entry.body {
+            let message = &message_entry.message;
+            *by_role.entry(message.role.as_str()).or_default() += 1;
+            n_calls += message.tool_uses().count() as u64;
+            if let Some(reported) = &message.usage {
+                usage.add(reported);
+            }
+        }
+    }
+    let types: Vec<String> = by_type
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    let roles: Vec<String> = by_role
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    out.push_str(&format!(
+        "entries   {} ({})\n",
+        log.entries().len(),
+        types.join(", ")
+    ));
+    if !roles.is_empty() {
+        out.push_str(&format!(
+            "messages  {} · tool calls {n_calls}\n",
+            roles.join(", ")
+        ));
+    }
+    let path = log.path();
+    let model = crate::engine::session_model(
+        &path
+            .iter()
+            .map(|logged| logged.entry.clone())
+            .collect::<Vec<_>>(),
+    );
+    out.push_str(&format!(
+        "leaf      {} · path {} entries · live stretch {}\n",
+        log.leaf()
+            .map_or_else(|| "-".to_owned(), |id| short(id, short_len)),
+        path.len(),
+        log.live_stretch().len()
+    ));
+    if let Some(model) = model {
+        out.push_str(&format!("model     {model}\n"));
+    }
+    let capsules: Vec<&LoggedEntry> = log
+        .entries()
+        .iter()
+        .filter(|logged| matches!(logged.entry.body, EntryBody::Capsule(_)))
+        .collect();
+    if let Some(latest) = log.latest_capsule() {
+        out.push_str(&format!(
+            "capsules  {} · latest on path {} {}\n",
+            capsules.len(),
+            short(&latest.entry.id, short_len),
+            detail(latest, short_len)
+        ));
+    } else if !capsules.is_empty() {
+        out.push_str(&format!(
+            "capsules  {} (none on the path)\n",
+            capsules.len()
+        ));
+    }
+    if usage != Usage::default() {
+        out.push_str(&format!(
+            "usage     input {} · output {} · cache read {} · cache write {}\n",
+            group_thousands(usage.input),
+            group_thousands(usage.output),
+            group_thousands(usage.cache_read),
+            group_thousands(usage.cache_write)
+        ));
+    }
+    let n_diagnostics = log.diagnostics().len();
+    if n_diagnostics == 0 {
+        out.push_str("damage    none found while reading (--check validates fully)\n");
+    } else {
+        out.push_str(&format!(
+            "damage    {n_diagnostics} problems while reading (run with --check to list them)\n"
+        ));
+    }
+    out
+}
+
+/// Full validation: every reader diagnostic, plus references the path
+/// depends on, each with its line.
+pub fn check(log: &SessionLog) -> Vec<String> {
+    let mut problems: Vec<String> = log.diagnostics().iter().map(ToString::to_string).collect();
+    let path = log.path();
+    let mut seen: HashSet<&EntryId> = HashSet::new();
+    let mut calls: HashSet<&str> = HashSet::new();
+    for logged in &path {
+        let entry = &logged.entry;
+        let at = logged.location;
+        match &entry.body {
+            EntryBody::Message(message_entry) => {
+                for block in &message_entry.message.content {
+                    match block {
+                        Block::ToolUse(call) => {
+                            calls.insert(call.id.as_str());
+                        }
+                        Block::ToolResult(result)
+                            if !calls.contains(result.tool_use_id.as_str()) =>
+                        {
+                            problems.push(format!(
+                                "{at}: tool result for call {:?} has no earlier call on the path",
+                                result.tool_use_id
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            EntryBody::Capsule(capsule) => {
+                if let Some(first) = &capsule.first_kept_entry_id
+                    && !seen.contains(first)
+                {
+                    problems.push(format!(
+                        "{at}: capsule {} keeps from {first}, which is not before it on the path",
+                        entry.id
+                    ));
+                }
+                if let Some(previous) = &capsule.previous_capsule_id
+                    && log.entry(previous).is_none()
+                {
+                    problems.push(format!(
+                        "{at}: capsule {} rolls up {previous}, which is not in the log",
+                        entry.id
+                    ));
+                }
+            }
+            EntryBody::Hygiene { pruned_through, .. } if !seen.contains(pruned_through) => {
+                problems.push(format!(
+                    "{at}: hygiene entry {} prunes through {pruned_through}, which is not before it on the path",
+                    entry.id
+                ));
+            }
+            _ => {}
+        }
+        seen.insert(&entry.id);
+    }
+    for logged in log.entries() {
+        // The reader already reports a dangling current leaf.
+        if let EntryBody::Leaf { target } = &logged.entry.body
+            && log.entry(target).is_none()
+            && log.leaf() != Some(target)
+        {
+            problems.push(format!(
+                "{}: leaf entry {} points at {target}, which is not in the log",
+                logged.location, logged.entry.id
+            ));
+        }
+    }
+    problems
+}

@@ -1,0 +1,121 @@
+//! What every command that touches the workspace starts from: the
+//! environment, the workspace root, the locations of SOBA's files and the
+//! loaded configuration, plus finding sessions.
+
+use std::path::{Path, PathBuf};
+
+use soba_store::reader::{SessionSummary, find_session, list_sessions};
+
+use crate::cli::GlobalArgs;
+use crate::config::{self, LoadInput, Loaded};
+use crate::error::{CliError, CliResult};
+use crate::paths::{Env, Locations, Workspace};
+
+/// The environment, workspace, locations and configuration of one command.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The captured environment.
+    pub env: Env,
+    /// The workspace root and slug.
+    pub workspace: Workspace,
+    /// Where the config, sessions and logs live.
+    pub locations: Locations,
+    /// The merged configuration.
+    pub loaded: Loaded,
+}
+
+impl Context {
+    /// Loads everything from the process environment and the global flags.
+    pub fn load(global: &GlobalArgs) -> CliResult<Self> {
+        let cwd = match &global.cwd {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().map_err(|err| {
+                CliError::user("cannot read the current directory")
+                    .caused_by(err)
+                    .hint("pass the workspace root with --cwd DIR")
+            })?,
+        };
+        Context::load_with(Env::from_process(), &cwd, global)
+    }
+
+    /// Loads everything from an explicit environment and directory.
+    pub fn load_with(env: Env, cwd: &Path, global: &GlobalArgs) -> CliResult<Self> {
+        let workspace = Workspace::at(cwd)?;
+        let locations = Locations::resolve(&env, &workspace, global.session_dir.as_deref())?;
+        let project_file = workspace.project_config();
+        let loaded = config::load(&LoadInput {
+            env: &env,
+            user_file: &locations.user_config,
+            project_file: Some(&project_file),
+            sets: &global.set,
+        })?;
+        Ok(Context {
+            env,
+            workspace,
+            locations,
+            loaded,
+        })
+    }
+
+    /// Returns the typed configuration.
+    pub fn config(&self) -> &config::Config {
+        &self.loaded.config
+    }
+
+    /// Prints the configuration's warnings to stderr.
+    pub fn print_warnings(&self) {
+        for warning in &self.loaded.warnings {
+            eprintln!("warning: {warning}");
+        }
+    }
+
+    /// Finds a session: a path to a session file, an id or id prefix in
+    /// the workspace's sessions folder, or (with `None`) the most recent one.
+    pub fn select_session(&self, wanted: Option<&str>) -> CliResult<SessionSummary> {
+        let dir = &self.locations.sessions_dir;
+        match wanted {
+            Some(text) => {
+                let as_path = PathBuf::from(text);
+                if text.ends_with(".jsonl") && as_path.is_file() {
+                    return Ok(summary_of_file(&as_path));
+                }
+                Ok(find_session(dir, text)?)
+            }
+            None => list_sessions(dir)?
+                .into_iter()
+                .find(|summary| summary.problem.is_none())
+                .ok_or_else(|| {
+                    CliError::user(format!("no sessions in {}", dir.display()))
+                        .hint("start one with `soba run \"<prompt>\"`, import one with `soba import`, or pass --session ID")
+                }),
+        }
+    }
+}
+
+/// Describes a session file given by path.
+fn summary_of_file(path: &Path) -> SessionSummary {
+    let metadata = std::fs::metadata(path).ok();
+    let header = soba_store::reader::read_header(path);
+    let stem = path
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (id, created_at, cwd, problem) = match header {
+        Ok(header) => (
+            header.id.as_str().to_owned(),
+            Some(header.created_at),
+            Some(header.cwd),
+            None,
+        ),
+        Err(problem) => (stem, None, None, Some(problem)),
+    };
+    SessionSummary {
+        id,
+        path: path.to_path_buf(),
+        created_at,
+        cwd,
+        size: metadata.as_ref().map_or(0, std::fs::Metadata::len),
+        modified: metadata.and_then(|m| m.modified().ok()),
+        problem,
+    }
+}

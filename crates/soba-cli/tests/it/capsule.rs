@@ -1,0 +1,505 @@
+//! `soba compact` and `soba capsule list|export|load|create` (SPEC §12) on
+//! imported sessions: export/load round trips, redaction with a count,
+//! malformed files, handoff files that append nothing, Project Memory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soba_core::render::parse_capsule_file;
+use soba_core::{ContextSource, EntryBody, Quality, Trigger};
+use soba_provider::fake::{Dialect, FakeServer, RecordedRequest, Reply, Script};
+use soba_store::reader::read_log;
+
+use crate::support::{Sandbox, last_line, long_pi_session, text};
+
+const MODEL: &str = "anthropic/claude-sonnet-4-5";
+const ANTHROPIC_SECRET: &str = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123";
+const PASSWORD: &str = "password=correcthorsebatterystaple";
+
+/// Imports a long synthetic session and returns its id.
+fn session_with(sandbox: &Sandbox, secret: &str) -> String {
+    let file = sandbox.write("trace.jsonl", &long_pi_session(6, 600, secret));
+    let output = sandbox.run_ok(&["import", file.to_str().unwrap(), "--json"]);
+    let reports: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    reports[0]["sessionId"].as_str().unwrap().to_owned()
+}
+
+/// Runs `soba compact` and returns its stdout.
+fn compact(sandbox: &Sandbox, id: &str, extra: &[&str]) -> String {
+    let args = [
+        &[
+            "compact",
+            "--session",
+            id,
+            "--model",
+            MODEL,
+            "--set",
+            "compaction.keepRecentTokens=256",
+        ][..],
+        extra,
+    ]
+    .concat();
+    text(&sandbox.run_ok(&args).stdout)
+}
+
+/// Returns the `ck_…` short id at the end of a result line.
+fn short_ck(result_line: &str) -> String {
+    result_line
+        .split(" · ")
+        .find(|part| part.starts_with("ck_"))
+        .unwrap_or_else(|| panic!("no checkpoint id in {result_line:?}"))
+        .trim()
+        .to_owned()
+}
+
+/// Returns the redaction note at the end of an output line, e.g.
+/// `2 secrets redacted (anthropic_key 1, secret 1)`.
+fn redaction_note(line: &str) -> String {
+    let line = line.trim_end();
+    let start = line.rfind("; ").expect("a redaction note") + 2;
+    line[start..line.len() - 1].to_owned()
+}
+
+fn session_file(sandbox: &Sandbox) -> PathBuf {
+    sandbox.session_files().remove(0)
+}
+
+#[test]
+fn export_then_load_gives_the_same_sections() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let result = compact(&sandbox, &id, &[]);
+    assert!(result.starts_with("Compacted (user): "), "{result}");
+    let ck = short_ck(result.lines().next().unwrap());
+
+    let list = text(
+        &sandbox
+            .run_ok(&["capsule", "list", "--session", &id])
+            .stdout,
+    );
+    assert!(list.contains(&format!("* {ck}  user")), "{list}");
+
+    let exported = sandbox.run_ok(&[
+        "capsule",
+        "export",
+        &ck,
+        "out/a.capsule.md",
+        "--session",
+        &id,
+    ]);
+    let target = sandbox.ws.join("out/a.capsule.md");
+    let stdout = text(&exported.stdout);
+    assert!(
+        stdout.starts_with(&format!("exported {ck} to {} (", target.display())),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("tokens; no secrets found)\n"), "{stdout}");
+    let file_text = std::fs::read_to_string(&target).unwrap();
+    let parsed = parse_capsule_file(&file_text).unwrap();
+    assert_eq!(parsed.front.schema_version, 1);
+    assert_eq!(parsed.front.quality, Some(Quality::Full));
+    assert_eq!(parsed.front.trigger, Some(Trigger::User));
+    assert_eq!(parsed.front.source_session.as_deref(), Some(id.as_str()));
+
+    // The exported sections are the capsule's own.
+    let log = read_log(session_file(&sandbox)).unwrap();
+    let capsule = log
+        .entries()
+        .iter()
+        .find_map(|logged| match &logged.entry.body {
+            EntryBody::Capsule(capsule) => Some((logged.entry.id.clone(), capsule.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(parsed.front.id.as_deref(), Some(capsule.0.as_str()));
+    for ((heading, exported), (_, original)) in parsed
+        .narrative
+        .sections()
+        .iter()
+        .zip(capsule.1.narrative.sections().iter())
+    {
+        assert_eq!(exported.trim(), original.trim(), "## {heading}");
+    }
+    assert!(!capsule.1.narrative.goal.trim().is_empty());
+
+    // Loading appends the file as untrusted capsule_file context.
+    let size_before = std::fs::metadata(session_file(&sandbox)).unwrap().len();
+    let loaded = sandbox.run_ok(&["capsule", "load", "out/a.capsule.md", "--session", &id]);
+    let stdout = text(&loaded.stdout);
+    assert!(
+        stdout.starts_with(&format!("loaded out/a.capsule.md into session {id} as e_")),
+        "{stdout}"
+    );
+    let log = read_log(session_file(&sandbox)).unwrap();
+    assert!(log.is_clean());
+    let last = log.entries().last().unwrap();
+    assert!(
+        last.location.offset >= size_before,
+        "the load rewrote the log"
+    );
+    let EntryBody::Context(context) = &last.entry.body else {
+        panic!("expected a context entry, got {:?}", last.entry.body);
+    };
+    assert_eq!(context.source, ContextSource::CapsuleFile);
+    assert_eq!(context.path, "out/a.capsule.md");
+    assert_eq!(context.text, file_text);
+    let digest: String = <sha2::Sha256 as sha2::Digest>::digest(file_text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(context.sha256, digest);
+    assert_eq!(
+        parse_capsule_file(&context.text).unwrap().narrative,
+        parsed.narrative
+    );
+}
+
+#[test]
+fn export_never_overwrites_and_stays_in_the_workspace() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let ck = short_ck(compact(&sandbox, &id, &[]).lines().next().unwrap());
+    let export = |path: &str, force: bool| {
+        let mut args = vec![
+            "capsule",
+            "export",
+            ck.as_str(),
+            path,
+            "--session",
+            id.as_str(),
+        ];
+        if force {
+            args.push("--force");
+        }
+        sandbox.run(&args)
+    };
+    assert_eq!(export("a.capsule.md", false).status.code(), Some(0));
+    let again = export("a.capsule.md", false);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        text(&again.stderr),
+        format!(
+            "error: {} already exists\nhint: pass --force to overwrite it, or choose another path\n",
+            sandbox.ws.join("a.capsule.md").display()
+        )
+    );
+    assert_eq!(export("a.capsule.md", true).status.code(), Some(0));
+    let outside = export("../outside.capsule.md", false);
+    assert_eq!(outside.status.code(), Some(1));
+    assert!(
+        text(&outside.stderr).starts_with(&format!(
+            "error: ../outside.capsule.md is outside the workspace {}",
+            sandbox.ws.display()
+        )),
+        "{}",
+        text(&outside.stderr)
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let absolute = elsewhere.path().join("abs.capsule.md");
+    assert_eq!(
+        export(absolute.to_str().unwrap(), false).status.code(),
+        Some(0)
+    );
+    assert!(absolute.is_file());
+    let unknown = sandbox.run(&["capsule", "export", "ck_ffff", "x.md", "--session", &id]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(
+        text(&unknown.stderr),
+        "error: no capsule ck_ffff in this session\nhint: list the capsules with `soba capsule list`; ids look like ck_7f3a\n"
+    );
+}
+
+#[test]
+fn secrets_are_redacted_with_a_count() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, &format!("{ANTHROPIC_SECRET} and {PASSWORD}"));
+    let result = compact(&sandbox, &id, &["--save"]);
+    let lines: Vec<&str> = result.lines().collect();
+    let ck = short_ck(lines[0]);
+    assert!(
+        lines[1].starts_with("saved to Project Memory: .soba/memory/ck_"),
+        "{result}"
+    );
+    let memory_note = redaction_note(lines[1]);
+    let exported = sandbox.run_ok(&["capsule", "export", &ck, "s.capsule.md", "--session", &id]);
+    let export_note = redaction_note(&text(&exported.stdout));
+    // The same capsule, so the same secrets.
+    assert_eq!(memory_note, export_note);
+    let memory_file = std::fs::read_dir(sandbox.ws.join(".soba/memory"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for file in [sandbox.ws.join("s.capsule.md"), memory_file] {
+        let written = std::fs::read_to_string(&file).unwrap();
+        assert!(!written.contains(ANTHROPIC_SECRET), "{}", file.display());
+        assert!(
+            !written.contains("correcthorsebatterystaple"),
+            "{}",
+            file.display()
+        );
+        // The count said is the number of secrets replaced, per kind: every
+        // marker, the title's once (it is written twice, in the front
+        // matter and as the `# ` heading).
+        let counted: String = written
+            .lines()
+            .filter(|line| !line.starts_with("# "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let anthropic = counted.matches("[REDACTED:anthropic_key]").count();
+        let secret = counted.matches("password=[REDACTED:secret]").count();
+        assert!(anthropic >= 1 && secret >= 1, "{}", file.display());
+        assert_eq!(
+            memory_note,
+            format!(
+                "{} secrets redacted (anthropic_key {anthropic}, secret {secret})",
+                anthropic + secret
+            )
+        );
+    }
+    // The session log itself is never rewritten: the secret stays there.
+    let log = std::fs::read_to_string(session_file(&sandbox)).unwrap();
+    assert!(log.contains(ANTHROPIC_SECRET));
+}
+
+fn capsule_text(front: &str, headings: &[&str], body_words: usize) -> String {
+    let mut text = format!("---\n{front}\n---\n\n# Handoff\n\n");
+    for heading in headings {
+        text.push_str(&format!("## {heading}\n"));
+        let words: Vec<String> = (0..body_words).map(|i| format!("{heading}{i}")).collect();
+        text.push_str(&words.join(" "));
+        text.push_str("\n\n");
+    }
+    text
+}
+
+const HEADINGS: [&str; 8] = [
+    "Goal",
+    "Constraints",
+    "Done",
+    "In progress",
+    "Pending",
+    "Decisions",
+    "Blockers",
+    "Next steps",
+];
+
+#[test]
+fn malformed_capsule_files_get_clear_errors() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let log_before = std::fs::read(session_file(&sandbox)).unwrap();
+    let load = |rel: &str, content: &[u8]| {
+        let path = sandbox.ws.join(rel);
+        std::fs::write(&path, content).unwrap();
+        let output = sandbox.run(&["capsule", "load", rel, "--session", &id]);
+        assert_eq!(output.status.code(), Some(1), "{rel}");
+        let stderr = text(&output.stderr);
+        let prefix = format!("error: cannot load {}: ", path.display());
+        assert!(stderr.starts_with(&prefix), "{stderr}");
+        stderr[prefix.len()..].trim_end().to_owned()
+    };
+    assert_eq!(
+        load("a.md", b"## Goal\nx\n"),
+        "capsule file has no front matter: start it with a `---` block holding `schemaVersion: 1`"
+    );
+    assert_eq!(
+        load(
+            "b.md",
+            capsule_text("schemaVersion: 2", &HEADINGS, 3).as_bytes()
+        ),
+        "capsule file has schemaVersion 2; this version of soba reads schemaVersion 1 only"
+    );
+    let seven: Vec<&str> = HEADINGS
+        .iter()
+        .copied()
+        .filter(|h| *h != "Blockers")
+        .collect();
+    assert_eq!(
+        load(
+            "c.md",
+            capsule_text("schemaVersion: 1", &seven, 3).as_bytes()
+        ),
+        "capsule file has no `## Blockers` section: every capsule needs the eight narrative headings"
+    );
+    assert_eq!(
+        load("d.md", b"---\nschemaVersion: 1\n"),
+        "capsule file front matter is not closed: add a `---` line after it"
+    );
+    let huge = capsule_text("schemaVersion: 1", &HEADINGS, 20_000);
+    assert!(huge.len() > 1024 * 1024);
+    assert_eq!(
+        load("e.md", huge.as_bytes()),
+        format!(
+            "capsule file is {} bytes, over the 1048576-byte limit: shorten it",
+            huge.len()
+        )
+    );
+    // Under 1 MiB but over min(32,000, floor(0.25 × 80,000)) = 20,000 tokens.
+    let long = capsule_text("schemaVersion: 1", &HEADINGS, 3_000);
+    assert!(long.len() < 1024 * 1024);
+    let message = load("f.md", long.as_bytes());
+    assert!(message.starts_with("capsule file has "), "{message}");
+    assert!(
+        message.ends_with(" tokens, over the 20,000-token limit for this model: shorten it"),
+        "{message}"
+    );
+    assert!(load("g.md", b"---\nschemaVersion: 1\n---\n\xff\xfe").starts_with("not UTF-8 text"));
+    // Nothing was appended.
+    assert_eq!(std::fs::read(session_file(&sandbox)).unwrap(), log_before);
+    // A valid hand-written file loads.
+    sandbox.write(
+        "ok.capsule.md",
+        &capsule_text("schemaVersion: 1\ntitle: \"Hand written\"", &HEADINGS, 5),
+    );
+    let ok = sandbox.run_ok(&["capsule", "load", "ok.capsule.md", "--session", &id]);
+    assert!(
+        text(&ok.stdout).contains("\"Hand written\""),
+        "{}",
+        text(&ok.stdout)
+    );
+}
+
+#[test]
+fn create_writes_a_handoff_file_and_appends_nothing() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, ANTHROPIC_SECRET);
+    let log_before = std::fs::read(session_file(&sandbox)).unwrap();
+    let created = sandbox.run_ok(&[
+        "capsule",
+        "create",
+        "Parser handoff: phase 2",
+        "--session",
+        &id,
+        "--model",
+        MODEL,
+    ]);
+    let stdout = text(&created.stdout);
+    let dir = sandbox.ws.join(".soba/capsules");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.ends_with("-parser-handoff-phase-2.capsule.md"),
+        "{name}"
+    );
+    assert!(name.as_bytes()[4] == b'-' && name.as_bytes()[7] == b'-' && name.len() > 10);
+    assert!(
+        stdout.starts_with(&format!("wrote .soba/capsules/{name} (ck_")),
+        "{stdout}"
+    );
+    let written = std::fs::read_to_string(&files[0]).unwrap();
+    let markers = written.matches("[REDACTED:anthropic_key]").count();
+    assert!(markers >= 1 && !written.contains(ANTHROPIC_SECRET));
+    assert!(
+        stdout.ends_with(&format!(
+            "full; {markers} secret{} redacted (anthropic_key {markers}))\n",
+            if markers == 1 { "" } else { "s" }
+        )),
+        "{stdout}"
+    );
+    let parsed = parse_capsule_file(&written).unwrap();
+    assert_eq!(
+        parsed.front.title.as_deref(),
+        Some("Parser handoff: phase 2")
+    );
+    assert_eq!(parsed.front.quality, Some(Quality::Full));
+    assert!(parsed.narrative.goal.contains("Build the parser."));
+    // The log is byte-for-byte unchanged; one flight record says what happened.
+    assert_eq!(std::fs::read(session_file(&sandbox)).unwrap(), log_before);
+    let flight = sandbox.sessions_dir().join(format!("{id}.flight.jsonl"));
+    let records: Vec<Value> = std::fs::read_to_string(&flight)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["level"], json!("capsule_create"));
+    assert_eq!(records[0]["outcome"], json!("completed"));
+    assert_eq!(records[0]["quality"], json!("full"));
+    // No overwrite without --force.
+    let again = sandbox.run(&[
+        "capsule",
+        "create",
+        "Parser handoff: phase 2",
+        "--session",
+        &id,
+        "--model",
+        MODEL,
+    ]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(last_line(&text(&again.stderr)).starts_with("hint: pass --force"));
+    sandbox.run_ok(&[
+        "capsule",
+        "create",
+        "Parser handoff: phase 2",
+        "--session",
+        &id,
+        "--model",
+        MODEL,
+        "--force",
+    ]);
+}
+
+#[test]
+fn compact_with_nothing_to_compact_is_skipped_and_not_saved() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let output = sandbox.run_ok(&["compact", "--session", &id, "--model", MODEL, "--save"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        stdout,
+        "Compaction skipped (user): nothing to compact before the keep window\n\
+         not saved to Project Memory: no capsule was made (nothing to compact before the keep window)\n"
+    );
+    assert!(!sandbox.ws.join(".soba/memory").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_capsule_is_not_saved_to_project_memory() {
+    let server = FakeServer::start().await.unwrap();
+    // The summarizer answers with a placeholder; the guard rejects it and
+    // the user compaction falls back to the deterministic capsule.
+    let placeholder = Script::Compute(Arc::new(|_: &RecordedRequest| {
+        Script::stream(Dialect::Chat, &Reply::text("Generating…"))
+    }));
+    server.push(placeholder);
+    let mut sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "providers": {"fake": {"api": "openai-chat", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}},
+        "models": {"fake/summ": {"contextWindow": 64000, "maxOutputTokens": 2000}},
+        "compaction": {"summarizer": {"model": "fake/summ"}, "keepRecentTokens": 256},
+    }));
+    sandbox.env = vec![("FAKE_KEY".into(), "k".into())];
+    let id = session_with(&sandbox, "none");
+    let mut command = tokio::process::Command::from(sandbox.command(&[
+        "compact",
+        "--session",
+        &id,
+        "--model",
+        MODEL,
+        "--save",
+    ]));
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("Compacted (user): "), "{stdout}");
+    assert!(lines[0].ends_with(" · fallback used"), "{stdout}");
+    assert!(
+        lines[1].starts_with("not saved to Project Memory: the capsule is degraded (fallback used"),
+        "{stdout}"
+    );
+    assert!(!sandbox.ws.join(".soba/memory").exists());
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(server.requests()[0].body["model"], json!("summ"));
+}

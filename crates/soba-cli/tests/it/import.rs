@@ -1,0 +1,276 @@
+//! `soba import` (SPEC §3.4): the `--json` report against the figures of
+//! `traces/SOURCES.md` (skipped when the traces are absent), synthetic
+//! files, folders, `--dry-run`, `--out` and re-imports.
+
+use serde_json::{Value, json};
+
+use crate::support::{Sandbox, pi_session, raw_dir, text};
+
+fn import_json(sandbox: &Sandbox, args: &[&str]) -> Vec<Value> {
+    let output = sandbox.run_ok(&[&["import", "--json"], args].concat());
+    match serde_json::from_slice(&output.stdout).expect("--json prints JSON") {
+        Value::Array(items) => items,
+        other => panic!("expected an array, got {other}"),
+    }
+}
+
+/// Checks the counts SOURCES.md gives, plus the keys SPEC §3.4 requires.
+fn check_counts(report: &Value, expected: &Value) {
+    for key in [
+        "source",
+        "format",
+        "messages",
+        "toolCalls",
+        "toolResults",
+        "unpairedToolCalls",
+        "usage",
+        "peakPromptTokens",
+        "compactions",
+        "diagnostics",
+        "entries",
+        "usageRaw",
+    ] {
+        assert!(report.get(key).is_some(), "missing {key} in {report}");
+    }
+    for usage_key in ["input", "output", "cacheRead", "cacheWrite", "reasoning"] {
+        assert!(
+            report["usage"].get(usage_key).is_some(),
+            "missing usage.{usage_key}"
+        );
+    }
+    for (key, value) in expected.as_object().unwrap() {
+        let got = report
+            .pointer(key)
+            .unwrap_or_else(|| panic!("missing {key} in {report}"));
+        assert_eq!(got, value, "{key}");
+    }
+}
+
+#[test]
+fn pi_large_session_matches_sources_md() {
+    let Some(raw) = raw_dir() else { return };
+    let sandbox = Sandbox::new();
+    let file = raw.join("pi-mono/large-session.jsonl");
+    let reports = import_json(&sandbox, &[file.to_str().unwrap(), "--dry-run"]);
+    assert_eq!(reports.len(), 1);
+    check_counts(
+        &reports[0],
+        &json!({
+            "/format": "pi-v1",
+            "/messages": 914,
+            "/toolCalls": 391,
+            "/toolResults": 373,
+            "/unpairedToolCalls": 18,
+            "/usageRaw/input": 1049,
+            "/usageRaw/output": 83156,
+            "/usageRaw/cacheRead": 43229469,
+            "/usageRaw/cacheWrite": 4296232,
+            "/usage/input": 1049,
+            "/usage/cacheRead": 43229469,
+            "/peakPromptTokens": 177604,
+            "/compactions": 0,
+            "/sessionId": null,
+        }),
+    );
+    assert!(
+        sandbox.session_files().is_empty(),
+        "--dry-run wrote a session"
+    );
+}
+
+#[test]
+fn codex_export_matches_sources_md() {
+    let Some(raw) = raw_dir() else { return };
+    let sandbox = Sandbox::new();
+    let file = raw.join("codex-converted/trajectory-1.json");
+    let reports = import_json(&sandbox, &[file.to_str().unwrap()]);
+    check_counts(
+        &reports[0],
+        &json!({
+            "/format": "codex-messages-meta",
+            "/messages": 905,
+            "/toolCalls": 411,
+            "/toolResults": 410,
+            "/unpairedToolCalls": 1,
+            "/usageRaw/total_token_usage/input_tokens": 40399924,
+            "/usageRaw/total_token_usage/cached_input_tokens": 26484096,
+            "/usageRaw/total_token_usage/output_tokens": 195227,
+            "/usageRaw/total_token_usage/reasoning_output_tokens": 57259,
+            "/usageRaw/model_context_window": 258400,
+            "/usage/input": 40399924 - 26484096,
+            "/usage/cacheRead": 26484096,
+            "/usage/reasoning": 57259,
+            "/peakPromptTokens": 216116,
+        }),
+    );
+    // The session was written and is valid.
+    let files = sandbox.session_files();
+    assert_eq!(files.len(), 1);
+    let written = reports[0]["path"].as_str().unwrap();
+    assert_eq!(files[0].to_str().unwrap(), written);
+    let id = reports[0]["sessionId"].as_str().unwrap();
+    let check = sandbox.run_ok(&["show", id, "--check"]);
+    assert!(text(&check.stdout).starts_with(&format!("session {id} is valid")));
+}
+
+#[test]
+fn pi_compactions_are_counted() {
+    let Some(raw) = raw_dir() else { return };
+    let sandbox = Sandbox::new();
+    let file = raw.join("pi-mono/before-compaction.jsonl");
+    let reports = import_json(&sandbox, &[file.to_str().unwrap(), "--dry-run"]);
+    check_counts(
+        &reports[0],
+        &json!({"/messages": 990, "/toolCalls": 454, "/toolResults": 448, "/compactions": 2, "/peakPromptTokens": 184915}),
+    );
+}
+
+#[test]
+fn the_whole_traces_folder_imports() {
+    let Some(raw) = raw_dir() else { return };
+    let sandbox = Sandbox::new();
+    let out = sandbox.ws.join("imported");
+    let reports = import_json(
+        &sandbox,
+        &[raw.to_str().unwrap(), "--out", out.to_str().unwrap()],
+    );
+    // Eight files; the OpenHands file holds three instances.
+    assert_eq!(reports.len(), 10);
+    let written = std::fs::read_dir(&out)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "jsonl")
+        })
+        .count();
+    assert_eq!(written, 10);
+    assert!(sandbox.session_files().is_empty(), "--out was not honoured");
+}
+
+#[test]
+fn a_synthetic_pi_session_gives_exact_counts() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("traces/s.jsonl", &pi_session("Fix the failing test."));
+    let reports = import_json(&sandbox, &[file.to_str().unwrap()]);
+    assert_eq!(reports.len(), 1);
+    let report = &reports[0];
+    check_counts(
+        report,
+        &json!({
+            "/format": "pi-v1",
+            "/originalId": "pi-sess-1",
+            "/messages": 4,
+            "/entries": 4,
+            "/toolCalls": 2,
+            "/toolResults": 1,
+            "/unpairedToolCalls": 1,
+            "/usage/input": 15,
+            "/usage/output": 27,
+            "/usage/cacheRead": 400,
+            "/usage/cacheWrite": 50,
+            "/usage/reasoning": 0,
+            "/peakPromptTokens": 305,
+            "/compactions": 0,
+            "/alreadyImported": false,
+        }),
+    );
+    let diagnostics = report["diagnostics"].as_array().unwrap();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert!(
+        diagnostics[0].as_str().unwrap().contains("line 4"),
+        "{diagnostics:?}"
+    );
+
+    // The header keeps the original ids.
+    let files = sandbox.session_files();
+    assert_eq!(files.len(), 1);
+    let header: Value = serde_json::from_str(
+        std::fs::read_to_string(&files[0])
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["schemaVersion"], json!(1));
+    assert_eq!(header["cwd"], json!("/work/app"));
+    assert_eq!(header["importedFrom"]["format"], json!("pi-v1"));
+    assert_eq!(header["importedFrom"]["originalId"], json!("pi-sess-1"));
+    assert_eq!(
+        header["importedFrom"]["path"],
+        json!(std::fs::canonicalize(&file).unwrap().display().to_string())
+    );
+
+    // Importing again writes nothing new.
+    let again = import_json(&sandbox, &[file.to_str().unwrap()]);
+    assert_eq!(again[0]["alreadyImported"], json!(true));
+    assert_eq!(again[0]["sessionId"], report["sessionId"]);
+    assert_eq!(sandbox.session_files().len(), 1);
+}
+
+#[test]
+fn plain_output_reports_every_figure() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("s.jsonl", &pi_session("Fix the failing test."));
+    let output = sandbox.run_ok(&["import", file.to_str().unwrap(), "--dry-run"]);
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "{} (pi-v1, pi-sess-1): dry run, not written",
+            file.display()
+        )
+    );
+    assert_eq!(
+        lines[1],
+        "  messages 4 · entries 4 · tool calls 2 · results 1 · unpaired calls 1"
+    );
+    assert_eq!(
+        lines[2],
+        "  usage: input 15 · output 27 · cache read 400 · cache write 50 · reasoning 0"
+    );
+    assert_eq!(
+        lines[3],
+        "  peak prompt 305 tokens · compactions 0 · inferences 2"
+    );
+    assert_eq!(lines[4], "  diagnostics: 1");
+    assert!(lines[5].contains("line 4"), "{stdout}");
+    assert_eq!(lines.len(), 6, "{stdout}");
+}
+
+#[test]
+fn unknown_files_are_errors_and_skipped_inside_folders() {
+    let sandbox = Sandbox::new();
+    let unknown = sandbox.write("in/notes.txt", "just some notes\n");
+    let output = sandbox.run(&["import", unknown.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: {} is not a transcript soba can import; supported formats: pi-v1, pi-v3",
+            unknown.display()
+        )),
+        "{stderr}"
+    );
+    // In a folder: skipped with a diagnostic, the rest imported.
+    sandbox.write("in/deeper/s.jsonl", &pi_session("hello"));
+    let dir = sandbox.ws.join("in");
+    let output = sandbox.run_ok(&["import", dir.to_str().unwrap(), "--json"]);
+    let reports: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reports.len(), 1);
+    assert!(text(&output.stderr).contains("notes.txt: skipped:"));
+    // A folder with nothing importable is an error.
+    let empty = sandbox.ws.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let output = sandbox.run(&["import", empty.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).starts_with("error: no importable transcript in"));
+    // A missing path names itself.
+    let output = sandbox.run(&["import", "nope.jsonl"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).starts_with("error: cannot read nope.jsonl"));
+}

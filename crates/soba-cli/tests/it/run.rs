@@ -1,0 +1,272 @@
+//! `soba run` end to end (SPEC §11.4) against soba-provider's fake server:
+//! a user-defined provider in the sandbox's user config points at it. The
+//! binary runs as a child process; the test process serves the fake.
+
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soba_core::Usage;
+use soba_provider::fake::{Dialect, FakeServer, RecordedRequest, Reply, Script};
+
+use crate::support::{Sandbox, last_line, text};
+
+const DENIAL: &str = "not approved: rerun with --auto-approve or --allow bash,write";
+
+/// A sandbox whose user config defines provider `fake` at the server, with
+/// key variable FAKE_KEY set, and the model `fake/test-model`.
+fn sandbox_for(server: &FakeServer, compaction: Value) -> Sandbox {
+    let mut sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "model": "fake/test-model",
+        "providers": {"fake": {"api": "openai-chat", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}},
+        "models": {"fake/test-model": {"contextWindow": 64000, "maxOutputTokens": 4000}},
+        "compaction": compaction,
+    }));
+    sandbox.env = vec![("FAKE_KEY".into(), "sk-fake-key-for-tests".into())];
+    sandbox
+}
+
+async fn run(sandbox: &Sandbox, args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::from(sandbox.command(&[&["run"], args].concat()));
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("soba run finishes")
+        .expect("soba run starts")
+}
+
+/// Returns the body of a recorded request as text.
+fn body(request: &RecordedRequest) -> String {
+    request.body.to_string()
+}
+
+fn write_then_answer(server: &FakeServer) {
+    server.push(Script::stream(
+        Dialect::Chat,
+        &Reply::text("Writing the note.").with_tool_call(
+            "call_1",
+            "write_file",
+            json!({"path": "note.txt", "content": "hello"}),
+        ),
+    ));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("All done.")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_needing_approval_is_refused_without_auto_approve() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    write_then_answer(&server);
+    let output = run(&sandbox, &["write a note"]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(text(&output.stdout), "Writing the note.\nAll done.\n");
+    assert!(
+        stderr.contains(&format!("tool write_file: note.txt → {DENIAL}")),
+        "{stderr}"
+    );
+    assert!(
+        last_line(&stderr).starts_with("completed · session "),
+        "{stderr}"
+    );
+    assert!(!sandbox.ws.join("note.txt").exists());
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].path, "/chat/completions");
+    assert_eq!(requests[0].body["model"], json!("test-model"));
+    assert!(
+        body(&requests[1]).contains(DENIAL),
+        "{}",
+        body(&requests[1])
+    );
+    // The key went in the header, never into the log.
+    assert_eq!(requests[0].header("authorization"), Some("<redacted>"));
+    let log = std::fs::read_to_string(&sandbox.session_files()[0]).unwrap();
+    assert!(!log.contains("sk-fake-key-for-tests"));
+    assert!(log.contains(DENIAL));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_approve_and_allow_let_the_tool_run() {
+    for flags in [&["--auto-approve"][..], &["--allow", "write"][..]] {
+        let server = FakeServer::start().await.unwrap();
+        let sandbox = sandbox_for(&server, json!({}));
+        write_then_answer(&server);
+        let output = run(&sandbox, &[&["write a note"], flags].concat()).await;
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{flags:?}: {stderr}");
+        assert_eq!(
+            std::fs::read_to_string(sandbox.ws.join("note.txt")).unwrap(),
+            "hello"
+        );
+        assert!(
+            stderr.contains("tool write_file: note.txt → ok"),
+            "{stderr}"
+        );
+        assert!(!body(&server.requests()[1]).contains(DENIAL));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_events_include_a_compaction_barrier() {
+    let server = FakeServer::start().await.unwrap();
+    // Tight settings so the turn_complete intent of the first turn
+    // compacts at the second turn's first preflight.
+    let sandbox = sandbox_for(
+        &server,
+        json!({"keepRecentTokens": 256, "minTokensForAutoCompact": 1000, "minReclaimableTokens": 1, "minSavingsRatio": 0.01, "userMessageBudgetTokens": 100}),
+    );
+    // The fake reports a prompt size close to the request's real size, so
+    // calibration stays near 1.
+    let realistic = Script::Compute(Arc::new(|request: &RecordedRequest| {
+        let prompt = request.body.to_string().len() as u64 / 4;
+        Script::stream(
+            Dialect::Chat,
+            &Reply::text("Noted.").with_usage(Usage {
+                input: prompt,
+                output: 5,
+                ..Usage::default()
+            }),
+        )
+    }));
+    server.push(realistic.clone());
+    server.push(realistic);
+    let long_prompt: String = (0..12_000).map(|i| format!("item{i} ")).collect();
+    let first = run(&sandbox, &[&long_prompt]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let second = run(&sandbox, &["-c", "--json", "what next?"]).await;
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    let events: Vec<Value> = text(&second.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let position = |name: &str| {
+        types
+            .iter()
+            .position(|t| *t == name)
+            .unwrap_or_else(|| panic!("no {name} in {types:?}\n{stderr}"))
+    };
+    assert!(position("turn_start") < position("compaction_start"));
+    assert!(position("compaction_start") < position("compaction_end"));
+    assert!(position("compaction_end") < position("assistant_message"));
+    assert_eq!(types.last(), Some(&"turn_end"));
+    let start = &events[position("compaction_start")];
+    assert_eq!(start["trigger"], json!("turn_complete"));
+    let end = &events[position("compaction_end")];
+    assert_eq!(end["outcome"], json!("completed"), "{end}");
+    assert!(end["reclaimed"].as_u64().unwrap() > 5_000, "{end}");
+    // Both turns ran in one session.
+    assert_eq!(sandbox.session_files().len(), 1);
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_errors_fail_the_turn_with_exit_1() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::error(
+        401,
+        r#"{"error":{"message":"invalid api key"}}"#,
+    ));
+    let output = run(&sandbox, &["hello"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        last_line(&stderr).starts_with("error: turn failed: "),
+        "{stderr}"
+    );
+    assert!(last_line(&stderr).contains("(session "), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_errors_exit_1_before_any_request() {
+    let server = FakeServer::start().await.unwrap();
+    // The key variable is not set.
+    let mut sandbox = sandbox_for(&server, json!({}));
+    sandbox.env.clear();
+    let output = run(&sandbox, &["hello"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stderr),
+        "error: FAKE_KEY is not set: export the API key of provider fake in FAKE_KEY\n"
+    );
+    // A model the registry does not know needs its window.
+    let sandbox = sandbox_for(&server, json!({}));
+    let output = run(&sandbox, &["--model", "fake/other", "hello"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with("error: model fake/other has no known context window: set models.\"fake/other\".contextWindow"),
+        "{stderr}"
+    );
+    // A provider nobody defined.
+    let output = run(&sandbox, &["--model", "google/gemini-2.5-pro", "hello"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("uses provider \"google\", which is not configured"));
+    // Usage errors exit 2.
+    let output = run(&sandbox, &["--allow", "everything", "hello"]).await;
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    let output = run(&sandbox, &[]).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn no_model_exits_1_with_the_spec_message() {
+    let sandbox = Sandbox::new();
+    let output = sandbox.run(&["run", "hello"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(text(&output.stdout), "");
+    assert_eq!(
+        text(&output.stderr),
+        "error: no model configured: set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, or pass --model ollama/<name>; soba demo and soba replay work offline\n"
+    );
+    assert!(sandbox.session_files().is_empty());
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_cancels_the_turn_with_exit_130() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::Stall(Duration::from_secs(30)));
+    let mut command = tokio::process::Command::from(sandbox.command(&["run", "hello"]));
+    command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let pid = child.id().expect("the child is running");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.requests().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no request was sent"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = send_sigint(pid);
+    assert!(sent, "SIGINT could not be sent");
+    let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("soba exits after SIGINT")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
+    assert!(
+        last_line(&text(&output.stderr)).starts_with("error: interrupted (SIGINT)"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+/// Sends SIGINT to our own child with the `kill` command (the workspace
+/// denies unsafe code, so no libc call).
+#[cfg(unix)]
+fn send_sigint(pid: u32) -> bool {
+    std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}

@@ -1,0 +1,191 @@
+//! `soba sessions`, `soba show` (summary, `--entries`, `--check`) and
+//! `soba stats`, on sessions imported into a sandboxed `SOBA_HOME`.
+
+use std::io::Write;
+
+use serde_json::Value;
+
+use crate::support::{Sandbox, last_line, long_pi_session, pi_session, text};
+
+/// Imports a synthetic pi session and returns its SOBA session id.
+fn imported(sandbox: &Sandbox, body: &str) -> String {
+    let file = sandbox.write(&format!("t/{}.jsonl", body.len()), body);
+    let output = sandbox.run_ok(&["import", file.to_str().unwrap(), "--json"]);
+    let reports: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    reports[0]["sessionId"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn sessions_lists_short_ids_entries_sizes_and_cwd() {
+    let sandbox = Sandbox::new();
+    let empty = sandbox.run_ok(&["sessions"]);
+    assert_eq!(
+        text(&empty.stdout).lines().next().unwrap(),
+        format!("no sessions in {}", sandbox.sessions_dir().display())
+    );
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let output = sandbox.run_ok(&["sessions"]);
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["id", "created", "entries", "size", "cwd"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[0], &id[..8]);
+    assert_eq!(&row[1..3], ["2025-02-01", "10:00"]);
+    // 4 messages + the model the header named.
+    assert_eq!(row[3], "4");
+    assert_eq!(row[6], "/work/app");
+
+    let json = sandbox.run_ok(&["sessions", "--json"]);
+    let rows: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(rows[0]["id"], Value::String(id.clone()));
+    assert_eq!(rows[0]["entries"], Value::from(4));
+    let size = std::fs::metadata(&sandbox.session_files()[0])
+        .unwrap()
+        .len();
+    assert_eq!(rows[0]["bytes"], Value::from(size));
+}
+
+#[test]
+fn session_dir_overrides_only_the_sessions_location() {
+    let sandbox = Sandbox::new();
+    let elsewhere = sandbox.ws.join("my-sessions");
+    let file = sandbox.write("s.jsonl", &pi_session("hi"));
+    sandbox.run_ok(&[
+        "import",
+        file.to_str().unwrap(),
+        "--session-dir",
+        elsewhere.to_str().unwrap(),
+    ]);
+    assert!(sandbox.session_files().is_empty());
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 1);
+    let output = sandbox.run_ok(&["sessions", "--session-dir", elsewhere.to_str().unwrap()]);
+    assert_eq!(text(&output.stdout).lines().count(), 2);
+}
+
+#[test]
+fn show_summarizes_lists_entries_and_validates() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let output = sandbox.run_ok(&["show", &id[..8]]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.starts_with(&format!("session   {id}\n")), "{stdout}");
+    assert!(stdout.contains("imported  pi-v1 "), "{stdout}");
+    assert!(stdout.contains("(original id pi-sess-1)"), "{stdout}");
+    assert!(stdout.contains("entries   4 (message 4)"), "{stdout}");
+    assert!(
+        stdout.contains("messages  assistant 2, tool 1, user 1 · tool calls 2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("usage     input 15 · output 27 · cache read 400 · cache write 50"),
+        "{stdout}"
+    );
+
+    let entries = sandbox.run_ok(&["show", &id, "--entries"]);
+    let listing = text(&entries.stdout);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 4, "{listing}");
+    // Line numbers, the path marker, short ids, the type, a preview.
+    assert!(lines[0].trim_start().starts_with("2 * e_"), "{listing}");
+    assert!(
+        lines[0].contains(" message ") && lines[0].contains("user Fix the failing test."),
+        "{listing}"
+    );
+    assert!(
+        lines[1].contains("assistant calls read, bash Reading the code."),
+        "{listing}"
+    );
+    assert!(lines[2].contains("tool result fn main()"), "{listing}");
+
+    let valid = sandbox.run_ok(&["show", &id, "--check"]);
+    assert_eq!(
+        text(&valid.stdout),
+        format!("session {id} is valid: 4 entries checked\n")
+    );
+}
+
+#[test]
+fn check_reports_damage_with_line_numbers_and_exits_1() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let file = sandbox.session_files().remove(0);
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    // Line 6: not JSON; line 7: a torn last line.
+    log.write_all(b"{\"type\": broken\n{\"type\":\"message\"")
+        .unwrap();
+    drop(log);
+    let output = sandbox.run(&["show", &id, "--check"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[0].starts_with("line 6 (byte "), "{stdout}");
+    assert!(lines[0].contains("invalid JSON"), "{stdout}");
+    assert!(lines[1].starts_with("line 7 (byte "), "{stdout}");
+    assert!(lines[1].contains("torn last line"), "{stdout}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: session {id} is damaged: 2 problems in {}",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    // The summary still works and points at --check.
+    let summary = sandbox.run_ok(&["show", &id]);
+    assert!(
+        text(&summary.stdout)
+            .contains("damage    2 problems while reading (run with --check to list them)")
+    );
+    // Unknown sessions name the folder and the fix.
+    let missing = sandbox.run(&["show", "ffffffff"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(last_line(&text(&missing.stderr)).contains("list them with `soba sessions`"));
+}
+
+#[test]
+fn stats_aggregates_flight_records() {
+    let sandbox = Sandbox::new();
+    let none = sandbox.run_ok(&["stats"]);
+    assert!(text(&none.stdout).starts_with("no flight records in"));
+    let id = imported(&sandbox, &long_pi_session(6, 600, "none"));
+    let compact = sandbox.run_ok(&[
+        "compact",
+        "--session",
+        &id,
+        "--model",
+        "anthropic/claude-sonnet-4-5",
+        "--set",
+        "compaction.keepRecentTokens=256",
+    ]);
+    let result = text(&compact.stdout);
+    assert!(result.starts_with("Compacted (user): "), "{result}");
+    let output = sandbox.run_ok(&["stats"]);
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.starts_with("1 flight record in 1 session\n"),
+        "{stdout}"
+    );
+    let row: Vec<&str> = stdout
+        .lines()
+        .find(|line| line.starts_with("user "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row, ["user", "1", "0", "0", "0", "0"]);
+    assert!(
+        stdout.contains("degraded: 0 of 1 capsules (0.0%)"),
+        "{stdout}"
+    );
+    let json = sandbox.run_ok(&["stats", "--json", "--session", &id]);
+    let stats: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(stats["byTrigger"]["user"]["completed"], Value::from(1));
+    assert_eq!(stats["durationMs"]["n"], Value::from(1));
+    let reclaimed = stats["reclaimed"]["compaction"].as_u64().unwrap();
+    assert!(reclaimed > 1_000, "{stats}");
+}
