@@ -71,7 +71,11 @@
 //! acknowledged): reported on every read and ignored; the next append writes
 //! `\n` first. Any other line that is not UTF-8, not JSON or not a valid
 //! entry is skipped with a diagnostic. Blank lines are ignored. Nothing is
-//! ever rewritten.
+//! ever rewritten. A torn line that lacked only its newline reads, once the
+//! next append has ended it, as the complete entry it is: on a side branch,
+//! since the writer that ended it took the leaf before it as parent. A line
+//! repeating an id already seen shadows the earlier one, with a diagnostic
+//! (resume, reading backwards, meets it first).
 //!
 //! **Flight records** (`<session-id>.flight.jsonl`) are one line each:
 //! `{"operationId","timestamp","level":"hygiene"|"compaction"|"capsule_create",
