@@ -12,7 +12,7 @@
 //! rewind, or a capsule among the new entries, rebuilds from the latest
 //! capsule's retained tail, so the same path always gives the same input.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -1101,7 +1101,7 @@ impl LiveInput {
 
     /// Returns `(item, result)` of every error result not followed, in the
     /// input, by a success with the same [`ErrorKey`].
-    fn unresolved_errors(&self) -> Vec<(usize, usize)> {
+    fn unresolved_errors(&self) -> HashSet<(usize, usize)> {
         let mut last_success: HashMap<&ErrorKey, (usize, usize)> = HashMap::new();
         for (item_idx, item) in self.items.iter().enumerate() {
             for (result_idx, info) in item.results.iter().enumerate() {
@@ -1110,14 +1110,14 @@ impl LiveInput {
                 }
             }
         }
-        let mut unresolved = Vec::new();
+        let mut unresolved = HashSet::new();
         for (item_idx, item) in self.items.iter().enumerate() {
             for (result_idx, info) in item.results.iter().enumerate() {
                 let resolved = last_success
                     .get(&info.key)
                     .is_some_and(|&success| success > (item_idx, result_idx));
                 if info.is_error && !resolved {
-                    unresolved.push((item_idx, result_idx));
+                    unresolved.insert((item_idx, result_idx));
                 }
             }
         }
@@ -1437,8 +1437,14 @@ mod tests {
         assert_eq!(view.system[0].text, "be brief");
         let capsule = view.capsule.unwrap();
         let rendered = capsule.rendered.unwrap().text();
-        assert!(rendered.starts_with("[Context capsule · user]"), "the default renderer is the template");
-        assert_eq!(capsule.tokens, ByteCounter.count_text(&rendered).n + MESSAGE_OVERHEAD);
+        assert!(
+            rendered.starts_with("[Context capsule · user]"),
+            "the default renderer is the template"
+        );
+        assert_eq!(
+            capsule.tokens,
+            ByteCounter.count_text(&rendered).n + MESSAGE_OVERHEAD
+        );
         assert_eq!(view.messages.len(), 3);
         let first = &view.messages[0];
         assert!(first.rewrites.truncated);

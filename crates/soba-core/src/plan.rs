@@ -216,6 +216,12 @@ pub fn narrative_tokens(counter: &dyn TokenCounter, capsule: &Capsule) -> TokenC
 /// `context_overflow`). Soft triggers face the pre-generation ROI check;
 /// any trigger with nothing before the keep window is skipped, except a
 /// forced one that can still shrink an earlier capsule.
+///
+/// After generation, a capsule larger than its budget is fitted (SPEC §7.2
+/// step 2) by planning again with `facts_tokens` set to its measured size
+/// and `summarizer_max_output_tokens` to zero: the walk is the same, so the
+/// boundary only moves later, and the entries it displaces are the ones to
+/// fold into the capsule deterministically.
 pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
     let view = live.view();
     let counter = live.counter();
