@@ -163,6 +163,7 @@ fn options(args: &ReplayArgs, sets: &[String]) -> CliResult<ReplayOptions> {
         summarizer_price: args.summarizer_price,
         cache_ttl: args.cache_ttl,
         peer_trigger: args.peer_trigger,
+        counting: replay::Counting::Bpe,
     })
 }
 

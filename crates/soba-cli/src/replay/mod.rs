@@ -20,6 +20,8 @@ pub mod probe;
 pub mod report;
 mod run;
 mod soba;
+#[cfg(test)]
+mod testing;
 pub mod trace;
 
 use std::collections::HashSet;
@@ -34,7 +36,7 @@ use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
 pub use cost::CacheMode;
 pub use policy::{PolicyKind, PolicySpec};
 pub use report::{PolicyStats, RealSummary, ReplayReport, TraceReport};
-pub use trace::{Trace, TraceError, TraceOptions};
+pub use trace::{Counting, Trace, TraceError, TraceOptions};
 
 use cost::{CostModel, openai_read_price};
 use policy::{NoneRunner, PeerRunner};
@@ -65,6 +67,8 @@ pub struct ReplayOptions {
     pub cache_ttl: u64,
     /// `--peer-trigger`: also run every selected peer as `<peer>@N`.
     pub peer_trigger: Option<u64>,
+    /// How tokens are counted (BPE, except in synthetic tests).
+    pub counting: Counting,
 }
 
 impl Default for ReplayOptions {
@@ -78,6 +82,7 @@ impl Default for ReplayOptions {
             summarizer_price: DEFAULT_SUMMARIZER_PRICE,
             cache_ttl: DEFAULT_CACHE_TTL,
             peer_trigger: None,
+            counting: Counting::Bpe,
         }
     }
 }
@@ -221,6 +226,7 @@ pub fn replay_session(
             max_output: options.max_output,
             cache: options.cache,
             image_tokens: options.compaction.image_tokens,
+            counting: options.counting,
         },
     )?;
     let budget = Budget::compute(

@@ -543,3 +543,316 @@ impl Runner for PeerRunner {
         &mut self.recorder
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use soba_core::config::CompactionConfig;
+
+    use super::super::probe::ItemContent;
+    use super::super::testing::{Script, first_step_at, none_sizes, with_run};
+    use super::*;
+
+    fn spec(text: &str) -> PolicySpec {
+        PolicySpec::parse(text).unwrap()
+    }
+
+    /// Returns the text of a text item.
+    fn item_text(item: &Item) -> &str {
+        match &item.content {
+            ItemContent::Text(text) => &text.text,
+            ItemContent::Entry(_) => "",
+        }
+    }
+
+    #[test]
+    fn policy_names_parse_and_print() {
+        assert_eq!(spec("goose@80000").to_string(), "goose@80000");
+        assert_eq!(spec("claude-code").kind, PolicyKind::ClaudeCode);
+        assert_eq!(spec("codex@80_000").trigger, Some(80_000));
+        assert!(PolicySpec::parse("soba@1000").is_err());
+        assert!(PolicySpec::parse("gemini").is_err());
+        assert!(PolicySpec::parse("pi@many").is_err());
+    }
+
+    #[test]
+    fn thresholds_follow_the_table() {
+        let (window, max_output) = (200_000, 32_000);
+        let threshold = |text: &str| spec(text).threshold(window, max_output);
+        assert_eq!(threshold("claude-code"), 167_000);
+        assert_eq!(threshold("codex"), 180_000);
+        assert_eq!(threshold("pi"), 183_616);
+        assert_eq!(threshold("opencode"), 180_000);
+        assert_eq!(threshold("goose"), 160_000);
+        assert_eq!(threshold("goose@80000"), 80_000);
+        // Claude Code reserves min(maxOutput, 20,000) for the output.
+        assert_eq!(spec("claude-code").threshold(200_000, 8_000), 179_000);
+        assert!(spec("codex").fires(180_000, 180_000));
+        assert!(!spec("pi").fires(183_616, 183_616));
+    }
+
+    /// One turn of `reads` tool steps of `tokens` each, over 8 files.
+    fn long_turn(script: &mut Script, reads: usize, tokens: u64) {
+        script.user("task", 1_000);
+        for i in 0..reads {
+            script.read(&format!("src/f{}.rs", i % 8), tokens);
+        }
+        script.answer("done");
+    }
+
+    #[test]
+    fn claude_code_compacts_before_any_request_and_reattaches_five_reads() {
+        let mut script = Script::new();
+        long_turn(&mut script, 40, 2_000);
+        let trace = script.trace(100_000, 10_000);
+        let threshold = 100_000 - 10_000 - 13_000;
+        let at = first_step_at(&trace, threshold).unwrap();
+        assert!(!trace.steps[at].starts_turn, "the check runs mid-turn");
+        with_run(
+            &trace,
+            &[spec("claude-code")],
+            &CompactionConfig::default(),
+            |_, runners, out| {
+                let recorder = &out.recorders[0];
+                assert_eq!(recorder.series.compactions, vec![at]);
+                assert_eq!(recorder.stats.compactions, 1);
+                assert_eq!(recorder.stats.summarizer_calls, 1);
+                assert_eq!(recorder.stats.requests, trace.steps.len() as u64);
+                let items = runners[0].items();
+                assert_eq!(items[0].source, None, "the summary comes first");
+                // The five newest distinct files read before the request, oldest
+                // first: reads at..at-5 were of f{(i) % 8}.
+                for (slot, read) in (at - 5..at).enumerate() {
+                    let attachment = &items[1 + slot];
+                    assert_eq!(attachment.source, None);
+                    assert!(
+                        item_text(attachment).contains(&format!("src/f{}.rs", read % 8)),
+                        "slot {slot}"
+                    );
+                }
+                assert!(
+                    items[6].is_verbatim(),
+                    "then the entries after the compaction"
+                );
+            },
+        );
+    }
+
+    #[test]
+    fn claude_code_cuts_reattached_files_to_5000_tokens() {
+        let mut script = Script::new();
+        script.user("task", 100);
+        script.read("src/big.rs", 6_000);
+        script.read("src/small.rs", 100);
+        script.answer("read both");
+        script.user("next", 100);
+        script.answer("ok");
+        let trace = script.trace(100_000, 10_000);
+        with_run(
+            &trace,
+            &[spec("claude-code@5000")],
+            &CompactionConfig::default(),
+            |_, runners, out| {
+                // Every request is over 5,000 from the big read on: Claude Code
+                // compacts before each one.
+                assert_eq!(out.recorders[0].series.compactions, vec![1, 2, 3]);
+                let items = runners[0].items();
+                let big = items
+                    .iter()
+                    .find(|item| item_text(item).contains("Called the Read tool for src/big.rs"))
+                    .expect("big.rs re-attached");
+                assert!(big.tokens <= 5_000 + 20, "{}", big.tokens);
+                assert!(big.tokens > 4_900, "{}", big.tokens);
+            },
+        );
+    }
+
+    #[test]
+    fn codex_keeps_user_messages_newest_first_within_20000_and_no_tail() {
+        let mut script = Script::new();
+        let mut users = Vec::new();
+        for turn in 0..4 {
+            users.push(script.user(&format!("u{turn}"), 5_000));
+            script.read("src/a.rs", 6_000);
+            script.read("src/b.rs", 6_000);
+            script.answer("ok");
+        }
+        let trace = script.trace(70_000, 10_000);
+        let at = first_step_at(&trace, 63_000).unwrap();
+        assert_eq!(at, trace.steps.len() - 1, "the last request, mid-turn");
+        assert!(!trace.steps[at].starts_turn);
+        with_run(
+            &trace,
+            &[spec("codex")],
+            &CompactionConfig::default(),
+            |_, runners, out| {
+                assert_eq!(out.recorders[0].series.compactions, vec![at]);
+                let items = runners[0].items();
+                // u0 cut to what remains of 20,000 after u3, u2, u1 (5,004 each).
+                assert_eq!(items[0].source, Some(users[0]));
+                assert!(!items[0].is_verbatim());
+                assert!(items[0].tokens <= 20_000 - 3 * 5_004, "{}", items[0].tokens);
+                assert!(items[0].tokens > 4_900, "{}", items[0].tokens);
+                for (slot, user) in users[1..].iter().enumerate() {
+                    assert_eq!(items[1 + slot].source, Some(*user));
+                    assert!(items[1 + slot].is_verbatim());
+                }
+                assert_eq!(
+                    items[4].source, None,
+                    "the summary follows the user messages"
+                );
+                // No tail: only the recorded answer was appended after.
+                assert_eq!(items.len(), 6);
+            },
+        );
+    }
+
+    #[test]
+    fn pi_checks_only_when_a_turn_ends_and_keeps_a_20000_tail_never_cut_at_a_result() {
+        let mut script = Script::new();
+        long_turn(&mut script, 20, 2_000);
+        let second_user = script.user("next", 1_000);
+        script.read("src/z.rs", 100);
+        script.answer("ok");
+        let trace = script.trace(200_000, 10_000);
+        let sizes = none_sizes(&trace);
+        assert!(sizes[19] > 30_000, "over the trigger mid-turn");
+        with_run(
+            &trace,
+            &[spec("pi@30000")],
+            &CompactionConfig::default(),
+            |_, runners, out| {
+                // Compacted once, at the first request of the second turn.
+                assert_eq!(out.recorders[0].series.compactions, vec![21]);
+                let items = runners[0].items();
+                assert_eq!(items[0].source, None);
+                // Walking back 20,000 tokens stops at read 11's result; the cut
+                // moves on to read 12's call (entry 23).
+                assert_eq!(items[1].source, Some(23));
+                let user_at = items
+                    .iter()
+                    .position(|item| item.source == Some(second_user))
+                    .unwrap();
+                let tail: u64 = items[1..user_at].iter().map(|item| item.tokens).sum();
+                assert_eq!(tail, 5 + 9 * 2_014);
+            },
+        );
+    }
+
+    #[test]
+    fn opencode_prunes_tool_output_beyond_the_newest_40000_tokens() {
+        let mut script = Script::new();
+        long_turn(&mut script, 40, 2_000);
+        script.user("next", 100);
+        script.answer("ok");
+        let trace = script.trace(1_000_000, 10_000);
+        with_run(
+            &trace,
+            &[spec("opencode@900000")],
+            &CompactionConfig::default(),
+            |_, runners, out| {
+                let stats = &out.recorders[0].stats;
+                assert_eq!(stats.hygiene_passes, 1);
+                assert_eq!(stats.compactions, 0);
+                let items = runners[0].items();
+                let pruned: Vec<&Item> = items
+                    .iter()
+                    .filter(|item| item_text(item).contains(OPENCODE_PRUNED))
+                    .collect();
+                // 19 newest results (38,076 tokens) are protected; the 20th
+                // crosses 40,000 and is pruned with the 20 older ones.
+                assert_eq!(pruned.len(), 21);
+                assert!(pruned.iter().all(|item| item.tokens == 4 + 9));
+            },
+        );
+    }
+
+    #[test]
+    fn opencode_keeps_a_tail_of_whole_units_within_its_clamp() {
+        let mut script = Script::new();
+        long_turn(&mut script, 30, 2_000);
+        let trace = script.trace(100_000, 10_000);
+        let at = (0..trace.steps.len())
+            .find(|&step| none_sizes(&trace)[step] > 40_000)
+            .unwrap();
+        with_run(
+            &trace,
+            &[spec("opencode@40000")],
+            &CompactionConfig::default(),
+            |_, _, out| {
+                assert_eq!(out.recorders[0].series.compactions[0], at);
+                // usable = 100,000 − 10,000 − 10,000: a quarter is 20,000,
+                // clamped to 15,000, i.e. 7 whole units of 2,014 tokens; plus the
+                // summary.
+                // The summary is within the capsule bound, min(8,000, 10 % of
+                // SOBA's autoLimit 65,446).
+                let after = out.recorders[0].series.tokens[at].unwrap();
+                assert!(after >= 4 + 7 * 2_014, "{after}");
+                assert!(after <= 4 + 7 * 2_014 + 6_544 + 4, "{after}");
+            },
+        );
+    }
+
+    #[test]
+    fn goose_checks_when_a_user_message_arrives_and_keeps_it() {
+        let mut script = Script::new();
+        long_turn(&mut script, 15, 2_000);
+        let second_user = script.user("next", 500);
+        script.read("src/z.rs", 100);
+        script.answer("ok");
+        let trace = script.trace(1_000_000, 10_000);
+        with_run(
+            &trace,
+            &[spec("goose@20000")],
+            &CompactionConfig::default(),
+            |_, runners, out| {
+                assert_eq!(out.recorders[0].series.compactions, vec![16]);
+                let items = runners[0].items();
+                assert_eq!(items[0].source, None);
+                assert_eq!(items[1].source, Some(second_user));
+                assert_eq!(items.len(), 5, "summary, user, call, result, answer");
+            },
+        );
+    }
+
+    #[test]
+    fn none_never_compacts_and_counts_requests_over_the_window() {
+        let mut script = Script::new();
+        long_turn(&mut script, 20, 2_000);
+        let trace = script.trace(30_000, 5_000);
+        let over = none_sizes(&trace).iter().filter(|&&s| s > 30_000).count() as u64;
+        assert!(over > 0);
+        with_run(
+            &trace,
+            &[spec("none")],
+            &CompactionConfig::default(),
+            |_, _, out| {
+                let stats = &out.recorders[0].stats;
+                assert_eq!(stats.compactions, 0);
+                assert_eq!(stats.over_window, over);
+                assert_eq!(stats.requests, trace.steps.len() as u64);
+                assert_eq!(stats.resends, 0);
+            },
+        );
+    }
+
+    #[test]
+    fn a_peer_over_the_window_compacts_and_resends_once() {
+        let mut script = Script::new();
+        long_turn(&mut script, 16, 2_000);
+        let trace = script.trace(30_000, 5_000);
+        let over = none_sizes(&trace).iter().position(|&s| s > 30_000).unwrap();
+        with_run(
+            &trace,
+            &[spec("pi")],
+            &CompactionConfig::default(),
+            |_, _, out| {
+                let stats = &out.recorders[0].stats;
+                assert_eq!(stats.over_window, 1);
+                assert_eq!(stats.resends, 1);
+                assert_eq!(stats.requests, trace.steps.len() as u64 + 1);
+                assert_eq!(out.recorders[0].series.compactions, vec![over]);
+                assert!(out.recorders[0].series.tokens[over].unwrap() <= 30_000);
+            },
+        );
+    }
+}

@@ -687,3 +687,239 @@ impl ProbeIndex {
             }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::testing::Script;
+    use super::*;
+
+    /// A session with every kind of ground truth; returns it with the
+    /// entries of the task, the latest instruction and the unresolved
+    /// error's result.
+    fn session() -> (Script, usize, usize, usize) {
+        let mut s = Script::new();
+        let task = s.user_text("Build the parser for the config files.");
+        let write = s.call(
+            "write",
+            json!({"path": "/work/src/a.rs", "content": "fn a() {}"}),
+        );
+        s.result(&write, "wrote src/a.rs", false);
+        // A shell edit is not an explicit edit tool.
+        let sed = s.call("bash", json!({"command": "sed -i s/x/y/ src/b.rs"}));
+        s.result(&sed, "", false);
+        let patch = s.call(
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Add File: src/c.rs\n+x\n*** End Patch"}),
+        );
+        s.result(&patch, "Done!", false);
+        let test = s.call("bash", json!({"command": "cargo test"}));
+        s.result(&test, "test parse ... FAILED", true);
+        let build = s.call("bash", json!({"command": "cargo   build"}));
+        let error = s.result(&build, "error[E0308]: mismatched types", true);
+        // The same command, whitespace aside, passes: the test failure is
+        // resolved; the build failure is not.
+        let retest = s.call("bash", json!({"command": "cargo  test"}));
+        s.result(&retest, "test result: ok", false);
+        let instruction = s.user_text("Now add   docs.");
+        let read = s.call("read", json!({"path": "src/a.rs"}));
+        s.result(&read, "fn a() {}", false);
+        s.answer("done");
+        (s, task, instruction, error)
+    }
+
+    #[test]
+    fn ground_truth_comes_from_the_transcript() {
+        let (script, task, instruction, error) = session();
+        let trace = script.trace(100_000, 10_000);
+        let index = ProbeIndex::build(&trace);
+        assert_eq!(index.files, ["src/a.rs", "src/c.rs"]);
+        let last = index.truth.last().unwrap();
+        assert_eq!(last.files, 2);
+        assert_eq!(index.needles[last.task.unwrap()].entry, task);
+        assert_eq!(index.needles[last.instruction.unwrap()].entry, instruction);
+        assert_eq!(
+            index.needles[last.instruction.unwrap()].head,
+            "Now add docs."
+        );
+        assert_eq!(index.needles[last.error.unwrap()].entry, error);
+        assert_eq!(last.recent.len(), RECENT_RESULTS);
+        assert_eq!(index.needles[last.recent[0]].head, "fn a() {}");
+        // Before the retest, the test failure was the newest unresolved one.
+        let before_retest = &index.truth[5];
+        assert_eq!(
+            index.needles[before_retest.error.unwrap()].head,
+            "error[E0308]: mismatched types"
+        );
+        let before_build = &index.truth[4];
+        assert_eq!(
+            index.needles[before_build.error.unwrap()].head,
+            "test parse ... FAILED"
+        );
+        // Nothing was modified before the first call.
+        assert_eq!(index.truth[0].files, 0);
+        assert_eq!(index.truth[0].error, None);
+    }
+
+    #[test]
+    fn every_probe_grades_a_summary_only_input() {
+        let (script, _, _, _) = session();
+        let trace = script.trace(100_000, 10_000);
+        let index = ProbeIndex::build(&trace);
+        let step = trace.steps.len() - 1;
+        let grade = |text: &str| {
+            let item = Item::text(1 << 62, 10, Arc::new(index.text_item(text)), None);
+            index.grade(step, &[item], false)
+        };
+        let nothing = grade("nothing useful");
+        assert_eq!(nothing.files, Some(0.0));
+        assert_eq!(nothing.task, Some(0.0));
+        assert_eq!(nothing.instruction, Some(0.0));
+        assert_eq!(nothing.error, Some(0.0));
+        assert_eq!(nothing.recent, Some(0.0));
+        assert_eq!(nothing.mean(), 0.0);
+
+        let summary = grade(
+            "Files: src/a.rs. Task: Build the parser for the config files. \
+             Latest: Now add docs.\nError: error[E0308]: mismatched types\n fn a() {}",
+        );
+        assert_eq!(summary.files, Some(0.5));
+        assert_eq!(summary.task, Some(1.0));
+        assert_eq!(summary.instruction, Some(1.0), "whitespace collapsed");
+        assert_eq!(summary.error, Some(1.0));
+        // Of the newest five results ("fn a() {}", "test result: ok", the
+        // build error, the test failure, "Done!"), two are in the summary.
+        assert_eq!(summary.recent, Some(0.4));
+        assert!((summary.mean() - (0.5 + 1.0 + 1.0 + 1.0 + 0.4) / 5.0).abs() < 1e-9);
+
+        // An input equal to the full history is complete by construction.
+        let complete = index.grade(step, &[], true);
+        assert_eq!(complete.mean(), 1.0);
+        assert_eq!(complete.files, Some(1.0));
+    }
+
+    #[test]
+    fn verbatim_entries_hold_their_needles() {
+        let (script, task, instruction, error) = session();
+        let trace = script.trace(100_000, 10_000);
+        let index = ProbeIndex::build(&trace);
+        let step = trace.steps.len() - 1;
+        let items: Vec<Item> = [task, instruction, error]
+            .iter()
+            .map(|&idx| Item::entry(idx, trace.entry_tokens[idx]))
+            .collect();
+        let scores = index.grade(step, &items, false);
+        assert_eq!(scores.task, Some(1.0));
+        assert_eq!(scores.instruction, Some(1.0));
+        assert_eq!(scores.error, Some(1.0));
+        assert_eq!(
+            scores.recent,
+            Some(0.2),
+            "the error is one of the newest five"
+        );
+        // The write call names src/a.rs in its arguments; src/c.rs is named
+        // nowhere.
+        assert_eq!(scores.files, Some(0.0));
+    }
+
+    #[test]
+    fn long_needles_need_only_their_head_and_tail() {
+        let long = format!("{}{}{}", "a".repeat(300), "MIDDLE", "z".repeat(300));
+        let needle = Needle::new(0, &long);
+        assert_eq!(needle.head.chars().count(), HEAD_TAIL_CHARS);
+        assert_eq!(
+            needle.tail.as_deref().map(|t| t.chars().count()),
+            Some(HEAD_TAIL_CHARS)
+        );
+        let mut s = Script::new();
+        s.user_text(&long);
+        s.answer("ok");
+        let trace = s.trace(100_000, 10_000);
+        let index = ProbeIndex::build(&trace);
+        let cut = format!(
+            "{}[… 206 characters omitted …]{}",
+            "a".repeat(200),
+            "z".repeat(200)
+        );
+        let item = Item::text(1 << 62, 10, Arc::new(index.text_item(&cut)), None);
+        assert_eq!(index.grade(0, &[item], false).task, Some(1.0));
+        let head_only = Item::text(
+            1 << 62,
+            10,
+            Arc::new(index.text_item(&"a".repeat(300))),
+            None,
+        );
+        assert_eq!(index.grade(0, &[head_only], false).task, Some(0.0));
+    }
+
+    #[test]
+    fn needles_are_nfc_normalised_with_whitespace_collapsed() {
+        assert_eq!(normalize("  e\u{301}t\u{e9} \n\t ok  "), "\u{e9}t\u{e9} ok");
+        let mut s = Script::new();
+        s.user_text("Caf\u{e9}   au lait");
+        s.answer("ok");
+        let trace = s.trace(100_000, 10_000);
+        let index = ProbeIndex::build(&trace);
+        let decomposed = Item::text(
+            1 << 62,
+            10,
+            Arc::new(index.text_item("said: Cafe\u{301} au\nlait.")),
+            None,
+        );
+        assert_eq!(index.grade(0, &[decomposed], false).task, Some(1.0));
+    }
+
+    #[test]
+    fn edit_tools_name_their_files() {
+        let call = |name: &str, input: serde_json::Value| ToolUse {
+            id: "c".into(),
+            name: name.into(),
+            input: ToolInput::from_value(input),
+        };
+        let mut open = None;
+        let edited = |c: ToolUse, open: &mut Option<String>| edited_files(&c, open);
+        assert_eq!(
+            edited(call("Edit", json!({"file_path": "a.rs"})), &mut open),
+            ["a.rs"]
+        );
+        assert_eq!(
+            edited(call("MultiEdit", json!({"file_path": "b.rs"})), &mut open),
+            ["b.rs"]
+        );
+        assert_eq!(
+            edited(
+                call(
+                    "str_replace_editor",
+                    json!({"command": "view", "path": "c.rs"})
+                ),
+                &mut open
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            edited(
+                call(
+                    "str_replace_editor",
+                    json!({"command": "insert", "path": "c.rs"})
+                ),
+                &mut open
+            ),
+            ["c.rs"]
+        );
+        assert_eq!(
+            edited(call("replace", json!({"file_path": "d.rs"})), &mut open),
+            ["d.rs"]
+        );
+        assert_eq!(
+            edited(call("Read", json!({"file_path": "e.rs"})), &mut open),
+            Vec::<String>::new()
+        );
+        // SWE-agent edits the file it opened last.
+        assert!(edited(call("open", json!({"path": "f.py"})), &mut open).is_empty());
+        assert_eq!(
+            edited(call("edit", json!({"value": "10:12"})), &mut open),
+            ["f.py"]
+        );
+    }
+}

@@ -454,3 +454,113 @@ pub(crate) fn run(ctx: &Ctx<'_>, runners: &mut [Box<dyn Runner + '_>]) -> RunOut
         soba_limits,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use soba_core::config::CompactionConfig;
+
+    use super::super::policy::{PolicyKind, PolicySpec};
+    use super::super::testing::{Script, none_sizes, with_run};
+
+    fn turns(script: &mut Script) {
+        for turn in 0..3 {
+            script.user(&format!("u{turn}"), 500);
+            script.read("src/a.rs", 1_000);
+            script.read("src/b.rs", 1_000);
+            script.answer("ok");
+        }
+    }
+
+    fn billed(script: &Script, policy: PolicyKind) -> (f64, Vec<u64>) {
+        let trace = script.trace(100_000, 10_000);
+        let sizes = none_sizes(&trace);
+        with_run(
+            &trace,
+            &[PolicySpec::new(policy)],
+            &CompactionConfig::default(),
+            |_, _, out| {
+                (
+                    out.recorders[0].stats.billed_equivalent_tokens,
+                    sizes.clone(),
+                )
+            },
+        )
+    }
+
+    #[test]
+    fn an_append_only_history_reuses_the_whole_previous_request() {
+        let mut script = Script::new();
+        script.step_ms = 1_000;
+        turns(&mut script);
+        let (billed, sizes) = billed(&script, PolicyKind::None);
+        // Anthropic: the previous request is read from the cache (× 0.1),
+        // the rest written (× 1.25); the first request has no prefix.
+        let mut expected = sizes[0] as f64 * 1.25;
+        for pair in sizes.windows(2) {
+            expected += pair[0] as f64 * 0.1 + (pair[1] - pair[0]) as f64 * 1.25;
+        }
+        assert!((billed - expected).abs() < 1e-6, "{billed} != {expected}");
+    }
+
+    #[test]
+    fn a_gap_beyond_the_ttl_expires_the_cache_for_every_request() {
+        let mut script = Script::new();
+        script.step_ms = 301_000;
+        turns(&mut script);
+        let (billed, sizes) = billed(&script, PolicyKind::None);
+        let expected: f64 = sizes.iter().map(|&size| size as f64 * 1.25).sum();
+        assert!((billed - expected).abs() < 1e-6, "{billed} != {expected}");
+    }
+
+    #[test]
+    fn without_timestamps_the_cache_never_expires() {
+        let mut script = Script::new();
+        turns(&mut script);
+        let (untimed, _) = billed(&script, PolicyKind::None);
+        let mut timed = Script::new();
+        timed.step_ms = 1_000;
+        turns(&mut timed);
+        let (within_ttl, _) = billed(&timed, PolicyKind::None);
+        assert!((untimed - within_ttl).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_compaction_breaks_the_prefix_after_message_zero() {
+        let mut script = Script::new();
+        script.step_ms = 1_000;
+        script.user("task", 1_000);
+        for i in 0..30 {
+            script.read(&format!("src/f{i}.rs"), 2_000);
+        }
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let sizes = none_sizes(&trace);
+        with_run(
+            &trace,
+            &[PolicySpec::parse("codex@40000").unwrap()],
+            &CompactionConfig::default(),
+            |_, _, out| {
+                let recorder = &out.recorders[0];
+                let at = recorder.series.compactions[0];
+                let tokens: Vec<u64> = recorder.series.tokens.iter().map(|t| t.unwrap()).collect();
+                // Codex keeps the task message first: the prefix at the
+                // compaction is message 0 (4 tokens) plus the task (1,004).
+                let mut expected = tokens[0] as f64 * 1.25;
+                for step in 1..tokens.len() {
+                    let prefix = if step == at {
+                        4 + 1_004
+                    } else {
+                        tokens[step - 1]
+                    };
+                    expected += prefix as f64 * 0.1 + (tokens[step] - prefix) as f64 * 1.25;
+                }
+                let summarizer = 0.33
+                    * (recorder.stats.summarizer_input_tokens as f64
+                        + 5.0 * recorder.stats.summarizer_output_tokens as f64);
+                let billed = recorder.stats.billed_equivalent_tokens;
+                assert!((billed - expected - summarizer).abs() < 1e-6, "{billed}");
+                assert_eq!(&tokens[..at], &sizes[..at]);
+            },
+        );
+    }
+}

@@ -407,3 +407,147 @@ impl Runner for SobaRunner {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use soba_core::config::CompactionConfig;
+
+    use super::super::policy::{PolicyKind, PolicySpec};
+    use super::super::testing::{Script, first_step_at, none_sizes, with_run};
+
+    fn soba() -> [PolicySpec; 1] {
+        [PolicySpec::new(PolicyKind::Soba)]
+    }
+
+    fn config(sets: &[(&str, serde_json::Value)]) -> CompactionConfig {
+        let mut config = CompactionConfig::default();
+        for (key, value) in sets {
+            config.set_key(key, value).unwrap();
+        }
+        config
+    }
+
+    // Window 100,000 and max output 10,000: hardLimit 81,808, autoLimit
+    // 65,446, hygieneLimit 40,904, keepRecent 20,000, softGate 32,000.
+
+    #[test]
+    fn auto_threshold_compacts_at_the_first_request_at_auto_limit() {
+        let mut script = Script::new();
+        script.user("task", 1_000);
+        for i in 0..60 {
+            script.read(&format!("src/f{}.rs", i % 8), 2_000);
+        }
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let at = first_step_at(&trace, 65_446).unwrap();
+        let no_hygiene = config(&[("minHygieneTokens", json!(1_000_000))]);
+        with_run(&trace, &soba(), &no_hygiene, |_, _, out| {
+            let recorder = &out.recorders[0];
+            assert_eq!(recorder.series.compactions[0], at);
+            assert_eq!(recorder.stats.hygiene_passes, 0);
+            assert_eq!(recorder.stats.rejected_capsules, 0);
+            assert_eq!(recorder.stats.over_window, 0);
+            // After the capsule: a tail of at most 20,000 tokens (whole
+            // 2,014-token units) plus the capsule, well under autoLimit;
+            // never above autoLimit plus one step's growth.
+            let after = recorder.series.tokens[at].unwrap();
+            assert!((20_000 - 2_014..20_000 + 6_544).contains(&after), "{after}");
+            assert!(recorder.stats.peak_input_tokens < 65_446 + 2_014);
+            assert!(recorder.stats.compactions >= 2);
+            assert_eq!(recorder.stats.summarizer_calls, recorder.stats.compactions);
+        });
+    }
+
+    #[test]
+    fn turn_complete_compacts_at_the_next_turn_above_the_soft_gate() {
+        let mut script = Script::new();
+        script.user("task", 1_000);
+        for i in 0..19 {
+            script.read(&format!("src/f{}.rs", i % 8), 2_000);
+        }
+        script.answer("done");
+        script.user("next", 100);
+        script.read("src/z.rs", 100);
+        script.answer("ok");
+        let trace = script.trace(100_000, 10_000);
+        let sizes = none_sizes(&trace);
+        assert!(sizes[20] >= 32_000 && sizes[20] < 65_446);
+        with_run(
+            &trace,
+            &soba(),
+            &CompactionConfig::default(),
+            |_, _, out| {
+                // Below autoLimit: only the pending turn_complete intent fires.
+                assert_eq!(out.recorders[0].series.compactions, vec![20]);
+                assert!(out.recorders[0].series.tokens[20].unwrap() < sizes[20]);
+            },
+        );
+    }
+
+    #[test]
+    fn hygiene_runs_once_per_turn_at_the_hygiene_limit() {
+        let mut script = Script::new();
+        script.user("task", 1_000);
+        for i in 0..28 {
+            script.read(&format!("src/f{}.rs", i % 8), 2_000);
+        }
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let at = first_step_at(&trace, 40_904).unwrap();
+        let sizes = none_sizes(&trace);
+        with_run(
+            &trace,
+            &soba(),
+            &CompactionConfig::default(),
+            |_, _, out| {
+                let recorder = &out.recorders[0];
+                assert_eq!(recorder.stats.hygiene_passes, 1);
+                assert_eq!(recorder.stats.compactions, 0);
+                let before = recorder.series.tokens[at - 1].unwrap();
+                assert_eq!(before, sizes[at - 1], "identical input before hygiene");
+                // Results outside the newest 10 messages became stubs.
+                assert!(recorder.series.tokens[at].unwrap() + 20_000 <= sizes[at]);
+            },
+        );
+    }
+
+    #[test]
+    fn a_request_over_hard_limit_is_never_sent() {
+        let mut script = Script::new();
+        script.user("task", 100);
+        script.read("src/huge.rs", 90_000);
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let uncapped = config(&[("maxToolResultTokens", json!(1_000_000))]);
+        with_run(&trace, &soba(), &uncapped, |_, _, out| {
+            let stats = &out.recorders[0].stats;
+            // The newest unit alone is over hardLimit: the plan fails closed.
+            assert_eq!(stats.over_window, 1);
+            assert_eq!(stats.requests, 1);
+            assert_eq!(stats.compactions, 0);
+            assert!(stats.peak_input_tokens <= 81_808);
+        });
+    }
+
+    #[test]
+    fn the_tool_output_cap_keeps_a_huge_result_sendable() {
+        let mut script = Script::new();
+        script.user("task", 100);
+        script.read("src/huge.rs", 90_000);
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        with_run(
+            &trace,
+            &soba(),
+            &CompactionConfig::default(),
+            |_, _, out| {
+                let stats = &out.recorders[0].stats;
+                assert_eq!(stats.over_window, 0);
+                assert_eq!(stats.requests, 2);
+                // maxToolResultTokens = min(16,000, hardLimit / 4).
+                assert!(stats.peak_input_tokens <= 16_000 + 200);
+            },
+        );
+    }
+}

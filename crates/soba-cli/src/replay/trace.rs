@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use soba_core::entry::StoredTokens;
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
-use soba_core::tokens::{self, BpeCounter, Counted, TokenCounter};
+use soba_core::tokens::{self, BpeCounter, ByteCounter, Counted, TokenCounter};
 use soba_core::{Encoding, Entry, EntryBody, MessageOrigin, Role, TokenCount, Usage};
 use soba_provider::registry::{ModelRegistry, canonical_name};
 use soba_store::import::{Format, ImportedSession};
@@ -28,14 +28,31 @@ pub const UNRECORDED_SYSTEM_PROMPT: &str =
 #[derive(Debug, Clone)]
 pub struct ReplayCounter {
     inner: BpeCounter,
+    counting: Counting,
     fixed: Option<(String, TokenCount)>,
+}
+
+/// How a replay counts tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Counting {
+    /// The model's BPE vocabulary (every real replay).
+    #[default]
+    Bpe,
+    /// `ceil(bytes / 4)`: exact, predictable figures for synthetic tests.
+    Bytes,
 }
 
 impl ReplayCounter {
     /// Returns a plain BPE counter for `encoding`.
     pub fn new(encoding: Encoding) -> Self {
+        Self::with_counting(encoding, Counting::Bpe)
+    }
+
+    /// Returns a counter for `encoding` counting as `counting` says.
+    pub fn with_counting(encoding: Encoding, counting: Counting) -> Self {
         ReplayCounter {
             inner: BpeCounter::new(encoding),
+            counting,
             fixed: None,
         }
     }
@@ -58,6 +75,7 @@ impl TokenCounter for ReplayCounter {
                 n: *n,
                 estimated: false,
             },
+            _ if self.counting == Counting::Bytes => ByteCounter.count_text(text),
             _ => self.inner.count_text(text),
         }
     }
@@ -161,6 +179,8 @@ pub struct TraceOptions {
     pub cache: Option<CacheMode>,
     /// `compaction.imageTokens`.
     pub image_tokens: TokenCount,
+    /// How tokens are counted.
+    pub counting: Counting,
 }
 
 /// A transcript ready to replay.
@@ -305,7 +325,7 @@ impl Trace {
             CacheMode::None
         });
 
-        let plain = ReplayCounter::new(encoding);
+        let plain = ReplayCounter::with_counting(encoding, options.counting);
         let records_fixed = session.system_prompt.is_some() && !session.tool_schemas.is_empty();
         let recorded_prompt = session
             .system_prompt
