@@ -57,10 +57,11 @@ impl Printer {
                 if text.is_empty() {
                     return;
                 }
-                let mut stdout = std::io::stdout().lock();
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
+                // The flag's lock is taken first, as in `end_stdout_line`.
                 if let Ok(mut at_start) = self.at_line_start.lock() {
+                    let mut stdout = std::io::stdout().lock();
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
                     *at_start = text.ends_with('\n');
                 }
             }
@@ -151,8 +152,19 @@ fn open(
     Ok(core)
 }
 
-/// Runs `soba run`.
+/// Runs `soba run`. Hints are folded into the error line, so the last
+/// line on stderr always names the reason (SPEC §11.4).
 pub fn cmd_run(args: &RunArgs, global: &GlobalArgs) -> CliResult {
+    run_turn(args, global).map_err(|mut err| {
+        if !err.hints.is_empty() {
+            err.message = format!("{} ({})", err.message, err.hints.join("; "));
+            err.hints.clear();
+        }
+        err
+    })
+}
+
+fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     ctx.print_warnings();
     let resolved = ctx

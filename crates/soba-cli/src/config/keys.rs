@@ -97,7 +97,7 @@ impl ValueType {
         let trimmed = text.trim();
         match self {
             ValueType::String | ValueType::Enum(_) | ValueType::NullableString => {
-                if self == ValueType::NullableString && trimmed == "null" {
+                if self == ValueType::NullableString && (trimmed == "null" || trimmed.is_empty()) {
                     return Value::Null;
                 }
                 if trimmed.starts_with('"')
@@ -775,6 +775,8 @@ mod tests {
         );
         assert_eq!(ValueType::String.parse_text("123"), json!("123"));
         assert_eq!(ValueType::NullableString.parse_text("null"), Value::Null);
+        assert_eq!(ValueType::NullableString.parse_text(""), Value::Null);
+        assert_eq!(ValueType::String.parse_text(""), json!(""));
         assert_eq!(TOKENS.parse_text("30000"), json!(30000));
         assert_eq!(TOKENS.parse_text("lots"), json!("lots"));
         assert_eq!(ValueType::Ratio.parse_text("0.7"), json!(0.7));

@@ -356,7 +356,8 @@ pub fn load(input: &LoadInput<'_>) -> Result<Loaded, ConfigError> {
     }
     let mut from_env = Vec::new();
     for (name, value) in input.env.with_prefix("SOBA_") {
-        if NON_SETTING_VARS.contains(&name) {
+        // An empty variable counts as unset, as for key variables.
+        if NON_SETTING_VARS.contains(&name) || value.is_empty() {
             continue;
         }
         from_env.push(env_assignment(name, value)?);

@@ -322,8 +322,22 @@ fn unknown_keys_say_did_you_mean() {
         error(&f, &[], &["compaction.keepRecentTokens"]),
         "--set compaction.keepRecentTokens: expected PATH=VALUE, e.g. --set compaction.keepRecentTokens=30000"
     );
-    // SOBA_HOME and SOBA_LOG are not settings.
-    assert!(load(&f, &[("SOBA_HOME", "/x"), ("SOBA_LOG", "debug")], &[]).is_ok());
+    // SOBA_HOME and SOBA_LOG are not settings; empty variables are unset.
+    let loaded = load(
+        &f,
+        &[
+            ("SOBA_HOME", "/x"),
+            ("SOBA_LOG", "debug"),
+            ("SOBA_MODEL", ""),
+        ],
+        &[],
+    )
+    .unwrap();
+    assert!(loaded.settings.is_empty());
+    // `--set model=` clears a configured model.
+    let with_model = files(Some(json!({"model": "openai/gpt-5"})), None);
+    let cleared = load(&with_model, &[], &["model="]).unwrap();
+    assert_eq!(cleared.config.model, None);
 }
 
 #[test]

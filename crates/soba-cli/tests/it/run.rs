@@ -202,6 +202,14 @@ async fn configuration_errors_exit_1_before_any_request() {
         stderr.starts_with("error: model fake/other has no known context window: set models.\"fake/other\".contextWindow"),
         "{stderr}"
     );
+    // The hint is folded into the one error line: the last line names the reason.
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with("(or pass --set 'models.\"fake/other\".contextWindow=N')"),
+        "{stderr}"
+    );
     // A provider nobody defined.
     let output = run(&sandbox, &["--model", "google/gemini-2.5-pro", "hello"]).await;
     assert_eq!(output.status.code(), Some(1));
