@@ -6,13 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sha2::Digest;
 use soba_core::budget::{Budget, BudgetError};
 use soba_core::calibration::Factor;
 use soba_core::render::{self, SystemHeader};
 use soba_core::summarize::{
     SummarizeError, Summarizer, SummaryFuture, SummaryRequest, SummaryResponse,
 };
-use soba_core::{Entry, EntryBody, Message, TokenCount};
+use soba_core::{ContextEntry, ContextSource, Entry, EntryBody, Message, TokenCount};
 use soba_engine::barrier::{BarrierContext, EventSink};
 use soba_engine::session::{ModelSpec, SessionConfig, SessionCore};
 use soba_engine::tool::ToolRegistry;
@@ -299,6 +300,68 @@ pub fn open_session(
     })?;
     let config = session_config(ctx, setup, &header, tools);
     Ok(SessionCore::open(path, config, writer_options(ctx))?)
+}
+
+/// The largest `AGENTS.md` snapshotted; a larger one is skipped with a
+/// warning rather than filling the context.
+pub const AGENTS_MD_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Snapshots `AGENTS.md` at the workspace root, else `CLAUDE.md`, as an
+/// `agents_md` context entry when the path has none yet or the file's hash
+/// changed (SPEC §5): call it at session start and at every turn start.
+/// Returns the appended entry, if any, and warnings.
+pub fn snapshot_agents_md(
+    core: &mut SessionCore,
+    root: &Path,
+) -> CliResult<(Option<Entry>, Vec<String>)> {
+    let mut warnings = Vec::new();
+    let Some((name, path)) = ["AGENTS.md", "CLAUDE.md"]
+        .iter()
+        .map(|name| (*name, root.join(name)))
+        .find(|(_, path)| path.is_file())
+    else {
+        return Ok((None, warnings));
+    };
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if size > AGENTS_MD_MAX_BYTES {
+        warnings.push(format!(
+            "{name} is {size} bytes, over {AGENTS_MD_MAX_BYTES}; it was not added to the context"
+        ));
+        return Ok((None, warnings));
+    }
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) => {
+            warnings.push(format!(
+                "cannot read {name} ({err}); it was not added to the context"
+            ));
+            return Ok((None, warnings));
+        }
+    };
+    let sha256: String = sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let current = core
+        .path()
+        .iter()
+        .rev()
+        .find_map(|entry| match &entry.body {
+            EntryBody::Context(context) if context.source == ContextSource::AgentsMd => {
+                Some(context.sha256.clone())
+            }
+            _ => None,
+        });
+    if current.as_deref() == Some(sha256.as_str()) {
+        return Ok((None, warnings));
+    }
+    let entry = core.append(EntryBody::Context(ContextEntry {
+        source: ContextSource::AgentsMd,
+        path: name.to_owned(),
+        sha256,
+        text,
+    }))?;
+    Ok((Some(entry), warnings))
 }
 
 /// Returns the model a session last used: its latest `model_change` on the

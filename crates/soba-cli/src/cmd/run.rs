@@ -188,7 +188,11 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         .map_err(tool_error)?;
     let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
     let tools = Arc::new(ToolRegistry::builtin());
-    let core = open(&ctx, args, &setup, &tools)?;
+    let mut core = open(&ctx, args, &setup, &tools)?;
+    let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
+    for warning in warnings {
+        eprintln!("warning: {warning}");
+    }
     let session_id = core.header().id.clone();
     let core = Arc::new(tokio::sync::Mutex::new(core));
     let printer = Arc::new(Printer {

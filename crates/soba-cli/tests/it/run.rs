@@ -278,3 +278,50 @@ fn send_sigint(pid: u32) -> bool {
         .status()
         .is_ok_and(|status| status.success())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_runs_in_the_same_session_and_agents_md_is_snapshotted_on_change() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    sandbox.write("AGENTS.md", "Always run the tests with `make check`.\n");
+    for _ in 0..3 {
+        server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    }
+    let first = run(&sandbox, &["hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let id = last_line(&text(&first.stderr))
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(body(&server.requests()[0]).contains("make check"));
+    // Unchanged: no new snapshot. Changed: one more.
+    let second = run(&sandbox, &["--resume", &id[..8], "again"]).await;
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    sandbox.write("AGENTS.md", "Run `cargo test` instead.\n");
+    let third = run(&sandbox, &["--resume", &id, "and again"]).await;
+    assert_eq!(third.status.code(), Some(0), "{}", text(&third.stderr));
+    assert_eq!(sandbox.session_files().len(), 1);
+    let log = soba_store::reader::read_log(&sandbox.session_files()[0]).unwrap();
+    let snapshots: Vec<String> = log
+        .entries()
+        .iter()
+        .filter_map(|logged| match &logged.entry.body {
+            soba_core::EntryBody::Context(context) => Some(context.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        snapshots,
+        [
+            "Always run the tests with `make check`.\n",
+            "Run `cargo test` instead.\n"
+        ]
+    );
+    let last_request = body(&server.requests()[2]);
+    assert!(last_request.contains("cargo test") && !last_request.contains("make check"));
+    // An unknown session names the fix.
+    let missing = run(&sandbox, &["--resume", "ffffffff", "x"]).await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("list them with `soba sessions`"));
+}
