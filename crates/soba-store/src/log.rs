@@ -352,7 +352,11 @@ impl SessionWriter {
         if !first.terminated {
             return Err(not_a_session("line 1 is torn (no newline)".to_owned()));
         }
-        let text = std::str::from_utf8(&first.bytes)
+        let line_one = first
+            .bytes
+            .strip_prefix(crate::reader::UTF8_BOM)
+            .unwrap_or(&first.bytes);
+        let text = std::str::from_utf8(line_one)
             .map_err(|_| not_a_session("line 1 is not UTF-8".to_owned()))?;
         let header = wire::decode_header(text).map_err(|err| not_a_session(err.to_string()))?;
         lock(&file, header.id.as_str(), &path)?;

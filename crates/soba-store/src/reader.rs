@@ -2,7 +2,7 @@
 //! diagnostics for everything damaged, the current leaf, the path and the
 //! live stretch; and finding sessions in a directory.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -156,6 +156,9 @@ pub struct LoggedEntry {
     pub raw: Option<String>,
 }
 
+/// The UTF-8 byte order mark.
+pub(crate) const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
 /// What one line turned out to be.
 #[derive(Debug)]
 pub(crate) enum LineOutcome {
@@ -176,6 +179,12 @@ pub(crate) fn classify_line(
     is_first: bool,
     missing_header: &mut Option<String>,
 ) -> LineOutcome {
+    // An editor may have saved the file with a byte order mark: line 1 is
+    // still the header (import detection strips it too).
+    let bytes = match bytes.strip_prefix(UTF8_BOM) {
+        Some(rest) if is_first => rest,
+        _ => bytes,
+    };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         if is_first {
             *missing_header = Some("line 1 is blank".to_owned());
@@ -323,15 +332,15 @@ impl SessionLog {
     }
 
     /// Returns the path from the root to `leaf`, stopping early at a missing
-    /// parent or a `leaf` entry (which is never on a path).
+    /// parent, a `leaf` entry (which is never on a path) or an entry already
+    /// on the path (a parent cycle in a hand-edited log).
     pub fn path_to(&self, leaf: &EntryId) -> Vec<&LoggedEntry> {
         let mut path = Vec::new();
+        let mut seen = HashSet::new();
         let mut cursor = Some(leaf);
         while let Some(id) = cursor {
             let Some(logged) = self.entry(id) else { break };
-            if matches!(logged.entry.body, EntryBody::Leaf { .. })
-                || path.len() > self.entries.len()
-            {
+            if matches!(logged.entry.body, EntryBody::Leaf { .. }) || !seen.insert(id) {
                 break;
             }
             path.push(logged);

@@ -1,4 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+mod bad_input;
 mod import;
 mod log;
 mod reader;

@@ -1,0 +1,4 @@
+//! Fuzz target: see `soba_fuzz::check_capsule_file` for the invariants checked.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| soba_fuzz::check_capsule_file(data));
