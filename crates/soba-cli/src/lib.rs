@@ -7,6 +7,7 @@ pub mod config;
 mod context;
 mod engine;
 mod error;
+pub mod logging;
 pub mod paths;
 /// The replay analyzer (`soba replay`, SPEC §15), public for its benchmark:
 /// replay a transcript or a folder under SOBA and the peers' policies.

@@ -130,6 +130,15 @@ pub fn project_slug(root: &Path) -> String {
     format!("{base}-{hex}")
 }
 
+/// Returns the logs directory: `$SOBA_HOME/logs`, else
+/// `$XDG_STATE_HOME/soba/logs` (SPEC §14.1).
+pub fn logs_dir(env: &Env) -> Result<PathBuf, PathsError> {
+    match env.get("SOBA_HOME") {
+        Some(home) => Ok(PathBuf::from(home).join("logs")),
+        None => Ok(BaseDirs::resolve(env)?.state.join("soba").join("logs")),
+    }
+}
+
 /// Where SOBA keeps its files for one workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Locations {
@@ -160,7 +169,7 @@ impl Locations {
                 Locations {
                     user_config: home.join("config.json"),
                     sessions_dir: home.join("sessions").join(&workspace.slug),
-                    logs_dir: home.join("logs"),
+                    logs_dir: logs_dir(env)?,
                     from_soba_home: true,
                 }
             }
@@ -173,7 +182,7 @@ impl Locations {
                         .join("soba")
                         .join("sessions")
                         .join(&workspace.slug),
-                    logs_dir: base.state.join("soba").join("logs"),
+                    logs_dir: logs_dir(env)?,
                     from_soba_home: false,
                 }
             }

@@ -35,6 +35,7 @@ use crate::error::{CliError, CliResult};
 /// Runs `soba capsule`.
 pub fn cmd_capsule(args: &CapsuleArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
+    let _logs = crate::logging::init(&ctx.env);
     ctx.print_warnings();
     match &args.action {
         CapsuleAction::List => list(&ctx, args),

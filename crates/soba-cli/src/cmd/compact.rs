@@ -24,6 +24,7 @@ use crate::error::{CliError, CliResult, ErrorKind};
 /// Runs `soba compact`.
 pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
+    let _logs = crate::logging::init(&ctx.env);
     ctx.print_warnings();
     let summary = ctx.select_session(args.session.as_deref())?;
     let log = read_log(&summary.path)?;

@@ -166,6 +166,7 @@ pub fn cmd_run(args: &RunArgs, global: &GlobalArgs) -> CliResult {
 
 fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
+    let _logs = crate::logging::init(&ctx.env);
     ctx.print_warnings();
     let resolved = ctx
         .config()
@@ -194,6 +195,13 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         eprintln!("warning: {warning}");
     }
     let session_id = core.header().id.clone();
+    tracing::info!(
+        session = %session_id,
+        model = %setup.info.id,
+        provider = %setup.provider.name,
+        base_url = %setup.provider.base_url,
+        "soba run: turn starts"
+    );
     let core = Arc::new(tokio::sync::Mutex::new(core));
     let printer = Arc::new(Printer {
         json: args.json,
@@ -233,6 +241,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     });
     printer.end_stdout_line();
     let end = end?;
+    tracing::info!(session = %session_id, end = ?end, "soba run: turn ended");
     let in_session = format!("session {session_id}");
     match end {
         TurnEnd::Completed => {

@@ -85,6 +85,24 @@ async fn a_tool_needing_approval_is_refused_without_auto_approve() {
     let log = std::fs::read_to_string(&sandbox.session_files()[0]).unwrap();
     assert!(!log.contains("sk-fake-key-for-tests"));
     assert!(log.contains(DENIAL));
+    // The run is logged under SOBA_HOME/logs, without the key.
+    let logs: Vec<_> = std::fs::read_dir(sandbox.home.join("logs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(logs.len(), 1);
+    assert!(
+        logs[0]
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("soba.log.")
+    );
+    let logged = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(logged.contains("soba run: turn starts"), "{logged}");
+    assert!(logged.contains("model=fake/test-model"), "{logged}");
+    assert!(!logged.contains("sk-fake-key-for-tests"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
