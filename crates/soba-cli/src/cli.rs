@@ -14,6 +14,30 @@ pub struct Cli {
     /// Options every command accepts.
     #[command(flatten)]
     pub global: GlobalArgs,
+    /// Options of the interactive agent (no subcommand).
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Options of the interactive agent, `soba` without a subcommand (SPEC §11.3).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentArgs {
+    /// Resume the workspace's most recent session.
+    #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
+    pub continue_session: bool,
+    /// Resume a session by id or id prefix; without an id, pick one from a list.
+    #[arg(short = 'r', long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    pub resume: Option<String>,
+    /// The model as provider/model (overrides SOBA_MODEL and config).
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// Run every tool without asking.
+    #[arg(long)]
+    pub auto_approve: bool,
+    /// Tools that run without asking: bash, write (write_file and
+    /// edit_file), edit; comma-separated or repeated.
+    #[arg(long, value_name = "TOOLS")]
+    pub allow: Vec<String>,
 }
 
 /// Options every command accepts (SPEC §11.5, §14).

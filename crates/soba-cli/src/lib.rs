@@ -12,6 +12,9 @@ pub mod paths;
 /// The replay analyzer (`soba replay`, SPEC §15), public for its benchmark:
 /// replay a transcript or a folder under SOBA and the peers' policies.
 pub mod replay;
+/// The interactive agent's terminal UI (`soba` without a subcommand); public
+/// so its frames can be snapshot-tested from the integration tests.
+pub mod tui;
 
 pub use error::{CliError, ErrorKind};
 

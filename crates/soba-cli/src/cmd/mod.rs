@@ -14,7 +14,7 @@ mod show;
 mod stats;
 
 use crate::cli::{Cli, Command};
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 
 /// Runs the parsed command line.
 pub fn dispatch(cli: Cli) -> CliResult {
@@ -33,7 +33,6 @@ pub fn dispatch(cli: Cli) -> CliResult {
             Command::Completions(args) => completions::cmd_completions(&args),
             Command::Replay(args) => replay::cmd_replay(&args, &cli.global.set),
         },
-        None => Err(CliError::user("the interactive agent is not built yet")
-            .hint("run `soba --help` for the commands available")),
+        None => crate::tui::cmd_interactive(&cli.agent, &cli.global),
     }
 }

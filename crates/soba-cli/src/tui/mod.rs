@@ -8,7 +8,7 @@
 pub mod command;
 pub mod render;
 pub mod state;
-pub(crate) mod view;
+pub mod view;
 pub(crate) mod worker;
 
 use std::sync::Arc;

@@ -72,17 +72,20 @@ fn dim() -> Style {
     Style::default().fg(Color::DarkGray)
 }
 
-fn title_text(state: &AppState, with_context: bool) -> String {
+fn title_text(state: &AppState, narrow: bool) -> String {
+    if narrow && state.sidebar.hard_limit > 0 {
+        // The sidebar is hidden: the context figure comes first so that a
+        // long model id is what gets cut.
+        return format!(
+            " {} / {} · {} ",
+            group_thousands(state.sidebar.effective),
+            group_thousands(state.sidebar.hard_limit),
+            state.header.model
+        );
+    }
     let mut title = format!(" soba · {}", state.header.model);
     if !state.header.session.is_empty() {
         title.push_str(&format!(" · session {}", state.header.session));
-    }
-    if with_context && state.sidebar.hard_limit > 0 {
-        title.push_str(&format!(
-            " · {} / {}",
-            group_thousands(state.sidebar.effective),
-            group_thousands(state.sidebar.hard_limit)
-        ));
     }
     title.push(' ');
     title
@@ -94,6 +97,9 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
     let mut notes = state.notes.iter().peekable();
     let mut push_notes = |anchor: usize, lines: &mut Vec<Line<'static>>| {
         while let Some((_, text)) = notes.next_if(|(at, _)| *at <= anchor) {
+            if lines.last().is_some_and(|line| !line.spans.is_empty()) {
+                lines.push(Line::default());
+            }
             for row in wrap(text, width.saturating_sub(2)) {
                 lines.push(Line::from(Span::styled(
                     format!("  {row}"),
@@ -105,6 +111,10 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
     };
     push_notes(0, &mut lines);
     for (idx, item) in state.history.iter().enumerate() {
+        let separated = lines.last().is_none_or(|line| line.spans.is_empty());
+        if matches!(item, HistoryItem::User(_) | HistoryItem::Assistant(_)) && !separated {
+            lines.push(Line::default());
+        }
         match item {
             HistoryItem::User(text) => {
                 for (n, row) in wrap(text, width.saturating_sub(2)).into_iter().enumerate() {
@@ -132,9 +142,10 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
                 lines.push(Line::from(Span::styled(row, style)));
             }
             HistoryItem::Event(text) => {
-                for row in wrap(text, width.saturating_sub(4)) {
+                for (n, row) in wrap(text, width.saturating_sub(4)).into_iter().enumerate() {
+                    let prefix = if n == 0 { "  · " } else { "    " };
                     lines.push(Line::from(Span::styled(
-                        format!("  · {row}"),
+                        format!("{prefix}{row}"),
                         dim().add_modifier(Modifier::ITALIC),
                     )));
                 }
@@ -264,7 +275,7 @@ fn render_sidebar(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
             Span::raw(side.source.clone()),
         ]),
         Line::from(vec![
-            Span::styled(format!("{:<9}", "auto"), dim()),
+            Span::styled("auto-compact ", dim()),
             Span::raw(if side.auto_compact { "on" } else { "off" }),
         ]),
         Line::default(),
@@ -346,11 +357,10 @@ fn render_input(
         .map(|row| Line::from(row.clone()))
         .collect();
     frame.render_widget(Paragraph::new(visible), inner);
-    if state.overlay.is_none() {
-        frame.set_cursor_position(Position::new(
-            inner.x + cursor.1 as u16,
-            inner.y + (cursor.0 - first) as u16,
-        ));
+    if state.overlay.is_none() && inner.width > 0 && inner.height > 0 {
+        let col = (cursor.1 as u16).min(inner.width - 1);
+        let row = (cursor.0.saturating_sub(first) as u16).min(inner.height - 1);
+        frame.set_cursor_position(Position::new(inner.x + col, inner.y + row));
     }
 }
 

@@ -10,6 +10,7 @@ mod replay;
 mod run;
 mod sessions;
 mod support;
+mod tui;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no
 /// test file is silently left out of the build.

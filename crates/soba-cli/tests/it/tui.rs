@@ -1,0 +1,548 @@
+//! The interactive agent's TUI: snapshots of its main frames drawn on a
+//! fixed-size `TestBackend` (rendering is a pure function of `AppState`),
+//! the `/budget` text of a real session, and an end-to-end run of the real
+//! binary in tmux against the fake provider server.
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use soba_cli::tui::render;
+use soba_cli::tui::state::{
+    Activity, AppState, ApprovalView, Header, HistoryItem, Overlay, ResultLine, RewindPlan, Sidebar,
+};
+
+/// Draws `state` on a `width × height` test terminal and returns the
+/// screen as text, one line per row, trailing blanks trimmed.
+fn frame(state: &AppState, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| render::render(f, state)).unwrap();
+    let buffer = terminal.backend().buffer();
+    let mut screen = String::new();
+    for y in 0..height {
+        let mut row = String::new();
+        for x in 0..width {
+            row.push_str(buffer[(x, y)].symbol());
+        }
+        screen.push_str(row.trim_end());
+        screen.push('\n');
+    }
+    normalize(&screen)
+}
+
+/// Replaces volatile values (entry and session ids) so snapshots compare
+/// across runs.
+fn normalize(text: &str) -> String {
+    let ids = regex::Regex::new(r"\b(ck|e)_[0-9a-f]{4,32}\b").unwrap();
+    let text = ids.replace_all(text, "${1}_XXXX");
+    let session = regex::Regex::new(r"session [0-9a-f]{8}").unwrap();
+    session.replace_all(&text, "session SSSSSSSS").into_owned()
+}
+
+/// A session in the middle of work: a failing test run, a compaction.
+fn working() -> AppState {
+    AppState {
+        header: Header {
+            model: "anthropic/claude-sonnet-4-5".into(),
+            session: "0190f3a2".into(),
+        },
+        history: vec![
+            HistoryItem::Event("model anthropic/claude-sonnet-4-5".into()),
+            HistoryItem::User("The parser drops the last token of a line; fix it and run the tests.".into()),
+            HistoryItem::Assistant("I'll run the tests first to see the failure.".into()),
+            HistoryItem::Tool {
+                line: "bash: cargo test -p parser (exit 1, 2.3 KB)".into(),
+                is_error: true,
+            },
+            HistoryItem::Tool {
+                line: "read_file: src/lexer.rs (14.2 KB)".into(),
+                is_error: false,
+            },
+            HistoryItem::Tool {
+                line: "edit_file: src/lexer.rs (41 B)".into(),
+                is_error: false,
+            },
+            HistoryItem::Tool {
+                line: "bash: cargo test -p parser (exit 0, 1.1 KB)".into(),
+                is_error: false,
+            },
+            HistoryItem::Assistant(
+                "Fixed: `next_token` stopped one byte early at end of input. All 48 parser tests pass now.".into(),
+            ),
+            HistoryItem::Event("capsule ck_7f3a (auto_threshold): 41,210 → 23,480 tokens".into()),
+        ],
+        sidebar: Sidebar {
+            effective: 23_480,
+            source: "provider_usage".into(),
+            hard_limit: 159_808,
+            soft_limit: 127_846,
+            auto_limit: 80_000,
+            hygiene_limit: 50_000,
+            auto_compact: true,
+            last_compaction: Some("ck_7f3a auto_threshold: 41,210 → 23,480 (−43%)".into()),
+        },
+        ..AppState::default()
+    }
+}
+
+fn running() -> AppState {
+    let mut state = working();
+    state.activity = Activity::Turn;
+    state.history.push(HistoryItem::User(
+        "Now add a regression test for the end-of-input case.".into(),
+    ));
+    state
+}
+
+#[test]
+fn idle_frame() {
+    let mut state = working();
+    state.input.set("also update the changelog");
+    insta::assert_snapshot!("idle", frame(&state, 110, 30));
+}
+
+#[test]
+fn streaming_frame_with_queued_input() {
+    let mut state = running();
+    state.streaming = "I'll add `lexes_last_token_at_eof` next to the other lexer tests and".into();
+    state.queue.push_back("then bump the crate version".into());
+    state.sidebar.effective = 25_102;
+    insta::assert_snapshot!("streaming", frame(&state, 110, 30));
+}
+
+#[test]
+fn barrier_frame_at_a_given_percentage() {
+    let mut state = running();
+    state.sidebar.effective = 81_377;
+    state.barrier = Some((82, false));
+    state.queue.push_back("and keep the old API".into());
+    let screen = frame(&state, 110, 30);
+    assert!(
+        screen.contains(" Compacting context before response · 82%\n"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("barrier", screen);
+}
+
+#[test]
+fn idle_compact_barrier_says_no_response_follows() {
+    let mut state = working();
+    state.activity = Activity::Compact;
+    state.barrier = Some((40, true));
+    let screen = frame(&state, 110, 30);
+    assert!(screen.contains(" Compacting context · 40%\n"), "{screen}");
+}
+
+#[test]
+fn result_line_frame() {
+    let mut state = working();
+    state.result_line = Some(ResultLine {
+        text: "Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_7f3a".into(),
+        warn: false,
+    });
+    let screen = frame(&state, 110, 30);
+    assert_eq!(
+        screen.matches("Compacted (auto_threshold)").count(),
+        1,
+        "exactly one result line: {screen}"
+    );
+    insta::assert_snapshot!("result_line", screen);
+}
+
+#[test]
+fn degraded_result_frame() {
+    let mut state = working();
+    state.sidebar.last_compaction =
+        Some("ck_9b21 hard_limit: 170,004 → 21,300 (−87%) · fallback used".into());
+    state.result_line = Some(ResultLine {
+        text: "Compacted (hard_limit): 170,004 → 21,300 tokens (−87%) · ck_9b21 · fallback used"
+            .into(),
+        warn: true,
+    });
+    let screen = frame(&state, 110, 30);
+    assert!(screen.contains("· fallback used\n"), "{screen}");
+    insta::assert_snapshot!("degraded_result", screen);
+}
+
+#[test]
+fn approval_prompt_frame() {
+    let mut state = running();
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "bash".into(),
+        summary: "cargo test -p parser && cargo fmt --check".into(),
+        scope: "bash commands starting with `cargo` this session".into(),
+    }));
+    insta::assert_snapshot!("approval", frame(&state, 110, 30));
+}
+
+#[test]
+fn rewind_confirmation_frame() {
+    let mut state = working();
+    state.overlay = Some(Overlay::ConfirmRewind(RewindPlan {
+        leaf: "e_0190f3a2b4c577f3a9d1000000000001".into(),
+        restore_input: Some(
+            "The parser drops the last token of a line; fix it and run the tests.".into(),
+        ),
+        lines: vec![
+            "Rewind to before your message \"The parser drops the last token of a line; fix…\"."
+                .into(),
+            "Files modified after it (they stay as they are on disk): src/lexer.rs".into(),
+            "Estimated context after: 9,412 tokens (now 23,480).".into(),
+        ],
+    }));
+    insta::assert_snapshot!("rewind_confirmation", frame(&state, 110, 30));
+}
+
+#[test]
+fn narrow_terminal_hides_the_sidebar() {
+    let mut state = running();
+    state.streaming = "Adding the test now".into();
+    state.barrier = None;
+    let screen = frame(&state, 60, 24);
+    assert!(!screen.contains(" context "), "{screen}");
+    assert!(
+        screen.contains("23,480 / 159,808"),
+        "context figure moves to the title: {screen}"
+    );
+    insta::assert_snapshot!("narrow", screen);
+    // Degrades without panicking down to tiny sizes.
+    for (width, height) in [(30, 8), (12, 6), (9, 5), (1, 1)] {
+        frame(&state, width, height);
+    }
+}
+
+/// `/budget` on a real session of a 200,000-token model with 32,000 of
+/// output prints SPEC §4.3's figures for that row.
+#[test]
+fn budget_text_of_a_session() {
+    use soba_core::config::CompactionConfig;
+    use soba_engine::session::{SessionConfig, SessionCore};
+    use soba_store::log::{SequentialMinter, SessionHeader, WriterOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut minter = SequentialMinter::new(1_735_689_600);
+    let header = SessionHeader::new(&mut minter, "/ws");
+    let config = SessionConfig {
+        model: soba_engine::demo::demo_model(),
+        compaction: CompactionConfig::default(),
+        system_prompt: "You are a careful coding agent.".into(),
+        tool_schemas: Vec::new(),
+        counter: None,
+    };
+    let mut core = SessionCore::create(
+        &dir.path().join("s.jsonl"),
+        header,
+        config,
+        WriterOptions {
+            durability: soba_store::log::Durability::Flush,
+            minter: Box::new(minter),
+        },
+    )
+    .unwrap();
+    core.append_message(soba_core::Message::user("hello there"))
+        .unwrap();
+    let text = soba_cli::tui::view::budget_text(&core);
+    insta::assert_snapshot!("budget", text);
+    let mut state = working();
+    state.notes.push((state.history.len(), text));
+    insta::assert_snapshot!("budget_frame", frame(&state, 110, 34));
+}
+
+mod e2e {
+    //! The real binary in tmux (SPEC §17: poll `capture-pane` up to a 10 s
+    //! deadline, never sleep-then-assert) against the fake provider: type a
+    //! prompt, approve a tool call, see a barrier and its result line, type
+    //! while a turn runs and see it queued then sent, `/compact`, quit,
+    //! resume with `soba -c` and see the same history.
+
+    use std::process::Command;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+    use soba_core::Usage;
+    use soba_provider::fake::{Dialect, FakeServer, Reply, Script};
+
+    use crate::support::Sandbox;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    /// A tmux server on a private socket, killed on drop.
+    struct Tmux {
+        socket: String,
+    }
+
+    impl Tmux {
+        fn available() -> bool {
+            Command::new("tmux")
+                .arg("-V")
+                .output()
+                .is_ok_and(|out| out.status.success())
+        }
+
+        fn new() -> Self {
+            Tmux {
+                socket: format!("soba-tui-test-{}", std::process::id()),
+            }
+        }
+
+        fn run(&self, args: &[&str]) -> String {
+            let output = Command::new("tmux")
+                .arg("-L")
+                .arg(&self.socket)
+                .args(args)
+                .output()
+                .expect("tmux runs");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        }
+
+        fn start(&self, name: &str, command: &str) {
+            self.run(&[
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "120",
+                "-y",
+                "40",
+                command,
+            ]);
+        }
+
+        fn keys(&self, name: &str, keys: &[&str]) {
+            let mut args = vec!["send-keys", "-t", name];
+            args.extend_from_slice(keys);
+            self.run(&args);
+        }
+
+        fn type_text(&self, name: &str, text: &str) {
+            self.run(&["send-keys", "-t", name, "-l", text]);
+        }
+
+        fn capture(&self, name: &str) -> String {
+            self.run(&["capture-pane", "-p", "-t", name])
+        }
+
+        /// Polls the pane until `check` holds, up to [`DEADLINE`].
+        fn wait_for(&self, name: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
+            let started = Instant::now();
+            loop {
+                let screen = self.capture(name);
+                if check(&screen) {
+                    return screen;
+                }
+                assert!(
+                    started.elapsed() < DEADLINE,
+                    "waited {DEADLINE:?} for {what}; the screen:\n{screen}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+
+        fn wait_text(&self, name: &str, text: &str) -> String {
+            self.wait_for(name, &format!("{text:?}"), |screen| screen.contains(text))
+        }
+    }
+
+    impl Drop for Tmux {
+        fn drop(&mut self) {
+            // Only this test's private tmux server.
+            let _ = Command::new("tmux")
+                .args(["-L", &self.socket, "kill-server"])
+                .output();
+        }
+    }
+
+    /// A main-model answer whose reported prompt is the request's size in
+    /// bytes / 4, so calibration stays near 1.
+    fn answer(reply: Reply, frame_delay: Duration) -> Script {
+        Script::Compute(Arc::new(move |request| {
+            let prompt = request.body.to_string().len() as u64 / 4;
+            Script::stream(
+                Dialect::Chat,
+                &reply.clone().with_usage(Usage {
+                    input: prompt,
+                    output: 20,
+                    ..Usage::default()
+                }),
+            )
+            .with_frame_delay(frame_delay)
+        }))
+    }
+
+    fn summary() -> Script {
+        let text = "## Goal\nCount the numbers and report them.\n## Constraints\n(none)\n## Done\nListed 1..3000 with seq.\n\
+                    ## In progress\n(none)\n## Pending\n(none)\n## Decisions\n(none)\n## Blockers\n(none)\n## Next steps\nAnswer the user.\n\
+                    END-OF-SUMMARY";
+        let mut reply = Reply::text(text);
+        reply.chunk_chars = 20;
+        Script::stream(Dialect::Anthropic, &reply).with_frame_delay(Duration::from_millis(60))
+    }
+
+    fn soba_command(sandbox: &Sandbox, args: &str) -> String {
+        let mut env = format!(
+            "env -i SOBA_HOME='{}' HOME='{}' PATH='{}' TERM=xterm-256color FAKE_KEY=sk-fake",
+            sandbox.home.display(),
+            sandbox.home.parent().unwrap().display(),
+            std::env::var("PATH").unwrap_or_default(),
+        );
+        env.push_str(&format!(
+            " sh -c 'cd \"{}\" && exec \"{}\" {args}'; echo soba-exited-$?; sleep 60",
+            sandbox.ws.display(),
+            env!("CARGO_BIN_EXE_soba")
+        ));
+        env
+    }
+
+    /// Returns the conversation pane (left of the sidebar, above the
+    /// status line) of a 120 × 40 screen.
+    fn conversation(screen: &str) -> Vec<String> {
+        screen
+            .lines()
+            .take(34)
+            .map(|line| {
+                line.chars()
+                    .take(88)
+                    .collect::<String>()
+                    .trim_end()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn type_approve_compact_queue_quit_and_resume() {
+        if !Tmux::available() {
+            eprintln!(
+                "skipped: tmux is not installed (the TUI end-to-end test drives the binary in tmux)"
+            );
+            return;
+        }
+        let server = FakeServer::start().await.unwrap();
+        let sandbox = Sandbox::new();
+        sandbox.write_user_config(&json!({
+            "model": "fake/test-model",
+            "providers": {
+                "fake": {"api": "openai-chat", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"},
+                "fakesum": {"api": "anthropic-messages", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}
+            },
+            "models": {
+                "fake/test-model": {"contextWindow": 24000, "maxOutputTokens": 2000},
+                "fakesum/summarizer": {"contextWindow": 5000, "maxOutputTokens": 2000}
+            },
+            "compaction": {
+                "summarizer": {"model": "fakesum/summarizer"},
+                "safetyReserveTokens": 1000,
+                "keepRecentTokens": 256,
+                "minTokensForAutoCompact": 300,
+                "minReclaimableTokens": 50,
+                "timeoutMs": 8000
+            }
+        }));
+        let slow = Duration::from_millis(60);
+        // Turn 1: a bash call needing approval, then an answer.
+        server.push_for(
+            "/chat/completions",
+            answer(
+                Reply::text("Counting.").with_tool_call(
+                    "call_1",
+                    "bash",
+                    json!({"command": "seq 1 3000"}),
+                ),
+                Duration::ZERO,
+            ),
+        );
+        server.push_for(
+            "/chat/completions",
+            answer(Reply::text("Done counting: 1 to 3000."), Duration::ZERO),
+        );
+        // Turn 2 (after a turn_complete barrier), streamed slowly, and turn 3 (queued).
+        let mut long = Reply::text(format!(
+            "They run from 1 to 3000, one per line. {}",
+            "The sequence is strictly increasing. ".repeat(60)
+        ));
+        long.chunk_chars = 120;
+        server.push_for("/chat/completions", answer(long, slow));
+        server.push_for(
+            "/chat/completions",
+            answer(Reply::text("Stopped as asked."), Duration::ZERO),
+        );
+        for _ in 0..6 {
+            server.push_for("/v1/messages", summary());
+        }
+
+        let tmux = Tmux::new();
+        tmux.start("live", &soba_command(&sandbox, ""));
+        tmux.wait_text("live", "message · /help");
+        tmux.type_text("live", "list the numbers");
+        tmux.keys("live", &["Enter"]);
+        tmux.wait_text("live", "Allow bash?");
+        tmux.keys("live", &["y"]);
+        tmux.wait_text("live", "Done counting: 1 to 3000.");
+        let screen = tmux.wait_text("live", "message · /help");
+        assert!(screen.contains("▸ bash: seq 1 3000 (exit 0, "), "{screen}");
+
+        // Turn 2 starts with a turn_complete barrier; type while it runs.
+        tmux.type_text("live", "summarize them");
+        tmux.keys("live", &["Enter"]);
+        tmux.wait_text("live", "Compacting context before response · ");
+        tmux.type_text("live", "and then stop");
+        tmux.keys("live", &["Enter"]);
+        tmux.wait_text("live", "⏸ queued: and then stop");
+        // Progress is live: the span is summarized in chunks.
+        let progress =
+            regex::Regex::new(r"Compacting context before response · [1-9][0-9]?%").unwrap();
+        let barrier = tmux.wait_for("live", "barrier progress above 0%", |screen| {
+            progress.is_match(screen)
+        });
+        let result = tmux.wait_text("live", "Compacted (turn_complete): ");
+        tmux.wait_text("live", "They run from 1 to 3000, one per line.");
+        // The queued message becomes the next turn when the current one ends.
+        let sent = tmux.wait_text("live", "Stopped as asked.");
+        assert!(sent.contains("› and then stop"), "{sent}");
+        assert!(!sent.contains("queued: and then stop"), "{sent}");
+        tmux.wait_text("live", "message · /help");
+
+        // An idle /compact: its own barrier line, then one result line.
+        tmux.type_text("live", "/compact keep the numbers");
+        tmux.keys("live", &["Enter"]);
+        let compact_barrier = tmux.wait_text("live", "Compacting context · ");
+        let compact_result = tmux.wait_text("live", "Compacted (user): ");
+        let before_quit = tmux.wait_text("live", "message · /help");
+
+        // Quit with Ctrl-C twice, then resume the same session.
+        tmux.keys("live", &["C-c"]);
+        tmux.keys("live", &["C-c"]);
+        tmux.wait_text("live", "soba-exited-0");
+        tmux.start("resumed", &soba_command(&sandbox, "-c"));
+        tmux.wait_text("resumed", "message · /help");
+        let resumed = tmux.wait_for("resumed", "the same history", |screen| {
+            conversation(screen) == conversation(&before_quit)
+        });
+        assert_eq!(conversation(&resumed), conversation(&before_quit));
+        tmux.keys("resumed", &["C-c"]);
+        tmux.keys("resumed", &["C-c"]);
+        tmux.wait_text("resumed", "soba-exited-0");
+
+        let barrier_line = |screen: &str, marker: &str| {
+            screen
+                .lines()
+                .find(|line| line.contains(marker))
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        println!("barrier: {}", barrier_line(&barrier, "Compacting context"));
+        println!("result:  {}", barrier_line(&result, "Compacted ("));
+        println!(
+            "barrier: {}",
+            barrier_line(&compact_barrier, "Compacting context")
+        );
+        println!("result:  {}", barrier_line(&compact_result, "Compacted ("));
+        assert_eq!(
+            sandbox.session_files().len(),
+            1,
+            "-c resumed the same session"
+        );
+        drop(server);
+    }
+}
