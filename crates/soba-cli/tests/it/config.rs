@@ -696,3 +696,13 @@ fn completions_are_printed() {
     assert!(script.contains("capsule"));
     assert_eq!(sandbox.run(&["completions", "tcsh"]).status.code(), Some(2));
 }
+
+#[test]
+fn config_show_prints_the_defaults() {
+    let sandbox = Sandbox::new();
+    let output = sandbox.run_ok(&["config", "show"]);
+    let normalized = text(&output.stdout)
+        .replace(&sandbox.home.display().to_string(), "[SOBA_HOME]")
+        .replace(&sandbox.ws.display().to_string(), "[WS]");
+    insta::assert_snapshot!(normalized);
+}
