@@ -469,6 +469,7 @@ async fn a_degraded_capsule_is_not_saved_to_project_memory() {
     let placeholder = Script::Compute(Arc::new(|_: &RecordedRequest| {
         Script::stream(Dialect::Chat, &Reply::text("Generating…"))
     }));
+    server.push(placeholder.clone());
     server.push(placeholder);
     let mut sandbox = Sandbox::new();
     sandbox.write_user_config(&json!({
@@ -502,4 +503,96 @@ async fn a_degraded_capsule_is_not_saved_to_project_memory() {
     assert!(!sandbox.ws.join(".soba/memory").exists());
     assert_eq!(server.requests().len(), 1);
     assert_eq!(server.requests()[0].body["model"], json!("summ"));
+
+    // A handoff falls back the same way and says so.
+    let mut command = tokio::process::Command::from(sandbox.command(&[
+        "capsule",
+        "create",
+        "handoff",
+        "--session",
+        &id,
+        "--model",
+        MODEL,
+    ]));
+    let output = command.output().await.unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains(" tokens, degraded; "),
+        "{}",
+        text(&output.stdout)
+    );
+    assert!(
+        last_line(&text(&output.stderr)).starts_with("fallback used: summary rejected by guard "),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+/// A summary that passes every guard: the eight headings, the end marker.
+fn good_summary() -> String {
+    let mut summary = String::new();
+    for heading in HEADINGS {
+        summary.push_str(&format!(
+            "## {heading}\nThe parser work, section {heading}.\n\n"
+        ));
+    }
+    summary + "END-OF-SUMMARY"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_summary_that_passes_the_guards_is_full_and_saved() {
+    let server = FakeServer::start().await.unwrap();
+    server.push(Script::stream(Dialect::Chat, &Reply::text(good_summary())));
+    let mut sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "providers": {"fake": {"api": "openai-chat", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}},
+        "models": {"fake/summ": {"contextWindow": 64000, "maxOutputTokens": 2000}},
+        "compaction": {"summarizer": {"model": "fake/summ"}, "keepRecentTokens": 256},
+    }));
+    sandbox.env = vec![("FAKE_KEY".into(), "k".into())];
+    let id = session_with(&sandbox, "none");
+    let mut command = tokio::process::Command::from(sandbox.command(&[
+        "compact",
+        "--session",
+        &id,
+        "--model",
+        MODEL,
+        "--save",
+        "keep",
+        "the",
+        "parser",
+    ]));
+    let output = command.output().await.unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(!stdout.contains("fallback"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("saved to Project Memory: "),
+        "{stdout}"
+    );
+    // The /compact instructions went into the summarizer's prompt.
+    assert!(
+        server.requests()[0]
+            .body
+            .to_string()
+            .contains("keep the parser")
+    );
+    let log = read_log(session_file(&sandbox)).unwrap();
+    let capsule = log
+        .entries()
+        .iter()
+        .find_map(|logged| match &logged.entry.body {
+            EntryBody::Capsule(capsule) => Some(capsule.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(capsule.summarizer, "fake/summ");
+    assert_eq!(capsule.quality, Quality::Full);
+    assert_eq!(capsule.instructions.as_deref(), Some("keep the parser"));
+    assert!(capsule.narrative.goal.contains("section Goal"));
 }
