@@ -146,6 +146,9 @@ pub struct Worker {
     /// A rewind was appended during a barrier: if the barrier still
     /// completed (it held the append mutex first), the turn is cancelled.
     rewound_in_barrier: bool,
+    /// The open session's log and its approval gate with the session's
+    /// "always" grants.
+    approvals: Option<(PathBuf, Arc<Approvals>)>,
 }
 
 fn note_error(err: impl std::fmt::Display) -> String {
@@ -190,6 +193,7 @@ impl Worker {
             pending_auto_compact: None,
             pending_rewind: None,
             rewound_in_barrier: false,
+            approvals: None,
         }
     }
 
@@ -293,16 +297,26 @@ impl Worker {
         let mut notes = Vec::new();
         let summarizer = engine::summarizer(ctx, &setup, &mut notes)?;
         let client: Arc<dyn ModelClient> = Arc::from(setup.client(ctx)?);
+        // "Always" grants last as long as the session: a model switch
+        // reopens the same log and keeps them.
+        let log = core.log_path().to_path_buf();
+        let approvals = match self.approvals.take() {
+            Some((path, approvals)) if path == log => approvals,
+            _ => Arc::new(Approvals::interactive(
+                self.launch.policy.clone(),
+                Arc::new(ChannelApprover {
+                    ui: self.ui.clone(),
+                    pending: self.pending_approval.clone(),
+                }),
+            )),
+        };
+        self.approvals = Some((log, approvals.clone()));
         let core = Arc::new(Mutex::new(core));
-        let approver = Arc::new(ChannelApprover {
-            ui: self.ui.clone(),
-            pending: self.pending_approval.clone(),
-        });
         let agent = Agent {
             barrier: engine::barrier(core.clone(), self.sink(), summarizer),
             model: client,
             tools: self.launch.tools.clone(),
-            approvals: Arc::new(Approvals::interactive(self.launch.policy.clone(), approver)),
+            approvals,
             tool_context: ToolContext::new(
                 self.launch.workspace.clone(),
                 self.launch.tool_config.clone(),
@@ -831,6 +845,10 @@ impl Worker {
                     self.note("finish or cancel the running turn before switching sessions");
                     return;
                 }
+                let current = match &self.live {
+                    Some(live) => Some(live.core.lock().await.log_path().to_path_buf()),
+                    None => None,
+                };
                 let opened = if key.is_empty() {
                     self.open_new()
                 } else {
@@ -842,7 +860,16 @@ impl Worker {
                             self.note(note);
                         }
                     }
-                    Err(err) => self.note(cli_note(&err)),
+                    Err(err) => {
+                        self.note(cli_note(&err));
+                        // Opening closed the current session first: go back to it.
+                        if self.live.is_none()
+                            && let Some(path) = current
+                            && let Err(err) = self.open_path(&path)
+                        {
+                            self.note(cli_note(&err));
+                        }
+                    }
                 }
                 self.refresh().await;
             }
@@ -1479,7 +1506,16 @@ async fn llm_narrative(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use soba_provider::fake::{Dialect, FakeServer, Reply, Script};
+    use tokio::sync::mpsc;
+
     use super::*;
+    use crate::cli::GlobalArgs;
+    use crate::paths::Env;
+    use crate::tui::command::RewindTarget;
 
     #[test]
     fn export_paths_stay_inside_unless_absolute() {
@@ -1498,5 +1534,384 @@ mod tests {
             export_path(root, Path::new("/tmp/x.md")),
             Ok(PathBuf::from("/tmp/x.md"))
         );
+    }
+
+    /// A worker on a new session whose model and summarizer are the fake
+    /// server's, driven through its channels as the UI drives it.
+    struct Rig {
+        server: FakeServer,
+        dir: tempfile::TempDir,
+        actions: UnboundedSender<Action>,
+        reports: UnboundedReceiver<UiEvent>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    const SUMMARY: &str = "## Goal\nCount the numbers.\n## Constraints\n(none)\n## Done\nListed them.\n## In progress\n(none)\n\
+                           ## Pending\n(none)\n## Decisions\n(none)\n## Blockers\n(none)\n## Next steps\nAnswer.\nEND-OF-SUMMARY";
+
+    async fn rig() -> Rig {
+        let server = FakeServer::start().await.expect("the fake server starts");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let home = dir.path().join("home");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(&ws).expect("workspace");
+        let config = json!({
+            "model": "fake/test-model",
+            "providers": {
+                "fake": {"api": "openai-chat", "baseUrl": server.url()},
+                "fakesum": {"api": "anthropic-messages", "baseUrl": server.url()}
+            },
+            "models": {
+                "fake/test-model": {"contextWindow": 24000, "maxOutputTokens": 2000},
+                "fakesum/summarizer": {"contextWindow": 24000, "maxOutputTokens": 2000}
+            },
+            "compaction": {
+                "summarizer": {"model": "fakesum/summarizer"},
+                "safetyReserveTokens": 1000,
+                "keepRecentTokens": 256,
+                "compactOnTurnComplete": false,
+                "timeoutMs": 5000
+            }
+        });
+        std::fs::write(home.join("config.json"), config.to_string()).expect("user config");
+        let env = Env::from_pairs([
+            ("SOBA_HOME", home.display().to_string()),
+            ("HOME", dir.path().display().to_string()),
+        ]);
+        let ctx = Context::load_with(env, &ws, &GlobalArgs::default()).expect("config loads");
+        let launch = Launch {
+            workspace: Workspace::new(&ctx.workspace.root).expect("workspace"),
+            ctx,
+            model_flag: None,
+            policy: ApprovalPolicy::default(),
+            tool_config: ToolConfig::default(),
+            tools: Arc::new(ToolRegistry::builtin()),
+        };
+        let (ui_tx, reports) = mpsc::unbounded_channel();
+        let (internal_tx, internal_rx) = mpsc::unbounded_channel();
+        let (actions, action_rx) = mpsc::unbounded_channel();
+        let mut worker = Worker::new(launch, ui_tx, internal_tx);
+        let notes = worker.open_start(&Start::New).expect("a new session opens");
+        let task = tokio::spawn(worker.run(action_rx, internal_rx, notes, false));
+        Rig {
+            server,
+            dir,
+            actions,
+            reports,
+            task,
+        }
+    }
+
+    impl Rig {
+        fn send(&self, action: Action) {
+            self.actions.send(action).expect("the worker runs");
+        }
+
+        /// Collects reports until one matches, failing after 10 s.
+        async fn until(&mut self, what: &str, pred: impl Fn(&UiEvent) -> bool) -> Vec<UiEvent> {
+            let mut seen = Vec::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let report = tokio::time::timeout_at(deadline, self.reports.recv())
+                    .await
+                    .unwrap_or_else(|_| panic!("no {what} within 10 s; saw {seen:#?}"))
+                    .expect("the worker runs");
+                let done = pred(&report);
+                seen.push(report);
+                if done {
+                    return seen;
+                }
+            }
+        }
+
+        /// Runs one turn with a `bash` call the UI approves once.
+        async fn approved_turn(&mut self) {
+            self.server.push_for(
+                "/chat/completions",
+                Script::stream(
+                    Dialect::Chat,
+                    &Reply::text("Counting.").with_tool_call(
+                        "c1",
+                        "bash",
+                        json!({"command": "seq 1 3000"}),
+                    ),
+                ),
+            );
+            self.server.push_for(
+                "/chat/completions",
+                Script::stream(Dialect::Chat, &Reply::text("Done counting.")),
+            );
+            self.send(Action::StartTurn("list the numbers".into()));
+            let seen = self
+                .until("an approval prompt", |r| matches!(r, UiEvent::Approval(_)))
+                .await;
+            let Some(UiEvent::Approval(view)) = seen.last() else {
+                unreachable!("until returned on an approval")
+            };
+            assert_eq!(view.tool, "bash");
+            assert_eq!(view.summary, "seq 1 3000");
+            self.send(Action::Approve(ApprovalDecision::Once));
+            let seen = self
+                .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+                .await;
+            assert_eq!(seen.last(), Some(&UiEvent::Finished(None)));
+        }
+
+        fn slow_summary(&self) {
+            let mut reply = Reply::text(SUMMARY);
+            reply.chunk_chars = 10;
+            self.server.push_for(
+                "/v1/messages",
+                Script::stream(Dialect::Anthropic, &reply)
+                    .with_frame_delay(Duration::from_millis(40)),
+            );
+        }
+
+        /// Returns the log's entry types in file order.
+        fn log_types(&self) -> Vec<String> {
+            let dir = self.dir.path().join("home").join("sessions");
+            let slug_dir = std::fs::read_dir(&dir)
+                .expect("sessions dir")
+                .next()
+                .expect("one project")
+                .expect("readable")
+                .path();
+            let log = std::fs::read_dir(&slug_dir)
+                .expect("project sessions")
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .find(|path| {
+                    let name = path.display().to_string();
+                    name.ends_with(".jsonl") && !name.ends_with(".flight.jsonl")
+                })
+                .expect("a session log");
+            std::fs::read_to_string(log)
+                .expect("log readable")
+                .lines()
+                .skip(1)
+                .map(|line| {
+                    let value: serde_json::Value = serde_json::from_str(line).expect("json line");
+                    value["type"].as_str().unwrap_or_default().to_owned()
+                })
+                .collect()
+        }
+
+        async fn quit(self) {
+            drop(self.actions);
+            tokio::time::timeout(Duration::from_secs(5), self.task)
+                .await
+                .expect("the worker stops when the UI is gone")
+                .expect("the worker does not panic");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn auto_compact_during_a_barrier_is_appended_after_it() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        rig.slow_summary();
+        rig.send(Action::Command(SlashCommand::Compact {
+            save: false,
+            instructions: None,
+        }));
+        rig.until("the barrier", |r| {
+            matches!(r, UiEvent::BarrierStarted { idle: true })
+        })
+        .await;
+        rig.send(Action::Command(SlashCommand::AutoCompact(false)));
+        let seen = rig
+            .until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert!(seen.contains(&UiEvent::Note(
+            "auto-compact off: recorded when the running compaction ends".into()
+        )));
+        let result = seen
+            .iter()
+            .find_map(|r| match r {
+                UiEvent::BarrierEnded(line) => Some(line.text.clone()),
+                _ => None,
+            })
+            .expect("a result line");
+        assert!(result.starts_with("Compacted (user): "), "{result}");
+        let types = rig.log_types();
+        assert_eq!(
+            &types[types.len() - 2..],
+            ["capsule", "config_change"],
+            "{types:?}"
+        );
+        let sidebar = seen.iter().rev().find_map(|r| match r {
+            UiEvent::Sidebar(sidebar) => Some(sidebar.clone()),
+            _ => None,
+        });
+        assert_eq!(sidebar.map(|s| s.auto_compact), Some(false));
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rewind_during_a_barrier_makes_it_stale_and_restores_the_message() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        rig.slow_summary();
+        rig.send(Action::Command(SlashCommand::Compact {
+            save: false,
+            instructions: None,
+        }));
+        rig.until("the barrier", |r| {
+            matches!(r, UiEvent::BarrierStarted { .. })
+        })
+        .await;
+        rig.send(Action::Command(SlashCommand::Rewind(Some(
+            RewindTarget::Nth(1),
+        ))));
+        let seen = rig
+            .until("a confirmation", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::ConfirmRewind(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::ConfirmRewind(plan))) = seen.last() else {
+            unreachable!("until returned on a confirmation")
+        };
+        assert!(
+            plan.lines[0].starts_with("Rewind to before your message \"list the numbers\""),
+            "{:?}",
+            plan.lines
+        );
+        assert_eq!(plan.lines[1], "No files were modified after it.");
+        assert!(
+            plan.lines[2].starts_with("Estimated context after: "),
+            "{:?}",
+            plan.lines
+        );
+        rig.send(Action::Rewind(plan.clone()));
+        let seen = rig
+            .until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert!(
+            seen.contains(&UiEvent::SetInput("list the numbers".into())),
+            "{seen:#?}"
+        );
+        let result = seen
+            .iter()
+            .find_map(|r| match r {
+                UiEvent::BarrierEnded(line) => Some(line.clone()),
+                _ => None,
+            })
+            .expect("a result line");
+        assert_eq!(
+            result.text,
+            "Compaction stale (user): the session leaf moved during the barrier"
+        );
+        assert!(result.warn);
+        let types = rig.log_types();
+        assert!(
+            !types.contains(&"capsule".to_owned()),
+            "nothing appended: {types:?}"
+        );
+        assert_eq!(types.last().map(String::as_str), Some("leaf"));
+        let history = seen.iter().rev().find_map(|r| match r {
+            UiEvent::History(items) => Some(items.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            history,
+            Some(vec![crate::tui::state::HistoryItem::Event(
+                "model fake/test-model".into()
+            )])
+        );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancelling_a_turn_during_a_barrier_appends_nothing() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        rig.slow_summary();
+        rig.send(Action::Command(SlashCommand::Compact {
+            save: true,
+            instructions: Some("keep the numbers".into()),
+        }));
+        rig.until("the barrier", |r| {
+            matches!(r, UiEvent::BarrierStarted { .. })
+        })
+        .await;
+        let before = rig.log_types();
+        rig.send(Action::Cancel);
+        let seen = rig
+            .until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        let result = seen
+            .iter()
+            .find_map(|r| match r {
+                UiEvent::BarrierEnded(line) => Some(line.text.clone()),
+                _ => None,
+            })
+            .expect("a result line");
+        assert_eq!(result, "Compaction cancelled (user): cancelled by the user");
+        assert!(seen.contains(&UiEvent::Note(
+            "not saved to Project Memory: no capsule was made (cancelled by the user)".into()
+        )));
+        assert_eq!(rig.log_types(), before);
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commands_that_change_the_session_append_their_entries() {
+        let mut rig = rig().await;
+        let skills = rig.dir.path().join("ws/.soba/skills");
+        std::fs::create_dir_all(&skills).expect("skills dir");
+        std::fs::write(skills.join("terse.md"), "Answer in one sentence.").expect("skill file");
+        rig.send(Action::Command(SlashCommand::Checkpoint {
+            kind: soba_core::CheckpointKind::Milestone,
+            note: "parser done".into(),
+        }));
+        rig.send(Action::Command(SlashCommand::Skill {
+            name: "terse".into(),
+            off: false,
+        }));
+        rig.send(Action::Command(SlashCommand::Skill {
+            name: "missing".into(),
+            off: false,
+        }));
+        rig.send(Action::Command(SlashCommand::Skill {
+            name: "terse".into(),
+            off: true,
+        }));
+        rig.send(Action::Command(SlashCommand::Budget));
+        let seen = rig
+            .until(
+                "the budget",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/budget")),
+            )
+            .await;
+        let notes: Vec<&str> = seen
+            .iter()
+            .filter_map(|r| match r {
+                UiEvent::Note(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            notes[0].starts_with("milestone recorded as e_"),
+            "{notes:?}"
+        );
+        assert_eq!(
+            notes[1],
+            "skill terse activated: its text is part of the system prompt"
+        );
+        assert!(notes[2].starts_with("error: cannot read "), "{notes:?}");
+        assert_eq!(notes[3], "skill terse deactivated");
+        // hardLimit = window 24,000 − output 2,000 − reserve 1,000.
+        assert!(
+            notes[4]
+                .lines()
+                .any(|line| line.split_whitespace().eq(["hardLimit", "21,000"])),
+            "{}",
+            notes[4]
+        );
+        assert_eq!(
+            rig.log_types(),
+            ["model_change", "checkpoint", "skill", "skill"]
+        );
+        rig.quit().await;
     }
 }
