@@ -2,6 +2,8 @@
 //! Integration tests of soba-engine, one binary with a module per subsystem.
 
 mod barrier;
+mod embed;
+mod examples;
 mod harness;
 mod session;
 mod native;
