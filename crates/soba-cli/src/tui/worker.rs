@@ -1564,7 +1564,8 @@ mod tests {
             },
             "models": {
                 "fake/test-model": {"contextWindow": 24000, "maxOutputTokens": 2000},
-                "fakesum/summarizer": {"contextWindow": 24000, "maxOutputTokens": 2000}
+                "fakesum/summarizer": {"contextWindow": 24000, "maxOutputTokens": 2000},
+                "fake/other-model": {"contextWindow": 32000, "maxOutputTokens": 4000}
             },
             "compaction": {
                 "summarizer": {"model": "fakesum/summarizer"},
@@ -1911,6 +1912,129 @@ mod tests {
         assert_eq!(
             rig.log_types(),
             ["model_change", "checkpoint", "skill", "skill"]
+        );
+        rig.quit().await;
+    }
+
+    fn note_texts(seen: &[UiEvent]) -> Vec<String> {
+        seen.iter()
+            .filter_map(|r| match r {
+                UiEvent::Note(text) => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn capsule_commands_and_model_switch() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        // /compact makes a capsule to export.
+        rig.slow_summary();
+        rig.send(Action::Command(SlashCommand::Compact {
+            save: false,
+            instructions: None,
+        }));
+        let seen = rig
+            .until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        let checkpoint = seen
+            .iter()
+            .find_map(|r| match r {
+                UiEvent::BarrierEnded(line) => line.text.rsplit(" · ").next().map(str::to_owned),
+                _ => None,
+            })
+            .expect("a result line with the checkpoint id");
+        assert!(checkpoint.starts_with("ck_"), "{checkpoint}");
+        rig.send(Action::Command(SlashCommand::CapsuleExport {
+            checkpoint: checkpoint.clone(),
+            path: "handoff.capsule.md".into(),
+            force: false,
+        }));
+        rig.send(Action::Command(SlashCommand::CapsuleExport {
+            checkpoint: checkpoint.clone(),
+            path: "../outside.capsule.md".into(),
+            force: false,
+        }));
+        rig.send(Action::Command(SlashCommand::CapsuleLoad {
+            path: "handoff.capsule.md".into(),
+        }));
+        rig.send(Action::Command(SlashCommand::CapsuleList));
+        let seen = rig
+            .until("the list", |r| matches!(r, UiEvent::Note(text) if text.starts_with("capsules in this session")))
+            .await;
+        let notes = note_texts(&seen);
+        assert!(
+            notes[0].starts_with("wrote handoff.capsule.md ("),
+            "{notes:?}"
+        );
+        assert!(notes[0].ends_with("no secrets found)"), "{notes:?}");
+        assert!(
+            notes[1].starts_with("error: ../outside.capsule.md is outside the workspace"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[2].starts_with("loaded handoff.capsule.md as e_"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[2].ends_with("the model sees it as untrusted data"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[3].contains(&format!("  {checkpoint}  user ")),
+            "{notes:?}"
+        );
+        assert!(rig.dir.path().join("ws/handoff.capsule.md").is_file());
+        // A handoff of the whole live input, with the LLM summary.
+        rig.slow_summary();
+        rig.send(Action::Command(SlashCommand::CapsuleCreate {
+            title: "Counting handoff".into(),
+            force: false,
+        }));
+        let seen = rig
+            .until("the handoff", |r| matches!(r, UiEvent::Note(text) if text.starts_with("wrote ") || text.starts_with("error")))
+            .await;
+        let note = note_texts(&seen).pop().unwrap_or_default();
+        assert!(note.starts_with("wrote .soba/capsules/"), "{note}");
+        assert!(note.contains("-counting-handoff.capsule.md (ck_"), "{note}");
+        assert!(note.contains(", full; "), "{note}");
+        // /model appends model_change and reopens the session on the new model.
+        rig.send(Action::Command(SlashCommand::Model(Some(
+            "fake/other-model".into(),
+        ))));
+        let seen = rig
+            .until(
+                "the new header",
+                |r| matches!(r, UiEvent::Header(h) if h.model == "fake/other-model"),
+            )
+            .await;
+        drop(seen);
+        rig.send(Action::Command(SlashCommand::Budget));
+        let seen = rig
+            .until(
+                "the budget",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/budget")),
+            )
+            .await;
+        let budget = note_texts(&seen).pop().unwrap_or_default();
+        // hardLimit = 32,000 − 4,000 − 1,000.
+        assert!(
+            budget
+                .lines()
+                .any(|line| line.split_whitespace().eq(["hardLimit", "27,000"])),
+            "{budget}"
+        );
+        let types = rig.log_types();
+        assert_eq!(
+            types.iter().filter(|t| *t == "model_change").count(),
+            2,
+            "{types:?}"
+        );
+        assert_eq!(
+            types.iter().filter(|t| *t == "context").count(),
+            1,
+            "{types:?}"
         );
         rig.quit().await;
     }
