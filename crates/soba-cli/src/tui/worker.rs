@@ -292,9 +292,15 @@ impl Worker {
         Ok(notes)
     }
 
-    fn install(&mut self, core: SessionCore, setup: ModelSetup) -> CliResult<Vec<String>> {
+    fn install(&mut self, mut core: SessionCore, setup: ModelSetup) -> CliResult<Vec<String>> {
         let ctx = &self.launch.ctx;
         let mut notes = Vec::new();
+        let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
+        notes.extend(
+            warnings
+                .into_iter()
+                .map(|warning| format!("warning: {warning}")),
+        );
         let summarizer = engine::summarizer(ctx, &setup, &mut notes)?;
         let client: Arc<dyn ModelClient> = Arc::from(setup.client(ctx)?);
         // "Always" grants last as long as the session: a model switch
@@ -467,6 +473,19 @@ impl Worker {
         let Some(live) = &self.live else {
             return;
         };
+        // AGENTS.md is snapshotted again at a turn start when it changed (SPEC §5).
+        let snapshot = {
+            let mut core = live.core.lock().await;
+            engine::snapshot_agents_md(&mut core, &self.launch.ctx.workspace.root)
+        };
+        match snapshot {
+            Ok((_, warnings)) => {
+                for warning in warnings {
+                    self.note(format!("warning: {warning}"));
+                }
+            }
+            Err(err) => self.note(cli_note(&err)),
+        }
         let agent = live.agent.clone();
         let cancel = CancellationToken::new();
         self.running = Some(Running {
