@@ -487,6 +487,40 @@ impl Engine {
     /// Returns a receiver of every event from now on. Events are also
     /// delivered to [`EngineConfig::on_event`] callbacks; a receiver that
     /// falls more than [`EVENT_CAPACITY`] events behind loses the oldest.
+    ///
+    /// ```
+    /// # use soba_core::calibration::Factor;
+    /// # use soba_core::{Encoding, Message, TokenCount};
+    /// # use soba_engine::embed::{Engine, EngineConfig};
+    /// # use soba_engine::event::{EngineEvent, Outcome};
+    /// # use soba_engine::session::ModelSpec;
+    /// # use tokio_util::sync::CancellationToken;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let model = ModelSpec {
+    /// #     id: "local/model".into(),
+    /// #     context_window: TokenCount::new(65_000),
+    /// #     max_output_tokens: TokenCount::new(8_000),
+    /// #     encoding: Encoding::O200kBase,
+    /// #     seed: Factor::new(1.1),
+    /// # };
+    /// # let engine = Engine::create(&dir.path().join("s.jsonl"), EngineConfig::new(model, "system"))?;
+    /// let mut events = engine.subscribe();
+    /// for part in 0..12 {
+    ///     engine.append_user(format!("part {part}: {}", "lorem ipsum ".repeat(1_500))).await?;
+    ///     engine.append_assistant(Message::assistant("noted")).await?;
+    /// }
+    /// let end = engine.compact(None, &CancellationToken::new()).await?;
+    /// assert_eq!(end.outcome, Outcome::Completed);
+    /// let mut seen = Vec::new();
+    /// while let Ok(event) = events.try_recv() {
+    ///     seen.push(event.to_json()["type"].as_str().unwrap_or("").to_owned());
+    /// }
+    /// assert_eq!(seen, ["compaction_start", "compaction_end"]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn subscribe(&self) -> broadcast::Receiver<EngineEvent> {
         self.events.subscribe()
     }
@@ -665,6 +699,39 @@ impl Engine {
     /// corrects calibration and plans for a result ≤ autoLimit; send its
     /// request once. A second overflow in the same turn returns
     /// [`EmbedError::OverflowAgain`]: end the turn, and do not resend.
+    ///
+    /// ```
+    /// # use soba_core::calibration::Factor;
+    /// # use soba_core::{Encoding, TokenCount};
+    /// # use soba_engine::embed::{EmbedError, Engine, EngineConfig};
+    /// # use soba_engine::session::ModelSpec;
+    /// # use tokio_util::sync::CancellationToken;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let model = ModelSpec {
+    /// #     id: "local/model".into(),
+    /// #     context_window: TokenCount::new(65_000),
+    /// #     max_output_tokens: TokenCount::new(8_000),
+    /// #     encoding: Encoding::O200kBase,
+    /// #     seed: Factor::new(1.1),
+    /// # };
+    /// # let engine = Engine::create(&dir.path().join("s.jsonl"), EngineConfig::new(model, "system"))?;
+    /// let cancel = CancellationToken::new();
+    /// engine.append_user("Summarise the logs.").await?;
+    /// let first = engine.prepare(&cancel).await?;
+    /// // The provider answered 400 "prompt is too long: 70123 tokens > 65000".
+    /// let overflow = soba_provider::classify_overflow(400, "prompt is too long: 70123 tokens > 65000 maximum");
+    /// engine.report_overflow(overflow.and_then(|o| o.stated_prompt)).await?;
+    /// let retry = engine.prepare(&cancel).await?; // runs the context_overflow compaction
+    /// assert!(retry.compaction.is_some());
+    /// // The retry overflowed too: the turn fails, nothing is resent.
+    /// let again = engine.report_overflow(None).await;
+    /// assert!(matches!(again, Err(EmbedError::OverflowAgain { .. })));
+    /// # let _ = first;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn report_overflow(&self, stated_prompt: Option<u64>) -> Result<(), EmbedError> {
         let turn = self.core.lock().await.derived().turn_start;
         let mut state = self.state();

@@ -7,8 +7,8 @@
 //! the repository root is the guide; `examples/` has two runnable hosts.
 //!
 //! Feature `http` (default) wires soba-provider's HTTP clients and the
-//! modules that need them: [`agent`] (SOBA's own loop and tools runner) and
-//! [`demo`]. Without it the crate still offers [`embed`], [`barrier`],
+//! modules that need them: `agent` (SOBA's own loop and tools runner) and
+//! `demo`. Without it the crate still offers [`embed`], [`barrier`],
 //! [`session`], [`event`], [`native`] and [`tool`].
 #![warn(missing_docs)]
 
