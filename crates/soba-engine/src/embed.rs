@@ -256,6 +256,21 @@ impl EngineConfig {
     }
 }
 
+impl From<&soba_provider::registry::ModelInfo> for ModelSpec {
+    /// Returns the spec of a model the registry resolved
+    /// (`ModelRegistry::new().resolve("anthropic/claude-sonnet-4-5")`):
+    /// window, `maxOutputTokens`, tokenizer and calibration seed.
+    fn from(info: &soba_provider::registry::ModelInfo) -> Self {
+        ModelSpec {
+            id: info.id.clone(),
+            context_window: TokenCount::new(info.context_window),
+            max_output_tokens: TokenCount::new(info.max_output_tokens),
+            encoding: info.tokenizer,
+            seed: soba_core::calibration::Factor::new(info.calibration_seed),
+        }
+    }
+}
+
 /// What [`Engine::prepare`] returns: the request to send now and what the
 /// barrier did to make it fit.
 #[derive(Debug, Clone, PartialEq)]
@@ -981,6 +996,18 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_registry_model_becomes_a_spec() {
+        let info = soba_provider::registry::ModelRegistry::new()
+            .resolve("anthropic/claude-sonnet-4-5")
+            .expect("a built-in model");
+        let spec = ModelSpec::from(&info);
+        assert_eq!(spec.id, "anthropic/claude-sonnet-4-5");
+        assert_eq!(spec.context_window, TokenCount::new(200_000));
+        assert_eq!(spec.max_output_tokens, TokenCount::new(32_000));
+        assert_eq!(spec.seed, Factor::new(1.25));
     }
 
     #[tokio::test]
