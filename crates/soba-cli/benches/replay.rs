@@ -1,0 +1,33 @@
+//! `soba replay` of the largest shared trace (the Codex messages+meta
+//! export, ~3.4 MB) under all seven policies: SPEC §16 targets ≤ 3 s.
+//! The trace is read from `../shared/traces/raw` beside the repository;
+//! without it the benchmark prints why and measures nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use soba_cli::replay::{self, ReplayOptions};
+
+fn replay_largest_trace(c: &mut Criterion) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces/raw/codex-converted/trajectory-1.json");
+    if !path.is_file() {
+        println!("skipped: {} is absent", path.display());
+        return;
+    }
+    let options = ReplayOptions::default();
+    let mut group = c.benchmark_group("replay");
+    group.sample_size(10);
+    group.bench_function("codex trajectory-1, all seven policies", |b| {
+        b.iter(|| {
+            let report = replay::replay_path(&path, &options).expect("the trace replays");
+            assert_eq!(report.totals.len(), 7);
+            report
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, replay_largest_trace);
+criterion_main!(benches);
