@@ -56,7 +56,13 @@ fn start_of(args: &AgentArgs) -> Start {
 /// terminal is taken over, with the usual exit codes.
 pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
-    ctx.print_warnings();
+    // Shown inside the TUI: stderr is hidden behind the alternate screen.
+    let config_warnings: Vec<String> = ctx
+        .loaded
+        .warnings
+        .iter()
+        .map(|warning| format!("warning: {warning}"))
+        .collect();
     let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
         .map_err(tool_error)?;
     let tool_config = ToolConfig::default()
@@ -77,7 +83,8 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     let (action_tx, action_rx) = mpsc::unbounded_channel();
     let mut worker = Worker::new(launch, ui_tx, internal_tx);
     let runtime = engine::runtime()?;
-    let notes = runtime.block_on(async { worker.open_start(&start) })?;
+    let mut notes = config_warnings;
+    notes.extend(runtime.block_on(async { worker.open_start(&start) })?);
     let mut terminal = ratatui::try_init()
         .map_err(|err| CliError::internal("cannot take over the terminal").caused_by(err))?;
     let _ = crossterm::execute!(std::io::stdout(), event::EnableBracketedPaste);

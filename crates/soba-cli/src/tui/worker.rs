@@ -295,6 +295,13 @@ impl Worker {
     fn install(&mut self, mut core: SessionCore, setup: ModelSetup) -> CliResult<Vec<String>> {
         let ctx = &self.launch.ctx;
         let mut notes = Vec::new();
+        let budget = setup.budget(ctx)?;
+        notes.extend(
+            budget
+                .warnings()
+                .iter()
+                .map(|warning| format!("warning: {warning}")),
+        );
         let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
         notes.extend(
             warnings
@@ -1910,23 +1917,29 @@ mod tests {
                 _ => None,
             })
             .collect();
+        // hardLimit 21,000 ≤ 32,001: SPEC §4.3's warning, shown in the TUI.
+        assert_eq!(
+            notes[0],
+            "warning: soft compaction fires only one token below the hard limit for this model; \
+             set compaction.minTokensForAutoCompact below 16,800 to compact earlier"
+        );
         assert!(
-            notes[0].starts_with("milestone recorded as e_"),
+            notes[1].starts_with("milestone recorded as e_"),
             "{notes:?}"
         );
         assert_eq!(
-            notes[1],
+            notes[2],
             "skill terse activated: its text is part of the system prompt"
         );
-        assert!(notes[2].starts_with("error: cannot read "), "{notes:?}");
-        assert_eq!(notes[3], "skill terse deactivated");
+        assert!(notes[3].starts_with("error: cannot read "), "{notes:?}");
+        assert_eq!(notes[4], "skill terse deactivated");
         // hardLimit = window 24,000 − output 2,000 − reserve 1,000.
         assert!(
-            notes[4]
+            notes[5]
                 .lines()
                 .any(|line| line.split_whitespace().eq(["hardLimit", "21,000"])),
             "{}",
-            notes[4]
+            notes[5]
         );
         assert_eq!(
             rig.log_types(),
