@@ -5,6 +5,7 @@
 mod budget;
 mod capsule;
 mod config;
+mod docs;
 mod import;
 mod replay;
 mod run;

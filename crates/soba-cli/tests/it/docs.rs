@@ -1,0 +1,171 @@
+//! The documentation in `docs/` against the binary and the key table: every
+//! subcommand `soba --help` lists is described in the user guide, the
+//! guide's configuration table is exactly the loader's key table (paths,
+//! defaults, project permission, in order), and links between the
+//! documents resolve.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use soba_cli::config::keys::KEYS;
+
+fn docs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs")
+}
+
+fn read_doc(name: &str) -> String {
+    let path = docs_dir().join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+/// Returns the subcommand names of a `--help` text's `Commands:` list.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| line.trim() != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        // Entries are indented by two spaces; wrapped descriptions by more.
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn help_of(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(args)
+        .arg("--help")
+        .env(
+            "SOBA_HOME",
+            std::env::temp_dir().join("soba-docs-test-home"),
+        )
+        .output()
+        .expect("the soba binary runs");
+    assert!(output.status.success(), "soba {args:?} --help failed");
+    String::from_utf8(output.stdout).expect("help is UTF-8")
+}
+
+#[test]
+fn every_subcommand_of_soba_help_is_in_the_user_guide() {
+    let guide = read_doc("user-guide.md");
+    let top = subcommands(&help_of(&[]));
+    assert!(top.len() >= 12, "parsed too few subcommands: {top:?}");
+    let mut missing = Vec::new();
+    for name in &top {
+        if !guide.contains(&format!("### `soba {name}`")) {
+            missing.push(format!("soba {name} (a `### `soba {name}`` section)"));
+        }
+    }
+    // Commands with their own subcommands: each one is named too.
+    for parent in ["capsule", "config"] {
+        assert!(top.iter().any(|name| name == parent), "{top:?}");
+        for name in subcommands(&help_of(&[parent])) {
+            if name != "help" && !guide.contains(&format!("`soba {parent} {name}")) {
+                missing.push(format!("soba {parent} {name}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in docs/user-guide.md: {missing:?}");
+}
+
+/// One row of the guide's key table: path, default (`None` for "—"),
+/// whether a project file may set it.
+fn guide_keys(guide: &str) -> Vec<(String, Option<Value>, bool)> {
+    guide
+        .lines()
+        .skip_while(|line| line.trim() != "### Every configuration key")
+        .skip(1)
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2) // the header and its separator
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            assert!(cells.len() >= 4, "a row of four cells: {line}");
+            let path = cells[0].trim_matches('`').to_owned();
+            let default = match cells[1] {
+                "—" => None,
+                cell => Some(
+                    serde_json::from_str(cell.trim_matches('`'))
+                        .unwrap_or_else(|err| panic!("default of {path} is not JSON: {err}")),
+                ),
+            };
+            let project = match cells[2] {
+                "yes" => true,
+                "no" => false,
+                other => panic!("project cell of {path} is {other:?}, not yes or no"),
+            };
+            (path, default, project)
+        })
+        .collect()
+}
+
+#[test]
+fn the_user_guide_lists_every_config_key_with_its_default() {
+    let guide = read_doc("user-guide.md");
+    let documented = guide_keys(&guide);
+    let table: Vec<(String, Option<Value>, bool)> = KEYS
+        .iter()
+        .map(|key| (key.path.to_owned(), key.default_value(), key.project))
+        .collect();
+    let documented_paths: Vec<&str> = documented.iter().map(|(p, _, _)| p.as_str()).collect();
+    let table_paths: Vec<&str> = table.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(
+        documented_paths, table_paths,
+        "the keys of docs/user-guide.md differ from config::keys::KEYS"
+    );
+    for (doc, key) in documented.iter().zip(&table) {
+        assert_eq!(doc, key, "docs/user-guide.md row of {}", key.0);
+    }
+    // The spec's §14.3 defaults, spelled out, as a user reads them.
+    for (path, default) in [
+        ("compaction.minTokensForAutoCompact", "32000"),
+        ("compaction.keepRecentTokens", "20000"),
+        ("compaction.safetyReserveTokens", "8192"),
+        ("compaction.maxWorkingSetTokens", "80000"),
+        ("compaction.minHygieneTokens", "20000"),
+        ("compaction.native", "\"off\""),
+        ("tools.bash.timeoutMs", "120000"),
+    ] {
+        let expected: Value = serde_json::from_str(default).expect("literal JSON");
+        let row = documented.iter().find(|(p, _, _)| p == path);
+        assert_eq!(
+            row.and_then(|(_, d, _)| d.clone()),
+            Some(expected),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn links_between_documents_resolve() {
+    let mut broken = Vec::new();
+    for name in [
+        "user-guide.md",
+        "embedding.md",
+        "session-log-format.md",
+        "capsule-format.md",
+    ] {
+        let text = read_doc(name);
+        for (idx, _) in text.match_indices("](") {
+            let rest = &text[idx + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            let file = target.split('#').next().unwrap_or("");
+            if file.is_empty() || file.contains("://") {
+                continue;
+            }
+            if !docs_dir().join(file).exists() {
+                broken.push(format!("{name}: {target}"));
+            }
+        }
+    }
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md exists");
+    assert!(
+        readme.contains("docs/user-guide.md") && readme.contains("docs/embedding.md"),
+        "the README links the user guide and the embedding guide"
+    );
+    assert!(broken.is_empty(), "broken links: {broken:?}");
+}
