@@ -376,14 +376,17 @@ fn main() -> Result<(), AnyError> {
     // An argument names a directory to keep the session in; without one a
     // temporary directory is used and removed at the end.
     let temporary = tempfile::tempdir()?;
-    let dir = match std::env::args_os().nth(1) {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => temporary.path().to_path_buf(),
-    };
+    let kept = std::env::args_os().nth(1).map(std::path::PathBuf::from);
+    let dir = kept
+        .clone()
+        .unwrap_or_else(|| temporary.path().to_path_buf());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let report = runtime.block_on(run(&dir))?;
     println!("{report}");
+    if kept.is_none() {
+        println!("(a temporary directory, removed at exit: pass a directory to keep the log)");
+    }
     Ok(())
 }
