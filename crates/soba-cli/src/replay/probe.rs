@@ -391,11 +391,48 @@ fn error_key(call: &ToolUse, cwd: Option<&str>) -> String {
     }
 }
 
+/// Returns the workspace root files are made relative to: the recorded
+/// cwd, else the deepest folder holding every absolute path an edit tool
+/// wrote (at least two files, and deeper than `/`), else none.
+pub fn workspace_root(trace: &Trace) -> Option<String> {
+    if let Some(cwd) = &trace.cwd {
+        return Some(cwd.clone());
+    }
+    let mut open_file = None;
+    let mut paths: Vec<String> = Vec::new();
+    for entry in &trace.entries {
+        let EntryBody::Message(message) = &entry.body else {
+            continue;
+        };
+        for call in message.message.tool_uses() {
+            for path in edited_files(call, &mut open_file) {
+                if path.starts_with('/') && !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+        }
+    }
+    if paths.len() < 2 {
+        return None;
+    }
+    let mut common: Vec<&str> = paths[0].split('/').collect();
+    common.pop(); // the file name
+    for path in &paths[1..] {
+        let parts: Vec<&str> = path.split('/').collect();
+        let dir = &parts[..parts.len().saturating_sub(1)];
+        let shared = common.iter().zip(dir).take_while(|(a, b)| a == b).count();
+        common.truncate(shared);
+    }
+    let root = common.join("/");
+    (root.len() > 1).then_some(root)
+}
+
 impl ProbeIndex {
     /// Computes the ground truth of every step and every entry's normalised
     /// text.
     pub fn build(trace: &Trace) -> ProbeIndex {
-        let cwd = trace.cwd.as_deref();
+        let root = workspace_root(trace);
+        let cwd = root.as_deref();
         let mut files: Vec<String> = Vec::new();
         let mut needles: Vec<Needle> = Vec::new();
         let mut truth_now = Truth::default();
@@ -868,6 +905,31 @@ mod tests {
             None,
         );
         assert_eq!(index.grade(0, &[decomposed], false).task, Some(1.0));
+    }
+
+    #[test]
+    fn without_a_recorded_cwd_files_are_relative_to_their_common_folder() {
+        let mut s = Script::new();
+        s.user_text("go");
+        let a = s.call("Write", json!({"file_path": "/home/me/proj/src/a.rs"}));
+        s.result(&a, "ok", false);
+        let b = s.call("Edit", json!({"file_path": "/home/me/proj/docs/b.md"}));
+        s.result(&b, "ok", false);
+        s.answer("done");
+        let mut session = s.session();
+        session.cwd = None;
+        let trace = crate::replay::trace::Trace::prepare(
+            "t".into(),
+            session,
+            &crate::replay::trace::TraceOptions {
+                window: Some(100_000),
+                counting: crate::replay::trace::Counting::Bytes,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(workspace_root(&trace).as_deref(), Some("/home/me/proj"));
+        assert_eq!(ProbeIndex::build(&trace).files, ["src/a.rs", "docs/b.md"]);
     }
 
     #[test]
