@@ -300,3 +300,58 @@ pub fn html(report: &ReplayReport) -> Result<String, String> {
     out.push_str("</body></html>\n");
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::report::Series;
+    use super::*;
+
+    #[test]
+    fn the_page_holds_a_chart_with_every_policy_markers_and_limits() {
+        let trace = TraceReport {
+            trace: "t.jsonl".into(),
+            format: "pi-v1".into(),
+            model: "claude-sonnet-4-5".into(),
+            window: 200_000,
+            max_output: 32_000,
+            soba_limits: Some((159_808, 80_000)),
+            recorded_requests: 4,
+            policies: vec![PolicyStats::new("none"), PolicyStats::new("soba")],
+            series: vec![
+                Series {
+                    name: "none".into(),
+                    tokens: vec![Some(10_000), Some(90_000), Some(120_000), Some(150_000)],
+                    compactions: vec![],
+                },
+                Series {
+                    name: "soba".into(),
+                    tokens: vec![Some(10_000), Some(90_000), Some(30_000), None],
+                    compactions: vec![2],
+                },
+            ],
+            ..TraceReport::default()
+        };
+        let report = ReplayReport {
+            traces: vec![trace],
+            totals: vec![PolicyStats::new("none"), PolicyStats::new("soba")],
+            cache_ttl: 300,
+            summarizer_price: 0.33,
+            ..ReplayReport::default()
+        };
+        let page = html(&report).unwrap();
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert_eq!(page.matches("<svg").count(), 1);
+        for label in [
+            "none",
+            "soba",
+            "window 200,000",
+            "SOBA hardLimit 159,808",
+            "SOBA autoLimit 80,000",
+        ] {
+            assert!(page.contains(label), "{label}");
+        }
+        // One compaction marker.
+        assert_eq!(page.matches("<circle").count(), 1);
+        assert!(page.contains("TTL 300 s"));
+    }
+}
