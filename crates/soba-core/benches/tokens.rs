@@ -76,6 +76,22 @@ fn bench(c: &mut Criterion) {
     group.bench_function("o200k_count", |b| {
         b.iter(|| std::hint::black_box(count_all(&bpe)))
     });
+    // The baseline in the same run: tiktoken-rs's own encoder on the same
+    // 64 KiB pieces.
+    let tiktoken = tiktoken_rs::o200k_base().expect("o200k_base loads");
+    let tiktoken_pieces: Vec<&str> = blocks
+        .iter()
+        .flat_map(|block| soba_core::tokens::pieces(block))
+        .collect();
+    group.bench_function("tiktoken_encode_ordinary", |b| {
+        b.iter(|| {
+            let n: usize = tiktoken_pieces
+                .iter()
+                .map(|piece| tiktoken.encode_ordinary(piece).len())
+                .sum();
+            std::hint::black_box(n)
+        })
+    });
     group.bench_function("byte_estimate_baseline", |b| {
         b.iter(|| std::hint::black_box(count_all(&ByteCounter)))
     });

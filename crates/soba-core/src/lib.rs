@@ -6,6 +6,7 @@
 //! arguments, so every decision can be replayed from a session log.
 #![warn(missing_docs)]
 
+pub mod bpe;
 pub mod budget;
 pub mod builder;
 pub mod calibration;

@@ -229,10 +229,14 @@ impl TokenCounter for BpeCounter {
                 estimated: true,
             };
         };
+        // The fast exact counter (the same counts, checked by a differential
+        // test against tiktoken-rs), else tiktoken-rs itself.
+        let fast = crate::bpe::fast(self.encoding, Some(encoder));
         let mut total = Counted::default();
         for piece in pieces(text) {
-            let counted = catch_unwind(AssertUnwindSafe(|| {
-                encoder.encode_ordinary(piece).len() as u64
+            let counted = catch_unwind(AssertUnwindSafe(|| match fast {
+                Some(fast) => fast.count(piece),
+                None => encoder.encode_ordinary(piece).len() as u64,
             }));
             total += match counted {
                 Ok(n) => Counted {

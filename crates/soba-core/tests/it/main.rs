@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Integration tests of `soba-core`: one binary, one module per feature.
 
 mod budget;
@@ -6,6 +7,7 @@ mod guard;
 mod input;
 mod plan;
 mod props;
+mod tokens;
 mod trigger;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no
