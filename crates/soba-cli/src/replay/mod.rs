@@ -31,6 +31,7 @@ use soba_core::budget::Budget;
 use soba_core::capsule::Trigger;
 use soba_core::config::CompactionConfig;
 use soba_core::{EntryBody, TokenCount, TokenCounter};
+use soba_provider::registry::ModelRegistry;
 use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
 
 pub use cost::CacheMode;
@@ -69,6 +70,8 @@ pub struct ReplayOptions {
     pub peer_trigger: Option<u64>,
     /// How tokens are counted (BPE, except in synthetic tests).
     pub counting: Counting,
+    /// The model registry, with any `--set models.<id>.*` overrides.
+    pub registry: ModelRegistry,
 }
 
 impl Default for ReplayOptions {
@@ -83,6 +86,7 @@ impl Default for ReplayOptions {
             cache_ttl: DEFAULT_CACHE_TTL,
             peer_trigger: None,
             counting: Counting::Bpe,
+            registry: ModelRegistry::new(),
         }
     }
 }
@@ -227,6 +231,7 @@ pub fn replay_session(
             cache: options.cache,
             image_tokens: options.compaction.image_tokens,
             counting: options.counting,
+            registry: options.registry.clone(),
         },
     )?;
     let budget = Budget::compute(

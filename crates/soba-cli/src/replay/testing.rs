@@ -171,6 +171,7 @@ impl Script {
                 cache: Some(CacheMode::Anthropic),
                 image_tokens: TokenCount::new(1_100),
                 counting: Counting::Bytes,
+                registry: Default::default(),
             },
         )
         .expect("a synthetic trace prepares")

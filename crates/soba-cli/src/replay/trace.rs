@@ -169,7 +169,7 @@ pub enum TraceError {
 }
 
 /// Settings of the preparation that come from the command line.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct TraceOptions {
     /// `--window`.
     pub window: Option<u64>,
@@ -181,6 +181,8 @@ pub struct TraceOptions {
     pub image_tokens: TokenCount,
     /// How tokens are counted.
     pub counting: Counting,
+    /// The model registry, with any `--set models.<id>.*` overrides.
+    pub registry: ModelRegistry,
 }
 
 /// A transcript ready to replay.
@@ -279,7 +281,7 @@ impl Trace {
         if session.inferences.is_empty() {
             return Err(TraceError::NoInference);
         }
-        let registry = ModelRegistry::new();
+        let registry = &options.registry;
         let recorded_model = session
             .model
             .clone()
@@ -438,7 +440,7 @@ impl Trace {
             fixed_local,
             overhead_local: 0,
         };
-        trace.calibration = trace.fit(&registry);
+        trace.calibration = trace.fit(registry);
         let primary = trace.primary_calibration();
         trace.overhead_local = (primary.overhead as f64 / primary.factor).round() as u64;
         let prompt_with_overhead = prompt_text_local + trace.overhead_local;

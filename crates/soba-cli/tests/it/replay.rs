@@ -218,6 +218,23 @@ fn a_single_file_with_an_unknown_model_needs_a_window() {
         stdout.lines().any(|line| line.starts_with("soba ")),
         "{stdout}"
     );
+
+    // A model limit set in config resolves the window too.
+    let output = soba(&[
+        "replay",
+        file,
+        "--policy",
+        "none",
+        "--set",
+        "models.\"unknown\".contextWindow=128000",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("window 128,000"));
 }
 
 #[test]
