@@ -268,6 +268,20 @@ mod tests {
     }
 
     #[test]
+    fn number_lists_count_equal_tiktoken() {
+        let numbers: String = (1..=3000).map(|n| format!("{n}\n")).collect();
+        let numbered: String = (1..=300).map(|n| format!("{n:>6}\t{n}\n")).collect();
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            for text in [&numbers, &numbered] {
+                assert_eq!(
+                    fast_of(encoding).count(text),
+                    core_of(encoding).encode_ordinary(text).len() as u64
+                );
+            }
+        }
+    }
+
+    #[test]
     fn o200k_counts_equal_tiktoken() {
         differential(Encoding::O200kBase, SAMPLES);
     }
