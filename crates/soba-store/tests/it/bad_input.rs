@@ -542,7 +542,9 @@ fn a_session_locked_by_another_process_gives_a_clear_error() {
         .expect("appends");
     drop(writer);
 
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+    // `/proc/self/exe` still runs this binary when a parallel build has
+    // replaced the file meanwhile (the target directory is shared).
+    let mut child = Command::new("/proc/self/exe")
         .args([
             "--exact",
             "bad_input::a_session_locked_by_another_process_gives_a_clear_error",
