@@ -50,11 +50,14 @@ const CL100K_PATTERN: &str = concat!(
 
 /// Per-thread cache entries before it is cleared.
 const CACHE_LIMIT: usize = 1 << 18;
+/// Pieces this long go to tiktoken-rs's own (heap-based) merge.
+const LONG_PIECE: usize = 100;
 /// Pieces longer than this are not cached (rare, and costly to hash twice).
 const CACHE_PIECE_MAX: usize = 64;
 
 /// One vocabulary: merge ranks and the pre-tokenizer.
 pub struct FastBpe {
+    core: &'static CoreBPE,
     ranks: FxHashMap<Vec<u8>, Rank>,
     pattern: Regex,
     encoding: Encoding,
@@ -76,7 +79,7 @@ thread_local! {
 impl FastBpe {
     /// Builds the counter from tiktoken-rs's encoder of the same vocabulary;
     /// `None` when the encoder or the pattern cannot be built.
-    pub fn from_core(core: &CoreBPE, encoding: Encoding) -> Option<FastBpe> {
+    pub fn from_core(core: &'static CoreBPE, encoding: Encoding) -> Option<FastBpe> {
         let specials: Vec<Vec<u8>> = core
             .special_tokens()
             .iter()
@@ -105,6 +108,7 @@ impl FastBpe {
         // a thrashing cache falls back to slower engines.
         let pattern = Regex::new(pattern).ok()?;
         Some(FastBpe {
+            core,
             ranks,
             pattern,
             encoding,
@@ -119,6 +123,15 @@ impl FastBpe {
     fn count_piece(&self, piece: &[u8]) -> u64 {
         if piece.len() == 1 || self.ranks.contains_key(piece) {
             return 1;
+        }
+        if piece.len() >= LONG_PIECE {
+            // tiktoken-rs's heap-based merge for long pieces (a 64 KiB run
+            // of spaces); the quadratic one behind `byte_pair_split` would
+            // take seconds. A piece is a whole match, so encoding it alone
+            // gives the same tokens.
+            return std::str::from_utf8(piece)
+                .map(|text| self.core.encode_ordinary(text).len() as u64)
+                .unwrap_or_else(|_| tiktoken_rs::byte_pair_split(piece, &self.ranks).len() as u64);
         }
         if piece.len() > CACHE_PIECE_MAX {
             return tiktoken_rs::byte_pair_split(piece, &self.ranks).len() as u64;
@@ -205,12 +218,8 @@ mod tests {
     use super::*;
 
     fn differential(encoding: Encoding, samples: &[&str]) {
-        let core = match encoding {
-            Encoding::O200kBase => tiktoken_rs::o200k_base(),
-            Encoding::Cl100kBase => tiktoken_rs::cl100k_base(),
-        }
-        .unwrap();
-        let fast = FastBpe::from_core(&core, encoding).unwrap();
+        let core = core_of(encoding);
+        let fast = fast_of(encoding);
         for sample in samples {
             assert_eq!(
                 fast.count(sample),

@@ -370,6 +370,26 @@ mod tests {
     }
 
     #[test]
+    fn a_million_spaces_count_quickly_and_exactly() {
+        let spaces = " ".repeat(1_000_000);
+        let started = std::time::Instant::now();
+        let counted = BpeCounter::new(Encoding::O200kBase).count_text(&spaces);
+        assert!(!counted.estimated);
+        // Each 64 KiB piece is one whitespace run, counted exactly; the cuts
+        // add at most one token each.
+        let reference = tiktoken_rs::o200k_base().unwrap();
+        let exact: u64 = pieces(&spaces)
+            .map(|piece| reference.encode_ordinary(piece).len() as u64)
+            .sum();
+        assert_eq!(counted.n.get(), exact);
+        eprintln!(
+            "1,000,000 spaces: {} tokens in {:?}",
+            counted.n,
+            started.elapsed()
+        );
+    }
+
+    #[test]
     fn huge_blocks_are_estimated_without_panicking() {
         let big = "a".repeat(ESTIMATE_ABOVE_BYTES + 4);
         let counted = BpeCounter::new(Encoding::O200kBase).count_text(&big);

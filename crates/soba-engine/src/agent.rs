@@ -10,6 +10,7 @@ use soba_provider::request::{ChatRequest, StreamEvent, ToolSchema};
 use tokio_util::sync::CancellationToken;
 
 use crate::barrier::{BarrierContext, Forced, Preflight};
+use crate::embed::TokenCancellation;
 use crate::error::EngineError;
 use crate::event::{EngineEvent, TurnEnd};
 use crate::session::SessionCore;
@@ -161,9 +162,10 @@ impl Agent {
                     events(EngineEvent::TextDelta { text });
                 }
             };
+            let cancellation = TokenCancellation(cancel);
             let response = tokio::select! {
                 _ = cancel.cancelled() => return Ok(TurnEnd::Cancelled),
-                response = self.model.stream(&request, cancel, &mut on_event) => response,
+                response = self.model.stream(&request, &cancellation, &mut on_event) => response,
             };
             let response = match response {
                 Ok(response) => response,

@@ -12,14 +12,8 @@
 //! [`session`], [`event`], [`native`] and [`tool`].
 #![warn(missing_docs)]
 
-// `agent` passes a tokio `CancellationToken` as soba-provider's
-// `Cancellation`, which soba-provider implements only with its `http`
-// feature; until `agent` wraps the token itself (as
-// `embed::TokenCancellation` does), it and `demo` (built on it) need `http`.
-#[cfg(feature = "http")]
 pub mod agent;
 pub mod barrier;
-#[cfg(feature = "http")]
 pub mod demo;
 pub mod embed;
 pub mod error;

@@ -184,7 +184,6 @@ impl SessionCore {
         let entries: Vec<Entry> = log
             .entries()
             .iter()
-            .filter(|logged| logged.raw.is_none())
             .map(|logged| logged.entry.clone())
             .collect();
         let writer = SessionWriter::open(path, options).map_err(EngineError::Store)?;

@@ -602,8 +602,7 @@ async fn an_unknown_entry_type_on_the_path() {
     assert_eq!(engine.current_request().await.messages.len(), 3);
     drop(engine);
     let engine = Engine::open(&path, config()).unwrap();
-    // FIXME(SessionCore::open): it drops entries of unknown type, so a path
-    // through one is cut there on resume and only "second" is left; the
-    // store's reader keeps them on the path. Expected: 3, as live.
-    assert_eq!(engine.current_request().await.messages.len(), 1);
+    // Resume keeps the unknown entry on the path, so the history behind it
+    // is there, as live.
+    assert_eq!(engine.current_request().await.messages.len(), 3);
 }
