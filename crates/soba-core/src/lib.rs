@@ -32,5 +32,8 @@ pub mod unit;
 pub use capsule::{Capsule, CapsuleState, Quality, Trigger};
 pub use entry::{CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry};
 pub use id::{EntryId, IdError, IdKind};
-pub use message::{Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolResult, ToolUse, Usage};
+pub use message::{
+    Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolResult,
+    ToolUse, Usage,
+};
 pub use tokens::{Encoding, TokenCount, TokenCounter};
