@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 /// SOBA: a local-first coding agent whose context management never silently
 /// loses work.
 #[derive(Debug, Parser)]
-#[command(name = "soba", version, about, long_about = None)]
+#[command(name = "soba", version, long_about = None)]
 pub struct Cli {
     /// The subcommand; none starts the interactive agent.
     #[command(subcommand)]
