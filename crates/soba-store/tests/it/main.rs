@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod bad_input;
+mod crash;
 mod import;
 mod log;
 mod reader;
