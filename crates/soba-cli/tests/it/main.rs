@@ -7,6 +7,7 @@ mod capsule;
 mod config;
 mod docs;
 mod import;
+mod plan_traces;
 mod replay;
 mod run;
 mod sessions;
