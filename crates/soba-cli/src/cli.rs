@@ -328,11 +328,12 @@ pub struct BudgetArgs {
     /// The max_tokens sent with every request, thinking included.
     #[arg(long, value_name = "N", requires = "context_window")]
     pub max_output: Option<u64>,
-    /// A model id from the registry (provider/model).
+    /// A model id from the registry (provider/model); with --session, the
+    /// model whose limits apply instead of the session's own.
     #[arg(long, value_name = "ID")]
     pub model: Option<String>,
     /// A session id: its model's limits and its measured effective tokens.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["context_window", "max_output"])]
     pub session: Option<String>,
     /// Override a setting (repeatable): compaction.<key>=VALUE, or a model limit
     /// models.<id>.contextWindow|maxOutputTokens|tokenizer=VALUE.

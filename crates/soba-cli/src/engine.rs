@@ -1,25 +1,30 @@
-//! Builds the engine from configuration for `soba run`, `soba compact` and
-//! `soba capsule`: the model (registry limits, provider, client with its
-//! key), the summarizer, the session (new or resumed) with its system
-//! prompt and tools, and the barrier.
+//! Builds the engine from configuration for `soba run`, `soba compact`,
+//! `soba capsule`, `soba budget` and the TUI: the model (registry limits,
+//! provider, client with its key), the summarizer, the native compactor,
+//! the session (new or resumed) with its system prompt and tools, the
+//! barrier, and a lock-free measurement of a session's log.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::Digest;
 use soba_core::budget::{Budget, BudgetError};
-use soba_core::calibration::Factor;
+use soba_core::calibration::{self, CalibrationInput, Factor, MeasureInput, Measurement};
+use soba_core::config::NativeMode;
+use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::render::{self, SystemHeader};
-use soba_core::summarize::{
-    SummarizeError, Summarizer, SummaryFuture, SummaryRequest, SummaryResponse,
-};
-use soba_core::{ContextEntry, ContextSource, Entry, EntryBody, Message, TokenCount};
+use soba_core::summarize::Summarizer;
+use soba_core::tokens::BpeCounter;
+use soba_core::{ContextEntry, ContextSource, Entry, EntryBody, TokenCount, TokenCounter};
 use soba_engine::barrier::{BarrierContext, EventSink};
+use soba_engine::native::{NativeCompactor, NativeTarget, ResponsesCompactor};
 use soba_engine::session::{ModelSpec, SessionConfig, SessionCore};
 use soba_engine::tool::ToolRegistry;
-use soba_provider::client::{ModelClient, NeverCancel};
+use soba_provider::client::{Api, BoxFuture, Cancellation, Endpoint, ModelClient};
+use soba_provider::error::ProviderError;
 use soba_provider::registry::ModelInfo;
-use soba_provider::request::{ChatRequest, StreamEvent};
+use soba_provider::request::{ChatRequest, ChatResponse, StreamEvent};
+use soba_provider::summarizer::{LlmSummarizer, SummarizerChoice, select_summarizer};
 use soba_provider::transport::{HttpConfig, client_for};
 use soba_store::log::{MemoryItem, SessionHeader, SystemMinter, WriterOptions};
 use tokio::sync::Mutex;
@@ -72,12 +77,49 @@ impl ModelSetup {
     }
 
     /// Builds the provider client, its key read from the provider's
-    /// `apiKeyEnv` variable.
+    /// `apiKeyEnv` variable. Its responses carry this model's id (see
+    /// [`SessionModelClient`]).
     pub fn client(&self, ctx: &Context) -> CliResult<Box<dyn ModelClient>> {
         let endpoint = ctx.config().endpoint(&self.provider, &ctx.env)?;
-        client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
-            CliError::internal(format!("cannot build the {} client", self.provider.name))
-                .caused_by(err)
+        let inner =
+            client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
+                CliError::internal(format!("cannot build the {} client", self.provider.name))
+                    .caused_by(err)
+            })?;
+        Ok(Box::new(SessionModelClient {
+            inner,
+            model_id: self.info.id.clone(),
+        }))
+    }
+}
+
+/// A model client whose responses carry the session's model id
+/// (`provider/model`) rather than the name the provider reported (e.g.
+/// `gpt-5-2025-08-07`, or a local server's own name). Calibration (SPEC
+/// §4.1) and the `provider_usage` measurement (§4.2) count only assistant
+/// messages of the session's model, compared by that id: with the
+/// provider's name no message ever matched, so every measurement was
+/// `estimated` and the factor never left its seed.
+pub struct SessionModelClient {
+    inner: Box<dyn ModelClient>,
+    model_id: String,
+}
+
+impl ModelClient for SessionModelClient {
+    fn api(&self) -> Api {
+        self.inner.api()
+    }
+
+    fn stream<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        cancel: &'a dyn Cancellation,
+        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            let mut response = self.inner.stream(request, cancel, on_event).await?;
+            response.message.model = Some(self.model_id.clone());
+            Ok(response)
         })
     }
 }
@@ -93,98 +135,121 @@ pub fn budget_error(model: &str, err: BudgetError) -> CliError {
     CliError::user(format!("model {model}: {err}")).hint(hint)
 }
 
-/// The LLM summarizer: a model client asked with the summarize prompt.
-pub struct ClientSummarizer {
-    client: Box<dyn ModelClient>,
-    model_id: String,
-    wire_model: String,
-    window: TokenCount,
-}
-
-impl std::fmt::Debug for ClientSummarizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientSummarizer")
-            .field("model", &self.model_id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Summarizer for ClientSummarizer {
-    fn model(&self) -> &str {
-        &self.model_id
-    }
-
-    fn window_tokens(&self) -> TokenCount {
-        self.window
-    }
-
-    fn summarize<'a>(&'a self, request: &'a SummaryRequest) -> SummaryFuture<'a> {
-        Box::pin(async move {
-            let chat = ChatRequest::new(
-                self.wire_model.clone(),
-                String::new(),
-                vec![Message::user(request.prompt())],
-                u64::from(request.max_output_tokens),
-            );
-            let mut ignore = |_: StreamEvent| {};
-            match self.client.stream(&chat, &NeverCancel, &mut ignore).await {
-                Ok(response) => Ok(SummaryResponse {
-                    text: response.message.text(),
-                    model: self.model_id.clone(),
-                    usage: response.message.usage,
-                }),
-                Err(err) if err.is_overflow() => Err(SummarizeError::Overflow {
-                    detail: err.to_string(),
-                }),
-                Err(err) => Err(SummarizeError::Provider {
-                    message: err.to_string(),
-                }),
-            }
-        })
-    }
-}
-
-/// Picks the summarizer (SPEC §9.2): `compaction.summarizer.model`, else
-/// the registry's cheap model of the session's provider, else none (the
-/// deterministic builder). Notes for the user go to `notes`.
+/// Picks the summarizer (SPEC §9.2, §18) with soba-provider's
+/// [`select_summarizer`]: `compaction.summarizer.model`, else the registry's
+/// cheap model of the session's provider, else none (the deterministic
+/// builder). Its warnings (the conversation model summarizing) and notes
+/// go to `notes`, for stderr or the TUI's conversation pane. A default
+/// summarizer that cannot be used (its provider's key is missing, its
+/// provider is not configured) falls back to the deterministic builder with
+/// a note; a configured one is an error.
 pub fn summarizer(
     ctx: &Context,
     main: &ModelSetup,
     notes: &mut Vec<String>,
 ) -> CliResult<Option<Arc<dyn Summarizer>>> {
     let configured = ctx.config().compaction.summarizer.model.clone();
-    let id = match configured.as_deref() {
-        Some(soba_core::builder::DETERMINISTIC) => return Ok(None),
-        Some(id) => {
-            if id == main.info.id {
-                notes.push(format!(
-                    "warning: the conversation model {id} also writes the summaries (compaction.summarizer.model); a cheaper model usually does as well"
-                ));
-            }
-            id.to_owned()
+    // Only a default choice may quietly fall back; a configured one fails.
+    let fallback = |notes: &mut Vec<String>, id: &str, err: CliError| {
+        if configured.is_some() {
+            return Err(err);
         }
-        None => match &main.info.summarizer_model {
-            Some(id) => id.clone(),
-            None => return Ok(None),
-        },
+        notes.push(format!(
+            "note: summarizer {id} unavailable ({}); capsules are built deterministically",
+            err.message
+        ));
+        Ok(None)
     };
-    let setup = ModelSetup::resolve(ctx, &id)?;
-    match setup.client(ctx) {
-        Ok(client) => Ok(Some(Arc::new(ClientSummarizer {
-            client,
-            model_id: setup.info.id.clone(),
-            wire_model: setup.info.wire_model.clone(),
-            window: TokenCount::new(setup.info.context_window),
-        }))),
-        Err(err) if configured.is_none() => {
-            notes.push(format!(
-                "note: summarizer {id} unavailable ({}); capsules are built deterministically",
-                err.message
-            ));
-            Ok(None)
+    let selection =
+        match select_summarizer(configured.as_deref(), &main.info, &ctx.config().registry()) {
+            Ok(selection) => selection,
+            Err(err) => {
+                let id = main.info.summarizer_model.clone().unwrap_or_default();
+                return fallback(notes, &id, ConfigError::from(err).into());
+            }
+        };
+    notes.extend(
+        selection
+            .warnings
+            .iter()
+            .map(|warning| format!("warning: {warning}")),
+    );
+    let info = match selection.choice {
+        SummarizerChoice::Deterministic => return Ok(None),
+        SummarizerChoice::Model(info) => info,
+    };
+    let endpoint = ctx
+        .config()
+        .provider_for(&info.id, &info.provider)
+        .and_then(|provider| {
+            ctx.config()
+                .endpoint(provider, &ctx.env)
+                .map(|endpoint| (provider.api, endpoint))
+        });
+    let (api, endpoint) = match endpoint {
+        Ok(found) => found,
+        Err(err) => return fallback(notes, &info.id, err.into()),
+    };
+    match LlmSummarizer::connect(api, endpoint, HttpConfig::default(), &info) {
+        Ok(summarizer) => Ok(Some(Arc::new(summarizer))),
+        Err(err) => {
+            let err = CliError::internal(format!("cannot build the {} client", info.provider))
+                .caused_by(err);
+            fallback(notes, &info.id, err)
         }
-        Err(err) => Err(err),
     }
+}
+
+/// Returns where a native item made for this model may be sent (SPEC
+/// §10.3): its provider, wire model and endpoint fingerprint. The
+/// fingerprint never involves the key, so this needs none.
+pub fn native_target(setup: &ModelSetup) -> NativeTarget {
+    NativeTarget {
+        provider: setup.provider.name.clone(),
+        model: setup.info.wire_model.clone(),
+        endpoint_fingerprint: Endpoint::new(setup.provider.base_url.clone()).fingerprint(),
+    }
+}
+
+/// Returns whether the session's model continues natively (SPEC §10.3):
+/// `compaction.native` is `"auto"` and its provider speaks OpenAI Responses.
+pub fn is_native(ctx: &Context, setup: &ModelSetup) -> bool {
+    ctx.config().compaction.native == NativeMode::Auto && setup.provider.api == Api::OpenAiResponses
+}
+
+/// Returns the native compactor of the model (SPEC §10.3): one only with
+/// `compaction.native: "auto"` on an OpenAI Responses provider, `None`
+/// otherwise. Fails when the provider's key is missing.
+pub fn native_compactor(
+    ctx: &Context,
+    setup: &ModelSetup,
+) -> CliResult<Option<Arc<dyn NativeCompactor>>> {
+    if !is_native(ctx, setup) {
+        return Ok(None);
+    }
+    let endpoint = ctx.config().endpoint(&setup.provider, &ctx.env)?;
+    ResponsesCompactor::for_session(
+        ctx.config().compaction.native,
+        setup.provider.api,
+        &setup.provider.name,
+        &setup.info.wire_model,
+        endpoint,
+        HttpConfig::default(),
+    )
+    .map_err(|err| {
+        CliError::internal(format!(
+            "cannot build the {} native compaction client",
+            setup.provider.name
+        ))
+        .caused_by(err)
+    })
+}
+
+/// Sets the session's native compactor for its model (SPEC §10.3), or
+/// clears it; call it after opening a session and after a model switch.
+pub fn install_native(ctx: &Context, setup: &ModelSetup, core: &mut SessionCore) -> CliResult {
+    core.set_native(native_compactor(ctx, setup)?);
+    Ok(())
 }
 
 /// Returns the Project Memory index: every `.soba/memory/*.capsule.md`
@@ -240,6 +305,58 @@ pub fn system_prompt(header: &SessionHeader) -> String {
             })
             .collect(),
     })
+}
+
+/// Measures a session's effective tokens (SPEC §4.2) from its log as
+/// read, without opening it for writing: readers take no lock (SPEC §3.2),
+/// so this works while another process has the session open. The model
+/// input is built as [`SessionCore`] builds it (same system prompt, tool
+/// schemas, capsule renderer and native match), and measured with the
+/// calibration factor of `setup`'s model, as [`SessionCore::measure`]
+/// does on a session of that model; a test checks that the two agree.
+pub fn measure_log(
+    ctx: &Context,
+    setup: &ModelSetup,
+    header: &SessionHeader,
+    path: &[Entry],
+    tools: &ToolRegistry,
+) -> CliResult<Measurement> {
+    let budget = setup.budget(ctx)?;
+    let config = session_config(ctx, setup, header, tools);
+    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(setup.info.tokenizer));
+    let mut input_setup = InputSetup::new(counter, InputConfig::new(&budget, &config.compaction))
+        .with_system_prompt(config.system_prompt.clone())
+        .with_tool_schemas(config.tool_schemas.clone())
+        .with_renderer(Arc::new(|capsule| {
+            render::capsule_input(&render::CapsuleView::from(capsule))
+        }));
+    if is_native(ctx, setup) {
+        input_setup = input_setup.with_native_match(native_target(setup).native_match());
+    }
+    let live = LiveInput::build(input_setup, path);
+    // The model the next request goes to. It is the session's own (what
+    // `SessionCore::model_id` reports) unless `--model` names another, and
+    // then the session is measured as a switch would leave it: the last
+    // response was another model's, so the source is `estimated`.
+    let model = config.model.id.as_str();
+    let factor = calibration::calibrate(
+        path,
+        &CalibrationInput {
+            model,
+            seed: config.model.seed,
+            context_window: Some(config.model.context_window),
+        },
+    )
+    .factor;
+    let messages = live.message_tokens();
+    Ok(calibration::measure(&MeasureInput {
+        path,
+        fixed_tokens: live.fixed_tokens(),
+        messages: &messages,
+        model,
+        factor,
+        tool_set_unchanged: true,
+    }))
 }
 
 fn session_config(
@@ -432,7 +549,213 @@ pub fn runtime() -> CliResult<tokio::runtime::Runtime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use soba_core::{EntryId, IdKind};
+    use serde_json::json;
+    use soba_core::calibration::MeasurementSource;
+    use soba_core::{Block, EntryId, IdKind, Message, Role, Usage};
+    use soba_engine::barrier::{Forced, Preflight};
+    use soba_provider::fake::{FakeServer, Script};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::cli::GlobalArgs;
+    use crate::paths::Env;
+
+    /// A context in a temporary home whose model `fake/codex` is served
+    /// through OpenAI Responses by `server`, with `compaction` merged into
+    /// small settings and the deterministic summarizer.
+    fn context(dir: &Path, server: &FakeServer, compaction: serde_json::Value) -> Context {
+        let home = dir.join("home");
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        let mut settings = json!({
+            "summarizer": {"model": "deterministic"},
+            "keepRecentTokens": 256,
+            "compactOnTurnComplete": false
+        });
+        for (key, value) in compaction.as_object().unwrap() {
+            settings[key] = value.clone();
+        }
+        let config = json!({
+            "model": "fake/codex",
+            "providers": {
+                "fake": {"api": "openai-responses", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"},
+                "chat": {"api": "openai-chat", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}
+            },
+            "models": {
+                "fake/codex": {"contextWindow": 64000, "maxOutputTokens": 4000},
+                "chat/model": {"contextWindow": 64000, "maxOutputTokens": 4000}
+            },
+            "compaction": settings
+        });
+        std::fs::write(home.join("config.json"), config.to_string()).unwrap();
+        let env = Env::from_pairs([
+            ("SOBA_HOME", home.display().to_string()),
+            ("HOME", dir.display().to_string()),
+            ("FAKE_KEY", "sk-fake".to_owned()),
+        ]);
+        Context::load_with(env, &ws, &GlobalArgs::default()).unwrap()
+    }
+
+    /// Appends three answered user turns, the last answer carrying usage.
+    fn seed(core: &mut SessionCore) {
+        for turn in 0..3 {
+            let words: String = (0..300).map(|i| format!("t{turn}w{i} ")).collect();
+            core.append_message(Message::user(format!("turn {turn}: {words}")))
+                .unwrap();
+            let mut answer = Message::new(
+                Role::Assistant,
+                vec![Block::Text(format!("answered turn {turn}"))],
+            );
+            answer.model = Some("fake/codex".into());
+            answer.usage = Some(Usage {
+                input: 1_000 * (turn + 1),
+                output: 10,
+                ..Usage::default()
+            });
+            core.append_message(answer).unwrap();
+        }
+    }
+
+    fn read_path(path: &Path) -> (SessionHeader, Vec<Entry>) {
+        let log = soba_store::reader::read_log(path).unwrap();
+        let entries = log.path().iter().map(|l| l.entry.clone()).collect();
+        (log.header().cloned().unwrap(), entries)
+    }
+
+    #[test]
+    fn the_lock_free_measurement_is_the_open_sessions() {
+        let runtime = runtime().unwrap();
+        let server = runtime.block_on(FakeServer::start()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path(), &server, json!({"native": "auto"}));
+        let setup = ModelSetup::resolve(&ctx, "fake/codex").unwrap();
+        let tools = ToolRegistry::builtin();
+        let mut core = create_session(&ctx, &setup, &tools).unwrap();
+        install_native(&ctx, &setup, &mut core).unwrap();
+        assert_eq!(
+            core.native_compactor().map(|c| c.target().clone()),
+            Some(native_target(&setup))
+        );
+        seed(&mut core);
+        let log_path = core.log_path().to_path_buf();
+        // Before any capsule: the last answer's usage plus what follows.
+        let (header, path) = read_path(&log_path);
+        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap();
+        assert_eq!(measured, core.measure());
+        assert_eq!(measured.source, MeasurementSource::ProviderUsage);
+
+        // A /compact with native continuation: the capsule carries the item.
+        server.push_for(
+            "/responses/compact",
+            Script::compaction("gAAAA-native-item"),
+        );
+        let core = Arc::new(Mutex::new(core));
+        let barrier = barrier(core.clone(), Arc::new(|_| {}), None);
+        let decided = runtime
+            .block_on(barrier.preflight(
+                Some(Forced::User { instructions: None }),
+                &CancellationToken::new(),
+            ))
+            .unwrap();
+        assert!(matches!(decided, Preflight::Compacted(_)), "{decided:?}");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].path, "/responses/compact");
+        assert_eq!(requests[0].body["model"], json!("codex"));
+        let core = core.blocking_lock();
+        let (header, path) = read_path(&log_path);
+        let native = path.iter().rev().find_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) => capsule.native.clone(),
+            _ => None,
+        });
+        assert!(
+            native.is_some_and(|n| n.item.contains("gAAAA-native-item")),
+            "the capsule stores the native item"
+        );
+        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap();
+        assert_eq!(measured, core.measure());
+        // The native item, not the rendered capsule, is what is measured.
+        let off = context(dir.path(), &server, json!({"native": "off"}));
+        let without = measure_log(&off, &setup, &header, &path, &tools).unwrap();
+        assert_ne!(without.tokens, measured.tokens);
+    }
+
+    #[test]
+    fn the_summarizer_is_selected_with_its_warning_and_fallback() {
+        let runtime = runtime().unwrap();
+        let server = runtime.block_on(FakeServer::start()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let check = |summarizer: serde_json::Value, model: &str| {
+            let ctx = context(
+                dir.path(),
+                &server,
+                json!({"summarizer": {"model": summarizer}}),
+            );
+            let setup = ModelSetup::resolve(&ctx, model).unwrap();
+            let mut notes = Vec::new();
+            let chosen = super::summarizer(&ctx, &setup, &mut notes)
+                .map(|chosen| chosen.map(|s| s.model().to_owned()))
+                .map_err(|err| err.message);
+            (chosen, notes)
+        };
+        // The conversation model, named: used, with SPEC §9.2's warning.
+        let (chosen, notes) = check(json!("fake/codex"), "fake/codex");
+        assert_eq!(chosen, Ok(Some("fake/codex".to_owned())));
+        assert_eq!(
+            notes,
+            [
+                "warning: compaction.summarizer.model is the conversation model fake/codex: \
+              each compaction costs about as much as a turn; name a cheaper model or \"deterministic\""
+            ]
+        );
+        // Another model: no warning; the deterministic builder: no model.
+        assert_eq!(
+            check(json!("chat/model"), "fake/codex"),
+            (Ok(Some("chat/model".to_owned())), Vec::new())
+        );
+        assert_eq!(
+            check(json!("deterministic"), "fake/codex"),
+            (Ok(None), Vec::new())
+        );
+        // The registry's cheap model by default, whose key is not set: the
+        // deterministic builder, with a note.
+        let (chosen, notes) = check(serde_json::Value::Null, "openai/gpt-5");
+        assert_eq!(chosen, Ok(None));
+        assert_eq!(
+            notes,
+            [
+                "note: summarizer openai/gpt-5-mini unavailable (OPENAI_API_KEY is not set: \
+              export the API key of provider openai in OPENAI_API_KEY); capsules are built deterministically"
+            ]
+        );
+        // The same model named explicitly: an error.
+        let (chosen, _) = check(json!("openai/gpt-5-mini"), "fake/codex");
+        assert_eq!(
+            chosen,
+            Err("OPENAI_API_KEY is not set: export the API key of provider openai in OPENAI_API_KEY".to_owned())
+        );
+    }
+
+    #[test]
+    fn native_continuation_needs_auto_and_openai_responses() {
+        let runtime = runtime().unwrap();
+        let server = runtime.block_on(FakeServer::start()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let check = |native: &str, model: &str, expected: bool| {
+            let ctx = context(dir.path(), &server, json!({"native": native}));
+            let setup = ModelSetup::resolve(&ctx, model).unwrap();
+            assert_eq!(is_native(&ctx, &setup), expected, "{native} {model}");
+            let compactor = native_compactor(&ctx, &setup).unwrap();
+            assert_eq!(
+                compactor.map(|c| c.target().clone()),
+                expected.then(|| native_target(&setup)),
+                "{native} {model}"
+            );
+        };
+        check("auto", "fake/codex", true);
+        check("off", "fake/codex", false);
+        check("auto", "chat/model", false);
+    }
 
     fn entry(n: u128, body: EntryBody) -> Entry {
         Entry {

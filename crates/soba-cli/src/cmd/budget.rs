@@ -1,29 +1,35 @@
-//! `soba budget`: prints every limit of SPEC §4.3 for bare numbers or a
-//! registry model, or the §4.3 error with exit 1. Sessions are not wired yet.
+//! `soba budget` (SPEC §4.3, §11.5): prints every limit of §4.3 for bare
+//! numbers, a registry model or a session, or the §4.3 error with exit 1.
+//! On a session it also prints the measured effective tokens and their
+//! source (§4.2), read from the log without taking its lock (§3.2), so it
+//! works while the session is open in another process.
 
 use std::io::Write;
 
 use serde_json::Value;
+use soba_core::Entry;
 use soba_core::budget::{Budget, BudgetError};
+use soba_core::calibration::{Measurement, MeasurementSource};
 use soba_core::config::CompactionConfig;
 use soba_core::tokens::{TokenCount, group_thousands};
+use soba_engine::tool::ToolRegistry;
 use soba_provider::{ModelRegistry, RegistryError};
+use soba_store::reader::read_log;
 
-use crate::cli::BudgetArgs;
+use crate::cli::{BudgetArgs, GlobalArgs};
+use crate::context::Context;
+use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult};
 
 /// Runs `soba budget`.
-pub fn cmd_budget(args: &BudgetArgs) -> CliResult {
+pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
+    if let Some(session) = &args.session {
+        return session_budget(args, global, session);
+    }
     let mut config = CompactionConfig::default();
     let mut registry = ModelRegistry::new();
     for assignment in &args.set {
         apply_set(&mut config, &mut registry, assignment)?;
-    }
-    if let Some(session) = &args.session {
-        return Err(CliError::user(format!(
-            "soba budget --session {session}: reading a session's budget is not wired yet"
-        ))
-        .hint("pass the session's model as --model ID, or its limits as --context-window N --max-output N"));
     }
     let (model, context_window, max_output) = match (
         &args.model,
@@ -48,14 +54,60 @@ pub fn cmd_budget(args: &BudgetArgs) -> CliResult {
     )
     .map_err(budget_error)?;
 
+    let title: Vec<(&str, String)> = model.into_iter().map(|id| ("model", id)).collect();
+    print(&render(&title, &budget, None), &budget)
+}
+
+/// Prints the rendered limits on stdout and the budget's warnings on stderr.
+fn print(rendered: &str, budget: &Budget) -> CliResult {
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(render(model.as_deref(), &budget).as_bytes())?;
+    stdout.write_all(rendered.as_bytes())?;
     stdout.flush()?;
     let mut stderr = std::io::stderr().lock();
     for warning in budget.warnings() {
         writeln!(stderr, "warning: {warning}")?;
     }
     Ok(())
+}
+
+/// `soba budget --session ID`: the limits of the session's model (`--model`
+/// overrides it, as for `soba compact`) under the full configuration, with
+/// `--set` applied like every command's, and the effective tokens measured
+/// from the log. The log is only read, never locked.
+fn session_budget(args: &BudgetArgs, global: &GlobalArgs, session: &str) -> CliResult {
+    // `soba budget` declares its own --set; on a session it means what the
+    // global one means everywhere else.
+    let mut global = global.clone();
+    global.set.extend(args.set.iter().cloned());
+    let ctx = Context::load(&global)?;
+    ctx.print_warnings();
+    let summary = ctx.select_session(Some(session))?;
+    let log = read_log(&summary.path)?;
+    let Some(header) = log.header().cloned() else {
+        return Err(CliError::user(format!(
+            "{} is not a soba session (no valid header on line 1)",
+            summary.path.display()
+        ))
+        .hint("import other agents' transcripts with `soba import`"));
+    };
+    for diagnostic in log.diagnostics() {
+        eprintln!("warning: session {}: {diagnostic}", summary.id);
+    }
+    let path: Vec<Entry> = log
+        .path()
+        .iter()
+        .map(|logged| logged.entry.clone())
+        .collect();
+    drop(log);
+    let model = engine::model_for_session_with(&ctx, args.model.as_deref(), &path, Some(&header))?;
+    let setup = ModelSetup::resolve(&ctx, &model)?;
+    let budget = setup.budget(&ctx)?;
+    let measurement = engine::measure_log(&ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
+    let title = [
+        ("session", summary.id.clone()),
+        ("model", setup.info.id.clone()),
+    ];
+    print(&render(&title, &budget, Some(&measurement)), &budget)
 }
 
 /// Applies one `--set PATH=VALUE`: a `compaction.<key>` (the value read as
@@ -157,9 +209,20 @@ fn budget_error(err: BudgetError) -> CliError {
     CliError::user(err.to_string()).hint(hint)
 }
 
+/// Says how effective tokens were measured (SPEC §4.2).
+fn source_meaning(source: MeasurementSource) -> &'static str {
+    match source {
+        MeasurementSource::ProviderUsage => {
+            "the last response's reported prompt plus local counts of what followed it"
+        }
+        MeasurementSource::Estimated => "the calibrated local count of the whole input",
+    }
+}
+
 /// Renders the limits as aligned `name  value  meaning` lines, after the
-/// model id when there is one.
-fn render(model: Option<&str>, budget: &Budget) -> String {
+/// `title` lines (model, session), then the effective tokens and their
+/// source when a session was measured.
+fn render(title: &[(&str, String)], budget: &Budget, measured: Option<&Measurement>) -> String {
     let rows: [(&str, TokenCount, &str); 12] = [
         (
             "contextWindow",
@@ -222,24 +285,49 @@ fn render(model: Option<&str>, budget: &Budget) -> String {
         .iter()
         .map(|(_, value, _)| group_thousands(value.get()))
         .collect();
+    let effective = measured.map_or_else(
+        || "-".to_owned(),
+        |measurement| group_thousands(measurement.tokens.get()),
+    );
     let name_width = rows
         .iter()
         .map(|(name, _, _)| name.len())
         .max()
         .unwrap_or(0);
-    let value_width = values.iter().map(String::len).max().unwrap_or(0);
+    let value_width = values
+        .iter()
+        .chain(std::iter::once(&effective))
+        .map(String::len)
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
-    if let Some(model) = model {
-        out.push_str(&format!("{:<name_width$}  {model}\n", "model"));
+    for (name, value) in title {
+        out.push_str(&format!("{name:<name_width$}  {value}\n"));
     }
     for ((name, _, meaning), value) in rows.iter().zip(&values) {
         out.push_str(&format!(
             "{name:<name_width$}  {value:>value_width$}  {meaning}\n"
         ));
     }
-    out.push_str(&format!(
-        "{:<name_width$}  {:>value_width$}  no session measured (pass --session ID)\n",
-        "effective", "-"
-    ));
+    match measured {
+        None => out.push_str(&format!(
+            "{:<name_width$}  {effective:>value_width$}  no session measured (pass --session ID)\n",
+            "effective"
+        )),
+        Some(measurement) => {
+            let hard = budget.hard_limit().get().max(1);
+            let percent = measurement.tokens.get().saturating_mul(100) / hard;
+            out.push_str(&format!(
+                "{:<name_width$}  {effective:>value_width$}  the model input as it would be sent now ({percent}% of hardLimit)\n",
+                "effective"
+            ));
+            out.push_str(&format!(
+                "{:<name_width$}  {}  {}\n",
+                "source",
+                measurement.source.as_str(),
+                source_meaning(measurement.source)
+            ));
+        }
+    }
     out
 }

@@ -43,9 +43,17 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
         eprintln!("{note}");
     }
     let tools = ToolRegistry::builtin();
-    let (core, diagnostics) = engine::open_session(&ctx, &summary.path, &setup, &tools)?;
+    let (mut core, diagnostics) = engine::open_session(&ctx, &summary.path, &setup, &tools)?;
     for diagnostic in diagnostics {
         eprintln!("warning: session {}: {diagnostic}", summary.id);
+    }
+    // A native failure never changes the outcome (SPEC §10.3): without the
+    // compactor the portable capsule is made alone.
+    if let Err(err) = engine::install_native(&ctx, &setup, &mut core) {
+        eprintln!(
+            "note: native continuation unavailable ({}); the portable capsule is made alone",
+            err.message
+        );
     }
     let core = Arc::new(tokio::sync::Mutex::new(core));
     let sink: EventSink = Arc::new(|event| match event {

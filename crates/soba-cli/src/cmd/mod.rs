@@ -20,7 +20,7 @@ use crate::error::CliResult;
 pub fn dispatch(cli: Cli) -> CliResult {
     match cli.command {
         Some(command) => match command {
-            Command::Budget(args) => budget::cmd_budget(&args),
+            Command::Budget(args) => budget::cmd_budget(&args, &cli.global),
             Command::Demo(args) => demo::cmd_demo(&args),
             Command::Run(args) => run::cmd_run(&args, &cli.global),
             Command::Import(args) => import::cmd_import(&args, &cli.global),

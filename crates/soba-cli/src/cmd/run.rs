@@ -1,10 +1,12 @@
 //! `soba run "<prompt>"` (SPEC §11.4): one turn, non-interactively.
 //! Assistant text goes to stdout; tool calls, barriers and result lines to
-//! stderr (`--json`: the engine's events as JSON lines on stdout). Exit
+//! stderr — on a terminal a barrier shows its live percentage in place
+//! until its result line replaces it (SPEC §11.2) — and `--json` writes
+//! the engine's events as JSON lines on stdout. Exit
 //! codes: 0 completed, 1 failed or configuration error, 2 usage, 130
 //! SIGINT, 255 internal; the last stderr line names the reason.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
 use soba_core::EntryBody;
@@ -24,6 +26,65 @@ use crate::context::Context;
 use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult, ErrorKind};
 
+/// The status text of a running barrier (SPEC §11.2), followed by ` · NN%`.
+const BARRIER_STATUS: &str = "Compacting context before response";
+
+/// Erases the terminal line the cursor is on and returns to its start.
+const CLEAR_LINE: &str = "\r\x1b[2K";
+
+/// `soba run`'s stderr: whole lines, plus the barrier's live percentage.
+/// On a terminal the percentage line is redrawn in place with `\r` and
+/// replaced by the barrier's result line; elsewhere (a file, a pipe) only
+/// the result line is written, so logs hold no control characters.
+struct Stderr {
+    out: Box<dyn Write + Send>,
+    terminal: bool,
+    /// The percentage on the live line while a barrier runs on a terminal.
+    progress: Option<u8>,
+}
+
+impl Stderr {
+    fn new(out: Box<dyn Write + Send>, terminal: bool) -> Self {
+        Stderr {
+            out,
+            terminal,
+            progress: None,
+        }
+    }
+
+    /// Shows `percent` on the live line; the figure never goes down.
+    fn progress(&mut self, percent: u8) {
+        if !self.terminal {
+            return;
+        }
+        let percent = self.progress.map_or(percent, |shown| shown.max(percent));
+        self.progress = Some(percent);
+        let _ = write!(self.out, "{CLEAR_LINE}{BARRIER_STATUS} · {percent}%");
+        let _ = self.out.flush();
+    }
+
+    /// Writes one line, keeping a live percentage line below it.
+    fn line(&mut self, text: &str) {
+        if self.progress.is_some() {
+            let _ = write!(self.out, "{CLEAR_LINE}");
+        }
+        let _ = writeln!(self.out, "{text}");
+        if let Some(percent) = self.progress {
+            let _ = write!(self.out, "{BARRIER_STATUS} · {percent}%");
+        }
+        let _ = self.out.flush();
+    }
+
+    /// Replaces the live percentage line with the barrier's result line.
+    fn finish(&mut self, result_line: &str) {
+        if self.progress.take().is_some() {
+            let _ = write!(self.out, "{CLEAR_LINE}");
+        }
+        let _ = writeln!(self.out, "{result_line}");
+        let _ = self.out.flush();
+    }
+}
+
 /// Prints engine events for `soba run`.
 struct Printer {
     json: bool,
@@ -31,6 +92,7 @@ struct Printer {
     policy: ApprovalPolicy,
     /// Whether stdout ends with a newline (or nothing was written).
     at_line_start: Mutex<bool>,
+    stderr: Mutex<Stderr>,
 }
 
 impl Printer {
@@ -43,6 +105,16 @@ impl Printer {
             let _ = stdout.flush();
             *at_start = true;
         }
+    }
+
+    fn with_stderr(&self, write: impl FnOnce(&mut Stderr)) {
+        if let Ok(mut stderr) = self.stderr.lock() {
+            write(&mut stderr);
+        }
+    }
+
+    fn eprint(&self, text: &str) {
+        self.with_stderr(|stderr| stderr.line(text));
     }
 
     fn print(&self, event: EngineEvent) {
@@ -85,30 +157,29 @@ impl Printer {
                 } else {
                     format!("error ({bytes} bytes)")
                 };
-                eprintln!("tool {call} → {verdict}");
+                self.eprint(&format!("tool {call} → {verdict}"));
             }
             EngineEvent::Hygiene {
                 reclaimed, stubbed, ..
             } => {
-                eprintln!("hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed");
+                self.eprint(&format!(
+                    "hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed"
+                ));
             }
-            EngineEvent::CompactionStart {
-                trigger,
-                tokens_before,
-                ..
-            } => {
+            EngineEvent::CompactionStart { .. } => {
                 self.end_stdout_line();
-                eprintln!(
-                    "Compacting context before response ({}, {tokens_before} tokens)",
-                    trigger.as_str()
-                );
+                self.with_stderr(|stderr| stderr.progress(0));
+            }
+            EngineEvent::CompactionProgress { percent, .. } => {
+                self.with_stderr(|stderr| stderr.progress(percent));
             }
             EngineEvent::CompactionEnd(end) => {
-                eprintln!("{}", end.result_line(|id| id.short_with(4)));
+                let line = end.result_line(|id| id.short_with(4));
+                self.with_stderr(|stderr| stderr.finish(&line));
             }
             EngineEvent::Warning { message } => {
                 self.end_stdout_line();
-                eprintln!("warning: {message}");
+                self.eprint(&format!("warning: {message}"));
             }
             _ => {}
         }
@@ -190,6 +261,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
     let tools = Arc::new(ToolRegistry::builtin());
     let mut core = open(&ctx, args, &setup, &tools)?;
+    engine::install_native(&ctx, &setup, &mut core)?;
     let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
     for warning in warnings {
         eprintln!("warning: {warning}");
@@ -208,6 +280,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         tools: tools.clone(),
         policy: policy.clone(),
         at_line_start: Mutex::new(true),
+        stderr: Mutex::new(Stderr::new(
+            Box::new(std::io::stderr()),
+            std::io::stderr().is_terminal(),
+        )),
     });
     let sink_printer = printer.clone();
     let sink: EventSink = Arc::new(move |event| sink_printer.print(event));
@@ -263,5 +339,102 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         TurnEnd::Stale => Err(CliError::user(format!(
             "the turn ended: the session moved during compaction ({in_session})"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use soba_core::{EntryId, IdKind, Quality, TokenCount, Trigger};
+    use soba_engine::event::{CompactionEnd, Outcome};
+
+    use super::*;
+
+    /// A stderr that tests can read back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn end() -> CompactionEnd {
+        CompactionEnd {
+            operation_id: "op_1".into(),
+            outcome: Outcome::Completed,
+            trigger: Trigger::AutoThreshold,
+            tokens_before: TokenCount::new(41_210),
+            tokens_after: TokenCount::new(23_480),
+            reclaimed: TokenCount::new(17_730),
+            checkpoint_id: Some(EntryId::from_uuid(IdKind::Capsule, 0x7f3a_u128 << 64)),
+            quality: Some(Quality::Full),
+            duration_ms: 900,
+            reason: None,
+        }
+    }
+
+    /// Feeds a barrier with a warning in the middle through a printer and
+    /// returns what reached stderr.
+    fn check(terminal: bool, expected: &str) {
+        let captured = Captured::default();
+        let printer = Printer {
+            json: false,
+            tools: Arc::new(ToolRegistry::builtin()),
+            policy: ApprovalPolicy::default(),
+            at_line_start: Mutex::new(true),
+            stderr: Mutex::new(Stderr::new(Box::new(captured.clone()), terminal)),
+        };
+        let progress = |percent| EngineEvent::CompactionProgress {
+            operation_id: "op_1".into(),
+            percent,
+        };
+        printer.print(EngineEvent::CompactionStart {
+            operation_id: "op_1".into(),
+            trigger: Trigger::AutoThreshold,
+            plan: String::new(),
+            tokens_before: TokenCount::new(41_210),
+        });
+        printer.print(progress(12));
+        printer.print(EngineEvent::Warning {
+            message: "slow summarizer".into(),
+        });
+        // Progress only goes up on screen, even if an event says less.
+        printer.print(progress(7));
+        printer.print(progress(82));
+        printer.print(EngineEvent::CompactionEnd(end()));
+        let written = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(written, expected);
+    }
+
+    #[test]
+    fn a_terminal_shows_the_live_percentage_and_keeps_only_the_result_line() {
+        let result = end().result_line(|id| id.short_with(4));
+        assert!(
+            result.starts_with("Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_")
+        );
+        let status = "Compacting context before response";
+        check(
+            true,
+            &format!(
+                "\r\x1b[2K{status} · 0%\
+                 \r\x1b[2K{status} · 12%\
+                 \r\x1b[2Kwarning: slow summarizer\n{status} · 12%\
+                 \r\x1b[2K{status} · 12%\
+                 \r\x1b[2K{status} · 82%\
+                 \r\x1b[2K{result}\n"
+            ),
+        );
+    }
+
+    #[test]
+    fn elsewhere_only_the_result_line_is_written() {
+        let result = end().result_line(|id| id.short_with(4));
+        check(false, &format!("warning: slow summarizer\n{result}\n"));
     }
 }

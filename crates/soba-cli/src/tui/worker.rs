@@ -310,6 +310,9 @@ impl Worker {
         );
         let summarizer = engine::summarizer(ctx, &setup, &mut notes)?;
         let client: Arc<dyn ModelClient> = Arc::from(setup.client(ctx)?);
+        // A model switch reopens the session through here, so the native
+        // compactor always follows the current model (SPEC §10.3).
+        engine::install_native(ctx, &setup, &mut core)?;
         // "Always" grants last as long as the session: a model switch
         // reopens the same log and keeps them.
         let log = core.log_path().to_path_buf();

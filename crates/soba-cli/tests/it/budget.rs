@@ -1,7 +1,16 @@
 //! `soba budget` (SPEC §4.3, §11.5) run as a user runs it: the built binary,
-//! its stdout, stderr and exit code.
+//! its stdout, stderr and exit code — on bare numbers, a model, and a
+//! session measured without its lock (SPEC §3.2).
 
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::json;
+use soba_core::Usage;
+use soba_provider::fake::{Dialect, FakeServer, Reply, Script};
+use soba_store::log::{SessionWriter, WriterOptions};
+
+use crate::support::Sandbox;
 
 fn soba(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_soba"))
@@ -160,17 +169,127 @@ fn model_limits_come_from_the_registry_and_its_overrides() {
     );
 }
 
+/// A sandbox whose model `fake/test-model` (64,000 / 4,000) and
+/// `fake/small` (32,768 / 8,192) are served by `server`.
+fn fake_sandbox(server: &FakeServer) -> Sandbox {
+    let mut sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "model": "fake/test-model",
+        "providers": {"fake": {"api": "openai-chat", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}},
+        "models": {
+            "fake/test-model": {"contextWindow": 64000, "maxOutputTokens": 4000},
+            "fake/small": {"contextWindow": 32768, "maxOutputTokens": 8192}
+        },
+    }));
+    sandbox.env = vec![("FAKE_KEY".into(), "sk-fake".into())];
+    sandbox
+}
+
+async fn run_async(sandbox: &Sandbox, args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::from(sandbox.command(args));
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("soba finishes")
+        .expect("soba starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_measured_while_another_process_holds_it_open() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = fake_sandbox(&server);
+    server.push(Script::stream(
+        Dialect::Chat,
+        &Reply::text("Noted.").with_usage(Usage {
+            input: 2_000,
+            output: 5,
+            ..Usage::default()
+        }),
+    ));
+    let first = run_async(&sandbox, &["run", "hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let file = sandbox.session_files().pop().expect("one session");
+    let id = file.file_stem().unwrap().to_str().unwrap().to_owned();
+
+    // This process now holds the session open for writing.
+    let writer = SessionWriter::open(&file, WriterOptions::default()).unwrap();
+    let output = run_async(&sandbox, &["budget", "--session", &id[..8]]).await;
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stderr), "");
+    assert_eq!(value(&stdout, "session"), Some(id.as_str()));
+    assert_eq!(value(&stdout, "model"), Some("fake/test-model"));
+    // hardLimit = 64,000 − 4,000 − 8,192; softLimit = floor(0.8 × it).
+    assert_eq!(value(&stdout, "hardLimit"), Some("51,808"));
+    assert_eq!(value(&stdout, "softLimit"), Some("41,446"));
+    assert_eq!(value(&stdout, "autoLimit"), Some("41,446"));
+    assert_eq!(value(&stdout, "keepRecent"), Some("20,000"));
+    assert_eq!(value(&stdout, "roiFloor"), Some("10,361"));
+    // The reported prompt of the last response, plus its answer as re-sent.
+    // The fake server names itself `fake-model`: the response counts as
+    // fake/test-model's only because soba records the session's model id
+    // on what it appends.
+    assert_eq!(
+        value(&stdout, "source"),
+        Some("provider_usage"),
+        "{}",
+        std::fs::read_to_string(&file).unwrap()
+    );
+    let effective: u64 = value(&stdout, "effective")
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert!((2_001..2_030).contains(&effective), "{stdout}");
+    assert!(stdout.contains("(3% of hardLimit)"), "{stdout}");
+    // The lock is real: a writer is refused while it is held.
+    let refused = run_async(&sandbox, &["run", "--resume", &id, "again"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    assert_eq!(server.requests().len(), 1);
+    drop(writer);
+
+    // --model measures the same log against another model's limits.
+    let output = run_async(
+        &sandbox,
+        &["budget", "--session", &id, "--model", "fake/small"],
+    )
+    .await;
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(value(&stdout, "model"), Some("fake/small"));
+    assert_eq!(value(&stdout, "hardLimit"), Some("16,384"));
+    assert_eq!(value(&stdout, "softLimit"), Some("16,383"));
+    // The session's last response came from another model: estimated.
+    assert_eq!(value(&stdout, "source"), Some("estimated"));
+    assert_eq!(
+        text(&output.stderr),
+        "warning: soft compaction fires only one token below the hard limit for this model; \
+         set compaction.minTokensForAutoCompact below 13,107 to compact earlier\n"
+    );
+    // --set reaches the configuration as for every command.
+    let output = run_async(
+        &sandbox,
+        &[
+            "budget",
+            "--session",
+            &id,
+            "--set",
+            "compaction.safetyReserveTokens=1000",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(value(&text(&output.stdout), "hardLimit"), Some("59,000"));
+}
+
 #[test]
-fn sessions_are_not_wired_yet() {
-    let output = soba(&["budget", "--session", "e_7f3a"]);
+fn an_unknown_session_names_the_fix() {
+    let sandbox = Sandbox::new();
+    let output = sandbox.run(&["budget", "--session", "e_7f3a"]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
-    assert!(
-        stderr.starts_with(
-            "error: soba budget --session e_7f3a: reading a session's budget is not wired yet"
-        ),
-        "{stderr}"
-    );
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("soba sessions"), "{stderr}");
+    assert_eq!(text(&output.stdout), "");
 }
 
 #[test]
@@ -192,6 +311,16 @@ fn usage_errors_exit_2() {
         "x",
     ]);
     assert_eq!(both.status.code(), Some(2));
+    let session_and_numbers = soba(&[
+        "budget",
+        "--session",
+        "e_7f3a",
+        "--context-window",
+        "1",
+        "--max-output",
+        "1",
+    ]);
+    assert_eq!(session_and_numbers.status.code(), Some(2));
     assert_eq!(
         bare_with(&["--set", "compaction.auto"]).status.code(),
         Some(2)
