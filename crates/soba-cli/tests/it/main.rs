@@ -2,6 +2,7 @@
 //! Integration tests of the `soba` binary: one test binary, one module per
 //! command.
 
+mod bad_input;
 mod budget;
 mod capsule;
 mod config;
