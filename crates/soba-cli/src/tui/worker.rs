@@ -1579,13 +1579,18 @@ mod tests {
                            ## Pending\n(none)\n## Decisions\n(none)\n## Blockers\n(none)\n## Next steps\nAnswer.\nEND-OF-SUMMARY";
 
     async fn rig() -> Rig {
+        rig_with(|_| {}).await
+    }
+
+    /// A rig whose user config is the default one changed by `patch`.
+    async fn rig_with(patch: impl FnOnce(&mut serde_json::Value)) -> Rig {
         let server = FakeServer::start().await.expect("the fake server starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let home = dir.path().join("home");
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&home).expect("home");
         std::fs::create_dir_all(&ws).expect("workspace");
-        let config = json!({
+        let mut config = json!({
             "model": "fake/test-model",
             "providers": {
                 "fake": {"api": "openai-chat", "baseUrl": server.url()},
@@ -1604,6 +1609,7 @@ mod tests {
                 "timeoutMs": 5000
             }
         });
+        patch(&mut config);
         std::fs::write(home.join("config.json"), config.to_string()).expect("user config");
         let env = Env::from_pairs([
             ("SOBA_HOME", home.display().to_string()),
@@ -2071,6 +2077,121 @@ mod tests {
             1,
             "{types:?}"
         );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_conversation_model_as_summarizer_is_warned_about_in_the_conversation() {
+        let mut rig = rig_with(|config| {
+            config["compaction"]["summarizer"]["model"] = json!("fake/test-model");
+        })
+        .await;
+        rig.send(Action::Command(SlashCommand::Help));
+        let seen = rig
+            .until(
+                "the help",
+                |r| matches!(r, UiEvent::Note(text) if text.contains("/budget")),
+            )
+            .await;
+        let notes = note_texts(&seen);
+        assert!(
+            notes.contains(
+                &"warning: compaction.summarizer.model is the conversation model fake/test-model: \
+                  each compaction costs about as much as a turn; name a cheaper model or \"deterministic\""
+                    .to_owned()
+            ),
+            "{notes:?}"
+        );
+        rig.quit().await;
+    }
+
+    /// Runs one text-only turn answered through OpenAI Responses.
+    async fn responses_turn(rig: &mut Rig, text: &str) {
+        rig.server.push_for(
+            "/responses",
+            Script::stream(Dialect::Responses, &Reply::text("Noted.")),
+        );
+        rig.send(Action::StartTurn(text.into()));
+        let seen = rig
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert_eq!(seen.last(), Some(&UiEvent::Finished(None)), "{seen:#?}");
+    }
+
+    /// Runs an idle `/compact` and returns its result line.
+    async fn compact(rig: &mut Rig) -> String {
+        rig.send(Action::Command(SlashCommand::Compact {
+            save: false,
+            instructions: None,
+        }));
+        let seen = rig
+            .until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        seen.iter()
+            .find_map(|r| match r {
+                UiEvent::BarrierEnded(line) => Some(line.text.clone()),
+                _ => None,
+            })
+            .expect("a result line")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn native_continuation_follows_the_model() {
+        let mut rig = rig_with(|config| {
+            config["providers"]["fake"]["api"] = json!("openai-responses");
+            config["models"]["fake/other-model"] =
+                json!({"contextWindow": 32000, "maxOutputTokens": 4000});
+            config["compaction"]["native"] = json!("auto");
+            config["compaction"]["summarizer"]["model"] = json!("deterministic");
+        })
+        .await;
+        let long: String = (0..800).map(|i| format!("w{i} ")).collect();
+        responses_turn(&mut rig, &format!("remember {long}")).await;
+        responses_turn(&mut rig, "and this").await;
+        rig.server
+            .push_for("/responses/compact", Script::compaction("gAAAA-first"));
+        let result = compact(&mut rig).await;
+        assert!(result.starts_with("Compacted (user): "), "{result}");
+        // The next request carries the native item instead of the capsule.
+        responses_turn(&mut rig, "go on").await;
+        let requests = rig.server.requests();
+        let compacts: Vec<&serde_json::Value> = requests
+            .iter()
+            .filter(|r| r.path == "/responses/compact")
+            .map(|r| &r.body)
+            .collect();
+        assert_eq!(compacts.len(), 1);
+        assert_eq!(compacts[0]["model"], json!("test-model"));
+        let last = requests.last().expect("requests");
+        assert_eq!(last.path, "/responses");
+        assert!(
+            last.body.to_string().contains("gAAAA-first"),
+            "{}",
+            last.body
+        );
+
+        // After /model the compactor is the new model's.
+        rig.send(Action::Command(SlashCommand::Model(Some(
+            "fake/other-model".into(),
+        ))));
+        rig.until(
+            "the new header",
+            |r| matches!(r, UiEvent::Header(h) if h.model == "fake/other-model"),
+        )
+        .await;
+        responses_turn(&mut rig, &format!("more {long}")).await;
+        rig.server
+            .push_for("/responses/compact", Script::compaction("gAAAA-second"));
+        let result = compact(&mut rig).await;
+        assert!(result.starts_with("Compacted (user): "), "{result}");
+        let models: Vec<serde_json::Value> = rig
+            .server
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/responses/compact")
+            .map(|r| r.body["model"].clone())
+            .collect();
+        assert_eq!(models, [json!("test-model"), json!("other-model")]);
         rig.quit().await;
     }
 }

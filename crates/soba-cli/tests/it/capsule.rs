@@ -596,3 +596,84 @@ async fn an_llm_summary_that_passes_the_guards_is_full_and_saved() {
     assert_eq!(capsule.instructions.as_deref(), Some("keep the parser"));
     assert!(capsule.narrative.goal.contains("section Goal"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_continues_natively_on_openai_responses_and_survives_its_failure() {
+    let server = FakeServer::start().await.unwrap();
+    let mut sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "providers": {"fake": {"api": "openai-responses", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}},
+        "models": {"fake/codex": {"contextWindow": 64000, "maxOutputTokens": 4000}},
+        "compaction": {"native": "auto", "summarizer": {"model": "deterministic"}, "keepRecentTokens": 256},
+    }));
+    sandbox.env = vec![("FAKE_KEY".into(), "k".into())];
+    let id = session_with(&sandbox, "none");
+    let natives = |sandbox: &Sandbox| -> Vec<Option<String>> {
+        read_log(session_file(sandbox))
+            .unwrap()
+            .entries()
+            .iter()
+            .filter_map(|logged| match &logged.entry.body {
+                EntryBody::Capsule(capsule) => {
+                    Some(capsule.native.as_ref().map(|n| n.item.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let compact_now = || async {
+        let mut command = tokio::process::Command::from(sandbox.command(&[
+            "compact",
+            "--session",
+            &id,
+            "--model",
+            "fake/codex",
+        ]));
+        let output = command.output().await.unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        text(&output.stdout)
+    };
+    server.push_for("/responses/compact", Script::compaction("gAAAA-compact"));
+    let stdout = compact_now().await;
+    assert!(stdout.starts_with("Compacted (user): "), "{stdout}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/responses/compact");
+    assert_eq!(requests[0].body["model"], json!("codex"));
+    assert_eq!(
+        natives(&sandbox),
+        [Some(
+            r#"{"type":"compaction","encrypted_content":"gAAAA-compact"}"#.to_owned()
+        )]
+    );
+
+    // A native failure changes nothing else: the portable capsule is
+    // appended as always, without an item.
+    server.push_for(
+        "/responses/compact",
+        Script::error(400, r#"{"error":{"message":"compaction unavailable"}}"#),
+    );
+    // Only what followed the capsule is compacted again: add to the span.
+    let mut writer = soba_store::log::SessionWriter::open(
+        session_file(&sandbox),
+        soba_store::log::WriterOptions::default(),
+    )
+    .unwrap();
+    for turn in 0..4 {
+        let words: String = (0..600).map(|i| format!("more{turn}x{i} ")).collect();
+        writer
+            .append(EntryBody::Message(soba_core::MessageEntry {
+                message: soba_core::Message::user(words),
+                tokens: None,
+            }))
+            .unwrap();
+    }
+    drop(writer);
+    let stdout = compact_now().await;
+    assert!(stdout.starts_with("Compacted (user): "), "{stdout}");
+    assert!(!stdout.contains("fallback"), "{stdout}");
+    assert_eq!(server.requests().len(), 2);
+    let natives = natives(&sandbox);
+    assert_eq!(natives.len(), 2);
+    assert_eq!(natives[1], None);
+}

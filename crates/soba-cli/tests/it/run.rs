@@ -343,3 +343,90 @@ async fn resume_runs_in_the_same_session_and_agents_md_is_snapshotted_on_change(
     assert_eq!(missing.status.code(), Some(1));
     assert!(text(&missing.stderr).contains("list them with `soba sessions`"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_continuation_and_the_barrier_lines_off_a_terminal() {
+    let server = FakeServer::start().await.unwrap();
+    let mut sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "model": "fake/codex",
+        "providers": {"fake": {"api": "openai-responses", "baseUrl": server.url(), "apiKeyEnv": "FAKE_KEY"}},
+        "models": {"fake/codex": {"contextWindow": 64000, "maxOutputTokens": 4000}},
+        "compaction": {
+            "native": "auto",
+            "summarizer": {"model": "deterministic"},
+            "keepRecentTokens": 256, "minTokensForAutoCompact": 1000, "minReclaimableTokens": 1,
+            "minSavingsRatio": 0.01, "userMessageBudgetTokens": 100
+        },
+    }));
+    sandbox.env = vec![("FAKE_KEY".into(), "sk-fake".into())];
+    let realistic = Script::Compute(Arc::new(|request: &RecordedRequest| {
+        let prompt = request.body.to_string().len() as u64 / 4;
+        Script::stream(
+            Dialect::Responses,
+            &Reply::text("Noted.").with_usage(Usage {
+                input: prompt,
+                output: 5,
+                ..Usage::default()
+            }),
+        )
+    }));
+    server.push_for("/responses", realistic.clone());
+    server.push_for("/responses", realistic);
+    server.push_for("/responses/compact", Script::compaction("gAAAA-run-item"));
+    let long_prompt: String = (0..12_000).map(|i| format!("item{i} ")).collect();
+    let first = run(&sandbox, &[&long_prompt]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    // The turn_complete intent compacts at the second turn's preflight.
+    let second = run(&sandbox, &["-c", "what next?"]).await;
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    // stderr is a pipe: no live percentage, no control characters, just
+    // the result line.
+    assert!(!stderr.contains("Compacting context"), "{stderr}");
+    assert!(
+        !stderr.contains('\r') && !stderr.contains('\x1b'),
+        "{stderr:?}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].starts_with("Compacted (turn_complete): "),
+        "{stderr}"
+    );
+    assert!(lines[1].starts_with("completed · session "), "{stderr}");
+    // /responses/compact got the span; the capsule keeps the item, and the
+    // next request carries it.
+    let requests = server.requests();
+    let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/responses", "/responses/compact", "/responses"]);
+    assert_eq!(requests[1].body["model"], json!("codex"));
+    assert!(body(&requests[2]).contains("gAAAA-run-item"));
+    let log = soba_store::reader::read_log(&sandbox.session_files()[0]).unwrap();
+    let native = log
+        .entries()
+        .iter()
+        .find_map(|logged| match &logged.entry.body {
+            soba_core::EntryBody::Capsule(capsule) => capsule.native.clone(),
+            _ => None,
+        });
+    assert!(native.is_some_and(|n| n.item.contains("gAAAA-run-item")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conversation_model_as_summarizer_is_warned_about_on_stderr() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({"summarizer": {"model": "fake/test-model"}}));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Hi.")));
+    let output = run(&sandbox, &["hello"]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.lines().next(),
+        Some(
+            "warning: compaction.summarizer.model is the conversation model fake/test-model: \
+             each compaction costs about as much as a turn; name a cheaper model or \"deterministic\""
+        ),
+        "{stderr}"
+    );
+}
