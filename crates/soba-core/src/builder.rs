@@ -16,7 +16,9 @@ use crate::capsule::{
     NativeContinuation, OverflowRecord, Quality, Trigger,
 };
 use crate::entry::CheckpointKind;
-use crate::facts::{Facts, PlanItem, PlanStatus, truncate_middle_chars, truncate_middle_tokens};
+use crate::facts::{
+    Facts, PlanItem, PlanStatus, UnresolvedError, truncate_middle_chars, truncate_middle_tokens,
+};
 use crate::id::EntryId;
 use crate::render::{self, CapsuleView, NONE_RECORDED, code_span};
 use crate::tokens::{TokenCount, TokenCounter};
@@ -184,7 +186,14 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
             .iter()
             .take(ERRORS_SHOWN)
             .map(|error| {
-                truncate_middle_chars(&error.to_stored(), ERROR_HEAD_CHARS, ERROR_TAIL_CHARS)
+                // The bound applies to the error text; the key line (the
+                // command, or tool and path, already shortened) stays whole
+                // so the error's own first characters are never pushed out.
+                UnresolvedError {
+                    key: error.key.clone(),
+                    text: truncate_middle_chars(&error.text, ERROR_HEAD_CHARS, ERROR_TAIL_CHARS),
+                }
+                .to_stored()
             })
             .collect(),
         checkpoints: facts
