@@ -156,6 +156,35 @@ impl BarrierContext {
         let started = Instant::now();
         let snapshot = {
             let mut core = self.core.lock().await;
+            if cancel.is_cancelled() {
+                // A cancel seen before planning ends the barrier before it
+                // appends anything, hygiene included (SPEC §7.1).
+                return Ok(match forced {
+                    Some(forced) => {
+                        let effective = core.measure().tokens;
+                        let trigger = match forced {
+                            Forced::User { .. } => Trigger::User,
+                            Forced::ContextOverflow { .. } => Trigger::ContextOverflow,
+                        };
+                        let end = CompactionEnd {
+                            operation_id: (self.operation_ids)(),
+                            outcome: Outcome::Cancelled,
+                            trigger,
+                            tokens_before: effective,
+                            tokens_after: effective,
+                            reclaimed: TokenCount::ZERO,
+                            checkpoint_id: None,
+                            quality: None,
+                            duration_ms: 0,
+                            reason: Some("cancelled by the user".into()),
+                        };
+                        self.emit(EngineEvent::CompactionEnd(end.clone()));
+                        Preflight::EndTurn(end)
+                    }
+                    // Nothing was planned: the caller sees the cancel itself.
+                    None => Preflight::Proceed,
+                });
+            }
             match self.plan_under_lock(&mut core, forced)? {
                 Ok(snapshot) => snapshot,
                 Err(decided) => return Ok(decided),
@@ -679,6 +708,18 @@ impl BarrierContext {
                 }
             }
         };
+        if chunk_budget < MIN_CHUNK_TOKENS {
+            // A window with no useful room for the span would cut it into
+            // one-token chunks, a request per few bytes of history.
+            return fallback(
+                format!(
+                    "the summarizer's window leaves {chunk_budget} tokens per chunk for the span (at least \
+                     {MIN_CHUNK_TOKENS} needed); configure compaction.summarizer.model with a larger window, \
+                     or \"deterministic\""
+                ),
+                None,
+            );
+        }
         while chunk_idx < chunks.len() {
             let request = SummaryRequest {
                 previous_state: state.clone(),
@@ -708,7 +749,13 @@ impl BarrierContext {
                 Ok(Err(SummarizeError::Overflow { detail })) if !halved => {
                     // Halve the chunk size and retry once (SPEC §9.2).
                     halved = true;
-                    chunk_budget = TokenCount::new((chunk_budget.get() / 2).max(1));
+                    chunk_budget = TokenCount::new(chunk_budget.get() / 2);
+                    if chunk_budget < MIN_CHUNK_TOKENS {
+                        return fallback(
+                            format!("summarizer overflow with chunks already small: {detail}"),
+                            usage_total,
+                        );
+                    }
                     let rest: Vec<String> = chunks[chunk_idx..].to_vec();
                     let mut rechunked = chunks[..chunk_idx].to_vec();
                     rechunked.extend(summarize::chunk_span(&rest, chunk_budget, counter));
@@ -789,6 +836,9 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
         chunks,
     }
 }
+
+/// The smallest chunk of span worth a summarizer request.
+const MIN_CHUNK_TOKENS: TokenCount = TokenCount::new(128);
 
 enum Generated {
     Content {

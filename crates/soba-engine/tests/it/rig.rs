@@ -181,7 +181,7 @@ pub struct PausingSummarizer {
     pub pause: Pause,
     pub window: TokenCount,
     pub text: String,
-    chunks: AtomicU64,
+    pub chunks: AtomicU64,
 }
 
 impl PausingSummarizer {
