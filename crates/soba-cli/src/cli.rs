@@ -323,7 +323,12 @@ pub struct DemoArgs {
     .args(["context_window", "model", "session"])))]
 pub struct BudgetArgs {
     /// The model's context window in tokens (with --max-output).
-    #[arg(long, value_name = "N", requires = "max_output", conflicts_with = "model")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "max_output",
+        conflicts_with = "model"
+    )]
     pub context_window: Option<u64>,
     /// The max_tokens sent with every request, thinking included.
     #[arg(long, value_name = "N", requires = "context_window")]
