@@ -180,7 +180,14 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             },
             tally.other_outcomes.len()
         );
-        println!("session log: {}", summary.session_log.display());
+        if temp.is_some() {
+            println!(
+                "session log: {} (removed with the directory; soba demo --keep DIR keeps it)",
+                summary.session_log.display()
+            );
+        } else {
+            println!("session log: {}", summary.session_log.display());
+        }
     }
     for failure in &summary.failed_turns {
         eprintln!("demo turn did not complete: {failure}");
