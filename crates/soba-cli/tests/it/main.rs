@@ -6,6 +6,7 @@ mod bad_input;
 mod budget;
 mod capsule;
 mod config;
+mod demo;
 mod docs;
 mod import;
 mod plan_traces;
