@@ -3,6 +3,7 @@
 //! validates a file and appends it as untrusted `capsule_file` context;
 //! create writes a handoff capsule of the whole live input to
 //! `.soba/capsules/` and appends nothing to the log (only a flight record).
+//! The TUI's `/capsule` commands call the same helpers.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use soba_core::builder::{self, BuildOptions, CapsuleContent};
+use soba_core::config::CompactionConfig;
 use soba_core::facts::{self, FactsConfig, FactsInput};
 use soba_core::render::{self, CapsuleFileHeader, CapsuleView, RenderedCapsuleFile};
 use soba_core::summarize::{self, Summarizer, SummaryRequest};
@@ -149,7 +151,7 @@ pub fn write_file(path: &Path, text: &str, force: bool) -> CliResult {
 
 /// Resolves an export path: relative paths must stay inside the
 /// workspace; absolute ones may go anywhere (SPEC §12).
-fn export_path(root: &Path, given: &Path) -> CliResult<PathBuf> {
+pub(crate) fn export_path(root: &Path, given: &Path) -> CliResult<PathBuf> {
     if given.is_absolute() {
         return Ok(given.to_path_buf());
     }
@@ -177,7 +179,7 @@ fn export_path(root: &Path, given: &Path) -> CliResult<PathBuf> {
 }
 
 /// Shows a path relative to the workspace when it is inside it.
-fn display_path(root: &Path, path: &Path) -> String {
+pub(crate) fn display_path(root: &Path, path: &Path) -> String {
     path.strip_prefix(root).map_or_else(
         |_| path.display().to_string(),
         |rel| rel.display().to_string(),
@@ -290,14 +292,16 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
     Ok(stdout.flush()?)
 }
 
-/// Finds a capsule entry by full or short id.
-fn find_capsule<'a>(log: &'a SessionLog, wanted: &str) -> CliResult<(&'a EntryId, &'a Capsule)> {
-    let matches: Vec<(&EntryId, &Capsule)> = log
-        .entries()
-        .iter()
-        .filter_map(|logged| match &logged.entry.body {
-            EntryBody::Capsule(capsule) if logged.entry.id.matches_short(wanted) => {
-                Some((&logged.entry.id, capsule.as_ref()))
+/// Finds a capsule entry among `entries` by full or short id.
+pub(crate) fn find_capsule<'a>(
+    entries: impl IntoIterator<Item = &'a Entry>,
+    wanted: &str,
+) -> CliResult<(&'a EntryId, &'a Capsule)> {
+    let matches: Vec<(&EntryId, &Capsule)> = entries
+        .into_iter()
+        .filter_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) if entry.id.matches_short(wanted) => {
+                Some((&entry.id, capsule.as_ref()))
             }
             _ => None,
         })
@@ -305,8 +309,9 @@ fn find_capsule<'a>(log: &'a SessionLog, wanted: &str) -> CliResult<(&'a EntryId
     match matches.as_slice() {
         [one] => Ok(*one),
         [] => Err(
-            CliError::user(format!("no capsule {wanted} in this session"))
-                .hint("list the capsules with `soba capsule list`; ids look like ck_7f3a"),
+            CliError::user(format!("no capsule {wanted} in this session")).hint(
+                "list the capsules with `soba capsule list` (in soba: /capsule); ids look like ck_7f3a",
+            ),
         ),
         several => {
             let ids: Vec<&str> = several.iter().map(|(id, _)| id.as_str()).collect();
@@ -319,29 +324,77 @@ fn find_capsule<'a>(log: &'a SessionLog, wanted: &str) -> CliResult<(&'a EntryId
     }
 }
 
-fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: bool) -> CliResult {
-    let (summary, log) = session(ctx, args)?;
-    let (id, capsule) = find_capsule(&log, wanted)?;
-    let target = export_path(&ctx.workspace.root, given)?;
-    let counter = counter_for(ctx, args, &log);
-    let leaf = log.leaf().map(EntryId::as_str).unwrap_or_default();
+/// A capsule rendered for export, not yet written.
+pub(crate) struct Export {
+    /// The capsule's id.
+    pub id: EntryId,
+    /// Where it goes.
+    pub file: PathBuf,
+    /// The redacted `.capsule.md`.
+    pub rendered: RenderedCapsuleFile,
+}
+
+/// What `/capsule export` needs from the session.
+pub(crate) struct ExportSource<'a, E> {
+    /// Every entry of the session (a capsule need not be on the path).
+    pub entries: E,
+    /// The session's id.
+    pub session: &'a str,
+    /// The current leaf.
+    pub leaf: &'a str,
+    /// The session model's counter (for the front matter's `tokens`).
+    pub counter: &'a dyn TokenCounter,
+}
+
+/// Finds capsule `wanted`, resolves `given` against the workspace `root`
+/// (SPEC §12) and renders the capsule redacted; the caller writes it with
+/// [`write_file`], outside any session lock.
+pub(crate) fn prepare_export<'a, E: IntoIterator<Item = &'a Entry>>(
+    root: &Path,
+    source: ExportSource<'_, E>,
+    wanted: &str,
+    given: &Path,
+) -> CliResult<Export> {
+    let (id, capsule) = find_capsule(source.entries, wanted)?;
+    let file = export_path(root, given)?;
     let rendered = render_file(
         &CapsuleView::from(capsule),
         id.as_str(),
         &title_of(capsule, id),
-        &summary.id,
-        leaf,
-        &counter,
+        source.session,
+        source.leaf,
+        source.counter,
     );
-    write_file(&target, &rendered.text, force)?;
+    Ok(Export {
+        id: id.clone(),
+        file,
+        rendered,
+    })
+}
+
+fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: bool) -> CliResult {
+    let (summary, log) = session(ctx, args)?;
+    let counter = counter_for(ctx, args, &log);
+    let export = prepare_export(
+        &ctx.workspace.root,
+        ExportSource {
+            entries: log.entries().iter().map(|logged| &logged.entry),
+            session: &summary.id,
+            leaf: log.leaf().map(EntryId::as_str).unwrap_or_default(),
+            counter: &counter,
+        },
+        wanted,
+        given,
+    )?;
+    write_file(&export.file, &export.rendered.text, force)?;
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,
         "exported {} to {} ({} tokens; {})",
-        id.short_with(4),
-        target.display(),
-        group_thousands(rendered.tokens.get()),
-        redaction_note(&rendered)
+        export.id.short_with(4),
+        export.file.display(),
+        group_thousands(export.rendered.tokens.get()),
+        redaction_note(&export.rendered)
     )?;
     Ok(stdout.flush()?)
 }
@@ -351,49 +404,107 @@ fn capsule_file_error(path: &Path, err: render::CapsuleFileError) -> CliError {
     CliError::user(format!("cannot load {}: {err}", path.display()))
 }
 
-fn load(ctx: &Context, args: &CapsuleArgs, given: &Path) -> CliResult {
-    let file = if given.is_absolute() {
+/// Resolves a `/capsule load` path: relative to the workspace root unless
+/// absolute.
+pub(crate) fn load_path(root: &Path, given: &Path) -> PathBuf {
+    if given.is_absolute() {
         given.to_path_buf()
     } else {
-        ctx.workspace.root.join(given)
-    };
-    let metadata = std::fs::metadata(&file)
+        root.join(given)
+    }
+}
+
+/// Reads a `.capsule.md` as UTF-8, refusing files over 1 MiB before
+/// reading them (SPEC §12).
+pub(crate) fn read_capsule_text(file: &Path) -> CliResult<String> {
+    let metadata = std::fs::metadata(file)
         .map_err(|err| CliError::user(format!("cannot read {}", file.display())).caused_by(err))?;
     if metadata.len() > render::CAPSULE_FILE_MAX_BYTES as u64 {
         return Err(capsule_file_error(
-            &file,
+            file,
             render::CapsuleFileError::TooLarge {
                 bytes: usize::try_from(metadata.len()).unwrap_or(usize::MAX),
                 max: render::CAPSULE_FILE_MAX_BYTES,
             },
         ));
     }
-    let bytes = std::fs::read(&file)
+    let bytes = std::fs::read(file)
         .map_err(|err| CliError::user(format!("cannot read {}", file.display())).caused_by(err))?;
-    let text = String::from_utf8(bytes).map_err(|err| {
+    String::from_utf8(bytes).map_err(|err| {
         CliError::user(format!(
             "cannot load {}: not UTF-8 text (invalid byte at offset {})",
             file.display(),
             err.utf8_error().valid_up_to()
         ))
-    })?;
+    })
+}
+
+/// A capsule file checked for loading, as the context entry to append.
+pub(crate) struct Loadable {
+    /// The `capsule_file` context entry.
+    pub entry: ContextEntry,
+    /// Its front matter's title.
+    pub title: Option<String>,
+    /// Its front matter's quality.
+    pub quality: Option<Quality>,
+    /// Its size in the session model's tokens.
+    pub tokens: TokenCount,
+}
+
+impl Loadable {
+    /// Returns `, "title"` and `, quality` for the confirmation line.
+    pub fn details(&self) -> String {
+        let title = self
+            .title
+            .as_deref()
+            .map(|title| format!(", \"{title}\""))
+            .unwrap_or_default();
+        let quality = self
+            .quality
+            .map(|quality| format!(", {}", quality.as_str()))
+            .unwrap_or_default();
+        format!("{title}{quality}")
+    }
+}
+
+/// Checks `text`, read from `file`, against SPEC §12's limits for a session
+/// whose soft threshold is `auto_limit` and builds its context entry.
+pub(crate) fn check_capsule_file(
+    root: &Path,
+    file: &Path,
+    text: String,
+    auto_limit: TokenCount,
+    counter: &dyn TokenCounter,
+) -> CliResult<Loadable> {
+    let parsed = render::check_loadable(&text, auto_limit, counter)
+        .map_err(|err| capsule_file_error(file, err))?;
+    let tokens = counter.count_text(&text).n;
+    Ok(Loadable {
+        title: parsed.front.title.clone(),
+        quality: parsed.front.quality,
+        tokens,
+        entry: ContextEntry {
+            source: ContextSource::CapsuleFile,
+            path: display_path(root, file),
+            sha256: Sha256::digest(text.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            text,
+        },
+    })
+}
+
+fn load(ctx: &Context, args: &CapsuleArgs, given: &Path) -> CliResult {
+    let root = &ctx.workspace.root;
+    let file = load_path(root, given);
+    let text = read_capsule_text(&file)?;
     let (summary, log) = session(ctx, args)?;
     let model = session_model(ctx, args, &log)?;
     let setup = ModelSetup::resolve(ctx, &model)?;
     let budget = setup.budget(ctx)?;
     let counter = BpeCounter::new(setup.info.tokenizer);
-    let parsed = render::check_loadable(&text, budget.auto_limit(), &counter)
-        .map_err(|err| capsule_file_error(&file, err))?;
-    let tokens = counter.count_text(&text).n;
-    let entry = ContextEntry {
-        source: ContextSource::CapsuleFile,
-        path: display_path(&ctx.workspace.root, &file),
-        sha256: Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-        text,
-    };
+    let loadable = check_capsule_file(root, &file, text, budget.auto_limit(), &counter)?;
     let mut writer = SessionWriter::open(
         &summary.path,
         WriterOptions {
@@ -401,26 +512,15 @@ fn load(ctx: &Context, args: &CapsuleArgs, given: &Path) -> CliResult {
             minter: Box::new(SystemMinter),
         },
     )?;
-    let appended = writer.append(EntryBody::Context(entry))?;
+    let (details, shown) = (loadable.details(), loadable.entry.path.clone());
+    let appended = writer.append(EntryBody::Context(loadable.entry))?;
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,
-        "loaded {} into session {} as {} ({} tokens{}{}); the model sees it as untrusted data",
-        display_path(&ctx.workspace.root, &file),
+        "loaded {shown} into session {} as {} ({} tokens{details}); the model sees it as untrusted data",
         summary.id,
         appended.id.short_with(4),
-        group_thousands(tokens.get()),
-        parsed
-            .front
-            .title
-            .as_deref()
-            .map(|title| format!(", \"{title}\""))
-            .unwrap_or_default(),
-        parsed
-            .front
-            .quality
-            .map(|quality| format!(", {}", quality.as_str()))
-            .unwrap_or_default(),
+        group_thousands(loadable.tokens.get()),
     )?;
     Ok(stdout.flush()?)
 }
@@ -493,6 +593,198 @@ async fn llm_narrative(
     Ok((narrative, usage))
 }
 
+/// What a `/capsule create` handoff is made from (SPEC §12).
+pub(crate) struct HandoffInput<'a> {
+    /// The title (front matter, file name).
+    pub title: &'a str,
+    /// Overwrite an existing file.
+    pub force: bool,
+    /// `.soba/` of the workspace, where `capsules/` goes.
+    pub project_dir: &'a Path,
+    /// The session's id and current leaf (front matter).
+    pub session: &'a str,
+    /// The current leaf.
+    pub leaf: &'a str,
+    /// The session's workspace root, for the facts' relative paths.
+    pub cwd: Option<&'a str>,
+    /// The whole live model input, no tail: everything after the latest
+    /// capsule's retained tail starts, capsules left out.
+    pub span: &'a [Entry],
+    /// The latest capsule, the state the summary updates.
+    pub previous: Option<&'a Capsule>,
+    /// The LLM summarizer, or `None` for the deterministic builder.
+    pub summarizer: Option<&'a dyn Summarizer>,
+    /// `compaction.*` (summarizer output, deadline, user-message budget).
+    pub compaction: &'a CompactionConfig,
+    /// The session's soft threshold (the capsule's size cap follows it).
+    pub auto_limit: TokenCount,
+    /// The session's limits, for the flight record.
+    pub limits: FlightLimits,
+    /// The session model's counter.
+    pub counter: &'a dyn TokenCounter,
+    /// When the command started, for the flight record's duration.
+    pub started: Instant,
+}
+
+/// A handoff file written.
+pub(crate) struct Handoff {
+    /// Where it was written.
+    pub file: PathBuf,
+    /// The capsule's id (in the file only: nothing is appended).
+    pub id: EntryId,
+    /// The rendered file.
+    pub rendered: RenderedCapsuleFile,
+    /// `full`, or `degraded` after a fallback.
+    pub quality: Quality,
+    /// Why the LLM summary was not used, when it was not.
+    pub fallback: Option<String>,
+    /// The flight record to write (SPEC §12: the only trace in the log's
+    /// folder).
+    pub record: FlightRecord,
+}
+
+impl Handoff {
+    /// Returns the confirmation line, e.g. `wrote .soba/capsules/… (ck_…,
+    /// 812 tokens, full; no secrets found)`.
+    pub fn line(&self, root: &Path) -> String {
+        format!(
+            "wrote {} ({}, {} tokens, {}; {})",
+            display_path(root, &self.file),
+            self.id.short_with(4),
+            group_thousands(self.rendered.tokens.get()),
+            self.quality.as_str(),
+            redaction_note(&self.rendered)
+        )
+    }
+}
+
+/// Makes a handoff capsule of the whole live input under the `user` rules
+/// (SPEC §12): the LLM narrative when it passes the guards, else the
+/// deterministic capsule marked `degraded`; with no summarizer, the
+/// deterministic one as `full`. Writes
+/// `.soba/capsules/<yyyy-mm-dd>-<slug>.capsule.md` (no overwrite without
+/// `force`) and returns the flight record for the caller to write; nothing
+/// is appended to the session.
+pub(crate) async fn create_handoff(input: HandoffInput<'_>) -> CliResult<Handoff> {
+    let compaction = input.compaction;
+    let facts = facts::extract(
+        &FactsInput {
+            span: input.span,
+            previous: input.previous,
+            retained: &HashSet::new(),
+            cwd: input.cwd,
+        },
+        &FactsConfig {
+            user_message_budget: compaction.user_message_budget_tokens,
+        },
+        input.counter,
+    );
+    let options = |quality| BuildOptions {
+        auto_limit: input.auto_limit,
+        trigger: Trigger::User,
+        quality,
+        instructions: None,
+    };
+    let mut fallback = None;
+    let (content, usage): (CapsuleContent, Option<Usage>) = match input.summarizer {
+        None => (
+            builder::build_deterministic(
+                &facts,
+                input.previous,
+                &options(Quality::Full),
+                input.counter,
+            ),
+            None,
+        ),
+        Some(summarizer) => match llm_narrative(
+            summarizer,
+            input.span,
+            input.previous,
+            u32::try_from(compaction.summarizer.max_output_tokens.get()).unwrap_or(u32::MAX),
+            Duration::from_millis(compaction.timeout_ms),
+            input.counter,
+        )
+        .await
+        {
+            Ok((narrative, usage)) => (
+                builder::build_with_narrative(
+                    narrative,
+                    summarizer.model(),
+                    &facts,
+                    &options(Quality::Full),
+                    input.counter,
+                ),
+                usage,
+            ),
+            Err(reason) => {
+                fallback = Some(reason);
+                (
+                    builder::build_deterministic(
+                        &facts,
+                        input.previous,
+                        &options(Quality::Degraded),
+                        input.counter,
+                    ),
+                    None,
+                )
+            }
+        },
+    };
+    let id = EntryId::from_uuid(IdKind::Capsule, uuid::Uuid::now_v7().as_u128());
+    let rendered = render_file(
+        &content.view(),
+        id.as_str(),
+        input.title,
+        input.session,
+        input.leaf,
+        input.counter,
+    );
+    let date = jiff::ZonedDateTime::now().date().to_string();
+    let file = input
+        .project_dir
+        .join("capsules")
+        .join(format!("{date}-{}.capsule.md", slug(input.title)));
+    write_file(&file, &rendered.text, input.force)?;
+    let span_tokens = TokenCount::new(
+        input
+            .span
+            .iter()
+            .filter_map(|entry| match &entry.body {
+                EntryBody::Message(message) => message.tokens.map(|t| t.n.get()),
+                _ => None,
+            })
+            .sum(),
+    );
+    let record = FlightRecord {
+        operation_id: format!("op_{}", uuid::Uuid::now_v7().simple()),
+        timestamp: format!("{:.3}", jiff::Timestamp::now()),
+        level: FlightLevel::CapsuleCreate,
+        trigger: Some(Trigger::User),
+        limits: input.limits,
+        tokens_before: span_tokens,
+        tokens_after: span_tokens,
+        reclaimed: TokenCount::ZERO,
+        outcome: FlightOutcome::Completed,
+        reason: fallback.clone(),
+        duration_ms: u64::try_from(input.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        checkpoint_id: Some(id.clone()),
+        quality: Some(content.quality),
+        summarizer: Some(FlightSummarizer {
+            model: content.summarizer.clone(),
+            usage,
+        }),
+        expected_cache_write: None,
+    };
+    Ok(Handoff {
+        file,
+        id,
+        rendered,
+        quality: content.quality,
+        fallback,
+        record,
+    })
+}
+
 fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliResult {
     let started = Instant::now();
     let (summary, log) = session(ctx, args)?;
@@ -507,19 +799,16 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
     }
     // The whole live input, no tail: everything from the latest capsule's
     // retained tail on, with that capsule as the previous state.
-    let stretch: Vec<Entry> = log
-        .live_stretch()
-        .iter()
-        .map(|logged| logged.entry.clone())
-        .collect();
     let previous: Option<&Capsule> =
         log.latest_capsule()
             .and_then(|logged| match &logged.entry.body {
                 EntryBody::Capsule(capsule) => Some(capsule.as_ref()),
                 _ => None,
             });
-    let span: Vec<Entry> = stretch
-        .into_iter()
+    let span: Vec<Entry> = log
+        .live_stretch()
+        .iter()
+        .map(|logged| logged.entry.clone())
         .filter(|entry| !matches!(entry.body, EntryBody::Capsule(_)))
         .collect();
     if span.is_empty() && previous.is_none() {
@@ -529,118 +818,29 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
         ))
         .hint("run a turn first with `soba run -c \"<prompt>\"`"));
     }
-    let compaction = &ctx.config().compaction;
-    let header = log.header().cloned();
-    let cwd = header.as_ref().map(|h| h.cwd.clone());
-    let facts = facts::extract(
-        &FactsInput {
-            span: &span,
-            previous,
-            retained: &HashSet::new(),
-            cwd: cwd.as_deref(),
-        },
-        &FactsConfig {
-            user_message_budget: compaction.user_message_budget_tokens,
-        },
-        &counter,
-    );
-    let options = |quality| BuildOptions {
-        auto_limit: budget.auto_limit(),
-        trigger: Trigger::User,
-        quality,
-        instructions: None,
-    };
-    let mut fallback_reason = None;
-    let (content, usage): (CapsuleContent, Option<Usage>) = match &summarizer {
-        None => (
-            builder::build_deterministic(&facts, previous, &options(Quality::Full), &counter),
-            None,
-        ),
-        Some(summarizer) => {
-            let runtime = engine::runtime()?;
-            let attempt = runtime.block_on(llm_narrative(
-                summarizer.as_ref(),
-                &span,
-                previous,
-                u32::try_from(compaction.summarizer.max_output_tokens.get()).unwrap_or(u32::MAX),
-                Duration::from_millis(compaction.timeout_ms),
-                &counter,
-            ));
-            match attempt {
-                Ok((narrative, usage)) => (
-                    builder::build_with_narrative(
-                        narrative,
-                        summarizer.model(),
-                        &facts,
-                        &options(Quality::Full),
-                        &counter,
-                    ),
-                    usage,
-                ),
-                Err(reason) => {
-                    fallback_reason = Some(reason);
-                    (
-                        builder::build_deterministic(
-                            &facts,
-                            previous,
-                            &options(Quality::Degraded),
-                            &counter,
-                        ),
-                        None,
-                    )
-                }
-            }
-        }
-    };
-    let id = EntryId::from_uuid(IdKind::Capsule, uuid::Uuid::now_v7().as_u128());
-    let leaf = log.leaf().map(EntryId::as_str).unwrap_or_default();
-    let rendered = render_file(
-        &content.view(),
-        id.as_str(),
+    let cwd = log.header().map(|header| header.cwd.clone());
+    let project_dir = ctx.workspace.project_dir();
+    let handoff = engine::runtime()?.block_on(create_handoff(HandoffInput {
         title,
-        &summary.id,
-        leaf,
-        &counter,
-    );
-    let date = jiff::ZonedDateTime::now().date().to_string();
-    let file = ctx
-        .workspace
-        .project_dir()
-        .join("capsules")
-        .join(format!("{date}-{}.capsule.md", slug(title)));
-    write_file(&file, &rendered.text, force)?;
-    let span_tokens: u64 = span
-        .iter()
-        .filter_map(|entry| match &entry.body {
-            EntryBody::Message(message) => message.tokens.map(|t| t.n.get()),
-            _ => None,
-        })
-        .sum();
-    let record = FlightRecord {
-        operation_id: format!("op_{}", uuid::Uuid::now_v7().simple()),
-        timestamp: format!("{:.3}", jiff::Timestamp::now()),
-        level: FlightLevel::CapsuleCreate,
-        trigger: Some(Trigger::User),
+        force,
+        project_dir: &project_dir,
+        session: &summary.id,
+        leaf: log.leaf().map(EntryId::as_str).unwrap_or_default(),
+        cwd: cwd.as_deref(),
+        span: &span,
+        previous,
+        summarizer: summarizer.as_deref(),
+        compaction: &ctx.config().compaction,
+        auto_limit: budget.auto_limit(),
         limits: FlightLimits {
             hard_limit: budget.hard_limit(),
             soft_limit: budget.soft_limit(),
             auto_limit: budget.auto_limit(),
             hygiene_limit: budget.hygiene_limit(),
         },
-        tokens_before: TokenCount::new(span_tokens),
-        tokens_after: TokenCount::new(span_tokens),
-        reclaimed: TokenCount::ZERO,
-        outcome: FlightOutcome::Completed,
-        reason: fallback_reason.clone(),
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        checkpoint_id: Some(id.clone()),
-        quality: Some(content.quality),
-        summarizer: Some(FlightSummarizer {
-            model: content.summarizer.clone(),
-            usage,
-        }),
-        expected_cache_write: None,
-    };
+        counter: &counter,
+        started,
+    }))?;
     if let (Some(dir), Ok(session_id)) = (summary.path.parent(), SessionId::parse(&summary.id)) {
         // The flight record is observability: failing to write it must not
         // undo the handoff the user asked for.
@@ -648,24 +848,16 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
             flight_path(dir, &session_id),
             soba_store::log::Durability::Flush,
         )
-        .and_then(|mut appender| appender.append(&record));
+        .and_then(|mut appender| appender.append(&handoff.record));
         if let Err(err) = written {
             eprintln!("warning: flight record not written: {err}");
         }
     }
-    if let Some(reason) = &fallback_reason {
+    if let Some(reason) = &handoff.fallback {
         eprintln!("fallback used: {reason}; the capsule is deterministic (degraded)");
     }
     let mut stdout = std::io::stdout().lock();
-    writeln!(
-        stdout,
-        "wrote {} ({}, {} tokens, {}; {})",
-        display_path(&ctx.workspace.root, &file),
-        id.short_with(4),
-        group_thousands(rendered.tokens.get()),
-        content.quality.as_str(),
-        redaction_note(&rendered)
-    )?;
+    writeln!(stdout, "{}", handoff.line(&ctx.workspace.root))?;
     Ok(stdout.flush()?)
 }
 

@@ -11,16 +11,10 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use soba_core::builder::{self, BuildOptions, CapsuleContent};
 use soba_core::entry::{SkillAction, SkillEntry};
-use soba_core::facts::{self, FactsConfig, FactsInput};
-use soba_core::render::{self, CapsuleView};
-use soba_core::summarize::{self, Summarizer, SummaryRequest};
+use soba_core::render::CapsuleView;
 use soba_core::tokens::group_thousands;
-use soba_core::{
-    Capsule, ContextEntry, ContextSource, Entry, EntryBody, EntryId, IdKind, Quality, TokenCount,
-    Trigger, Usage,
-};
+use soba_core::{Capsule, Entry, EntryBody, EntryId, Quality};
 use soba_engine::EngineError;
 use soba_engine::agent::Agent;
 use soba_engine::barrier::{EventSink, Forced};
@@ -31,7 +25,6 @@ use soba_engine::tool::{
     ToolConfig, ToolContext, ToolRegistry, Workspace,
 };
 use soba_provider::client::ModelClient;
-use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -42,7 +35,7 @@ use super::state::{
     RewindPlan, UiEvent,
 };
 use super::view;
-use crate::cmd::capsule as capsule_files;
+use crate::cmd::capsule::{self as capsule_files, ExportSource, HandoffInput};
 use crate::context::Context;
 use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult};
@@ -1105,61 +1098,35 @@ impl Worker {
         let Some(live) = &self.live else {
             return;
         };
-        let core = live.core.lock().await;
-        let capsules: Vec<&Entry> = core
-            .entries()
-            .iter()
-            .filter(|entry| {
-                matches!(entry.body, EntryBody::Capsule(_)) && entry.id.matches_short(wanted)
-            })
-            .collect();
-        let entry = match capsules.as_slice() {
-            [one] => *one,
-            [] => {
-                let problem = format!("no capsule {wanted} in this session; /capsule lists them");
-                drop(core);
-                self.note(problem);
-                return;
-            }
-            _ => {
-                drop(core);
-                self.note(format!(
-                    "{wanted} matches several capsules; give more digits"
-                ));
-                return;
-            }
-        };
-        let EntryBody::Capsule(capsule) = &entry.body else {
-            return;
-        };
         let root = self.launch.ctx.workspace.root.clone();
-        let file = match export_path(&root, Path::new(given)) {
-            Ok(file) => file,
-            Err(problem) => {
-                drop(core);
-                self.note(problem);
-                return;
-            }
+        let prepared = {
+            let core = live.core.lock().await;
+            let leaf = core
+                .leaf()
+                .map(|id| id.as_str().to_owned())
+                .unwrap_or_default();
+            capsule_files::prepare_export(
+                &root,
+                ExportSource {
+                    entries: core.entries(),
+                    session: core.header().id.as_str(),
+                    leaf: &leaf,
+                    counter: core.counter().as_ref(),
+                },
+                wanted,
+                Path::new(given),
+            )
         };
-        let leaf = core
-            .leaf()
-            .map(|id| id.as_str().to_owned())
-            .unwrap_or_default();
-        let rendered = capsule_files::render_file(
-            &CapsuleView::from(capsule.as_ref()),
-            entry.id.as_str(),
-            &capsule_files::title_of(capsule, &entry.id),
-            core.header().id.as_str(),
-            &leaf,
-            core.counter().as_ref(),
-        );
-        drop(core);
-        match capsule_files::write_file(&file, &rendered.text, force) {
-            Ok(()) => self.note(format!(
+        // The file is written without holding the session.
+        let written = prepared.and_then(|export| {
+            capsule_files::write_file(&export.file, &export.rendered.text, force).map(|()| export)
+        });
+        match written {
+            Ok(export) => self.note(format!(
                 "wrote {} ({} tokens; {})",
-                display_path(&root, &file),
-                group_thousands(rendered.tokens.get()),
-                capsule_files::redaction_note(&rendered)
+                capsule_files::display_path(&root, &export.file),
+                group_thousands(export.rendered.tokens.get()),
+                capsule_files::redaction_note(&export.rendered)
             )),
             Err(err) => self.note(cli_note(&err)),
         }
@@ -1170,51 +1137,37 @@ impl Worker {
             return;
         };
         let root = self.launch.ctx.workspace.root.clone();
-        let file = if Path::new(given).is_absolute() {
-            PathBuf::from(given)
-        } else {
-            root.join(given)
-        };
-        let text = match read_capsule_text(&file) {
+        let file = capsule_files::load_path(&root, Path::new(given));
+        let text = match capsule_files::read_capsule_text(&file) {
             Ok(text) => text,
-            Err(problem) => {
-                self.note(problem);
+            Err(err) => {
+                self.note(cli_note(&err));
                 return;
             }
         };
         let checked = {
             let core = live.core.lock().await;
-            render::check_loadable(&text, core.budget().auto_limit(), core.counter().as_ref())
-                .map(|parsed| (parsed, core.counter().count_text(&text).n))
+            capsule_files::check_capsule_file(
+                &root,
+                &file,
+                text,
+                core.budget().auto_limit(),
+                core.counter().as_ref(),
+            )
         };
-        let (parsed, tokens) = match checked {
-            Ok(checked) => checked,
+        let loadable = match checked {
+            Ok(loadable) => loadable,
             Err(err) => {
-                self.note(format!(
-                    "error: cannot load {}: {err}",
-                    display_path(&root, &file)
-                ));
+                self.note(cli_note(&err));
                 return;
             }
         };
-        let entry = ContextEntry {
-            source: ContextSource::CapsuleFile,
-            path: display_path(&root, &file),
-            sha256: sha256_hex(&text),
-            text,
-        };
-        if let Some(appended) = self.append(EntryBody::Context(entry)).await {
+        let (details, shown) = (loadable.details(), loadable.entry.path.clone());
+        if let Some(appended) = self.append(EntryBody::Context(loadable.entry)).await {
             self.note(format!(
-                "loaded {} as {} ({} tokens{}); the model sees it as untrusted data",
-                display_path(&root, &file),
+                "loaded {shown} as {} ({} tokens{details}); the model sees it as untrusted data",
                 appended.id.short_with(4),
-                group_thousands(tokens.get()),
-                parsed
-                    .front
-                    .title
-                    .as_deref()
-                    .map(|title| format!(", \"{title}\""))
-                    .unwrap_or_default()
+                group_thousands(loadable.tokens.get()),
             ));
         }
     }
@@ -1227,36 +1180,23 @@ impl Worker {
         let summarizer = live.agent.barrier.summarizer.clone();
         // Everything needed is taken under the lock; the summarizer runs
         // without it.
-        let (span, previous, facts, auto_limit, counter, session, leaf, limits, compaction) = {
+        let (span, previous, cwd, auto_limit, counter, session, leaf, limits) = {
             let core = live.core.lock().await;
-            let region = core.path()[core.live().region_start()..].to_vec();
             let previous: Option<Capsule> = core.path().iter().rev().find_map(|entry| match &entry
                 .body
             {
                 EntryBody::Capsule(capsule) => Some((**capsule).clone()),
                 _ => None,
             });
-            let span: Vec<Entry> = region
-                .into_iter()
+            let span: Vec<Entry> = core.path()[core.live().region_start()..]
+                .iter()
                 .filter(|entry| !matches!(entry.body, EntryBody::Capsule(_)))
+                .cloned()
                 .collect();
-            let compaction = core.config().compaction.clone();
-            let facts = facts::extract(
-                &FactsInput {
-                    span: &span,
-                    previous: previous.as_ref(),
-                    retained: &HashSet::new(),
-                    cwd: Some(&core.header().cwd),
-                },
-                &FactsConfig {
-                    user_message_budget: compaction.user_message_budget_tokens,
-                },
-                core.counter().as_ref(),
-            );
             (
                 span,
                 previous,
-                facts,
+                core.header().cwd.clone(),
                 core.budget().auto_limit(),
                 core.counter().clone(),
                 core.header().id.as_str().to_owned(),
@@ -1264,119 +1204,41 @@ impl Worker {
                     .map(|id| id.as_str().to_owned())
                     .unwrap_or_default(),
                 core.flight_limits(),
-                compaction,
             )
         };
         if span.is_empty() && previous.is_none() {
             self.note("nothing to hand off yet: send a message first");
             return;
         }
-        let options = |quality| BuildOptions {
-            auto_limit,
-            trigger: Trigger::User,
-            quality,
-            instructions: None,
-        };
-        let mut fallback = None;
-        let (content, usage): (CapsuleContent, Option<Usage>) = match &summarizer {
-            None => (
-                builder::build_deterministic(
-                    &facts,
-                    previous.as_ref(),
-                    &options(Quality::Full),
-                    counter.as_ref(),
-                ),
-                None,
-            ),
-            Some(summarizer) => match llm_narrative(
-                summarizer.as_ref(),
-                &span,
-                previous.as_ref(),
-                u32::try_from(compaction.summarizer.max_output_tokens.get()).unwrap_or(u32::MAX),
-                std::time::Duration::from_millis(compaction.timeout_ms),
-                counter.as_ref(),
-            )
-            .await
-            {
-                Ok((narrative, usage)) => (
-                    builder::build_with_narrative(
-                        narrative,
-                        summarizer.model(),
-                        &facts,
-                        &options(Quality::Full),
-                        counter.as_ref(),
-                    ),
-                    usage,
-                ),
-                Err(reason) => {
-                    fallback = Some(reason);
-                    (
-                        builder::build_deterministic(
-                            &facts,
-                            previous.as_ref(),
-                            &options(Quality::Degraded),
-                            counter.as_ref(),
-                        ),
-                        None,
-                    )
-                }
-            },
-        };
-        let id = EntryId::from_uuid(IdKind::Capsule, uuid::Uuid::now_v7().as_u128());
-        let rendered = capsule_files::render_file(
-            &content.view(),
-            id.as_str(),
+        let project_dir = self.launch.ctx.workspace.project_dir();
+        let made = capsule_files::create_handoff(HandoffInput {
             title,
-            &session,
-            &leaf,
-            counter.as_ref(),
-        );
-        let date = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
-        let root = self.launch.ctx.workspace.root.clone();
-        let file = self
-            .launch
-            .ctx
-            .workspace
-            .project_dir()
-            .join("capsules")
-            .join(format!("{date}-{}.capsule.md", capsule_files::slug(title)));
-        if let Err(err) = capsule_files::write_file(&file, &rendered.text, force) {
-            self.note(cli_note(&err));
-            return;
-        }
-        let record = FlightRecord {
-            operation_id: format!("op_{}", uuid::Uuid::now_v7().simple()),
-            timestamp: format!("{:.3}", jiff::Timestamp::now()),
-            level: FlightLevel::CapsuleCreate,
-            trigger: Some(Trigger::User),
+            force,
+            project_dir: &project_dir,
+            session: &session,
+            leaf: &leaf,
+            cwd: Some(&cwd),
+            span: &span,
+            previous: previous.as_ref(),
+            summarizer: summarizer.as_deref(),
+            compaction: &self.launch.ctx.config().compaction,
+            auto_limit,
             limits,
-            tokens_before: TokenCount::ZERO,
-            tokens_after: TokenCount::ZERO,
-            reclaimed: TokenCount::ZERO,
-            outcome: FlightOutcome::Completed,
-            reason: fallback.clone(),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            checkpoint_id: Some(id.clone()),
-            quality: Some(content.quality),
-            summarizer: Some(FlightSummarizer {
-                model: content.summarizer.clone(),
-                usage,
-            }),
-            expected_cache_write: None,
-        };
-        live.core.lock().await.flight(&record);
-        let mut text = format!(
-            "wrote {} ({}, {} tokens, {}; {})",
-            display_path(&root, &file),
-            id.short_with(4),
-            group_thousands(rendered.tokens.get()),
-            content.quality.as_str(),
-            capsule_files::redaction_note(&rendered)
-        );
-        if let Some(reason) = fallback {
-            text.push_str(&format!("\nfallback used: {reason}"));
+            counter: counter.as_ref(),
+            started,
+        })
+        .await;
+        match made {
+            Ok(handoff) => {
+                live.core.lock().await.flight(&handoff.record);
+                let mut text = handoff.line(&self.launch.ctx.workspace.root);
+                if let Some(reason) = &handoff.fallback {
+                    text.push_str(&format!("\nfallback used: {reason}"));
+                }
+                self.note(text);
+            }
+            Err(err) => self.note(cli_note(&err)),
         }
-        self.note(text);
     }
 
     async fn save_to_memory(&self, end: &CompactionEnd) {
@@ -1428,111 +1290,6 @@ impl Worker {
     }
 }
 
-/// Reads a `.capsule.md`, refusing files over 1 MiB before reading them.
-fn read_capsule_text(file: &Path) -> Result<String, String> {
-    let metadata = std::fs::metadata(file)
-        .map_err(|err| format!("error: cannot read {}: {err}", file.display()))?;
-    if metadata.len() > render::CAPSULE_FILE_MAX_BYTES as u64 {
-        return Err(format!(
-            "error: cannot load {}: {}",
-            file.display(),
-            render::CapsuleFileError::TooLarge {
-                bytes: usize::try_from(metadata.len()).unwrap_or(usize::MAX),
-                max: render::CAPSULE_FILE_MAX_BYTES,
-            }
-        ));
-    }
-    let bytes = std::fs::read(file)
-        .map_err(|err| format!("error: cannot read {}: {err}", file.display()))?;
-    String::from_utf8(bytes).map_err(|err| {
-        format!(
-            "error: cannot load {}: not UTF-8 text (invalid byte at offset {})",
-            file.display(),
-            err.utf8_error().valid_up_to()
-        )
-    })
-}
-
-/// Resolves an export path: relative paths must stay inside the workspace;
-/// absolute ones may go anywhere (SPEC §12).
-fn export_path(root: &Path, given: &Path) -> Result<PathBuf, String> {
-    if given.is_absolute() {
-        return Ok(given.to_path_buf());
-    }
-    let mut resolved = root.to_path_buf();
-    for component in given.components() {
-        match component {
-            std::path::Component::Normal(part) => resolved.push(part),
-            std::path::Component::ParentDir if resolved != root => {
-                resolved.pop();
-            }
-            std::path::Component::ParentDir => {
-                return Err(format!(
-                    "error: {} is outside the workspace {}\nhint: give a path inside the workspace, or an absolute path to write elsewhere",
-                    given.display(),
-                    root.display()
-                ));
-            }
-            _ => {}
-        }
-    }
-    Ok(resolved)
-}
-
-/// Shows a path relative to the workspace when it is inside it.
-fn display_path(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root).map_or_else(
-        |_| path.display().to_string(),
-        |rel| rel.display().to_string(),
-    )
-}
-
-/// Asks the LLM summarizer for the narrative of `span`, chunk by chunk,
-/// under the per-chunk deadline, then the guards; `Err` says why it failed.
-async fn llm_narrative(
-    summarizer: &dyn Summarizer,
-    span: &[Entry],
-    previous: Option<&Capsule>,
-    max_output_tokens: u32,
-    timeout: std::time::Duration,
-    counter: &dyn soba_core::TokenCounter,
-) -> Result<(soba_core::capsule::Narrative, Option<Usage>), String> {
-    let items = summarize::span_items(span);
-    let span_tokens = counter.count_text(&items.join("\n\n")).n;
-    let mut state = previous.map(summarize::previous_state);
-    let budget = summarize::chunk_tokens(
-        summarizer.window_tokens(),
-        max_output_tokens,
-        state.as_deref(),
-        None,
-        counter,
-    );
-    let chunks = summarize::chunk_span(&items, budget, counter);
-    let mut usage: Option<Usage> = None;
-    for (idx, chunk) in chunks.iter().enumerate() {
-        let request = SummaryRequest {
-            previous_state: state.clone(),
-            span_text: chunk.clone(),
-            chunk_index: idx,
-            chunk_count: chunks.len(),
-            instructions: None,
-            max_output_tokens,
-        };
-        let response = tokio::time::timeout(timeout, summarizer.summarize(&request))
-            .await
-            .map_err(|_| format!("summarizer timed out after {} ms", timeout.as_millis()))?
-            .map_err(|err| err.to_string())?;
-        if let Some(reported) = response.usage {
-            usage.get_or_insert_with(Usage::default).add(&reported);
-        }
-        state = Some(response.text);
-    }
-    let narrative =
-        soba_core::guard::check_summary(&state.unwrap_or_default(), span_tokens, counter)
-            .map_err(|rejection| format!("summary rejected by guard {}", rejection.name()))?;
-    Ok((narrative, usage))
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -1545,25 +1302,6 @@ mod tests {
     use crate::cli::GlobalArgs;
     use crate::paths::Env;
     use crate::tui::command::RewindTarget;
-
-    #[test]
-    fn export_paths_stay_inside_unless_absolute() {
-        let root = Path::new("/ws");
-        assert_eq!(
-            export_path(root, Path::new("out/a.capsule.md")),
-            Ok(PathBuf::from("/ws/out/a.capsule.md"))
-        );
-        assert_eq!(
-            export_path(root, Path::new("out/../b.md")),
-            Ok(PathBuf::from("/ws/b.md"))
-        );
-        assert!(export_path(root, Path::new("../x.md")).is_err());
-        assert!(export_path(root, Path::new("a/../../x.md")).is_err());
-        assert_eq!(
-            export_path(root, Path::new("/tmp/x.md")),
-            Ok(PathBuf::from("/tmp/x.md"))
-        );
-    }
 
     /// A worker on a new session whose model and summarizer are the fake
     /// server's, driven through its channels as the UI drives it.
@@ -2000,6 +1738,16 @@ mod tests {
         rig.send(Action::Command(SlashCommand::CapsuleLoad {
             path: "handoff.capsule.md".into(),
         }));
+        rig.send(Action::Command(SlashCommand::CapsuleExport {
+            checkpoint: "ck_ffff".into(),
+            path: "x.capsule.md".into(),
+            force: false,
+        }));
+        std::fs::write(rig.dir.path().join("ws/bad.capsule.md"), "no front matter")
+            .expect("a bad capsule file");
+        rig.send(Action::Command(SlashCommand::CapsuleLoad {
+            path: "bad.capsule.md".into(),
+        }));
         rig.send(Action::Command(SlashCommand::CapsuleList));
         let seen = rig
             .until("the list", |r| matches!(r, UiEvent::Note(text) if text.starts_with("capsules in this session")))
@@ -2022,8 +1770,21 @@ mod tests {
             notes[2].ends_with("the model sees it as untrusted data"),
             "{notes:?}"
         );
+        // The same helpers and messages as `soba capsule`.
+        assert_eq!(
+            notes[3],
+            "error: no capsule ck_ffff in this session\n\
+             hint: list the capsules with `soba capsule list` (in soba: /capsule); ids look like ck_7f3a"
+        );
         assert!(
-            notes[3].contains(&format!("  {checkpoint}  user ")),
+            notes[4].starts_with(&format!(
+                "error: cannot load {}: ",
+                rig.dir.path().join("ws/bad.capsule.md").display()
+            )),
+            "{notes:?}"
+        );
+        assert!(
+            notes[5].contains(&format!("  {checkpoint}  user ")),
             "{notes:?}"
         );
         assert!(rig.dir.path().join("ws/handoff.capsule.md").is_file());
@@ -2040,6 +1801,27 @@ mod tests {
         assert!(note.starts_with("wrote .soba/capsules/"), "{note}");
         assert!(note.contains("-counting-handoff.capsule.md (ck_"), "{note}");
         assert!(note.contains(", full; "), "{note}");
+        // Nothing appended; one flight record, sized by the span it covers.
+        let flight = std::fs::read_dir(
+            std::fs::read_dir(rig.dir.path().join("home/sessions"))
+                .expect("sessions dir")
+                .next()
+                .expect("one project")
+                .expect("readable")
+                .path(),
+        )
+        .expect("project sessions")
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .find(|path| path.display().to_string().ends_with(".flight.jsonl"))
+        .expect("a flight log");
+        let (records, _) =
+            soba_store::flight::read_flight_records(&flight).expect("flight records");
+        let handoff = records.last().expect("a record");
+        assert_eq!(
+            handoff.level,
+            soba_store::flight::FlightLevel::CapsuleCreate
+        );
+        assert!(handoff.tokens_before.get() > 0, "{handoff:?}");
         // /model appends model_change and reopens the session on the new model.
         rig.send(Action::Command(SlashCommand::Model(Some(
             "fake/other-model".into(),

@@ -207,7 +207,7 @@ fn export_never_overwrites_and_stays_in_the_workspace() {
     assert_eq!(unknown.status.code(), Some(1));
     assert_eq!(
         text(&unknown.stderr),
-        "error: no capsule ck_ffff in this session\nhint: list the capsules with `soba capsule list`; ids look like ck_7f3a\n"
+        "error: no capsule ck_ffff in this session\nhint: list the capsules with `soba capsule list` (in soba: /capsule); ids look like ck_7f3a\n"
     );
 }
 

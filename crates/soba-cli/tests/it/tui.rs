@@ -427,7 +427,7 @@ mod e2e {
             },
             "models": {
                 "fake/test-model": {"contextWindow": 24000, "maxOutputTokens": 2000},
-                "fakesum/summarizer": {"contextWindow": 5000, "maxOutputTokens": 2000}
+                "fakesum/summarizer": {"contextWindow": 7500, "maxOutputTokens": 2000}
             },
             "compaction": {
                 "summarizer": {"model": "fakesum/summarizer"},
@@ -443,7 +443,13 @@ mod e2e {
         server.push_for(
             "/chat/completions",
             answer(
-                Reply::text("Counting.").with_tool_call(
+                // Long, so the span of the next barrier takes more than one
+                // summarizer chunk and its progress moves.
+                Reply::text(format!(
+                    "Counting. {}",
+                    "Each number will sit on its own line of the output. ".repeat(250)
+                ))
+                .with_tool_call(
                     "call_1",
                     "bash",
                     json!({"command": "seq 1 3000"}),
@@ -466,8 +472,9 @@ mod e2e {
             "/chat/completions",
             answer(Reply::text("Stopped as asked."), Duration::ZERO),
         );
-        // One per chunk: the summarizer's window is 5,000 tokens divided by
-        // its calibration seed, so the two barriers take 12 chunks in all.
+        // One per chunk: the summarizer's window (7,500 tokens divided by its
+        // calibration seed, less its output and prompt) takes part of the
+        // span per request, so the first barrier runs in several chunks.
         for _ in 0..16 {
             server.push_for("/v1/messages", summary());
         }
