@@ -430,3 +430,66 @@ async fn the_conversation_model_as_summarizer_is_warned_about_on_stderr() {
         "{stderr}"
     );
 }
+
+/// Returns whether util-linux `script` (which gives a command a terminal)
+/// is installed.
+fn has_script() -> bool {
+    std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_the_barrier_percentage_is_redrawn_in_place() {
+    if !has_script() {
+        println!("skipped: util-linux script is not installed (it gives soba run a terminal)");
+        return;
+    }
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(
+        &server,
+        json!({"keepRecentTokens": 256, "minTokensForAutoCompact": 1000, "minReclaimableTokens": 1, "minSavingsRatio": 0.01, "userMessageBudgetTokens": 100, "summarizer": {"model": "deterministic"}}),
+    );
+    let realistic = Script::Compute(Arc::new(|request: &RecordedRequest| {
+        let prompt = request.body.to_string().len() as u64 / 4;
+        Script::stream(
+            Dialect::Chat,
+            &Reply::text("Noted.").with_usage(Usage {
+                input: prompt,
+                output: 5,
+                ..Usage::default()
+            }),
+        )
+    }));
+    server.push(realistic.clone());
+    server.push(realistic);
+    let long_prompt: String = (0..12_000).map(|i| format!("item{i} ")).collect();
+    let first = run(&sandbox, &[&long_prompt]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    // `script` runs the second turn on a pseudo-terminal and copies what
+    // it printed (stdout and stderr) to its own stdout.
+    let soba = format!("'{}' run -c 'what next?'", env!("CARGO_BIN_EXE_soba"));
+    // The sandbox's environment (SOBA_HOME, HOME, PATH, FAKE_KEY) only.
+    let command = sandbox.command(&[]);
+    let mut script = tokio::process::Command::new("script");
+    script
+        .args(["-q", "-e", "-c", &soba, "/dev/null"])
+        .env_clear()
+        .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&sandbox.ws);
+    let output = tokio::time::timeout(Duration::from_secs(60), script.output())
+        .await
+        .expect("soba run finishes")
+        .expect("script starts");
+    let screen = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{screen:?}");
+    assert!(
+        screen.contains("\r\x1b[2KCompacting context before response · 0%"),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains("\r\x1b[2KCompacted (turn_complete): "),
+        "{screen:?}"
+    );
+}
