@@ -555,3 +555,37 @@ fn a_killed_agent_loses_nothing_acknowledged() {
         "no kill landed inside a compaction"
     );
 }
+
+/// Resume of a hand-edited log whose parents form a cycle (`a` ← `b` ← `a`):
+/// the store's reader stops at the first repeated entry (path `a`, `b`).
+///
+/// FIXME(reliability campaign): `SessionCore`'s path walk stops only once
+/// the path is longer than the log, so the engine's path holds an entry
+/// twice and the next request repeats a message. Today's behaviour is
+/// asserted; the walk in `session.rs` should stop at a repeated id as
+/// `SessionLog::path_to` does.
+#[test]
+fn a_parent_cycle_repeats_an_entry_on_the_engines_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = log_path_in(dir.path());
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let corpus =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/bad-input/log/parent-cycle.jsonl");
+    std::fs::copy(corpus, &path).unwrap();
+    let log = soba_store::reader::read_log(&path).unwrap();
+    assert_eq!(log.path().len(), 2);
+    let tools = soba_engine::tool::ToolRegistry::builtin();
+    let config = crate::rig::rig_config(small_config(), &tools);
+    let options = WriterOptions {
+        durability: Durability::Flush,
+        minter: Box::new(SequentialMinter::default()),
+    };
+    let (core, diagnostics) = SessionCore::open(&path, config, options).unwrap();
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let ids: Vec<&str> = core.path().iter().map(|entry| entry.id.as_str()).collect();
+    // FIXME: should be the reader's two entries.
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[0], ids[2]);
+    let request = soba_engine::agent::build_request(&core, "model", &tools);
+    assert_eq!(request.messages.len(), 3);
+}
