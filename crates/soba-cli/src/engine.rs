@@ -20,10 +20,8 @@ use soba_engine::barrier::{BarrierContext, EventSink};
 use soba_engine::native::{NativeCompactor, NativeTarget, ResponsesCompactor};
 use soba_engine::session::{ModelSpec, SessionConfig, SessionCore};
 use soba_engine::tool::ToolRegistry;
-use soba_provider::client::{Api, BoxFuture, Cancellation, Endpoint, ModelClient};
-use soba_provider::error::ProviderError;
+use soba_provider::client::{Api, Endpoint, ModelClient};
 use soba_provider::registry::ModelInfo;
-use soba_provider::request::{ChatRequest, ChatResponse, StreamEvent};
 use soba_provider::summarizer::{LlmSummarizer, SummarizerChoice, select_summarizer};
 use soba_provider::transport::{HttpConfig, client_for};
 use soba_store::log::{MemoryItem, SessionHeader, SystemMinter, WriterOptions};
@@ -77,49 +75,13 @@ impl ModelSetup {
     }
 
     /// Builds the provider client, its key read from the provider's
-    /// `apiKeyEnv` variable. Its responses carry this model's id (see
-    /// [`SessionModelClient`]).
+    /// `apiKeyEnv` variable. (The agent loop records the session's model id
+    /// on the assistant messages, not the provider's reported name.)
     pub fn client(&self, ctx: &Context) -> CliResult<Box<dyn ModelClient>> {
         let endpoint = ctx.config().endpoint(&self.provider, &ctx.env)?;
-        let inner =
-            client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
-                CliError::internal(format!("cannot build the {} client", self.provider.name))
-                    .caused_by(err)
-            })?;
-        Ok(Box::new(SessionModelClient {
-            inner,
-            model_id: self.info.id.clone(),
-        }))
-    }
-}
-
-/// A model client whose responses carry the session's model id
-/// (`provider/model`) rather than the name the provider reported (e.g.
-/// `gpt-5-2025-08-07`, or a local server's own name). Calibration (SPEC
-/// §4.1) and the `provider_usage` measurement (§4.2) count only assistant
-/// messages of the session's model, compared by that id: with the
-/// provider's name no message ever matched, so every measurement was
-/// `estimated` and the factor never left its seed.
-pub struct SessionModelClient {
-    inner: Box<dyn ModelClient>,
-    model_id: String,
-}
-
-impl ModelClient for SessionModelClient {
-    fn api(&self) -> Api {
-        self.inner.api()
-    }
-
-    fn stream<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-        cancel: &'a dyn Cancellation,
-        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
-    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(async move {
-            let mut response = self.inner.stream(request, cancel, on_event).await?;
-            response.message.model = Some(self.model_id.clone());
-            Ok(response)
+        client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
+            CliError::internal(format!("cannot build the {} client", self.provider.name))
+                .caused_by(err)
         })
     }
 }

@@ -140,7 +140,7 @@ impl Agent {
                     });
                 }
             }
-            let (request, local, hard_limit, effective) = {
+            let (request, local, hard_limit, effective, model_id) = {
                 let core = self.barrier.core.lock().await;
                 let request = build_request(&core, &self.provider_model, &self.tools);
                 let local = core.live().total_tokens();
@@ -149,6 +149,7 @@ impl Agent {
                     local,
                     core.budget().hard_limit(),
                     core.measure().tokens,
+                    core.model_id().to_owned(),
                 )
             };
             if effective > hard_limit {
@@ -194,6 +195,10 @@ impl Agent {
             }
             let mut message = response.message;
             message.request_tokens_local = Some(local.get());
+            // The session's `provider/model` id, not the name the provider
+            // reported (e.g. a dated snapshot): calibration and the
+            // `provider_usage` measurement match assistant messages by it.
+            message.model = Some(model_id);
             let calls: Vec<_> = message.tool_uses().cloned().collect();
             let entry = self
                 .barrier
