@@ -1,4 +1,4 @@
-//! A faster exact BPE counter behind [`TokenCounter`] (SPEC §16 allows
+//! A faster exact BPE counter behind [`TokenCounter`](crate::tokens::TokenCounter) (SPEC §16 allows
 //! one, checked against tiktoken-rs by a differential test).
 //!
 //! It gives the same counts as tiktoken-rs's `encode_ordinary(text).len()`

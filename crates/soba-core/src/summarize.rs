@@ -5,7 +5,7 @@
 //!
 //! The trait returns a boxed future and names no runtime, so this crate stays
 //! free of one: the HTTP summarizer in `soba-provider` is async, the
-//! [`FakeSummarizer`] (feature `testing`) answers at once from a script.
+//! `FakeSummarizer` (feature `testing`) answers at once from a script.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -144,7 +144,7 @@ pub enum SummarizeError {
 pub type SummaryFuture<'a> =
     Pin<Box<dyn Future<Output = Result<SummaryResponse, SummarizeError>> + Send + 'a>>;
 
-/// A summarizer: the LLM one in `soba-provider`, or [`FakeSummarizer`].
+/// A summarizer: the LLM one in `soba-provider`, or `FakeSummarizer` (feature `testing`).
 pub trait Summarizer: Send + Sync {
     /// Returns the model id recorded on capsules it writes.
     fn model(&self) -> &str;

@@ -7,7 +7,7 @@
 //! decoders of the three dialects, overflow classification and the model
 //! registry, so an embedder can bring its own HTTP client. The `http`
 //! feature adds the clients ([`transport`]); `fake-server` adds a loopback
-//! provider for tests ([`fake`]).
+//! provider for tests (the `fake` module, feature `fake-server`).
 #![warn(missing_docs)]
 
 pub mod anthropic;

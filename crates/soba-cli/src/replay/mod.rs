@@ -3,12 +3,12 @@
 //! SOBA and under the policies of other agents, and reports tokens,
 //! billed-equivalent cost and what each policy kept.
 //!
-//! - [`trace`]: the imported session prepared for replay (window, maximum
+//! - `trace`: the imported session prepared for replay (window, maximum
 //!   output, steps, the per-model calibration fit).
-//! - [`policy`]: `none` and the five peers; [`soba`]: SOBA's barrier driven
+//! - `policy`: `none` and the five peers; `soba`: SOBA's barrier driven
 //!   synchronously on soba-core with deterministic capsules.
-//! - [`cost`]: the cache-prefix model; [`probe`]: the retention probes.
-//! - [`report`]: figures, the table and `--json`; [`chart`]: `--html`.
+//! - `cost`: the cache-prefix model; `probe`: the retention probes.
+//! - `report`: figures, the table and `--json`; `chart`: `--html`.
 //!
 //! Decisions where SPEC §15 is silent are listed in each module's docs and
 //! in `ARCHITECTURE.md`.

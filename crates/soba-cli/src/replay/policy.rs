@@ -1,7 +1,7 @@
 //! The replayed policies (SPEC §15.2): `none`, and the peers `claude-code`,
 //! `codex`, `pi`, `opencode` and `goose` with their triggers, check points
 //! and retention, each summarizing with the same deterministic capsule so
-//! the comparison isolates policy. `soba` lives in [`super::soba`].
+//! the comparison isolates policy. `soba` lives in `super::soba`.
 //!
 //! Check points where the table is silent follow each agent: Claude Code,
 //! Codex and OpenCode check before every request (mid-turn too), pi when a

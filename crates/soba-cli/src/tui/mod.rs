@@ -1,7 +1,7 @@
 //! The interactive agent (`soba`, SPEC §11.2–§11.3): a ratatui terminal UI
 //! over a background engine task. The UI loop reads keys from a polling
-//! thread and engine reports from a channel, updates [`state::AppState`]
-//! and draws it with the pure [`render::render`]; the [`worker::Worker`]
+//! thread and engine reports from a channel, updates `state::AppState`
+//! and draws it with the pure `render::render`; the `worker::Worker`
 //! owns the session, runs turns and `/compact` on their own tasks and
 //! executes slash commands.
 
