@@ -141,7 +141,7 @@ pub fn trace_svg(trace: &TraceReport) -> Result<String, String> {
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(SeriesLabelPosition::UpperMiddle)
             .draw()
             .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
@@ -208,7 +208,7 @@ pub fn html(report: &ReplayReport) -> Result<String, String> {
          table{border-collapse:collapse;margin:1em 0;font-size:13px}\
          td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}\
          td:first-child,th:first-child{text-align:left}\
-         h2{margin-top:2em}.skipped{color:#a00}</style></head><body>\n<h1>soba replay</h1>\n",
+         h2{margin-top:2em}.skipped{color:#a00}svg{max-width:100%;height:auto}</style></head><body>\n<h1>soba replay</h1>\n",
     );
     out.push_str(&format!(
         "<p>{} trace(s) replayed, {} skipped · cache {} · TTL {} · summarizer price {}{}</p>\n",
