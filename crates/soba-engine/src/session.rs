@@ -203,15 +203,18 @@ impl SessionCore {
 
     fn recompute_path(&mut self) {
         let mut path = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut cursor = self.leaf_from_entries();
         while let Some(id) = cursor {
             let Some(&idx) = self.index.get(&id) else {
                 break;
             };
-            let entry = &self.entries[idx];
-            if path.len() > self.entries.len() {
-                break; // a parent cycle in a hand-edited log: stop rather than loop
+            if !seen.insert(idx) {
+                // A parent cycle in a hand-edited log: stop at the first
+                // repeated entry, as the store's reader does.
+                break;
             }
+            let entry = &self.entries[idx];
             path.push(entry.clone());
             cursor = entry.parent_id.clone();
         }

@@ -557,15 +557,10 @@ fn a_killed_agent_loses_nothing_acknowledged() {
 }
 
 /// Resume of a hand-edited log whose parents form a cycle (`a` ← `b` ← `a`):
-/// the store's reader stops at the first repeated entry (path `a`, `b`).
-///
-/// FIXME(reliability campaign): `SessionCore`'s path walk stops only once
-/// the path is longer than the log, so the engine's path holds an entry
-/// twice and the next request repeats a message. Today's behaviour is
-/// asserted; the walk in `session.rs` should stop at a repeated id as
-/// `SessionLog::path_to` does.
+/// the engine's path walk stops at the first repeated entry, as the store's
+/// reader does (path `a`, `b`), so no message is sent twice.
 #[test]
-fn a_parent_cycle_repeats_an_entry_on_the_engines_path() {
+fn a_parent_cycle_stops_the_engines_path_at_the_repeat() {
     let dir = tempfile::tempdir().unwrap();
     let path = log_path_in(dir.path());
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -583,9 +578,12 @@ fn a_parent_cycle_repeats_an_entry_on_the_engines_path() {
     let (core, diagnostics) = SessionCore::open(&path, config, options).unwrap();
     assert!(diagnostics.is_empty(), "{diagnostics:?}");
     let ids: Vec<&str> = core.path().iter().map(|entry| entry.id.as_str()).collect();
-    // FIXME: should be the reader's two entries.
-    assert_eq!(ids.len(), 3, "{ids:?}");
-    assert_eq!(ids[0], ids[2]);
+    let reader_ids: Vec<&str> = log
+        .path()
+        .iter()
+        .map(|logged| logged.entry.id.as_str())
+        .collect();
+    assert_eq!(ids, reader_ids);
     let request = soba_engine::agent::build_request(&core, "model", &tools);
-    assert_eq!(request.messages.len(), 3);
+    assert_eq!(request.messages.len(), 2);
 }
