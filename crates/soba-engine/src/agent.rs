@@ -34,10 +34,25 @@ pub struct Agent {
     pub provider_model: String,
 }
 
-/// Builds the request the session would send now: the latest capsule as
-/// its rendered message, or as its native item when the model input sends
-/// that instead (SPEC §5 step 2).
+/// Builds the request the session would send now with SOBA's tools (see
+/// [`request_with_tools`]).
 pub fn build_request(core: &SessionCore, model: &str, tools: &ToolRegistry) -> ChatRequest {
+    let schemas: Vec<ToolSchema> = tools
+        .tool_schemas()
+        .into_iter()
+        .map(|schema| ToolSchema {
+            name: schema.name.to_owned(),
+            description: schema.description.to_owned(),
+            input_schema: schema.input_schema,
+        })
+        .collect();
+    request_with_tools(core, model, schemas)
+}
+
+/// Builds the request the session would send now with the given tools: the
+/// latest capsule as its rendered message (a cache breakpoint), or as its
+/// native item when the model input sends that instead (SPEC §5 step 2).
+pub fn request_with_tools(core: &SessionCore, model: &str, tools: Vec<ToolSchema>) -> ChatRequest {
     let view = core.live().view();
     let system = view
         .system
@@ -71,15 +86,7 @@ pub fn build_request(core: &SessionCore, model: &str, tools: &ToolRegistry) -> C
         messages,
         core.config().model.max_output_tokens.get(),
     );
-    request.tools = tools
-        .tool_schemas()
-        .into_iter()
-        .map(|schema| ToolSchema {
-            name: schema.name.to_owned(),
-            description: schema.description.to_owned(),
-            input_schema: schema.input_schema,
-        })
-        .collect();
+    request.tools = tools;
     request.cache_breakpoints = breakpoints;
     request.native = native;
     request

@@ -863,46 +863,9 @@ fn end_turn(end: CompactionEnd) -> EmbedError {
     }
 }
 
-/// Builds the request the session would send now with the host's tools:
-/// the latest capsule as its rendered message (a cache breakpoint), or as
-/// its native item when the model input carries that instead (SPEC §5).
+/// Builds the request the session would send now with the host's tools.
 fn build_request(core: &SessionCore, model: &str, tools: &[ToolSchema]) -> ChatRequest {
-    let view = core.live().view();
-    let system = view
-        .system
-        .iter()
-        .map(|part| part.text.as_str())
-        .collect::<Vec<_>>()
-        .join("\n\n");
-    let mut messages = Vec::with_capacity(view.messages.len() + 1);
-    let mut breakpoints = Vec::new();
-    let mut native = None;
-    if let Some(capsule) = &view.capsule {
-        match capsule.rendered {
-            Some(rendered) => {
-                messages.push(rendered.clone());
-                breakpoints.push(0);
-            }
-            None => {
-                native = capsule
-                    .capsule
-                    .native
-                    .as_ref()
-                    .and_then(|item| crate::native::parse_item(&item.item));
-            }
-        }
-    }
-    messages.extend(view.messages.iter().map(|message| message.message.clone()));
-    let mut request = ChatRequest::new(
-        model,
-        system,
-        messages,
-        core.config().model.max_output_tokens.get(),
-    );
-    request.tools = tools.to_vec();
-    request.cache_breakpoints = breakpoints;
-    request.native = native;
-    request
+    crate::agent::request_with_tools(core, model, tools.to_vec())
 }
 
 #[cfg(test)]
