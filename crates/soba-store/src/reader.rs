@@ -95,6 +95,45 @@ pub enum DiagnosticKind {
         /// The missing target.
         target: EntryId,
     },
+    /// The `leaf` entry that sets the current position targets another
+    /// `leaf` entry, which is never on a path (SPEC §3.1): the position
+    /// stays on that entry, as resume and the writer find it, and the path
+    /// is empty.
+    LeafTargetsLeaf {
+        /// The `leaf` entry read last.
+        id: EntryId,
+        /// The `leaf` entry it targets.
+        target: EntryId,
+        /// Where the targeted entry's own target leads, through any further
+        /// `leaf` entries: the entry to rewind to; `None` when that chain is
+        /// dangling or loops.
+        rewind_to: Option<EntryId>,
+    },
+    /// An entry on the current path names a `leaf` entry as its parent
+    /// (an append after a position was left on a `leaf` entry); the path
+    /// stops there.
+    ParentIsLeaf {
+        /// The entry.
+        id: EntryId,
+        /// Its parent, a `leaf` entry.
+        parent: EntryId,
+        /// Where that `leaf` entry leads, as in [`DiagnosticKind::LeafTargetsLeaf`].
+        rewind_to: Option<EntryId>,
+    },
+}
+
+/// Says what to do after a position left on a `leaf` entry.
+fn rewind_hint(f: &mut fmt::Formatter<'_>, leaf: &EntryId, to: Option<&EntryId>) -> fmt::Result {
+    match to {
+        Some(to) => write!(
+            f,
+            "/rewind {to} (where {leaf} points) to continue from there"
+        ),
+        None => write!(
+            f,
+            "{leaf} leads nowhere (a missing or looping target); /rewind to an entry listed by soba show --entries"
+        ),
+    }
 }
 
 impl fmt::Display for Diagnostic {
@@ -140,6 +179,28 @@ impl fmt::Display for Diagnostic {
                     f,
                     "{at}: the current leaf {target} is not in the log; the path is empty"
                 )
+            }
+            DiagnosticKind::LeafTargetsLeaf {
+                id,
+                target,
+                rewind_to,
+            } => {
+                write!(
+                    f,
+                    "{at}: leaf entry {id} targets leaf entry {target}, which is never on a path; the current position stays on {target}, so the path is empty: "
+                )?;
+                rewind_hint(f, target, rewind_to.as_ref())
+            }
+            DiagnosticKind::ParentIsLeaf {
+                id,
+                parent,
+                rewind_to,
+            } => {
+                write!(
+                    f,
+                    "{at}: entry {id} names parent {parent}, a leaf entry, which is never on a path; the path stops there: "
+                )?;
+                rewind_hint(f, parent, rewind_to.as_ref())
             }
         }
     }
@@ -493,6 +554,20 @@ impl LogBuilder {
         self.log
     }
 
+    /// Follows `leaf` entries from `id` (itself a `leaf` entry) through
+    /// their targets to the first entry that is not one; `None` when the
+    /// chain reaches a missing entry or loops.
+    fn through_leaves(&self, id: &EntryId) -> Option<EntryId> {
+        let mut cursor = id;
+        for _ in 0..=self.log.entries.len() {
+            match &self.log.entry(cursor)?.entry.body {
+                EntryBody::Leaf { target } => cursor = target,
+                _ => return Some(cursor.clone()),
+            }
+        }
+        None
+    }
+
     /// Reports where the current path breaks.
     fn check_path(&mut self) {
         let Some(leaf) = self.log.leaf.clone() else {
@@ -507,10 +582,38 @@ impl LogBuilder {
             self.push_diagnostic(location, DiagnosticKind::DanglingLeaf { target: leaf });
             return;
         };
+        if matches!(logged.entry.body, EntryBody::Leaf { .. }) {
+            // Only a `leaf` entry read last can leave the position on
+            // another one (any other entry sets it to its own id).
+            if let Some(last) = self.log.entries.last() {
+                let diagnostic = Diagnostic {
+                    location: last.location,
+                    kind: DiagnosticKind::LeafTargetsLeaf {
+                        id: last.entry.id.clone(),
+                        target: leaf.clone(),
+                        rewind_to: self.through_leaves(&leaf),
+                    },
+                };
+                self.log.diagnostics.push(diagnostic);
+            }
+            return;
+        }
         let mut n_steps = 0;
         while let Some(parent) = &logged.entry.parent_id {
             n_steps += 1;
             match self.log.entry(parent) {
+                Some(next) if matches!(next.entry.body, EntryBody::Leaf { .. }) => {
+                    let diagnostic = Diagnostic {
+                        location: logged.location,
+                        kind: DiagnosticKind::ParentIsLeaf {
+                            id: logged.entry.id.clone(),
+                            parent: parent.clone(),
+                            rewind_to: self.through_leaves(parent),
+                        },
+                    };
+                    self.log.diagnostics.push(diagnostic);
+                    return;
+                }
                 Some(next) if n_steps <= self.log.entries.len() => logged = next,
                 Some(_) => return,
                 None => {
@@ -648,5 +751,150 @@ pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummar
                 candidates,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"session","schemaVersion":1,"id":"0194c2d0-e4c0-7000-8000-000000000001","createdAt":"2025-01-01T00:00:00.000Z","cwd":"/w","os":"linux","memory":[]}"#;
+
+    fn id(n: u32) -> String {
+        format!("e_0194c2d0e4c07{n:03x}8000000000000001")
+    }
+
+    fn message(n: u32, parent: Option<u32>) -> String {
+        let parent = parent.map_or("null".to_owned(), |p| format!("\"{}\"", id(p)));
+        format!(
+            r#"{{"type":"message","id":"{}","parentId":{parent},"timestamp":"2025-01-01T00:00:00Z","role":"user","content":[{{"type":"text","text":"m{n}"}}]}}"#,
+            id(n)
+        )
+    }
+
+    fn leaf(n: u32, parent: u32, target: u32) -> String {
+        format!(
+            r#"{{"type":"leaf","id":"{}","parentId":"{}","timestamp":"t","targetId":"{}"}}"#,
+            id(n),
+            id(parent),
+            id(target)
+        )
+    }
+
+    fn log(lines: &[String]) -> SessionLog {
+        let mut text = format!("{HEADER}\n");
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        SessionLog::from_bytes(text.as_bytes())
+    }
+
+    fn entry_id(n: u32) -> EntryId {
+        EntryId::parse(&id(n)).expect("a valid id")
+    }
+
+    #[test]
+    fn a_leaf_entry_targeting_a_leaf_entry_is_reported_with_where_to_rewind() {
+        // m1 ← m2; leaf 3 moves back to m1; leaf 4 targets leaf 3.
+        let log = log(&[
+            message(1, None),
+            message(2, Some(1)),
+            leaf(3, 2, 1),
+            leaf(4, 1, 3),
+        ]);
+        // The position stays on leaf 3, as resume and the writer find it.
+        assert_eq!(log.leaf(), Some(&entry_id(3)));
+        assert!(log.path().is_empty());
+        assert_eq!(log.diagnostics().len(), 1, "{:?}", log.diagnostics());
+        let diagnostic = &log.diagnostics()[0];
+        assert_eq!(diagnostic.location.line, Some(5));
+        assert_eq!(
+            diagnostic.kind,
+            DiagnosticKind::LeafTargetsLeaf {
+                id: entry_id(4),
+                target: entry_id(3),
+                rewind_to: Some(entry_id(1)),
+            }
+        );
+        assert_eq!(
+            diagnostic.to_string(),
+            format!(
+                "line 5 (byte {}): leaf entry {} targets leaf entry {}, which is never on a path; the current position stays on {}, so the path is empty: /rewind {} (where {} points) to continue from there",
+                diagnostic.location.offset,
+                id(4),
+                id(3),
+                id(3),
+                id(1),
+                id(3)
+            )
+        );
+    }
+
+    #[test]
+    fn a_chain_of_leaf_entries_is_followed_and_a_loop_is_named() {
+        let chain = log(&[
+            message(1, None),
+            leaf(2, 1, 1),
+            leaf(3, 1, 2),
+            leaf(4, 2, 3),
+        ]);
+        assert!(matches!(
+            chain.diagnostics(),
+            [Diagnostic { kind: DiagnosticKind::LeafTargetsLeaf { rewind_to: Some(to), .. }, .. }]
+                if *to == entry_id(1)
+        ));
+        // Leaf 2 targets leaf 3, which targets leaf 2.
+        let looping = log(&[message(1, None), leaf(2, 1, 3), leaf(3, 1, 2)]);
+        let [diagnostic] = looping.diagnostics() else {
+            panic!("{:?}", looping.diagnostics())
+        };
+        assert!(matches!(
+            diagnostic.kind,
+            DiagnosticKind::LeafTargetsLeaf {
+                rewind_to: None,
+                ..
+            }
+        ));
+        assert!(
+            diagnostic.to_string().ends_with(&format!(
+                "{} leads nowhere (a missing or looping target); /rewind to an entry listed by soba show --entries",
+                id(2)
+            )),
+            "{diagnostic}"
+        );
+    }
+
+    #[test]
+    fn an_entry_under_a_leaf_entry_ends_the_path_with_a_diagnostic() {
+        let log = log(&[
+            message(1, None),
+            message(2, Some(1)),
+            leaf(3, 2, 1),
+            leaf(4, 1, 3),
+            message(5, Some(3)),
+        ]);
+        assert_eq!(log.leaf(), Some(&entry_id(5)));
+        assert_eq!(log.path().len(), 1);
+        let [diagnostic] = log.diagnostics() else {
+            panic!("{:?}", log.diagnostics())
+        };
+        assert_eq!(diagnostic.location.line, Some(6));
+        assert_eq!(
+            diagnostic.kind,
+            DiagnosticKind::ParentIsLeaf {
+                id: entry_id(5),
+                parent: entry_id(3),
+                rewind_to: Some(entry_id(1)),
+            }
+        );
+    }
+
+    #[test]
+    fn an_ordinary_rewind_gives_no_diagnostic() {
+        let log = log(&[message(1, None), message(2, Some(1)), leaf(3, 2, 1)]);
+        assert!(log.is_clean(), "{:?}", log.diagnostics());
+        assert_eq!(log.leaf(), Some(&entry_id(1)));
+        assert_eq!(log.path().len(), 1);
     }
 }
