@@ -248,6 +248,53 @@ pub struct ImportStats {
     /// What was skipped or guessed, one line each (with line numbers or
     /// record indexes where known).
     pub diagnostics: Vec<String>,
+    /// The file was not valid UTF-8: where and how much was replaced (also
+    /// the first line of `diagnostics`).
+    pub invalid_utf8: Option<InvalidUtf8>,
+}
+
+/// Invalid UTF-8 in an imported file. Importers read it lossily: each
+/// invalid sequence becomes U+FFFD and everything else is imported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidUtf8 {
+    /// Byte offset of the first invalid sequence.
+    pub first_offset: u64,
+    /// How many invalid sequences were replaced by U+FFFD.
+    pub replaced: u64,
+}
+
+impl InvalidUtf8 {
+    /// Scans `bytes`; `None` when they are valid UTF-8. Sequences are
+    /// counted as [`String::from_utf8_lossy`] replaces them.
+    pub fn scan(bytes: &[u8]) -> Option<InvalidUtf8> {
+        let valid_up_to = match std::str::from_utf8(bytes) {
+            Ok(_) => return None,
+            Err(err) => err.valid_up_to(),
+        };
+        let replaced = bytes[valid_up_to..]
+            .utf8_chunks()
+            .filter(|chunk| !chunk.invalid().is_empty())
+            .count();
+        Some(InvalidUtf8 {
+            first_offset: valid_up_to as u64,
+            replaced: replaced as u64,
+        })
+    }
+}
+
+impl fmt::Display for InvalidUtf8 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sequences = if self.replaced == 1 {
+            "sequence"
+        } else {
+            "sequences"
+        };
+        write!(
+            f,
+            "not valid UTF-8: first invalid byte at offset {}, {} invalid {sequences} replaced by U+FFFD and the rest imported; convert the file to UTF-8 and import it again to keep those bytes",
+            self.first_offset, self.replaced
+        )
+    }
 }
 
 /// One foreign session converted to SOBA domain values.
@@ -364,6 +411,7 @@ pub fn import_as(
     source: &Path,
     options: &ImportOptions,
 ) -> Result<Vec<ImportedSession>, ImportError> {
+    let invalid_utf8 = InvalidUtf8::scan(bytes);
     let text = String::from_utf8_lossy(bytes);
     let ctx = builder::Context {
         source: source.to_owned(),
@@ -379,11 +427,19 @@ pub fn import_as(
         Format::CodexRollout => codex::import_rollout(&text, &ctx),
         Format::CodexMessagesMeta => codex::import_messages_meta(&text, &ctx),
     };
-    sessions.map_err(|reason| ImportError::Malformed {
+    let mut sessions = sessions.map_err(|reason| ImportError::Malformed {
         path: source.to_owned(),
         format,
         reason,
-    })
+    })?;
+    if let Some(invalid) = invalid_utf8 {
+        let note = format!("{}: {invalid}", source.display());
+        for session in &mut sessions {
+            session.stats.invalid_utf8 = Some(invalid);
+            session.stats.diagnostics.insert(0, note.clone());
+        }
+    }
+    Ok(sessions)
 }
 
 /// Walks `dir` recursively (sorted by name, symlinked folders not followed)
@@ -443,4 +499,65 @@ fn collect_files(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_utf8_is_located_and_counted_as_the_lossy_reader_replaces_it() {
+        assert_eq!(InvalidUtf8::scan("héllo".as_bytes()), None);
+        assert_eq!(InvalidUtf8::scan(b""), None);
+        // A lone continuation byte, a truncated 3-byte sequence followed by
+        // ASCII, and two bytes that are never valid: four replacements.
+        let bytes = b"ok \x80 then \xe2\x82 and \xff\xfe";
+        let found = InvalidUtf8::scan(bytes).expect("invalid");
+        assert_eq!(
+            found,
+            InvalidUtf8 {
+                first_offset: 3,
+                replaced: 4
+            }
+        );
+        let lossy = String::from_utf8_lossy(bytes);
+        assert_eq!(lossy.matches('\u{fffd}').count(), 4);
+        assert_eq!(
+            found.to_string(),
+            "not valid UTF-8: first invalid byte at offset 3, 4 invalid sequences replaced by U+FFFD and the rest imported; convert the file to UTF-8 and import it again to keep those bytes"
+        );
+    }
+
+    #[test]
+    fn an_import_of_invalid_utf8_keeps_the_rest_and_says_where() {
+        let header = "{\"type\":\"session\",\"id\":\"s\",\"timestamp\":\"2025-01-01T00:00:00Z\",\"cwd\":\"/w\"}\n";
+        let message = "{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:01Z\",\"message\":{\"role\":\"user\",\"content\":\"caf\u{e9} \u{ff}\"}}\n";
+        let mut bytes = header.as_bytes().to_vec();
+        let at = bytes.len() + message.find('\u{ff}').expect("marker");
+        bytes.extend(message.as_bytes());
+        // Replace the two-byte U+00FF by a lone 0xFF byte.
+        bytes.splice(at..at + 2, [0xff]);
+        let sessions = import_bytes(
+            &bytes,
+            Path::new("t.jsonl"),
+            &ImportOptions::with_fallback_ms(0),
+        )
+        .expect("imports");
+        assert_eq!(sessions.len(), 1);
+        let stats = &sessions[0].stats;
+        assert_eq!(
+            stats.invalid_utf8,
+            Some(InvalidUtf8 {
+                first_offset: at as u64,
+                replaced: 1
+            })
+        );
+        assert_eq!(
+            stats.diagnostics[0],
+            format!(
+                "t.jsonl: not valid UTF-8: first invalid byte at offset {at}, 1 invalid sequence replaced by U+FFFD and the rest imported; convert the file to UTF-8 and import it again to keep those bytes"
+            )
+        );
+        assert_eq!(stats.entries, 1, "the message is kept");
+    }
 }
