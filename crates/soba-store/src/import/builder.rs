@@ -595,6 +595,21 @@ pub(crate) fn is_interrupt_marker(text: &str) -> bool {
     text.starts_with("[Request interrupted by user") || text.starts_with("<turn_aborted>")
 }
 
+/// Parses a whole-document JSON transcript (SWE-agent, Gemini CLI, the
+/// openai-chat export, Codex `{messages, meta}`) into its top-level object;
+/// a document that ends early says so, with where it ends.
+pub(crate) fn parse_document(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(doc)) => Ok(doc),
+        Ok(_) => Err("the file is not a JSON object".into()),
+        Err(err) if err.is_eof() => Err(format!(
+            "the JSON document ends early at byte {} (truncated?): re-copy it",
+            text.len()
+        )),
+        Err(err) => Err(format!("invalid JSON: {err}")),
+    }
+}
+
 /// Parses JSONL text, calling `each(line_idx, object)` for every line that is
 /// a JSON object and recording a diagnostic for every other non-blank line.
 /// Line indexes are 0-based; diagnostics say "line N" 1-based.
@@ -623,6 +638,23 @@ pub(crate) fn for_each_jsonl_object(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_document_cut_short_says_where_it_ends() {
+        assert_eq!(
+            parse_document(r#"{"history":[{"role":"#),
+            Err("the JSON document ends early at byte 20 (truncated?): re-copy it".into())
+        );
+        assert_eq!(
+            parse_document("[1]"),
+            Err("the file is not a JSON object".into())
+        );
+        assert!(
+            parse_document(r#"{"a":}"#).is_err_and(|err| err.starts_with("invalid JSON: ")),
+            "a syntax error is not a truncation"
+        );
+        assert_eq!(parse_document(r#"{"a":1}"#).map(|doc| doc.len()), Ok(1));
+    }
 
     #[test]
     fn timestamps_normalise() {

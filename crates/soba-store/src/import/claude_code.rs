@@ -18,8 +18,8 @@ use soba_core::{
 
 use super::builder::{
     Context, KeptTarget, SessionBuilder, count_field, for_each_jsonl_object, image_from_url,
-    is_interrupt_marker, message_with, obj_field, str_field, text_of, timestamp_field,
-    tool_message,
+    is_interrupt_marker, message_with, obj_field, parse_document, str_field, text_of,
+    timestamp_field, tool_message,
 };
 use super::swe_agent::openai_tool_call;
 use super::{Format, ImportedSession};
@@ -448,11 +448,7 @@ pub(crate) fn import_openai_chat(
     text: &str,
     ctx: &Context,
 ) -> Result<Vec<ImportedSession>, String> {
-    let doc = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(doc)) => doc,
-        Ok(_) => return Err("the file is not a JSON object".into()),
-        Err(err) => return Err(format!("invalid JSON: {err}")),
-    };
+    let doc = parse_document(text)?;
     let messages = doc
         .get("messages")
         .and_then(Value::as_array)

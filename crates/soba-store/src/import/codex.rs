@@ -14,8 +14,8 @@ use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, Tool
 
 use super::builder::{
     Context, KeptTarget, SessionBuilder, array_field, count_field, for_each_jsonl_object,
-    image_from_url, message_with, obj_field, prompt_of, str_field, text_of, timestamp_field,
-    timestamp_ms, tool_message,
+    image_from_url, message_with, obj_field, parse_document, prompt_of, str_field, text_of,
+    timestamp_field, timestamp_ms, tool_message,
 };
 use super::swe_agent::openai_tool_call;
 use super::{Format, ImportedSession};
@@ -139,11 +139,7 @@ pub(crate) fn import_messages_meta(
     text: &str,
     ctx: &Context,
 ) -> Result<Vec<ImportedSession>, String> {
-    let doc = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(doc)) => doc,
-        Ok(_) => return Err("the file is not a JSON object".into()),
-        Err(err) => return Err(format!("invalid JSON: {err}")),
-    };
+    let doc = parse_document(text)?;
     let messages = doc
         .get("messages")
         .and_then(Value::as_array)

@@ -2,8 +2,10 @@
 //! `schemaVersion`), then pi (`type: "session"` without it), then the shapes
 //! of `traces/FORMATS.md` §2–7.
 
+use std::fmt;
 use std::path::Path;
 
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::builder::{count_field, obj_field, str_field};
@@ -40,10 +42,7 @@ pub fn detect_format(path: &Path) -> Result<Detected, ImportError> {
         path: path.to_owned(),
         source,
     })?;
-    detect_bytes(&bytes).ok_or_else(|| ImportError::UnknownFormat {
-        path: path.to_owned(),
-        formats: Format::list(),
-    })
+    detect_bytes(&bytes).ok_or_else(|| super::unknown_or_truncated(&bytes, path))
 }
 
 /// Detects the format of a transcript's bytes; `None` when it is none of
@@ -92,6 +91,116 @@ pub fn detect_bytes(bytes: &[u8]) -> Option<Detected> {
 
     // JSONL shapes (§3, §7a, §7b).
     lines.iter().find_map(classify_line).map(Detected::Foreign)
+}
+
+/// A whole-document JSON transcript that ends early: its beginning looks
+/// like a known format but the JSON stops before the document closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncated {
+    /// What the beginning looks like, e.g. "a SWE-agent trajectory".
+    pub looks_like: &'static str,
+    /// The byte where the document ends: the file's length.
+    pub ends_at: u64,
+}
+
+/// The most top-level keys [`detect_truncated`] records.
+const MAX_TOP_LEVEL_KEYS: usize = 64;
+
+/// Recognises a damaged whole-document transcript (SWE-agent `.traj`,
+/// OpenHands instance, Gemini CLI recording, openai-chat export, Codex
+/// `{messages, meta}`): a JSON object that ends early (the parser hits the
+/// end of input) whose top-level keys so far, or the `.traj` extension of
+/// `source`, match a format. `None` for anything else.
+pub fn detect_truncated(bytes: &[u8], source: &Path) -> Option<Truncated> {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_start_matches('\u{feff}');
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let mut top = TopLevel::default();
+    let mut de = serde_json::Deserializer::from_str(text);
+    match (&mut top).deserialize(&mut de) {
+        Err(err) if err.is_eof() => {}
+        _ => return None,
+    }
+    let is_traj = source
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("traj"));
+    top.looks_like(is_traj).map(|looks_like| Truncated {
+        looks_like,
+        ends_at: bytes.len() as u64,
+    })
+}
+
+/// The top-level keys of a JSON object read so far, and its `format`
+/// string; filled while parsing, so a document cut short keeps them.
+#[derive(Debug, Default)]
+struct TopLevel {
+    keys: Vec<String>,
+    format: Option<String>,
+}
+
+impl TopLevel {
+    fn has(&self, key: &str) -> bool {
+        self.keys.iter().any(|seen| seen == key)
+    }
+
+    /// Says which format the keys point to, as in [`classify_document`].
+    fn looks_like(&self, is_traj: bool) -> Option<&'static str> {
+        if self.has("instance_id") {
+            return Some("an OpenHands instance");
+        }
+        if self.format.as_deref() == Some("openai-chat") {
+            return Some("a Claude Code openai-chat export");
+        }
+        let claude_line = self.has("uuid") || self.has("parentUuid") || self.has("type");
+        if self.has("projectHash") || (self.has("sessionId") && !claude_line) {
+            return Some("a Gemini CLI chat recording");
+        }
+        if is_traj || self.has("trajectory") || self.has("history") {
+            return Some("a SWE-agent trajectory");
+        }
+        if self.has("meta") {
+            return Some("a Codex {messages, meta} transcript");
+        }
+        if self.has("messages") {
+            return Some("a JSON transcript (a top-level messages list)");
+        }
+        None
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for &mut TopLevel {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut TopLevel {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            let is_format = key == "format";
+            if self.keys.len() < MAX_TOP_LEVEL_KEYS {
+                self.keys.push(key);
+            }
+            if is_format {
+                if let Value::String(format) = map.next_value::<Value>()? {
+                    self.format = Some(format);
+                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Classifies a whole-document JSON object.
@@ -235,6 +344,76 @@ mod tests {
         check("[1,2,3]", None);
         check(r#"{"hello":"world"}"#, None);
         check("{\"type\":\"message\"}\n{\"type\":\"message\"}", None);
+    }
+
+    fn truncated(input: &str, name: &str) -> Option<&'static str> {
+        detect_truncated(input.as_bytes(), Path::new(name)).map(|found| {
+            assert_eq!(found.ends_at, input.len() as u64);
+            found.looks_like
+        })
+    }
+
+    #[test]
+    fn documents_cut_short_are_recognised_by_their_first_keys() {
+        let swe = "{\"environment\":\"swe_main\",\"trajectory\":[{\"action\":\"ls\",\"obs";
+        assert_eq!(detect_bytes(swe.as_bytes()), None);
+        assert_eq!(truncated(swe, "a.json"), Some("a SWE-agent trajectory"));
+        // Cut before any key: the extension says what it is.
+        assert_eq!(
+            truncated("{\n  \"envir", "run.traj"),
+            Some("a SWE-agent trajectory")
+        );
+        assert_eq!(truncated("{\n  \"envir", "run.json"), None);
+        assert_eq!(
+            truncated("{\"instance_id\":\"x\",\"history\":[{", "o.jsonl"),
+            Some("an OpenHands instance")
+        );
+        assert_eq!(
+            truncated(
+                "\u{feff}{\"sessionId\":\"s\",\"projectHash\":\"h\",\"messages\":[",
+                "g.json"
+            ),
+            Some("a Gemini CLI chat recording")
+        );
+        assert_eq!(
+            truncated(
+                "{\"format\": \"openai-chat\", \"messages\": [{\"role",
+                "e.json"
+            ),
+            Some("a Claude Code openai-chat export")
+        );
+        assert_eq!(
+            truncated("{\"messages\":[],\"meta\":{\"session_meta\":{", "c.json"),
+            Some("a Codex {messages, meta} transcript")
+        );
+        assert_eq!(
+            truncated("{\"messages\":[{\"role\":\"developer\"", "c.json"),
+            Some("a JSON transcript (a top-level messages list)")
+        );
+        // A Claude Code JSONL line cut short is not a Gemini recording.
+        assert_eq!(
+            truncated("{\"parentUuid\":null,\"sessionId\":\"s\",\"ty", "c.jsonl"),
+            None
+        );
+    }
+
+    #[test]
+    fn complete_or_otherwise_broken_documents_are_not_truncated() {
+        // Complete, an array, trailing garbage, a syntax error, too deep.
+        assert_eq!(truncated(r#"{"history":[],"info":{}}"#, "a.traj"), None);
+        assert_eq!(truncated("[{\"history\":[", "a.traj"), None);
+        assert_eq!(truncated(r#"{"history":[]} x"#, "a.traj"), None);
+        assert_eq!(truncated(r#"{"history":[}"#, "a.traj"), None);
+        // Complete but deeper than the parser's limit: not cut short.
+        let deep = format!(
+            "{{\"history\":{}{}}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert_eq!(detect_bytes(deep.as_bytes()), None);
+        assert_eq!(truncated(&deep, "a.traj"), None);
+        assert_eq!(truncated("", "a.traj"), None);
+        assert_eq!(truncated("not json", "a.traj"), None);
     }
 
     #[test]

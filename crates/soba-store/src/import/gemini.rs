@@ -9,7 +9,7 @@ use soba_core::{
 
 use super::builder::{
     Context, SessionBuilder, array_field, count_field, is_interrupt_marker, message_with,
-    obj_field, str_field, text_of, timestamp_field, tool_message,
+    obj_field, parse_document, str_field, text_of, timestamp_field, tool_message,
 };
 use super::{Format, ImportedSession};
 
@@ -26,11 +26,7 @@ struct RawUsage {
 
 /// Imports one chat recording.
 pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
-    let doc = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(doc)) => doc,
-        Ok(_) => return Err("the file is not a JSON object".into()),
-        Err(err) => return Err(format!("invalid JSON: {err}")),
-    };
+    let doc = parse_document(text)?;
     let mut b = SessionBuilder::new(Format::GeminiCli, ctx, 0);
     if let Some(id) = str_field(&doc, "sessionId") {
         id.clone_into(&mut b.original_id);

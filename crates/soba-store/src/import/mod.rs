@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use soba_core::{Entry, Usage};
 
-pub use detect::{Detected, detect_bytes, detect_format};
+pub use detect::{Detected, Truncated, detect_bytes, detect_format, detect_truncated};
 
 /// A foreign transcript format the importers understand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -155,6 +155,20 @@ pub enum ImportError {
         path: PathBuf,
         /// The supported format names, comma-separated.
         formats: String,
+    },
+    /// The file begins like a whole-document JSON transcript but ends
+    /// early: it was cut while being written or copied. Retrying helps only
+    /// with a complete copy.
+    #[error(
+        "{path} looks like {looks_like} but ends early at byte {ends_at} (truncated?): re-copy it"
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// What its beginning looks like, e.g. "a SWE-agent trajectory".
+        looks_like: &'static str,
+        /// Where the document ends: the file's length.
+        ends_at: u64,
     },
     /// The file is already a SOBA session log; it needs no import.
     #[error(
@@ -394,14 +408,26 @@ pub fn import_bytes(
                 schema_version,
             });
         }
-        None => {
-            return Err(ImportError::UnknownFormat {
-                path: source.to_owned(),
-                formats: Format::list(),
-            });
-        }
+        None => return Err(unknown_or_truncated(bytes, source)),
     };
     import_as(bytes, format, source, options)
+}
+
+/// The error for bytes of no known format: [`ImportError::Truncated`] when
+/// they begin like a whole-document transcript that ends early, else
+/// [`ImportError::UnknownFormat`].
+fn unknown_or_truncated(bytes: &[u8], source: &Path) -> ImportError {
+    match detect_truncated(bytes, source) {
+        Some(truncated) => ImportError::Truncated {
+            path: source.to_owned(),
+            looks_like: truncated.looks_like,
+            ends_at: truncated.ends_at,
+        },
+        None => ImportError::UnknownFormat {
+            path: source.to_owned(),
+            formats: Format::list(),
+        },
+    }
 }
 
 /// Imports `bytes` as the given format, without detection.

@@ -12,17 +12,13 @@ use soba_core::{
 
 use super::builder::{
     Context, SessionBuilder, array_field, count_field, image_from_url, message_with, obj_field,
-    str_field, text_of, tool_message,
+    parse_document, str_field, text_of, tool_message,
 };
 use super::{Format, ImportedSession};
 
 /// Imports one `.traj` file.
 pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
-    let doc = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(doc)) => doc,
-        Ok(_) => return Err("the file is not a JSON object".into()),
-        Err(err) => return Err(format!("invalid JSON: {err}")),
-    };
+    let doc = parse_document(text)?;
     let history = doc
         .get("history")
         .and_then(Value::as_array)
