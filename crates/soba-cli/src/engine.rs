@@ -421,16 +421,13 @@ pub fn snapshot_agents_md(
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
+    // The snapshot in force: on the live stretch, else pinned in the
+    // latest capsule's state (the model input holds whichever applies).
     let current = core
-        .path()
-        .iter()
-        .rev()
-        .find_map(|entry| match &entry.body {
-            EntryBody::Context(context) if context.source == ContextSource::AgentsMd => {
-                Some(context.sha256.clone())
-            }
-            _ => None,
-        });
+        .live()
+        .pinned_state()
+        .agents_md
+        .map(|context| context.sha256);
     if current.as_deref() == Some(sha256.as_str()) {
         return Ok((None, warnings));
     }

@@ -164,35 +164,50 @@ pub struct CalibrationInput<'a> {
 ///   capsule made while this model was active) corrects the factor as in
 ///   [`Factor::corrected_for_overflow`].
 pub fn calibrate(path: &[Entry], input: &CalibrationInput<'_>) -> Calibration {
-    let mut calibration = Calibration {
-        factor: input.seed,
-        samples: 0,
-        overflow_resets: 0,
-        truncations: Vec::new(),
-    };
+    let mut calibration = Calibration::seeded(input.seed);
     for entry in path {
+        calibration.observe(entry, input);
+    }
+    calibration
+}
+
+impl Calibration {
+    /// Returns the calibration of an empty path: the seed, no samples.
+    pub fn seeded(seed: Factor) -> Calibration {
+        Calibration {
+            factor: seed,
+            samples: 0,
+            overflow_resets: 0,
+            truncations: Vec::new(),
+        }
+    }
+
+    /// Folds one more path entry in (see [`calibrate`]), so a session can
+    /// keep its factor up to date as entries are appended instead of
+    /// walking the path at every preflight.
+    pub fn observe(&mut self, entry: &Entry, input: &CalibrationInput<'_>) {
         match &entry.body {
             EntryBody::Message(message_entry) => {
                 let message = &message_entry.message;
                 let Some((reported, local)) = usage_sample(message, input.model) else {
-                    continue;
+                    return;
                 };
-                let factor = calibration.factor;
+                let factor = self.factor;
                 if input
                     .context_window
                     .is_some_and(|window| reported > window.get())
                 {
-                    calibration.factor = Factor::new(reported as f64 / local as f64);
-                    calibration.overflow_resets += 1;
+                    self.factor = Factor::new(reported as f64 / local as f64);
+                    self.overflow_resets += 1;
                 } else if factor.reveals_truncation(reported, local) {
-                    calibration.truncations.push(TruncationSign {
+                    self.truncations.push(TruncationSign {
                         entry_id: entry.id.clone(),
                         reported_prompt: reported,
                         estimated_prompt: factor.apply(TokenCount::new(local)),
                     });
                 } else {
-                    calibration.factor = factor.updated(reported, local);
-                    calibration.samples += 1;
+                    self.factor = factor.updated(reported, local);
+                    self.samples += 1;
                 }
             }
             EntryBody::Capsule(capsule) => {
@@ -202,18 +217,17 @@ pub fn calibrate(path: &[Entry], input: &CalibrationInput<'_>) -> Calibration {
                     .iter()
                     .find(|(model, _)| model == input.model);
                 if let Some((_, stored)) = stored {
-                    calibration.factor = Factor::new(*stored);
+                    self.factor = Factor::new(*stored);
                 } else if let Some(overflow) = &capsule.overflow
                     && capsule.state.model == input.model
                 {
-                    calibration.factor = calibration.factor.corrected_for_overflow(overflow);
-                    calibration.overflow_resets += 1;
+                    self.factor = self.factor.corrected_for_overflow(overflow);
+                    self.overflow_resets += 1;
                 }
             }
             _ => {}
         }
     }
-    calibration
 }
 
 /// Returns `(reportedPrompt, requestTokensLocal)` of an assistant message of

@@ -130,6 +130,11 @@ pub struct CapsuleState {
     pub calibration: Vec<(String, f64)>,
     /// Whether soft triggers were enabled.
     pub auto_compact: bool,
+    /// The `/auto-compact` setting in force on the path (its latest
+    /// `config_change`), `None` when the session never set one and follows
+    /// its configuration: a path resumed from the retained tail gets it
+    /// back from here (SPEC §3.3, §6.2).
+    pub auto_compact_override: Option<bool>,
     /// Active skills with their snapshotted text.
     pub skills: Vec<SkillEntry>,
     /// The latest `agents_md` context on the path.

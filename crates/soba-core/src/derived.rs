@@ -8,7 +8,7 @@
 use crate::capsule::Trigger;
 use crate::entry::{CheckpointKind, Entry, EntryBody};
 use crate::id::EntryId;
-use crate::message::{Message, Role};
+use crate::message::Role;
 use crate::tokens::TokenCount;
 
 /// A checkpoint entry that is still a pending intent.
@@ -62,67 +62,62 @@ pub struct DerivedState {
 }
 
 impl DerivedState {
-    /// Derives the state from a path (root → leaf).
+    /// Derives the state from a path (root → leaf): [`DerivedState::apply`]
+    /// over every entry.
     pub fn from_path(path: &[Entry]) -> DerivedState {
         let mut derived = DerivedState::default();
-        // Index of the last assistant message; of the last capsule.
-        let mut last_assistant: Option<(usize, &Entry, &Message)> = None;
-        let mut last_capsule: Option<usize> = None;
-        let mut turn_start_idx: Option<usize> = None;
-        for (idx, entry) in path.iter().enumerate() {
-            match &entry.body {
-                EntryBody::Message(message_entry) => {
-                    let message = &message_entry.message;
-                    if message.role == Role::Assistant {
-                        last_assistant = Some((idx, entry, message));
-                    } else if message.is_real_user() {
-                        turn_start_idx = Some(idx);
-                    }
-                }
-                EntryBody::Capsule(_) => last_capsule = Some(idx),
-                EntryBody::ConfigChange {
-                    auto_compact: Some(auto),
-                } => derived.auto_compact = Some(*auto),
-                _ => {}
-            }
+        for entry in path {
+            derived.apply(entry);
         }
+        derived
+    }
 
-        // A checkpoint is consumed by the first assistant message or capsule
-        // after it, whatever the outcome that led there.
-        let consumed_through = last_assistant.map(|(idx, _, _)| idx).max(last_capsule);
-        let pending_from = consumed_through.map_or(0, |idx| idx + 1);
-        derived.pending_checkpoints = path[pending_from..]
-            .iter()
-            .filter_map(|entry| match &entry.body {
-                EntryBody::Checkpoint { kind, .. } => Some(PendingCheckpoint {
+    /// Brings the state up to date with one more entry at the end of the
+    /// path, in O(1) amortised: what a preflight reads is maintained as the
+    /// path grows instead of recomputed over it.
+    ///
+    /// A capsule consumes every pending intent (checkpoints and
+    /// `turn_complete`) and, when its `state` records an `/auto-compact`
+    /// override, restores it, so a path that starts at the capsule's
+    /// retained tail (resume, SPEC §3.3) derives the same setting as the
+    /// whole path.
+    pub fn apply(&mut self, entry: &Entry) {
+        match &entry.body {
+            EntryBody::Message(message_entry) => {
+                let message = &message_entry.message;
+                if message.role == Role::Assistant {
+                    self.pending_checkpoints.clear();
+                    self.turn_complete = (!message.has_tool_uses()).then(|| entry.id.clone());
+                } else if message.is_real_user() {
+                    self.turn_start = Some(entry.id.clone());
+                    self.turn_soft_capsules.clear();
+                }
+            }
+            EntryBody::Capsule(capsule) => {
+                self.pending_checkpoints.clear();
+                self.turn_complete = None;
+                if capsule.trigger.is_soft() {
+                    self.turn_soft_capsules.push(SoftCapsule {
+                        entry_id: entry.id.clone(),
+                        trigger: capsule.trigger,
+                        tokens_after: capsule.tokens_after,
+                    });
+                }
+                if let Some(auto) = capsule.state.auto_compact_override {
+                    self.auto_compact = Some(auto);
+                }
+            }
+            EntryBody::Checkpoint { kind, .. } => {
+                self.pending_checkpoints.push(PendingCheckpoint {
                     entry_id: entry.id.clone(),
                     kind: *kind,
-                }),
-                _ => None,
-            })
-            .collect();
-
-        if let Some((idx, entry, message)) = last_assistant {
-            let capsule_follows = last_capsule.is_some_and(|capsule_idx| capsule_idx > idx);
-            if !message.has_tool_uses() && !capsule_follows {
-                derived.turn_complete = Some(entry.id.clone());
+                })
             }
+            EntryBody::ConfigChange {
+                auto_compact: Some(auto),
+            } => self.auto_compact = Some(*auto),
+            _ => {}
         }
-
-        derived.turn_start = turn_start_idx.map(|idx| path[idx].id.clone());
-        let turn_from = turn_start_idx.map_or(0, |idx| idx + 1);
-        derived.turn_soft_capsules = path[turn_from..]
-            .iter()
-            .filter_map(|entry| match &entry.body {
-                EntryBody::Capsule(capsule) if capsule.trigger.is_soft() => Some(SoftCapsule {
-                    entry_id: entry.id.clone(),
-                    trigger: capsule.trigger,
-                    tokens_after: capsule.tokens_after,
-                }),
-                _ => None,
-            })
-            .collect();
-        derived
     }
 
     /// Returns whether any intent (checkpoint or `turn_complete`) is pending.
@@ -139,9 +134,9 @@ impl DerivedState {
     /// Returns `compaction.auto` in force: the latest `/auto-compact` on the
     /// path, else the configured value.
     ///
-    /// A path that starts after the root (resume) may miss a `config_change`
-    /// before its first entry; the caller then passes the capsule state's
-    /// `autoCompact` as `configured`.
+    /// A path that starts at a capsule's retained tail (resume) gets an
+    /// override set before it from the capsule's `state` (see
+    /// [`DerivedState::apply`]).
     pub fn auto_compact_or(&self, configured: bool) -> bool {
         self.auto_compact.unwrap_or(configured)
     }
@@ -153,7 +148,7 @@ mod tests {
     use crate::capsule::{Capsule, CapsuleState, Narrative, Quality};
     use crate::entry::MessageEntry;
     use crate::id::IdKind;
-    use crate::message::{Block, ToolInput, ToolUse};
+    use crate::message::{Block, Message, ToolInput, ToolUse};
 
     fn id(n: u128) -> EntryId {
         EntryId::from_uuid(IdKind::Entry, n)
@@ -302,6 +297,116 @@ mod tests {
             derived.latest_soft_capsule().map(|c| c.tokens_after.get()),
             Some(60_000)
         );
+    }
+
+    /// The whole-path derivation SPEC §6.2 states, written as a scan (the
+    /// implementation folds entry by entry): the oracle of the fold.
+    fn scanned(path: &[Entry]) -> DerivedState {
+        let mut derived = DerivedState::default();
+        let mut last_assistant = None;
+        let mut last_capsule = None;
+        let mut turn_start = None;
+        for (idx, entry) in path.iter().enumerate() {
+            match &entry.body {
+                EntryBody::Message(stored) if stored.message.role == Role::Assistant => {
+                    last_assistant = Some(idx)
+                }
+                EntryBody::Message(stored) if stored.message.is_real_user() => {
+                    turn_start = Some(idx)
+                }
+                EntryBody::Capsule(capsule) => {
+                    last_capsule = Some(idx);
+                    if let Some(auto) = capsule.state.auto_compact_override {
+                        derived.auto_compact = Some(auto);
+                    }
+                }
+                EntryBody::ConfigChange {
+                    auto_compact: Some(auto),
+                } => derived.auto_compact = Some(*auto),
+                _ => {}
+            }
+        }
+        let consumed = last_assistant.max(last_capsule).map_or(0, |idx| idx + 1);
+        derived.pending_checkpoints = path[consumed..]
+            .iter()
+            .filter_map(|entry| match &entry.body {
+                EntryBody::Checkpoint { kind, .. } => Some(PendingCheckpoint {
+                    entry_id: entry.id.clone(),
+                    kind: *kind,
+                }),
+                _ => None,
+            })
+            .collect();
+        derived.turn_complete = last_assistant
+            .filter(|&idx| last_capsule.is_none_or(|capsule| capsule < idx))
+            .filter(|&idx| match &path[idx].body {
+                EntryBody::Message(stored) => !stored.message.has_tool_uses(),
+                _ => false,
+            })
+            .map(|idx| path[idx].id.clone());
+        derived.turn_start = turn_start.map(|idx| path[idx].id.clone());
+        derived.turn_soft_capsules = path[turn_start.map_or(0, |idx| idx + 1)..]
+            .iter()
+            .filter_map(|entry| match &entry.body {
+                EntryBody::Capsule(capsule) if capsule.trigger.is_soft() => Some(SoftCapsule {
+                    entry_id: entry.id.clone(),
+                    trigger: capsule.trigger,
+                    tokens_after: capsule.tokens_after,
+                }),
+                _ => None,
+            })
+            .collect();
+        derived
+    }
+
+    fn arbitrary_entry(n: u128, kind: u8) -> Entry {
+        match kind % 9 {
+            0 => user(n),
+            1 => done(n),
+            2 => calling(n),
+            3 => checkpoint(n, CheckpointKind::Milestone),
+            4 => checkpoint(n, CheckpointKind::PlanPivot),
+            5 => capsule(n, Trigger::AutoThreshold, n as u64),
+            6 => capsule(n, Trigger::HardLimit, n as u64),
+            7 => {
+                let mut overriding = capsule(n, Trigger::User, n as u64);
+                if let EntryBody::Capsule(capsule) = &mut overriding.body {
+                    capsule.state.auto_compact_override = Some(n.is_multiple_of(2));
+                }
+                overriding
+            }
+            _ => entry(
+                n,
+                EntryBody::ConfigChange {
+                    auto_compact: (!n.is_multiple_of(3)).then_some(n.is_multiple_of(2)),
+                },
+            ),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_fold_equals_the_whole_path_scan(kinds in proptest::collection::vec(0u8..9, 0..40)) {
+            let path: Vec<Entry> = kinds
+                .iter()
+                .enumerate()
+                .map(|(n, kind)| arbitrary_entry(n as u128 + 1, *kind))
+                .collect();
+            proptest::prop_assert_eq!(DerivedState::from_path(&path), scanned(&path));
+        }
+    }
+
+    #[test]
+    fn a_capsule_restores_the_override_it_recorded() {
+        let mut restoring = capsule(2, Trigger::HardLimit, 9);
+        if let EntryBody::Capsule(capsule) = &mut restoring.body {
+            capsule.state.auto_compact_override = Some(false);
+        }
+        // Resumed from the retained tail: the `config_change` before it is
+        // not read, the capsule supplies it.
+        assert!(!DerivedState::from_path(&[user(1), restoring]).auto_compact_or(true));
+        let silent = capsule(2, Trigger::HardLimit, 9);
+        assert!(DerivedState::from_path(&[user(1), silent]).auto_compact_or(true));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Entry ids: a kind prefix plus a uuid v7 in hex, and their short forms.
 
 use std::fmt;
+use std::ops::Bound;
 
 /// The kind of an entry id, which decides its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,6 +134,68 @@ pub fn shortest_unique_len<'a>(ids: impl IntoIterator<Item = &'a EntryId>) -> us
     (longest_shared + 1).max(MIN_SHORT_HEX)
 }
 
+/// [`shortest_unique_len`] kept up to date as ids are added: the random
+/// digits of every id, sorted, so an insertion compares with its two
+/// neighbours only (O(log n)).
+#[derive(Debug, Clone, Default)]
+pub struct ShortIds {
+    randoms: std::collections::BTreeSet<String>,
+    longest_shared: usize,
+}
+
+impl ShortIds {
+    /// Returns the set of `ids`.
+    pub fn new<'a>(ids: impl IntoIterator<Item = &'a EntryId>) -> Self {
+        let mut short = ShortIds::default();
+        for id in ids {
+            short.insert(id);
+        }
+        short
+    }
+
+    /// Adds an id.
+    pub fn insert(&mut self, id: &EntryId) {
+        let random = id.random_hex();
+        let shared = |other: &String| {
+            other
+                .bytes()
+                .zip(random.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let before = self
+            .randoms
+            .range::<str, _>((Bound::Unbounded, Bound::Excluded(random)))
+            .next_back()
+            .map(shared);
+        let after = self
+            .randoms
+            .range::<str, _>((Bound::Excluded(random), Bound::Unbounded))
+            .next()
+            .map(shared);
+        let inserted = self.randoms.insert(random.to_owned());
+        // An id seen before (the same entry twice) shares all its digits
+        // with itself, which says nothing about distinctness.
+        if inserted {
+            self.longest_shared = self
+                .longest_shared
+                .max(before.unwrap_or(0))
+                .max(after.unwrap_or(0));
+        }
+    }
+
+    /// Returns the number of random hex digits that keeps every id added
+    /// distinct, as [`shortest_unique_len`] does.
+    pub fn len(&self) -> usize {
+        (self.longest_shared + 1).max(MIN_SHORT_HEX)
+    }
+
+    /// Returns whether no id was added.
+    pub fn is_empty(&self) -> bool {
+        self.randoms.is_empty()
+    }
+}
+
 impl fmt::Debug for EntryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -173,5 +236,25 @@ mod tests {
         let b = EntryId::from_uuid(IdKind::Entry, 0x0000_0000_0000_7abc_d200_0000_0000_0000);
         assert_eq!(shortest_unique_len([&a, &b]), 5);
         assert_eq!(shortest_unique_len([&a]), 4);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn short_ids_grow_like_the_batch_computation(
+            uuids in proptest::collection::vec(proptest::prelude::any::<u128>(), 0..60),
+            narrow in proptest::prelude::any::<bool>(),
+        ) {
+            // Narrowed uuids share long prefixes, so the length moves.
+            let ids: Vec<EntryId> = uuids
+                .iter()
+                .map(|&uuid| EntryId::from_uuid(IdKind::Entry, if narrow { uuid & 0xff0f } else { uuid }))
+                .collect();
+            let mut short = ShortIds::default();
+            for (n, id) in ids.iter().enumerate() {
+                short.insert(id);
+                proptest::prop_assert_eq!(short.len(), shortest_unique_len(ids[..=n].iter().collect::<std::collections::BTreeSet<_>>()));
+            }
+            proptest::prop_assert_eq!(ShortIds::new(&ids).len(), shortest_unique_len(ids.iter().collect::<std::collections::BTreeSet<_>>()));
+        }
     }
 }

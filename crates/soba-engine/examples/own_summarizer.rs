@@ -376,10 +376,13 @@ pub async fn run(dir: &Path) -> Result<Report, AnyError> {
         .await?;
 
     let core = engine.core().lock().await;
-    let capsules: Vec<_> = core
+    // The core keeps only the live stretch in memory; every capsule of the
+    // session is read from its log.
+    let log = core.read_log()?;
+    let capsules: Vec<_> = log
         .entries()
         .iter()
-        .filter_map(|entry| match &entry.body {
+        .filter_map(|logged| match &logged.entry.body {
             EntryBody::Capsule(capsule) => Some(capsule),
             _ => None,
         })

@@ -1,22 +1,33 @@
-//! The engine's view of one session: the log writer, every entry read or
-//! appended, the current path and the incrementally maintained model input.
+//! The engine's view of one session: the log writer, the live stretch of
+//! the current path, and what a preflight reads of it (model input,
+//! derived state, active model, calibration), each maintained
+//! incrementally as entries are appended.
+//!
+//! Memory and resume time follow the live stretch, not the history (SPEC
+//! §3.3): a session opens with the store's backward [`soba_store::resume`],
+//! and every capsule appended drops the entries before its retained tail.
+//! Whatever needs older entries (a rewind to before the stretch, a list of
+//! every capsule) reads the log file, which the writer keeps durable.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use soba_core::budget::Budget;
-use soba_core::calibration::{self, CalibrationInput, Factor, MeasureInput, Measurement};
+use soba_core::calibration::{
+    self, Calibration, CalibrationInput, Factor, MeasureInput, Measurement,
+};
 use soba_core::config::{CompactionConfig, NativeMode};
 use soba_core::derived::DerivedState;
+use soba_core::id::ShortIds;
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::tokens::BpeCounter;
 use soba_core::trigger::TurnState;
 use soba_core::{Encoding, Entry, EntryBody, EntryId, Message, TokenCount, TokenCounter};
 use soba_store::flight::{FlightAppender, FlightRecord, flight_path};
 use soba_store::log::{SessionHeader, SessionWriter, WriterOptions};
-use soba_store::reader::read_log;
+use soba_store::reader::{SessionLog, read_log};
 
 use crate::error::EngineError;
 use crate::native::{NativeCompactor, NativeTarget};
@@ -59,19 +70,36 @@ impl std::fmt::Debug for SessionConfig {
     }
 }
 
+/// Called with every entry once its append returned: written, and synced
+/// as `session.durability` says.
+pub type AppendObserver = Arc<dyn Fn(&Entry) + Send + Sync>;
+
 /// One open session: the single writer of its log plus derived state.
 pub struct SessionCore {
     writer: SessionWriter,
     flight: Option<FlightAppender>,
     header: SessionHeader,
-    entries: Vec<Entry>,
-    index: HashMap<EntryId, usize>,
+    /// The live stretch of the path, root-most first: from the latest
+    /// capsule's first kept entry (the capsule when it keeps nothing) to
+    /// the leaf; the whole path while it holds no capsule.
     path: Vec<Entry>,
+    /// The position of every entry of `path`.
+    index: HashMap<EntryId, usize>,
     live: LiveInput,
+    derived: DerivedState,
+    /// The active model: the latest `model_change` or capsule `state.model`
+    /// on the path, else the configured one.
+    model: String,
+    /// The calibration of `model` over `path`.
+    calibration: Calibration,
+    /// Every id of the log, loaded from the file the first time a short id
+    /// length is asked for.
+    short_ids: OnceLock<ShortIds>,
     config: SessionConfig,
     budget: Budget,
     counter: Arc<dyn TokenCounter>,
     native: Option<Arc<dyn NativeCompactor>>,
+    observer: Option<AppendObserver>,
     /// The in-memory soft-cap mark (SPEC §6.2).
     pub turn: TurnState,
     /// The turn (its starting user message) in which hygiene was considered.
@@ -108,7 +136,7 @@ impl SessionCore {
     fn assemble(
         writer: SessionWriter,
         header: SessionHeader,
-        entries: Vec<Entry>,
+        stretch: Vec<Entry>,
         config: SessionConfig,
         flight_dir: Option<&Path>,
     ) -> Result<Self, EngineError> {
@@ -132,28 +160,27 @@ impl SessionCore {
             ),
             None => None,
         };
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(idx, entry)| (entry.id.clone(), idx))
-            .collect();
         let live = LiveInput::new(Self::setup(&config, &budget, counter.clone(), None));
         let mut core = SessionCore {
             writer,
             flight,
             header,
-            entries,
-            index,
             path: Vec::new(),
+            index: HashMap::new(),
             live,
+            derived: DerivedState::default(),
+            model: config.model.id.clone(),
+            calibration: Calibration::seeded(config.model.seed),
+            short_ids: OnceLock::new(),
             config,
             budget,
             counter,
             native: None,
+            observer: None,
             turn: TurnState::new(),
             hygiene_considered: None,
         };
-        core.recompute_path();
+        core.load(stretch);
         Ok(core)
     }
 
@@ -169,58 +196,101 @@ impl SessionCore {
         Self::assemble(writer, header, Vec::new(), config, dir.as_deref())
     }
 
-    /// Opens an existing session log for writing (resume), reading every
-    /// entry; damaged lines are skipped (their diagnostics are returned).
+    /// Opens an existing session log for writing (resume): locks it, then
+    /// reads it backwards from the end until it has the live stretch of the
+    /// path (SPEC §3.3), so the cost follows the live tail, not the
+    /// history. Damaged lines among those read are skipped; their
+    /// diagnostics are returned (`soba show --check` validates the whole
+    /// file).
     pub fn open(
         path: &Path,
         config: SessionConfig,
         options: WriterOptions,
     ) -> Result<(Self, Vec<String>), EngineError> {
-        let log = read_log(path).map_err(EngineError::Store)?;
-        let header = log.header().cloned().ok_or_else(|| {
+        // The lock first: nobody appends while the stretch is read.
+        let writer = SessionWriter::open(path, options).map_err(EngineError::Store)?;
+        let resumed = soba_store::resume(path).map_err(EngineError::Store)?;
+        let header = resumed.header.clone().ok_or_else(|| {
             EngineError::Invalid(format!("{} has no valid session header", path.display()))
         })?;
-        let diagnostics = log.diagnostics().iter().map(|d| d.to_string()).collect();
-        let entries: Vec<Entry> = log
-            .entries()
-            .iter()
-            .map(|logged| logged.entry.clone())
+        let diagnostics = resumed.diagnostics.iter().map(|d| d.to_string()).collect();
+        let stretch = resumed
+            .stretch
+            .into_iter()
+            .map(|logged| logged.entry)
             .collect();
-        let writer = SessionWriter::open(path, options).map_err(EngineError::Store)?;
         let dir = path.parent().map(Path::to_path_buf);
         Ok((
-            Self::assemble(writer, header, entries, config, dir.as_deref())?,
+            Self::assemble(writer, header, stretch, config, dir.as_deref())?,
             diagnostics,
         ))
     }
 
-    fn leaf_from_entries(&self) -> Option<EntryId> {
-        self.entries.last().map(|entry| match &entry.body {
-            EntryBody::Leaf { target } => target.clone(),
-            _ => entry.id.clone(),
-        })
+    /// Replaces the in-memory path with `stretch` and derives everything
+    /// from it.
+    fn load(&mut self, stretch: Vec<Entry>) {
+        self.path = stretch;
+        self.reindex();
+        self.derived = DerivedState::from_path(&self.path);
+        self.model = model_on(&self.path).unwrap_or_else(|| self.config.model.id.clone());
+        self.recalibrate();
+        self.live = self.input_for(&self.path);
     }
 
-    fn recompute_path(&mut self) {
-        let mut path = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut cursor = self.leaf_from_entries();
-        while let Some(id) = cursor {
-            let Some(&idx) = self.index.get(&id) else {
-                break;
-            };
-            if !seen.insert(idx) {
-                // A parent cycle in a hand-edited log: stop at the first
-                // repeated entry, as the store's reader does.
-                break;
-            }
-            let entry = &self.entries[idx];
-            path.push(entry.clone());
-            cursor = entry.parent_id.clone();
+    /// Re-reads the live stretch from the file, after the leaf moved.
+    fn reload(&mut self) -> Result<(), EngineError> {
+        let resumed = soba_store::resume(self.writer.path()).map_err(EngineError::Store)?;
+        self.load(
+            resumed
+                .stretch
+                .into_iter()
+                .map(|logged| logged.entry)
+                .collect(),
+        );
+        Ok(())
+    }
+
+    fn reindex(&mut self) {
+        self.index = self
+            .path
+            .iter()
+            .enumerate()
+            .map(|(idx, entry)| (entry.id.clone(), idx))
+            .collect();
+    }
+
+    fn recalibrate(&mut self) {
+        let input = CalibrationInput {
+            model: &self.model,
+            seed: self.config.model.seed,
+            context_window: Some(self.config.model.context_window),
+        };
+        self.calibration = calibration::calibrate(&self.path, &input);
+    }
+
+    /// After a capsule is appended, drops the entries before its retained
+    /// tail: the model input never reads them again (its `state` carries
+    /// what they set), and resume would not read them either.
+    fn trim_to_stretch(&mut self) {
+        let Some((last, before)) = self.path.split_last() else {
+            return;
+        };
+        let EntryBody::Capsule(capsule) = &last.body else {
+            return;
+        };
+        let start = match &capsule.first_kept_entry_id {
+            Some(first_kept) => match before.iter().rposition(|entry| &entry.id == first_kept) {
+                Some(idx) => idx,
+                // Not on the path: resume reads to the root then, and so
+                // does memory.
+                None => return,
+            },
+            None => before.len(),
+        };
+        if start > 0 {
+            self.path.drain(..start);
+            self.reindex();
         }
-        path.reverse();
-        self.path = path;
-        self.live.extend(&self.path);
     }
 
     /// Returns the session header.
@@ -238,19 +308,50 @@ impl SessionCore {
         self.path.last().map(|entry| &entry.id)
     }
 
-    /// Returns the path, root → leaf.
+    /// Returns the live stretch of the path, root-most first: from the
+    /// latest capsule's first kept entry (the capsule itself when it keeps
+    /// nothing) to the leaf, or the whole path while it has no capsule.
+    /// Everything the model input depends on is here; older entries are
+    /// read from the file ([`SessionCore::read_log`]).
     pub fn path(&self) -> &[Entry] {
         &self.path
     }
 
-    /// Returns every entry in file order.
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+    /// Returns an entry of the live stretch by id.
+    pub fn entry(&self, id: &EntryId) -> Option<&Entry> {
+        self.index.get(id).map(|&idx| &self.path[idx])
     }
 
-    /// Returns an entry by id.
-    pub fn entry(&self, id: &EntryId) -> Option<&Entry> {
-        self.index.get(id).map(|&idx| &self.entries[idx])
+    /// Reads the whole log file (every entry, the whole path) without the
+    /// lock: O(file), for what needs history beyond the live stretch (the
+    /// conversation a UI shows, `/rewind` targets, every capsule).
+    pub fn read_log(&self) -> Result<SessionLog, EngineError> {
+        read_log(self.writer.path()).map_err(EngineError::Store)
+    }
+
+    /// Returns the whole path, root → leaf, read from the file.
+    pub fn full_path(&self) -> Result<Vec<Entry>, EngineError> {
+        Ok(self
+            .read_log()?
+            .path()
+            .into_iter()
+            .map(|logged| logged.entry.clone())
+            .collect())
+    }
+
+    /// Returns the number of random hex digits that keeps every id of the
+    /// session distinct (at least 4, SPEC §3.1). The first call reads the
+    /// ids of the whole file; later appends update it in O(log n).
+    pub fn short_id_len(&self) -> usize {
+        self.short_ids
+            .get_or_init(|| match self.read_log() {
+                Ok(log) => ShortIds::new(log.entries().iter().map(|logged| &logged.entry.id)),
+                Err(err) => {
+                    tracing::warn!("short ids from the live stretch only: {err}");
+                    ShortIds::new(self.path.iter().map(|entry| &entry.id))
+                }
+            })
+            .len()
     }
 
     /// Returns the live model input.
@@ -282,13 +383,7 @@ impl SessionCore {
     /// endpoint changes; the model input is rebuilt either way.
     pub fn set_native(&mut self, compactor: Option<Arc<dyn NativeCompactor>>) {
         self.native = compactor.filter(|_| self.config.compaction.native == NativeMode::Auto);
-        let setup = Self::setup(
-            &self.config,
-            &self.budget,
-            self.counter.clone(),
-            self.native.as_ref().map(|native| native.target()),
-        );
-        self.live = LiveInput::build(setup, &self.path);
+        self.live = self.input_for(&self.path);
     }
 
     /// Returns the native compactor, when one is set.
@@ -296,64 +391,85 @@ impl SessionCore {
         self.native.as_ref()
     }
 
-    /// Returns the active model id: the latest `model_change` on the path,
-    /// else the configured one.
+    /// Returns the active model id: the latest `model_change` on the path
+    /// (or the model a capsule's `state` recorded, when it is newer), else
+    /// the configured one.
     pub fn model_id(&self) -> &str {
-        self.path
-            .iter()
-            .rev()
-            .find_map(|entry| match &entry.body {
-                EntryBody::ModelChange { model } => Some(model.as_str()),
-                _ => None,
-            })
-            .unwrap_or(&self.config.model.id)
+        &self.model
     }
 
     /// Returns the calibration factor of the active model on the path.
     pub fn factor(&self) -> Factor {
-        let input = CalibrationInput {
-            model: self.model_id(),
-            seed: self.config.model.seed,
-            context_window: Some(self.config.model.context_window),
-        };
-        calibration::calibrate(&self.path, &input).factor
+        self.calibration.factor
     }
 
     /// Measures effective tokens now (SPEC §4.2).
     pub fn measure(&self) -> Measurement {
         let messages = self.live.message_tokens();
-        let factor = self.factor();
         calibration::measure(&MeasureInput {
             path: &self.path,
             fixed_tokens: self.live.fixed_tokens(),
             messages: &messages,
             model: self.model_id(),
-            factor,
+            factor: self.factor(),
             tool_set_unchanged: true,
         })
     }
 
-    /// Returns the state derived from the path (intents, turn, soft capsules).
+    /// Returns the state derived from the path (intents, turn, soft
+    /// capsules), maintained as entries are appended. A session opened
+    /// from its live stretch starts its turn at its next real user message
+    /// (SPEC §6.2).
     pub fn derived(&self) -> DerivedState {
-        DerivedState::from_path(&self.path)
+        self.derived.clone()
     }
 
-    fn record(&mut self, entry: Entry) -> Entry {
-        self.index.insert(entry.id.clone(), self.entries.len());
-        self.entries.push(entry.clone());
-        if let EntryBody::Leaf { .. } = entry.body {
-            self.recompute_path();
-        } else {
-            self.path.push(entry.clone());
-            self.live.extend(&self.path);
+    /// Sets the function told of every entry appended from now on (an
+    /// audit mirror, a test acknowledging durable appends).
+    pub fn set_append_observer(&mut self, observer: Option<AppendObserver>) {
+        self.observer = observer;
+    }
+
+    fn record(&mut self, entry: Entry) -> Result<Entry, EngineError> {
+        if let Some(observer) = &self.observer {
+            observer(&entry);
         }
-        entry
+        if let Some(short_ids) = self.short_ids.get_mut() {
+            short_ids.insert(&entry.id);
+        }
+        if let EntryBody::Leaf { .. } = entry.body {
+            // The leaf moved: the stretch may start anywhere now.
+            self.reload()?;
+            return Ok(entry);
+        }
+        self.derived.apply(&entry);
+        self.index.insert(entry.id.clone(), self.path.len());
+        self.path.push(entry.clone());
+        match model_on(std::slice::from_ref(&entry)) {
+            Some(model) if model != self.model => {
+                self.model = model;
+                self.recalibrate();
+            }
+            _ => {
+                let input = CalibrationInput {
+                    model: &self.model,
+                    seed: self.config.model.seed,
+                    context_window: Some(self.config.model.context_window),
+                };
+                self.calibration.observe(&entry, &input);
+            }
+        }
+        if let EntryBody::Capsule(_) = entry.body {
+            self.trim_to_stretch();
+        }
+        self.live.extend(&self.path);
+        Ok(entry)
     }
 
     /// Appends an entry (durably) and brings path and input up to date.
     pub fn append(&mut self, body: EntryBody) -> Result<Entry, EngineError> {
         let entry = self.writer.append(body).map_err(EngineError::Store)?;
-        Ok(self.record(entry))
+        self.record(entry)
     }
 
     /// Appends a message with its stored token count.
@@ -366,14 +482,23 @@ impl SessionCore {
                 self.config.compaction.image_tokens,
             )
             .map_err(EngineError::Store)?;
-        Ok(self.record(entry))
+        self.record(entry)
     }
 
-    /// Moves the leaf to `target` (a `leaf` entry); later entries stay.
+    /// Moves the leaf to `target` (a `leaf` entry); later entries stay. A
+    /// target outside the live stretch is looked up in the file, and the
+    /// new stretch is read back from it (SPEC §3.3: a rewind to an early
+    /// entry may cost O(file)).
     pub fn rewind(&mut self, target: EntryId) -> Result<Entry, EngineError> {
-        if !self.index.contains_key(&target) {
+        let known = match self.index.get(&target) {
+            Some(&idx) => !matches!(self.path[idx].body, EntryBody::Leaf { .. }),
+            None => self.read_log()?.entries().iter().any(|logged| {
+                logged.entry.id == target && !matches!(logged.entry.body, EntryBody::Leaf { .. })
+            }),
+        };
+        if !known {
             return Err(EngineError::Invalid(format!(
-                "no entry {target} in this session"
+                "no entry {target} in this session to rewind to"
             )));
         }
         self.append(EntryBody::Leaf { target })
@@ -413,4 +538,16 @@ impl SessionCore {
             path,
         )
     }
+}
+
+/// Returns the model the newest `model_change` or capsule `state.model` of
+/// `path` names.
+fn model_on(path: &[Entry]) -> Option<String> {
+    path.iter().rev().find_map(|entry| match &entry.body {
+        EntryBody::ModelChange { model } => Some(model.clone()),
+        EntryBody::Capsule(capsule) if !capsule.state.model.is_empty() => {
+            Some(capsule.state.model.clone())
+        }
+        _ => None,
+    })
 }

@@ -514,6 +514,9 @@ pub struct CapsuleStateRecord {
     pub calibration: Map<String, Value>,
     /// Whether soft triggers were on.
     pub auto_compact: bool,
+    /// The `/auto-compact` setting on the path, when one was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact_override: Option<bool>,
     /// Active skills.
     #[serde(default)]
     pub skills: Vec<StateSkillRecord>,
@@ -1156,6 +1159,7 @@ impl CapsuleRecord {
                 model: state.model.clone(),
                 calibration,
                 auto_compact: state.auto_compact,
+                auto_compact_override: state.auto_compact_override,
                 skills: state
                     .skills
                     .iter()
@@ -1289,6 +1293,7 @@ impl CapsuleRecord {
                 model: self.state.model,
                 calibration,
                 auto_compact: self.state.auto_compact,
+                auto_compact_override: self.state.auto_compact_override,
                 skills: self
                     .state
                     .skills

@@ -208,7 +208,7 @@ pub fn sidebar(core: &SessionCore) -> Sidebar {
         auto_compact: core
             .derived()
             .auto_compact_or(core.config().compaction.auto),
-        last_compaction: last_compaction(core.path(), short_len(core.entries())),
+        last_compaction: last_compaction(core.path(), core.short_id_len()),
     }
 }
 
@@ -335,6 +335,24 @@ pub fn nth_user_message(path: &[Entry], n: usize) -> Result<&Entry, String> {
     })
 }
 
+/// Brings `shown` (a whole path, root → leaf) up to date with the core's
+/// live `stretch`: the part of `shown` before the stretch's first entry
+/// stays, the rest is replaced. Returns false when the stretch does not
+/// start on `shown` (a rewind elsewhere, a first load): read the whole
+/// path then.
+pub fn follow_stretch(shown: &mut Vec<Entry>, stretch: &[Entry]) -> bool {
+    let Some(first) = stretch.first() else {
+        shown.clear();
+        return true;
+    };
+    let Some(at) = shown.iter().rposition(|entry| entry.id == first.id) else {
+        return false;
+    };
+    shown.truncate(at);
+    shown.extend_from_slice(stretch);
+    true
+}
+
 /// Returns the path from the root to `leaf`, following parent ids.
 pub fn path_to(entries: &[Entry], leaf: &EntryId) -> Vec<Entry> {
     let index: HashMap<&EntryId, &Entry> = entries.iter().map(|entry| (&entry.id, entry)).collect();
@@ -357,8 +375,17 @@ pub fn path_to(entries: &[Entry], leaf: &EntryId) -> Vec<Entry> {
 /// Plans a rewind to `target`: the new leaf (a user message's parent, or
 /// the entry itself), the text to put back in the input box, and the
 /// confirmation lines (SPEC §11.3).
-pub fn plan_rewind(core: &SessionCore, target: &Entry) -> Result<RewindPlan, String> {
-    let short = short_len(core.entries());
+///
+/// `entries` are every entry of the log and `current` the whole current
+/// path, both read from the file: the target may lie before the live
+/// stretch the core keeps.
+pub fn plan_rewind(
+    core: &SessionCore,
+    target: &Entry,
+    entries: &[Entry],
+    current: &[Entry],
+) -> Result<RewindPlan, String> {
+    let short = core.short_id_len();
     let (leaf, restore_input, label) = match &target.body {
         EntryBody::Message(stored) if stored.message.is_real_user() => {
             let Some(parent) = target.parent_id.clone() else {
@@ -393,10 +420,9 @@ pub fn plan_rewind(core: &SessionCore, target: &Entry) -> Result<RewindPlan, Str
             ),
         ),
     };
-    let new_path = path_to(core.entries(), &leaf);
+    let new_path = path_to(entries, &leaf);
     let kept: HashSet<&EntryId> = new_path.iter().map(|entry| &entry.id).collect();
-    let undone: Vec<Entry> = core
-        .path()
+    let undone: Vec<Entry> = current
         .iter()
         .filter(|entry| !kept.contains(&entry.id))
         .cloned()

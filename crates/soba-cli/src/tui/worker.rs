@@ -111,6 +111,10 @@ struct Live {
     core: Arc<Mutex<SessionCore>>,
     agent: Agent,
     setup: ModelSetup,
+    /// The whole path the conversation view shows, root → leaf: the core
+    /// keeps only the live stretch, so what compaction dropped from memory
+    /// is kept here (read from the log once at open).
+    shown: std::sync::Mutex<Vec<Entry>>,
 }
 
 /// A turn or `/compact` in progress.
@@ -320,6 +324,15 @@ impl Worker {
             )),
         };
         self.approvals = Some((log, approvals.clone()));
+        let shown = match core.full_path() {
+            Ok(path) => path,
+            Err(err) => {
+                notes.push(format!(
+                    "warning: the conversation before the latest capsule is not shown ({err})"
+                ));
+                core.path().to_vec()
+            }
+        };
         let core = Arc::new(Mutex::new(core));
         let agent = Agent {
             barrier: engine::barrier(core.clone(), self.sink(), summarizer),
@@ -333,7 +346,12 @@ impl Worker {
             ),
             provider_model: setup.info.wire_model.clone(),
         };
-        self.live = Some(Live { core, agent, setup });
+        self.live = Some(Live {
+            core,
+            agent,
+            setup,
+            shown: std::sync::Mutex::new(shown),
+        });
         Ok(notes)
     }
 
@@ -345,16 +363,24 @@ impl Worker {
             return;
         };
         let core = live.core.lock().await;
-        let short = view::short_len(core.entries());
+        let short = core.short_id_len();
         self.send(UiEvent::Header(Header {
             model: core.model_id().to_owned(),
             session: core.header().id.as_str().chars().take(8).collect(),
         }));
-        self.send(UiEvent::History(view::history_items(
-            core.path(),
-            short,
-            self.running.is_some(),
-        )));
+        let items = {
+            let mut shown = live
+                .shown
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !view::follow_stretch(&mut shown, core.path()) {
+                // The stretch does not attach to what was shown: read the
+                // whole path again.
+                *shown = core.full_path().unwrap_or_else(|_| core.path().to_vec());
+            }
+            view::history_items(&shown, short, self.running.is_some())
+        };
+        self.send(UiEvent::History(items));
         self.send(UiEvent::Sidebar(view::sidebar(&core)));
     }
 
@@ -564,7 +590,7 @@ impl Worker {
     }
 
     fn short(&self, core: &SessionCore) -> usize {
-        view::short_len(core.entries())
+        core.short_id_len()
     }
 
     async fn on_compaction_end(&mut self, end: CompactionEnd) {
@@ -734,9 +760,21 @@ impl Worker {
         };
         let core = live.core.lock().await;
         let short = self.short(&core);
+        // Rewind targets may lie before the live stretch: read the log.
+        let log = match core.read_log() {
+            Ok(log) => log,
+            Err(err) => {
+                drop(core);
+                self.note(format!("cannot rewind: {err}"));
+                return;
+            }
+        };
+        let path: Vec<Entry> = log.path().into_iter().map(|l| l.entry.clone()).collect();
+        let entries: Vec<Entry> = log.entries().iter().map(|l| l.entry.clone()).collect();
+        drop(log);
         let found = match &target {
             None => {
-                let items = view::rewind_choices(core.path(), short);
+                let items = view::rewind_choices(&path, short);
                 drop(core);
                 if items.is_empty() {
                     self.note("nothing to rewind to yet");
@@ -750,10 +788,10 @@ impl Worker {
                 }
                 return;
             }
-            Some(RewindTarget::Nth(n)) => view::nth_user_message(core.path(), *n),
-            Some(RewindTarget::Id(id)) => view::find_entry(core.entries(), id),
+            Some(RewindTarget::Nth(n)) => view::nth_user_message(&path, *n),
+            Some(RewindTarget::Id(id)) => view::find_entry(&entries, id),
         };
-        let planned = found.and_then(|entry| view::plan_rewind(&core, entry));
+        let planned = found.and_then(|entry| view::plan_rewind(&core, entry, &entries, &path));
         drop(core);
         match planned {
             Ok(plan) => self.send(UiEvent::Overlay(Overlay::ConfirmRewind(plan))),
@@ -1051,10 +1089,18 @@ impl Worker {
         };
         let core = live.core.lock().await;
         let short = self.short(&core);
-        let on_path: HashSet<&EntryId> = core.path().iter().map(|entry| &entry.id).collect();
+        let log = match core.read_log() {
+            Ok(log) => log,
+            Err(err) => {
+                drop(core);
+                self.note(format!("cannot list capsules: {err}"));
+                return;
+            }
+        };
+        let on_path: HashSet<&EntryId> = log.path().iter().map(|l| &l.entry.id).collect();
         let mut lines = vec!["capsules in this session (newest first):".to_owned()];
         let mut n = 0;
-        for entry in core.entries().iter().rev() {
+        for entry in log.entries().iter().rev().map(|l| &l.entry) {
             if let EntryBody::Capsule(capsule) = &entry.body {
                 n += 1;
                 lines.push(format!(
@@ -1105,10 +1151,18 @@ impl Worker {
                 .leaf()
                 .map(|id| id.as_str().to_owned())
                 .unwrap_or_default();
+            let entries: Vec<Entry> = match core.read_log() {
+                Ok(log) => log.entries().iter().map(|l| l.entry.clone()).collect(),
+                Err(err) => {
+                    drop(core);
+                    self.note(format!("cannot export: {err}"));
+                    return;
+                }
+            };
             capsule_files::prepare_export(
                 &root,
                 ExportSource {
-                    entries: core.entries(),
+                    entries: &entries,
                     session: core.header().id.as_str(),
                     leaf: &leaf,
                     counter: core.counter().as_ref(),

@@ -22,9 +22,8 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -36,7 +35,6 @@ use soba_engine::session::SessionCore;
 use soba_store::StoreError;
 use soba_store::log::{Durability, SequentialMinter, WriterOptions};
 use soba_store::reader::{DiagnosticKind, SessionLog};
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::small_config;
@@ -63,38 +61,21 @@ fn run_child(root: &Path, seed: u64) {
         .unwrap();
     runtime.block_on(async move {
         let mut rng = Rng::new(seed);
-        let core_slot: Arc<OnceLock<Arc<Mutex<SessionCore>>>> = Arc::new(OnceLock::new());
-        let printed = Arc::new(AtomicUsize::new(usize::MAX));
-        let sink_slot = core_slot.clone();
-        let sink_printed = printed.clone();
-        let events = Arc::new(move |event: EngineEvent| {
-            match &event {
-                EngineEvent::CompactionStart { operation_id, .. } => {
-                    say(&format!("START {operation_id}"));
-                }
-                EngineEvent::AssistantMessage { tool_calls, .. }
-                    if tool_calls.iter().any(|name| name == "bash") =>
-                {
-                    say("BASH");
-                }
-                EngineEvent::CompactionEnd(end) => say(&format!(
-                    "END {} {}",
-                    end.operation_id,
-                    end.outcome.as_str()
-                )),
-                _ => {}
+        let events = Arc::new(move |event: EngineEvent| match &event {
+            EngineEvent::CompactionStart { operation_id, .. } => {
+                say(&format!("START {operation_id}"));
             }
-            // Acknowledge every entry appended so far (when the session is
-            // not locked: the next event catches up otherwise).
-            if let Some(core) = sink_slot.get()
-                && let Ok(core) = core.try_lock()
+            EngineEvent::AssistantMessage { tool_calls, .. }
+                if tool_calls.iter().any(|name| name == "bash") =>
             {
-                let from = sink_printed.load(Ordering::SeqCst);
-                for entry in core.entries().iter().skip(from) {
-                    say(&format!("ACK {}", entry.id));
-                }
-                sink_printed.store(core.entries().len(), Ordering::SeqCst);
+                say("BASH");
             }
+            EngineEvent::CompactionEnd(end) => say(&format!(
+                "END {} {}",
+                end.operation_id,
+                end.outcome.as_str()
+            )),
+            _ => {}
         });
         let pause_ms = 1 + rng.below(6);
         let summarizer = Arc::new(PausingSummarizer::new(
@@ -123,8 +104,13 @@ fn run_child(root: &Path, seed: u64) {
                 ..RigOptions::default()
             },
         );
-        printed.store(rig.core.lock().await.entries().len(), Ordering::SeqCst);
-        let _ = core_slot.set(rig.core.clone());
+        // Acknowledge every entry once its append returned.
+        rig.core
+            .lock()
+            .await
+            .set_append_observer(Some(Arc::new(|entry: &soba_core::Entry| {
+                say(&format!("ACK {}", entry.id))
+            })));
         say("READY");
         let started = Instant::now();
         let cancel = CancellationToken::new();
@@ -180,14 +166,6 @@ fn run_child(root: &Path, seed: u64) {
                 }
                 _ => {}
             }
-            // Acknowledge what the last events did not.
-            let core = rig.core.lock().await;
-            let from = printed.load(Ordering::SeqCst);
-            for entry in core.entries().iter().skip(from) {
-                say(&format!("ACK {}", entry.id));
-            }
-            printed.store(core.entries().len(), Ordering::SeqCst);
-            drop(core);
             say(&format!("TURN {turn}"));
         }
     });

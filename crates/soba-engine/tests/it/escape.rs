@@ -271,7 +271,7 @@ async fn exported_capsules_hold_no_secrets_and_count_them() {
     assert_eq!(end.outcome, Outcome::Completed, "{end:?}");
     let core = rig.core.lock().await;
     let capsule_entry = core
-        .entries()
+        .path()
         .iter()
         .rev()
         .find(|entry| matches!(entry.body, EntryBody::Capsule(_)))

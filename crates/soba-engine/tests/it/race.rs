@@ -85,6 +85,12 @@ struct RunReport {
 
 /// Appends a user message and `n_reads` answered `read_file` calls of 4,000
 /// bytes each (about 1,000 tokens each with the byte counter).
+/// Returns the number of entries in the log the core writes (the core
+/// keeps only the live stretch in memory).
+fn n_entries(core: &soba_engine::session::SessionCore) -> usize {
+    read_log(core.log_path()).unwrap().entries().len()
+}
+
 fn fill(core: &mut soba_engine::session::SessionCore, n_reads: usize) {
     core.append_message(Message::user("audit the data files"))
         .unwrap();
@@ -167,7 +173,7 @@ fn race(seed: u64) -> RunReport {
         let (n_before, expected_leaf) = {
             let mut core = rig.core.lock().await;
             fill(&mut core, n_reads);
-            (core.entries().len(), core.leaf().cloned())
+            (n_entries(&core), core.leaf().cloned())
         };
         if mode == Mode::Turn {
             // Tools without I/O keep the interleaving a function of the seed
@@ -250,7 +256,7 @@ fn race(seed: u64) -> RunReport {
                 };
                 if acted {
                     let open = in_flight(&events.lock().unwrap());
-                    *observed.lock().unwrap() = Some((core.entries().len(), open));
+                    *observed.lock().unwrap() = Some((n_entries(&core), open));
                 }
             })
         };
@@ -526,7 +532,7 @@ fn a_cancel_seen_before_the_plan_appends_nothing_not_even_hygiene() {
         let n_before = {
             let mut core = rig.core.lock().await;
             fill(&mut core, 9);
-            core.entries().len()
+            n_entries(&core)
         };
         let cancel = CancellationToken::new();
         cancel.cancel();

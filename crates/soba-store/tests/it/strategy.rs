@@ -266,17 +266,25 @@ fn capsule_state() -> impl Strategy<Value = CapsuleState> {
     (
         text(),
         btree_map(text(), 0.5f64..2.0, 0..3),
-        any::<bool>(),
+        (any::<bool>(), option::of(any::<bool>())),
         vec(skill(Just(SkillAction::Activate)), 0..2),
         option::of(context()),
         vec(text(), 0..2),
     )
         .prop_map(
-            |(model, calibration, auto_compact, skills, pinned_agents_md, pinned_system)| {
+            |(
+                model,
+                calibration,
+                (auto_compact, auto_compact_override),
+                skills,
+                pinned_agents_md,
+                pinned_system,
+            )| {
                 CapsuleState {
                     model,
                     calibration: calibration.into_iter().collect(),
                     auto_compact,
+                    auto_compact_override,
                     skills,
                     pinned_agents_md,
                     pinned_system,
