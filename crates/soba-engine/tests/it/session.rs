@@ -240,3 +240,167 @@ async fn pending_intents_are_chosen_in_order_and_consumed_together() {
     });
     assert_eq!(capsule_trigger, Some(Trigger::PlanPivot));
 }
+
+/// Everything a preflight reads of a core, for comparing a live core with
+/// one resumed from its log.
+fn state_of(core: &SessionCore) -> impl std::fmt::Debug {
+    let derived = core.derived();
+    (
+        core.path().iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
+        core.model_id().to_owned(),
+        core.factor(),
+        core.measure(),
+        derived.pending_checkpoints,
+        derived.turn_complete,
+        derived.auto_compact,
+        core.live().total_tokens(),
+    )
+}
+
+/// The core keeps only the live stretch (SPEC §3.3): after compactions its
+/// path starts at the latest capsule's retained tail, a session reopened
+/// from its log derives the same state and next request, an
+/// `/auto-compact off` made before the capsule survives the resume, and a
+/// rewind to before the stretch reads the file and rebuilds it.
+#[tokio::test]
+async fn the_core_keeps_the_live_stretch_and_resumes_to_the_same_state() {
+    let h = Harness::start(Options::default()).await;
+    h.agent
+        .barrier
+        .core
+        .lock()
+        .await
+        .append(EntryBody::ConfigChange {
+            auto_compact: Some(false),
+        })
+        .unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut file = 0;
+    for turn in 0..12 {
+        for _ in 0..3 {
+            read(&h, file);
+            file += 1;
+        }
+        h.push_text(&format!("turn {turn} answered"));
+        assert_eq!(
+            h.turn(&format!("instruction for turn {turn}")).await,
+            TurnEnd::Completed
+        );
+        if turn % 4 == 3 {
+            let outcome = h
+                .agent
+                .barrier
+                .preflight(
+                    Some(soba_engine::barrier::Forced::User { instructions: None }),
+                    &cancel,
+                )
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, soba_engine::barrier::Preflight::Compacted(_)),
+                "{outcome:?}"
+            );
+        }
+    }
+    let entries = h.logged_entries();
+    let log = soba_store::reader::read_log(&h.log_path).unwrap();
+    let full_path: Vec<EntryId> = log.path().iter().map(|l| l.entry.id.clone()).collect();
+    let stretch: Vec<EntryId> = log
+        .live_stretch()
+        .iter()
+        .map(|l| l.entry.id.clone())
+        .collect();
+    let (live_state, live_request, n_path, short) = {
+        let core = h.core.lock().await;
+        let path: Vec<EntryId> = core.path().iter().map(|e| e.id.clone()).collect();
+        // Only the live stretch is in memory, and it is the file's.
+        assert_eq!(path, stretch);
+        assert!(
+            path.len() * 2 < full_path.len(),
+            "{} of {}",
+            path.len(),
+            full_path.len()
+        );
+        assert!(!core.derived().auto_compact_or(true));
+        assert_eq!(
+            core.short_id_len(),
+            soba_core::id::shortest_unique_len(entries.iter().map(|e| &e.id))
+        );
+        let tools = soba_engine::tool::ToolRegistry::builtin();
+        (
+            format!("{:?}", state_of(&core)),
+            soba_engine::agent::build_request(&core, "model", &tools),
+            path.len(),
+            core.short_id_len(),
+        )
+    };
+    assert!(short >= 4);
+
+    let Harness {
+        dir,
+        agent,
+        core,
+        log_path,
+        config,
+        ..
+    } = h;
+    drop(agent);
+    drop(core);
+    let (mut resumed, diagnostics) =
+        SessionCore::open(&log_path, config.clone(), WriterOptions::default()).unwrap();
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    assert_eq!(resumed.path().len(), n_path);
+    assert_eq!(format!("{:?}", state_of(&resumed)), live_state);
+    // The `/auto-compact off` before the capsule comes from its state.
+    assert!(!resumed.derived().auto_compact_or(true));
+    let tools = soba_engine::tool::ToolRegistry::builtin();
+    assert_eq!(
+        soba_engine::agent::build_request(&resumed, "model", &tools),
+        live_request
+    );
+
+    // Rewind to the second real user message, long before the stretch.
+    let target = entries
+        .iter()
+        .filter(|entry| matches!(&entry.body, EntryBody::Message(m) if m.message.is_real_user()))
+        .nth(1)
+        .unwrap()
+        .id
+        .clone();
+    assert!(resumed.entry(&target).is_none());
+    resumed.rewind(target.clone()).unwrap();
+    assert_eq!(resumed.leaf(), Some(&target));
+    let reread = soba_store::reader::read_log(&log_path).unwrap();
+    let stretch: Vec<EntryId> = reread
+        .live_stretch()
+        .iter()
+        .map(|l| l.entry.id.clone())
+        .collect();
+    assert_eq!(
+        resumed
+            .path()
+            .iter()
+            .map(|e| e.id.clone())
+            .collect::<Vec<_>>(),
+        stretch
+    );
+    // No capsule before it: the whole path is live again, and the request
+    // is the one a fresh open builds.
+    assert_eq!(stretch.first(), reread.path().first().map(|l| &l.entry.id));
+    let rewound_request = soba_engine::agent::build_request(&resumed, "model", &tools);
+    drop(resumed);
+    let (reopened, _) =
+        SessionCore::open(&log_path, config.clone(), WriterOptions::default()).unwrap();
+    assert_eq!(
+        soba_engine::agent::build_request(&reopened, "model", &tools),
+        rewound_request
+    );
+    // An id that is not in the session is refused, and nothing is written.
+    let before = std::fs::metadata(&log_path).unwrap().len();
+    drop(reopened);
+    let (mut again, _) = SessionCore::open(&log_path, config, WriterOptions::default()).unwrap();
+    let missing = EntryId::parse("e_01943b300000700080000000000000ff").unwrap();
+    assert!(again.rewind(missing).is_err());
+    assert_eq!(std::fs::metadata(&log_path).unwrap().len(), before);
+    drop(dir);
+}
