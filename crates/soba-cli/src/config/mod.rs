@@ -68,13 +68,22 @@ impl fmt::Display for Source {
 #[non_exhaustive]
 pub enum ConfigError {
     /// A config file exists but cannot be read.
-    #[error("cannot read {path}")]
+    #[error("cannot read {path}: {reason}; check that it is a readable file")]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (shown in the message, so it is not also a source).
+        reason: std::io::Error,
+    },
+    /// A config file is not valid UTF-8.
+    #[error(
+        "{path} is not valid UTF-8 (first invalid byte at offset {valid_up_to}): re-save it as UTF-8"
+    )]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// Bytes before the first invalid sequence.
+        valid_up_to: usize,
     },
     /// A config file is not valid JSON.
     #[error("{path} is not valid JSON (line {line}, column {column}): {message}")]
@@ -378,24 +387,33 @@ pub fn load(input: &LoadInput<'_>) -> Result<Loaded, ConfigError> {
 
 /// Reads a config file; a missing file is `None`.
 fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
+        Err(reason) => {
             return Err(ConfigError::Read {
                 path: path.to_path_buf(),
-                source,
+                reason,
             });
         }
     };
-    let value: Value = serde_json::from_str(&text).map_err(|err| ConfigError::Parse {
+    parse_object(path, &bytes).map(Some)
+}
+
+/// Parses a config file's bytes: UTF-8 text holding one JSON object.
+fn parse_object(path: &Path, bytes: &[u8]) -> Result<Map<String, Value>, ConfigError> {
+    let text = std::str::from_utf8(bytes).map_err(|err| ConfigError::NotUtf8 {
+        path: path.to_path_buf(),
+        valid_up_to: err.valid_up_to(),
+    })?;
+    let value: Value = serde_json::from_str(text).map_err(|err| ConfigError::Parse {
         path: path.to_path_buf(),
         line: err.line(),
         column: err.column(),
         message: err.to_string(),
     })?;
     match value {
-        Value::Object(object) => Ok(Some(object)),
+        Value::Object(object) => Ok(object),
         _ => Err(ConfigError::NotAnObject {
             path: path.to_path_buf(),
         }),
@@ -1100,6 +1118,48 @@ mod tests {
         ]);
         assert_eq!(path.to_string(), "models.\"ollama/qwen3\".contextWindow");
         assert_eq!(split_display_path(&path.to_string()), path.0);
+    }
+
+    #[test]
+    fn a_config_file_that_is_not_utf8_names_the_offset_and_the_fix() {
+        let path = Path::new("/home/dev/.soba/config.json");
+        let err =
+            parse_object(path, b"{\"model\": \"anthropic/\xff\xfe\"}").expect_err("not UTF-8");
+        assert!(
+            matches!(
+                err,
+                ConfigError::NotUtf8 {
+                    valid_up_to: 21,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "/home/dev/.soba/config.json is not valid UTF-8 (first invalid byte at offset 21): re-save it as UTF-8"
+        );
+        let object = parse_object(path, "{\"model\": \"é\"}".as_bytes()).expect("UTF-8");
+        assert_eq!(object["model"], json!("é"));
+    }
+
+    #[test]
+    fn an_unreadable_config_file_says_why() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let dir = temp.path();
+        // A directory where the file should be cannot be read as one.
+        let err = read_object(dir).expect_err("a directory");
+        let message = err.to_string();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+        assert!(
+            message.starts_with(&format!("cannot read {}: ", dir.display()))
+                && message.ends_with("; check that it is a readable file"),
+            "{message}"
+        );
+        assert_eq!(
+            read_object(&dir.join("missing.json")).expect("missing is fine"),
+            None
+        );
     }
 
     #[test]
