@@ -239,6 +239,10 @@ fn session_json(session: &ImportedSession, written: &Written) -> Value {
         "compactions": stats.compactions,
         "inferences": session.inference_count(),
         "diagnostics": stats.diagnostics,
+        "invalidUtf8": stats.invalid_utf8.map(|invalid| json!({
+            "firstOffset": invalid.first_offset,
+            "replaced": invalid.replaced,
+        })),
         "sessionId": session_id,
         "path": path,
         "alreadyImported": already,
