@@ -10,6 +10,7 @@
 use crate::capsule::OverflowRecord;
 use crate::entry::{Entry, EntryBody};
 use crate::id::EntryId;
+use crate::input::LiveInput;
 use crate::message::{Message, Role};
 use crate::tokens::TokenCount;
 
@@ -316,28 +317,76 @@ pub struct MeasureInput<'a> {
 /// every later message. Otherwise `estimated`: the calibrated count of the
 /// whole input, fixed part included.
 pub fn measure(input: &MeasureInput<'_>) -> Measurement {
-    if let Some(tokens) = provider_usage_tokens(input) {
-        return Measurement {
+    let usage = provider_usage_tokens(
+        input.path,
+        input.model,
+        input.factor,
+        input.tool_set_unchanged,
+        |last_id| {
+            let resent_from = input
+                .messages
+                .iter()
+                .position(|message| message.entry_id.as_ref() == Some(last_id))?;
+            Some(
+                input.messages[resent_from..]
+                    .iter()
+                    .map(|message| message.tokens)
+                    .sum(),
+            )
+        },
+    );
+    let local = || input.fixed_tokens + input.messages.iter().map(|message| message.tokens).sum();
+    measurement(usage, input.factor, local)
+}
+
+/// [`measure`] of a maintained [`LiveInput`] (the input of `path`): the
+/// same figure from its cached sums, without listing its messages, so a
+/// preflight measures in time independent of the input's length.
+pub fn measure_live(
+    path: &[Entry],
+    live: &LiveInput,
+    model: &str,
+    factor: Factor,
+    tool_set_unchanged: bool,
+) -> Measurement {
+    let usage = provider_usage_tokens(path, model, factor, tool_set_unchanged, |last_id| {
+        live.tokens_from(last_id)
+    });
+    measurement(usage, factor, || live.total_tokens())
+}
+
+fn measurement(
+    usage: Option<TokenCount>,
+    factor: Factor,
+    local: impl FnOnce() -> TokenCount,
+) -> Measurement {
+    match usage {
+        Some(tokens) => Measurement {
             tokens,
             source: MeasurementSource::ProviderUsage,
-        };
-    }
-    let local: TokenCount =
-        input.fixed_tokens + input.messages.iter().map(|message| message.tokens).sum();
-    Measurement {
-        tokens: input.factor.apply(local),
-        source: MeasurementSource::Estimated,
+        },
+        None => Measurement {
+            tokens: factor.apply(local()),
+            source: MeasurementSource::Estimated,
+        },
     }
 }
 
-fn provider_usage_tokens(input: &MeasureInput<'_>) -> Option<TokenCount> {
-    if !input.tool_set_unchanged {
+/// The `provider_usage` figure, when it applies; `resent` gives the local
+/// count of the input from the last assistant message (by entry id) to
+/// the end, `None` when that message is not in the input.
+fn provider_usage_tokens(
+    path: &[Entry],
+    model: &str,
+    factor: Factor,
+    tool_set_unchanged: bool,
+    resent: impl FnOnce(&EntryId) -> Option<TokenCount>,
+) -> Option<TokenCount> {
+    if !tool_set_unchanged {
         return None;
     }
     let (last_idx, last) =
-        input
-            .path
-            .iter()
+        path.iter()
             .enumerate()
             .rev()
             .find_map(|(idx, entry)| match &entry.body {
@@ -348,10 +397,10 @@ fn provider_usage_tokens(input: &MeasureInput<'_>) -> Option<TokenCount> {
                 }
                 _ => None,
             })?;
-    let only_messages_follow = input.path[last_idx + 1..]
+    let only_messages_follow = path[last_idx + 1..]
         .iter()
         .all(|entry| matches!(entry.body, EntryBody::Message(_)));
-    if !only_messages_follow || last.model.as_deref() != Some(input.model) {
+    if !only_messages_follow || last.model.as_deref() != Some(model) {
         return None;
     }
     let reported = last.usage?.prompt();
@@ -359,20 +408,12 @@ fn provider_usage_tokens(input: &MeasureInput<'_>) -> Option<TokenCount> {
         return None;
     }
     if let Some(local) = last.request_tokens_local
-        && input.factor.reveals_truncation(reported, local)
+        && factor.reveals_truncation(reported, local)
     {
         return None;
     }
-    let last_id = &input.path[last_idx].id;
-    let resent_from = input
-        .messages
-        .iter()
-        .position(|message| message.entry_id.as_ref() == Some(last_id))?;
-    let appended: TokenCount = input.messages[resent_from..]
-        .iter()
-        .map(|message| message.tokens)
-        .sum();
-    Some(TokenCount::new(reported) + input.factor.apply(appended))
+    let appended = resent(&path[last_idx].id)?;
+    Some(TokenCount::new(reported) + factor.apply(appended))
 }
 
 #[cfg(test)]
@@ -693,5 +734,75 @@ mod tests {
         ];
         let messages = [counted(1, 30_000), counted(2, 1_000)];
         check_measure(&path, &messages, true, estimated(42_500));
+    }
+
+    /// `measure_live` reads a maintained input's sums and gives what
+    /// `measure` gives over the listed messages, on every prefix of a path
+    /// with replies, tool calls and a pending batch.
+    #[test]
+    fn measuring_a_live_input_equals_listing_it() {
+        use crate::budget::Budget;
+        use crate::config::CompactionConfig;
+        use crate::input::{InputConfig, InputSetup};
+        use crate::message::{Block, ToolInput, ToolUse};
+        use crate::tokens::ByteCounter;
+
+        let config = CompactionConfig::default();
+        let budget = Budget::compute(TokenCount::new(200_000), TokenCount::new(8_000), &config)
+            .expect("a budget");
+        let setup = InputSetup::new(
+            std::sync::Arc::new(ByteCounter),
+            InputConfig::new(&budget, &config),
+        )
+        .with_system_prompt("be brief");
+        let call = |n: u128, call_id: &str| {
+            let mut calling = Message::new(
+                Role::Assistant,
+                vec![Block::ToolUse(ToolUse {
+                    id: call_id.into(),
+                    name: "bash".into(),
+                    input: ToolInput::empty(),
+                })],
+            );
+            calling.model = Some(MODEL.to_owned());
+            calling.usage = Some(Usage {
+                input: 900 + n as u64,
+                ..Usage::default()
+            });
+            calling.request_tokens_local = Some(800);
+            message(n, calling)
+        };
+        let result = |n: u128, call_id: &str| {
+            message(n, Message::tool_result(call_id, "ok ".repeat(40), false))
+        };
+        let path = [
+            message(1, Message::user("go ".repeat(300))),
+            reply(2, MODEL, 1_000, 800),
+            message(3, Message::user("more")),
+            call(4, "a"),
+            result(5, "a"),
+            call(6, "b"),
+        ];
+        let mut sources = 0;
+        for end in 1..=path.len() {
+            let live = LiveInput::build(setup.clone(), &path[..end]);
+            let listed = live.message_tokens();
+            for factor in [1.0, 1.25] {
+                let input = MeasureInput {
+                    path: &path[..end],
+                    fixed_tokens: live.fixed_tokens(),
+                    messages: &listed,
+                    model: MODEL,
+                    factor: Factor::new(factor),
+                    tool_set_unchanged: true,
+                };
+                let expected = measure(&input);
+                let got = measure_live(&path[..end], &live, MODEL, Factor::new(factor), true);
+                assert_eq!(got, expected, "prefix {end}, factor {factor}");
+                sources += usize::from(got.source == MeasurementSource::ProviderUsage);
+            }
+        }
+        // Both sources were exercised.
+        assert!(sources > 0 && sources < 2 * path.len(), "{sources}");
     }
 }

@@ -641,6 +641,25 @@ impl LiveInput {
         }
     }
 
+    /// Returns the local count of the input from the message of entry
+    /// `entry_id` (its first, when it gives several; synthetic results
+    /// never count as coming from it) to the end, the open batch's pending
+    /// synthetic results included; `None` when no input message comes from
+    /// it. What [`crate::calibration::measure_live`]
+    /// re-sends after a response, without listing the messages.
+    pub fn tokens_from(&self, entry_id: &EntryId) -> Option<TokenCount> {
+        let first = self.items.iter().position(|item| {
+            item.origin != InputOrigin::SyntheticResult && &item.source == entry_id
+        })?;
+        Some(
+            self.items[first..]
+                .iter()
+                .map(|item| item.tokens)
+                .sum::<TokenCount>()
+                + self.pending_tokens,
+        )
+    }
+
     /// Returns each input message's source and local count, in order, as
     /// [`crate::calibration::measure`] takes them (the capsule first).
     pub fn message_tokens(&self) -> Vec<InputMessageTokens> {

@@ -15,9 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use soba_core::budget::Budget;
-use soba_core::calibration::{
-    self, Calibration, CalibrationInput, Factor, MeasureInput, Measurement,
-};
+use soba_core::calibration::{self, Calibration, CalibrationInput, Factor, Measurement};
 use soba_core::config::{CompactionConfig, NativeMode};
 use soba_core::derived::DerivedState;
 use soba_core::id::ShortIds;
@@ -405,15 +403,7 @@ impl SessionCore {
 
     /// Measures effective tokens now (SPEC §4.2).
     pub fn measure(&self) -> Measurement {
-        let messages = self.live.message_tokens();
-        calibration::measure(&MeasureInput {
-            path: &self.path,
-            fixed_tokens: self.live.fixed_tokens(),
-            messages: &messages,
-            model: self.model_id(),
-            factor: self.factor(),
-            tool_set_unchanged: true,
-        })
+        calibration::measure_live(&self.path, &self.live, self.model_id(), self.factor(), true)
     }
 
     /// Returns the state derived from the path (intents, turn, soft

@@ -7,50 +7,16 @@
 //! Run with `cargo bench -p soba-store --bench log`; medians are in
 //! `target/criterion/<group>/<bench>/new/estimates.json`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::hint::black_box;
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use soba_core::capsule::{LocalSections, Narrative};
-use soba_core::entry::StoredTokens;
-use soba_core::{
-    Capsule, CapsuleState, Encoding, Entry, EntryBody, EntryId, IdKind, Message, MessageEntry,
-    Quality, TokenCount, Trigger,
-};
-use soba_store::wire::{encode_entry, encode_header};
-use soba_store::{
-    Durability, SequentialMinter, SessionHeader, SessionId, SessionWriter, WriterOptions, resume,
-};
-
-fn header() -> SessionHeader {
-    SessionHeader {
-        id: SessionId::parse("bench").expect("a valid id"),
-        created_at: "2025-01-01T00:00:00Z".to_owned(),
-        cwd: "/work/project".to_owned(),
-        os: "linux".to_owned(),
-        memory: Vec::new(),
-        imported_from: None,
-    }
-}
-
-fn message_body(n_bytes: usize) -> EntryBody {
-    let text: String = "lorem ipsum dolor sit amet "
-        .chars()
-        .cycle()
-        .take(n_bytes)
-        .collect();
-    EntryBody::Message(MessageEntry {
-        message: Message::user(text),
-        tokens: Some(StoredTokens {
-            encoding: Encoding::O200kBase,
-            n: TokenCount::new(n_bytes as u64 / 4 + 4),
-            estimated: false,
-        }),
-    })
-}
+use soba_core::{Entry, EntryId, IdKind};
+use soba_store::fixtures::{header, message_body, write_linear_log};
+use soba_store::wire::encode_entry;
+use soba_store::{Durability, SequentialMinter, SessionWriter, WriterOptions, resume};
 
 /// Appends measured one by one for the paired ratio.
 const PAIRED_SAMPLES: usize = 1_000;
@@ -152,78 +118,6 @@ fn bench_append(c: &mut Criterion) {
     group.finish();
 }
 
-/// Writes a linear log of about `target_bytes`: 50 segments of messages
-/// each closed by a capsule keeping its last 4 messages, then the same live
-/// tail of 40 messages whatever the size.
-fn write_linear_log(path: &Path, target_bytes: usize) {
-    const N_CAPSULES: usize = 50;
-    const MESSAGE_BYTES: usize = 2_000;
-    const TAIL_MESSAGES: usize = 40;
-    const KEPT: usize = 4;
-    let file = File::create(path).expect("creates");
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    writeln!(out, "{}", encode_header(&header()).expect("encodes")).expect("writes");
-    let mut n = 0u128;
-    let mut parent: Option<EntryId> = None;
-    let mut previous_capsule = None;
-    let mut push = |out: &mut BufWriter<File>, kind: IdKind, body: EntryBody| -> EntryId {
-        n += 1;
-        let id = EntryId::from_uuid(kind, 0x0194_1f29_7c00_7000_8000_0000_0000_0000 + n);
-        let entry = Entry {
-            id: id.clone(),
-            parent_id: parent.replace(id.clone()),
-            timestamp: "2025-01-01T00:00:00Z".to_owned(),
-            body,
-        };
-        writeln!(out, "{}", encode_entry(&entry).expect("encodes")).expect("writes");
-        id
-    };
-    let tail_bytes = (TAIL_MESSAGES + KEPT) * MESSAGE_BYTES;
-    let per_segment = (target_bytes.saturating_sub(tail_bytes)
-        / (N_CAPSULES * (MESSAGE_BYTES + 300)))
-        .max(KEPT + 1);
-    let message = message_body(MESSAGE_BYTES);
-    for _ in 0..N_CAPSULES {
-        let ids: Vec<EntryId> = (0..per_segment)
-            .map(|_| push(&mut out, IdKind::Entry, message.clone()))
-            .collect();
-        let capsule = Capsule {
-            trigger: Trigger::AutoThreshold,
-            quality: Quality::Full,
-            first_kept_entry_id: Some(ids[ids.len() - KEPT].clone()),
-            boundary_truncation: None,
-            tokens_before: TokenCount::new(80_000),
-            tokens_after: TokenCount::new(20_000),
-            summarizer: "deterministic".to_owned(),
-            previous_capsule_id: previous_capsule.clone(),
-            state: CapsuleState {
-                model: "openai/gpt-5".to_owned(),
-                ..CapsuleState::default()
-            },
-            instructions: None,
-            native: None,
-            overflow: None,
-            imported: None,
-            narrative: Narrative {
-                goal: "keep going".to_owned(),
-                ..Narrative::default()
-            },
-            earlier_narrative: None,
-            local: LocalSections::default(),
-            markdown: "## Goal\nkeep going\n".repeat(50),
-        };
-        previous_capsule = Some(push(
-            &mut out,
-            IdKind::Capsule,
-            EntryBody::Capsule(Box::new(capsule)),
-        ));
-    }
-    for _ in 0..TAIL_MESSAGES {
-        push(&mut out, IdKind::Entry, message.clone());
-    }
-    out.flush().expect("flushed");
-}
-
 fn bench_resume(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let mut group = c.benchmark_group("resume");
@@ -235,7 +129,7 @@ fn bench_resume(c: &mut Criterion) {
         ("linear_100mb_50_capsules", 100 << 20),
     ] {
         let path = dir.path().join(format!("{name}.jsonl"));
-        write_linear_log(&path, target);
+        write_linear_log(&path, target).expect("writes the log");
         let resumed = resume(&path).expect("resumes");
         assert!(!resumed.full_scan && resumed.diagnostics.is_empty());
         eprintln!(

@@ -86,6 +86,8 @@
 #![warn(missing_docs)]
 
 pub mod error;
+#[cfg(feature = "testing")]
+pub mod fixtures;
 pub mod flight;
 pub mod import;
 pub mod log;

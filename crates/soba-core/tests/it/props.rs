@@ -628,6 +628,20 @@ fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
         prop_assert_eq!(rebuilt.total_tokens(), live.total_tokens());
         prop_assert_eq!(rebuilt.view().total_tokens(), live.total_tokens());
         assert_paired(&live.view().messages)?;
+        // The cached count from a message on equals the listed one.
+        let listed = live.message_tokens();
+        for entry in &session.path {
+            let expected = listed
+                .iter()
+                .position(|message| message.entry_id.as_ref() == Some(&entry.id))
+                .map(|idx| {
+                    listed[idx..]
+                        .iter()
+                        .map(|message| message.tokens)
+                        .sum::<TokenCount>()
+                });
+            prop_assert_eq!(live.tokens_from(&entry.id), expected);
+        }
         if round.hygiene
             && let HygieneDecision::Apply(pass) =
                 hygiene::plan_hygiene(&live, live.total_tokens(), &hygiene_config)
