@@ -15,9 +15,10 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::capsule::{Capsule, Verification};
+use crate::command::{self, OutcomeTracker, Status, path_arg, shown_key};
 use crate::entry::{CheckpointKind, Entry, EntryBody, SkillAction};
 use crate::id::EntryId;
-use crate::message::{Role, ToolInput, ToolResult, ToolUse};
+use crate::message::{Role, ToolResult, ToolUse};
 use crate::tokens::{TokenCount, TokenCounter, group_thousands};
 
 /// `userMessageBudgetTokens`: the latest user instructions fill at most this
@@ -31,11 +32,6 @@ pub const LAST_ASSISTANT_TOKENS: TokenCount = TokenCount::new(300);
 /// least this many tokens remain; a smaller remainder would hold little more
 /// than the omission marker.
 pub const MIN_TRUNCATED_INSTRUCTION: TokenCount = TokenCount::new(64);
-
-/// Error keys and verification commands are shortened to this many
-/// characters on each side of an omission marker, so they stay one short
-/// line and an error's key always survives its 500-character bound.
-const KEY_SIDE_CHARS: usize = 100;
 
 /// Settings of the extractor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,11 +148,13 @@ impl PlanState {
 }
 
 /// A failing tool result not yet followed by a success of the same
-/// normalised command, or of the same tool on the same path.
+/// normalised command, or of the same tool on the same path
+/// ([`crate::command`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnresolvedError {
-    /// `$ <command>` for shell commands, `<tool> <path>` for file tools,
-    /// else the tool name: one line, at most ~200 characters.
+    /// The [`command::error_key`] as shown ([`command::shown_key`]): `$
+    /// <command>` for shell commands, `<tool> <path>` for file tools, else
+    /// the tool with its arguments; one line, at most ~230 characters.
     pub key: String,
     /// The result text as returned (not yet bounded).
     pub text: String,
@@ -227,11 +225,13 @@ pub struct CallFacts {
     pub read: Vec<String>,
     /// Files the call modifies with an explicit edit tool.
     pub modified: Vec<String>,
-    /// The normalised shell command, for shell tools.
+    /// The normalised shell command, for shell tools
+    /// ([`command::shell_command`]).
     pub command: Option<String>,
     /// A plan the call sets.
     pub plan: Option<PlanState>,
-    /// The key that pairs a failure with a later success.
+    /// The key that pairs a failure with a later success
+    /// ([`command::error_key`]), whole.
     pub key: String,
 }
 
@@ -246,24 +246,6 @@ struct CallContext {
 /// context (an SWE-agent `edit` without an open file names nothing).
 pub fn call_facts(call: &ToolUse, cwd: Option<&str>) -> CallFacts {
     call_facts_in(call, cwd, &mut CallContext::default())
-}
-
-/// Keys under which tools name the file they act on.
-const PATH_KEYS: [&str; 7] = [
-    "path",
-    "file_path",
-    "filePath",
-    "absolute_path",
-    "notebook_path",
-    "filename",
-    "file",
-];
-
-fn path_arg(input: &ToolInput) -> Option<&str> {
-    PATH_KEYS
-        .iter()
-        .find_map(|key| input.str_arg(key))
-        .filter(|path| !path.trim().is_empty())
 }
 
 fn call_facts_in(call: &ToolUse, cwd: Option<&str>, ctx: &mut CallContext) -> CallFacts {
@@ -328,28 +310,19 @@ fn call_facts_in(call: &ToolUse, cwd: Option<&str>, ctx: &mut CallContext) -> Ca
             }
         }
         "apply_patch" => {
-            let patch = input
-                .str_arg("input")
-                .or_else(|| input.str_arg("patch"))
-                .or_else(|| input.str_arg("value"))
-                .or_else(|| input.raw());
-            if let Some(patch) = patch {
+            if let Some(patch) = command::patch_arg(input) {
                 facts
                     .modified
                     .extend(patch_paths(patch).iter().map(|path| rel(path)));
             }
         }
-        "bash" | "shell" | "exec_command" | "local_shell" | "run_shell_command"
-        | "execute_bash" | "run" | "shell_command" => {
-            if let Some(command) = shell_command_arg(input) {
-                let workdir = ["workdir", "cwd", "dir_path", "directory"]
-                    .iter()
-                    .find_map(|key| input.str_arg(key))
-                    .filter(|dir| !dir.is_empty() && *dir != ".");
-                let shell = shell_facts(&command, cwd, workdir, ctx);
+        shell if command::is_shell_tool(shell) => {
+            if let Some(script) = command::command_arg(input) {
+                let script = command::unwrap_shell(&script);
+                let shell = shell_facts(&script, cwd, command::workdir_arg(input), ctx);
                 facts.read = shell.read;
                 facts.modified = shell.modified;
-                facts.command = Some(normalize_command(&command));
+                facts.command = command::shell_command(call, cwd);
             }
         }
         "todowrite" | "write_todos" => {
@@ -408,79 +381,8 @@ fn call_facts_in(call: &ToolUse, cwd: Option<&str>, ctx: &mut CallContext) -> Ca
         }
         _ => {}
     }
-    facts.key = match &facts.command {
-        Some(command) => command_key(command),
-        None => match facts.modified.first().or(facts.read.first()) {
-            Some(path) => one_line_key(&format!("{} {path}", call.name)),
-            None => one_line_key(&call.name),
-        },
-    };
+    facts.key = command::error_key(call, cwd);
     facts
-}
-
-/// Returns the error key of a shell command.
-fn command_key(normalized: &str) -> String {
-    one_line_key(&format!("$ {normalized}"))
-}
-
-fn one_line_key(text: &str) -> String {
-    let line: String = text
-        .chars()
-        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-        .collect();
-    truncate_middle_chars(&line, KEY_SIDE_CHARS, KEY_SIDE_CHARS)
-}
-
-/// Returns a shell tool's command text: a string `command`/`cmd`, or an argv
-/// array (Codex `shell`), unwrapping `bash -lc <script>`.
-fn shell_command_arg(input: &ToolInput) -> Option<String> {
-    let value = input
-        .object()
-        .get("command")
-        .or_else(|| input.object().get("cmd"))?;
-    let text = match value {
-        Value::String(text) => text.clone(),
-        Value::Array(argv) => {
-            let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
-            match argv.as_slice() {
-                [shell, flag, script]
-                    if is_shell(shell) && flag.starts_with('-') && flag.contains('c') =>
-                {
-                    (*script).to_owned()
-                }
-                _ => argv.join(" "),
-            }
-        }
-        _ => return None,
-    };
-    Some(unwrap_shell(&text))
-}
-
-fn is_shell(word: &str) -> bool {
-    matches!(basename(word), "bash" | "sh" | "zsh" | "dash")
-}
-
-/// Unwraps `bash -lc '<script>'` (as Codex reports commands) to the script.
-fn unwrap_shell(command: &str) -> String {
-    let trimmed = command.trim();
-    let words = shell_words(trimmed);
-    if let [shell, flag, script] = words.as_slice()
-        && is_shell(shell)
-        && flag.starts_with('-')
-        && flag.contains('c')
-    {
-        return script.clone();
-    }
-    trimmed.to_owned()
-}
-
-/// Returns a command normalised for comparison and display: the script of a
-/// `bash -lc` wrapper, whitespace runs collapsed to one space.
-pub fn normalize_command(command: &str) -> String {
-    unwrap_shell(command)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Returns the targets of `apply_patch` headers (`*** Add File:`,
@@ -945,7 +847,7 @@ fn shell_facts(
 
 /// Returns whether a shell command runs a test, build or lint step.
 pub fn is_verification(command: &str) -> bool {
-    split_commands(&unwrap_shell(command))
+    split_commands(&command::unwrap_shell(command))
         .iter()
         .any(|segment| {
             let words = strip_redirections(shell_words(segment));
@@ -1084,13 +986,6 @@ fn exit_code_tail() -> &'static Regex {
     })
 }
 
-fn running_session() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(r"Process running with session ID (\d+)").expect("constant regex compiles")
-    })
-}
-
 /// Returns the first `n` characters of `text`.
 fn head_chars(text: &str, n: usize) -> &str {
     match text.char_indices().nth(n) {
@@ -1154,6 +1049,15 @@ pub fn omission_marker(omitted: usize) -> String {
     )
 }
 
+/// Returns the marker written where `omitted` characters were cut from a
+/// text that must stay on one line (a key, a command).
+pub fn omission_marker_inline(omitted: usize) -> String {
+    format!(
+        " [… {} characters omitted …] ",
+        group_thousands(omitted as u64)
+    )
+}
+
 /// Returns `text` unchanged when it has at most `head + tail` characters,
 /// else its first `head` and last `tail` characters with a marker between.
 pub fn truncate_middle_chars(text: &str, head: usize, tail: usize) -> String {
@@ -1197,10 +1101,7 @@ pub fn truncate_middle_tokens(text: &str, max: TokenCount, counter: &dyn TokenCo
 // ---------------------------------------------------------------------------
 
 struct PendingCall {
-    name: String,
     facts: CallFacts,
-    /// The process a Codex `write_stdin` call polls.
-    session: Option<String>,
 }
 
 /// Extracts the facts of a span, merged with those the previous capsule
@@ -1209,11 +1110,14 @@ struct PendingCall {
 pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn TokenCounter) -> Facts {
     let mut ctx = CallContext::default();
     let mut calls: HashMap<&str, PendingCall> = HashMap::new();
-    let mut sessions: HashMap<String, String> = HashMap::new();
+    let mut outcomes = OutcomeTracker::new(input.cwd);
     let mut reads: Vec<String> = Vec::new();
     let mut modified: Vec<String> = Vec::new();
     let mut verification: Vec<(i64, Verification)> = Vec::new();
-    let mut errors: HashMap<String, (i64, Option<String>)> = HashMap::new();
+    // Key → (sequence, the failure's text or None once it succeeded, whether
+    // the key is already shown). Span results are keyed whole; carried
+    // errors by their shown key.
+    let mut errors: HashMap<String, (i64, Option<String>, bool)> = HashMap::new();
     let mut span_checkpoints: Vec<(CheckpointKind, String)> = Vec::new();
     let mut plan: Option<PlanState> = None;
     let mut last_assistant: Option<String> = None;
@@ -1236,7 +1140,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
             let error = UnresolvedError::from_stored(stored);
             errors
                 .entry(error.key)
-                .or_insert((idx as i64 - n - 1, Some(error.text)));
+                .or_insert((idx as i64 - n - 1, Some(error.text), true));
         }
     }
 
@@ -1267,69 +1171,37 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                     if let Some(new_plan) = &facts.plan {
                         plan = Some(new_plan.clone());
                     }
-                    let session = match call.input.object().get("session_id") {
-                        Some(Value::Number(n)) => Some(n.to_string()),
-                        Some(Value::String(s)) => Some(s.clone()),
-                        _ => None,
-                    };
-                    calls.insert(
-                        call.id.as_str(),
-                        PendingCall {
-                            name: call.name.to_ascii_lowercase(),
-                            facts,
-                            session,
-                        },
-                    );
+                    outcomes.call(call);
+                    calls.insert(call.id.as_str(), PendingCall { facts });
                 }
                 for result in message.tool_results() {
-                    let Some(call) = calls.get(result.tool_use_id.as_str()) else {
-                        continue;
+                    let outcome = outcomes.result(result);
+                    let failing = match outcome.status {
+                        // Still running: a later write_stdin poll reports it.
+                        Status::Pending => continue,
+                        Status::Failure => true,
+                        Status::Success => false,
                     };
                     seq += 1;
-                    let text = result.text();
-                    let command = if call.name == "write_stdin" {
-                        call.session
-                            .as_ref()
-                            .and_then(|id| sessions.get(id))
-                            .cloned()
-                    } else {
-                        call.facts.command.clone()
-                    };
-                    if let Some(caps) = running_session().captures(head_chars(&text, 600))
-                        && !result.is_error
-                    {
-                        // Still running: the outcome arrives with a later write_stdin.
-                        if let (Some(id), Some(command)) = (caps.get(1), &command) {
-                            sessions.insert(id.as_str().to_owned(), command.clone());
-                        }
-                        continue;
-                    }
-                    if call.name == "write_stdin"
-                        && command.is_some()
-                        && exit_code(&text).is_none()
-                        && !result.is_error
-                    {
-                        continue;
-                    }
-                    let exit = exit_code(&text);
-                    let failing = failed(result.is_error, &text, exit);
-                    if !failing {
+                    if !failing && let Some(call) = calls.get(result.tool_use_id.as_str()) {
                         reads.extend(call.facts.read.iter().cloned());
                     }
-                    let key = match &command {
-                        Some(command) => command_key(command),
-                        None => call.facts.key.clone(),
-                    };
-                    errors.insert(key, (seq, failing.then(|| text.clone())));
-                    if let Some(command) = command.filter(|c| is_verification(c)) {
-                        let shown = truncate_middle_chars(&command, KEY_SIDE_CHARS, KEY_SIDE_CHARS);
+                    // A success or a newer failure also settles a carried
+                    // error of the same (shown) key.
+                    let shown = shown_key(&outcome.key);
+                    if shown != outcome.key {
+                        errors.remove(&shown);
+                    }
+                    errors.insert(outcome.key, (seq, failing.then(|| result.text()), false));
+                    if let Some(command) = outcome.command.filter(|c| is_verification(c)) {
+                        let shown = shown_key(&command);
                         verification.retain(|(_, v)| v.command != shown);
                         verification.push((
                             seq,
                             Verification {
                                 command: shown,
                                 passed: !failing,
-                                exit_code: exit,
+                                exit_code: outcome.exit_code,
                             },
                         ));
                     }
@@ -1401,10 +1273,21 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
 
     let mut unresolved: Vec<(i64, UnresolvedError)> = errors
         .into_iter()
-        .filter_map(|(key, (seq, text))| text.map(|text| (seq, UnresolvedError { key, text })))
+        .filter_map(|(key, (seq, text, shown))| {
+            text.map(|text| {
+                let key = if shown { key } else { shown_key(&key) };
+                (seq, UnresolvedError { key, text })
+            })
+        })
         .collect();
     unresolved.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key)));
-    let unresolved_errors = unresolved.into_iter().map(|(_, error)| error).collect();
+    // Two long keys may be shown alike: the newest failure stands for both.
+    let mut shown_keys: HashSet<String> = HashSet::new();
+    let unresolved_errors = unresolved
+        .into_iter()
+        .map(|(_, error)| error)
+        .filter(|error| shown_keys.insert(error.key.clone()))
+        .collect();
 
     let span_pivots: Vec<String> = span_checkpoints
         .iter()
@@ -1490,6 +1373,7 @@ pub fn fill_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::ToolInput;
     use crate::tokens::ByteCounter;
     use serde_json::json;
 

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod builder;
 pub mod calibration;
 pub mod capsule;
+pub mod command;
 pub mod config;
 pub mod derived;
 pub mod entry;

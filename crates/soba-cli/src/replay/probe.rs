@@ -15,8 +15,9 @@ use std::sync::Arc;
 
 use regex::{RegexSet, RegexSetBuilder};
 use serde_json::Value;
-use soba_core::facts::{is_failure, normalize_command, patch_paths, workspace_relative};
-use soba_core::{Block, EntryBody, Message, Role, ToolInput, ToolUse};
+use soba_core::command::{OutcomeTracker, Status, patch_arg, path_arg};
+use soba_core::facts::{patch_paths, workspace_relative};
+use soba_core::{Block, EntryBody, Message, Role, ToolUse};
 use unicode_normalization::UnicodeNormalization;
 
 use super::trace::Trace;
@@ -296,24 +297,6 @@ pub struct ProbeIndex {
     step_starts: Vec<usize>,
 }
 
-/// Argument names under which edit tools name their file.
-const PATH_KEYS: [&str; 7] = [
-    "path",
-    "file_path",
-    "filePath",
-    "absolute_path",
-    "notebook_path",
-    "filename",
-    "file",
-];
-
-fn path_arg(input: &ToolInput) -> Option<&str> {
-    PATH_KEYS
-        .iter()
-        .find_map(|key| input.str_arg(key))
-        .filter(|path| !path.trim().is_empty())
-}
-
 /// Returns the files a call modifies with an explicit edit tool (SPEC
 /// §15.3: write, edit, MultiEdit, `apply_patch` headers, `str_replace_editor`
 /// create/str_replace/insert, Gemini `write_file`/`replace`), as written.
@@ -347,47 +330,8 @@ pub fn edited_files(call: &ToolUse, open_file: &mut Option<String>) -> Vec<Strin
             }
             None => Vec::new(),
         },
-        "apply_patch" => {
-            let patch = input
-                .str_arg("input")
-                .or_else(|| input.str_arg("patch"))
-                .or_else(|| input.str_arg("value"))
-                .or_else(|| input.raw());
-            patch.map(patch_paths).unwrap_or_default()
-        }
+        "apply_patch" => patch_arg(input).map(patch_paths).unwrap_or_default(),
         _ => Vec::new(),
-    }
-}
-
-/// Returns what a later success must match to resolve a failure of `call`:
-/// the same normalised command, or the same tool on the same path, else the
-/// same tool with the same arguments.
-fn error_key(call: &ToolUse, cwd: Option<&str>) -> String {
-    let args = call.input.object();
-    for name in ["command", "cmd", "script"] {
-        let command = match args.get(name) {
-            Some(Value::String(command)) => Some(command.clone()),
-            Some(Value::Array(argv)) => argv
-                .iter()
-                .map(Value::as_str)
-                .collect::<Option<Vec<&str>>>()
-                .map(|argv| match argv.as_slice() {
-                    [shell, flag, script]
-                        if shell.ends_with("sh") && flag.starts_with('-') && flag.contains('c') =>
-                    {
-                        (*script).to_owned()
-                    }
-                    _ => argv.join(" "),
-                }),
-            _ => None,
-        };
-        if let Some(command) = command {
-            return format!("$ {}", normalize_command(&command));
-        }
-    }
-    match path_arg(&call.input) {
-        Some(path) => format!("{} {}", call.name, workspace_relative(path, cwd)),
-        None => format!("{} {}", call.name, call.input.to_json_text()),
     }
 }
 
@@ -438,7 +382,9 @@ impl ProbeIndex {
         let mut truth_now = Truth::default();
         let mut truth = Vec::with_capacity(trace.steps.len());
         let mut compaction_truth = Vec::with_capacity(trace.compaction_entries.len());
-        let mut calls: HashMap<String, ToolUse> = HashMap::new();
+        // The same pairing of results with commands as the fact extractor
+        // (soba_core::command), so both agree on what is unresolved.
+        let mut outcomes = OutcomeTracker::new(cwd);
         let mut open_file: Option<String> = None;
         // (sequence, key, needle) of every failure; key → last success.
         let mut failures: Vec<(usize, String, usize)> = Vec::new();
@@ -512,7 +458,7 @@ impl ProbeIndex {
                                 files.push(rel);
                             }
                         }
-                        calls.insert(call.id.clone(), call.clone());
+                        outcomes.call(call);
                     }
                     Block::ToolResult(result) => {
                         seq += 1;
@@ -520,14 +466,15 @@ impl ProbeIndex {
                         needles.push(Needle::new(idx, &result.text()));
                         recent.insert(0, needle);
                         recent.truncate(RECENT_RESULTS);
-                        let key = match calls.get(&result.tool_use_id) {
-                            Some(call) => error_key(call, cwd),
-                            None => format!("unknown call {}", result.tool_use_id),
-                        };
-                        if is_failure(result) {
-                            failures.push((seq, key, needle));
-                        } else {
-                            last_success.insert(key, seq);
+                        let outcome = outcomes.result(result);
+                        match outcome.status {
+                            Status::Failure => failures.push((seq, outcome.key, needle)),
+                            Status::Success => {
+                                last_success.insert(outcome.key, seq);
+                            }
+                            // A process still running neither fails nor
+                            // succeeds until a poll reports its exit.
+                            Status::Pending => {}
                         }
                     }
                     _ => {}
@@ -729,6 +676,8 @@ impl ProbeIndex {
 mod tests {
     use serde_json::json;
 
+    use soba_core::ToolInput;
+
     use super::super::testing::Script;
     use super::*;
 
@@ -797,6 +746,174 @@ mod tests {
         // Nothing was modified before the first call.
         assert_eq!(index.truth[0].files, 0);
         assert_eq!(index.truth[0].error, None);
+    }
+
+    /// Returns the extractor's unresolved errors over the trace's entries
+    /// before `step`'s request, newest first, as (key, text).
+    fn extracted_errors(trace: &Trace, step: usize) -> Vec<(String, String)> {
+        let end = trace.steps[step].response.start;
+        let span: Vec<soba_core::Entry> = trace.entries[..end]
+            .iter()
+            .enumerate()
+            .filter(|(idx, _)| !trace.ignored[*idx])
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        let facts = soba_core::facts::extract(
+            &soba_core::facts::FactsInput {
+                span: &span,
+                previous: None,
+                retained: &std::collections::HashSet::new(),
+                cwd: trace.cwd.as_deref(),
+            },
+            &soba_core::facts::FactsConfig::default(),
+            &soba_core::tokens::ByteCounter,
+        );
+        facts
+            .unresolved_errors
+            .into_iter()
+            .map(|error| (error.key, error.text))
+            .collect()
+    }
+
+    #[test]
+    fn the_probe_and_the_extractor_agree_on_unresolved_errors() {
+        let mut s = Script::new();
+        s.user_text("Fix the build and the tests.");
+        let step = |s: &mut Script, tool: &str, input: serde_json::Value, out: &str, err: bool| {
+            let id = s.call(tool, input);
+            s.result(&id, out, err)
+        };
+        // Codex exec_command: `cmd` as a string, the directory as `workdir`.
+        let go_test = step(
+            &mut s,
+            "exec_command",
+            json!({"cmd": "go test ./...", "workdir": "/work/backend", "justification": "run tests"}),
+            "Command: /bin/bash -lc 'go test ./...'\nChunk ID: a1\nWall time: 2.1 seconds\nProcess exited with code 1\nOutput:\n--- FAIL: TestLogin",
+            false,
+        );
+        let npm_test = step(
+            &mut s,
+            "exec_command",
+            json!({"cmd": "npm run test", "workdir": "/work/frontend"}),
+            "Command: /bin/bash -lc 'npm run test'\nChunk ID: a2\nWall time: 3.0 seconds\nProcess exited with code 1\nOutput:\nFAIL src/App.test.js",
+            false,
+        );
+        // Codex shell: an argv array with a `bash -lc` wrapper.
+        let build = step(
+            &mut s,
+            "shell",
+            json!({"command": ["bash", "-lc", "cargo build"]}),
+            "error[E0432]: unresolved import `crate::db`\nExit code: 101",
+            false,
+        );
+        // OpenHands str_replace_editor: keyed by its path, not by its
+        // `command` argument.
+        let replace = step(
+            &mut s,
+            "str_replace_editor",
+            json!({"command": "str_replace", "path": "/work/a.py", "old_str": "x", "new_str": "y"}),
+            "ERROR: No replacement was performed, old_str `x` did not appear verbatim in /work/a.py.",
+            true,
+        );
+        step(
+            &mut s,
+            "str_replace_editor",
+            json!({"command": "str_replace", "path": "/work/b.py", "old_str": "x", "new_str": "y"}),
+            "The file /work/b.py has been edited.",
+            false,
+        );
+        // `cd backend && …` from the root is the same command as the
+        // workdir form: the go test failure is resolved.
+        step(
+            &mut s,
+            "bash",
+            json!({"command": "cd backend && go test ./..."}),
+            "ok  pharma/internal 0.4s",
+            false,
+        );
+        // The same npm command at the root is another command.
+        step(
+            &mut s,
+            "exec_command",
+            json!({"cmd": "npm run test"}),
+            "Process exited with code 0\nOutput:\nno tests",
+            false,
+        );
+        // A string `bash -lc` wrapper with other spacing resolves the build.
+        step(
+            &mut s,
+            "bash",
+            json!({"command": "bash -lc 'cargo  build'"}),
+            "Finished `dev` profile",
+            false,
+        );
+        // A background run fails through write_stdin; a second run that is
+        // still running resolves nothing until its poll reports exit 0.
+        step(
+            &mut s,
+            "exec_command",
+            json!({"cmd": "./run_tests.sh", "workdir": "/work"}),
+            "Command: /bin/bash -lc ./run_tests.sh\nChunk ID: b1\nWall time: 30.0 seconds\nProcess running with session ID 7\nOutput:\nRUNNING: Backend Go unit tests",
+            false,
+        );
+        let run_failed = step(
+            &mut s,
+            "write_stdin",
+            json!({"session_id": 7, "chars": "", "yield_time_ms": 30000}),
+            "Command: /bin/bash -lc ./run_tests.sh\nChunk ID: b2\nWall time: 66.4 seconds\nProcess exited with code 1\nOutput:\nRESULT: FAIL - Wait for backend API",
+            false,
+        );
+        step(
+            &mut s,
+            "exec_command",
+            json!({"cmd": "./run_tests.sh"}),
+            "Command: /bin/bash -lc ./run_tests.sh\nChunk ID: b3\nWall time: 10.0 seconds\nProcess running with session ID 8\nOutput:\n",
+            false,
+        );
+        step(
+            &mut s,
+            "write_stdin",
+            json!({"session_id": 8, "chars": ""}),
+            "Command: /bin/bash -lc ./run_tests.sh\nChunk ID: b4\nWall time: 20.0 seconds\nProcess exited with code 0\nOutput:\nTEST SUMMARY Passed: 8 Failed: 0",
+            false,
+        );
+        s.answer("All green.");
+        let trace = s.trace(100_000, 10_000);
+        let index = ProbeIndex::build(&trace);
+
+        // The probe's newest unresolved error before each request (step k
+        // follows the first k calls).
+        let newest: Vec<Option<usize>> = index
+            .truth
+            .iter()
+            .map(|truth| truth.error.map(|needle| index.needles[needle].entry))
+            .collect();
+        let (e1, e2, e3, e4, e5) = (
+            Some(go_test),
+            Some(npm_test),
+            Some(build),
+            Some(replace),
+            Some(run_failed),
+        );
+        assert_eq!(
+            newest,
+            [None, e1, e2, e3, e4, e4, e4, e4, e4, e4, e5, e5, e4]
+        );
+        // The extractor, run on the same entries, lists that error first.
+        for (step, truth) in index.truth.iter().enumerate() {
+            let extracted = extracted_errors(&trace, step);
+            let probe = truth.error.map(|needle| index.needles[needle].head.clone());
+            let extractor = extracted.first().map(|(_, text)| normalize(text));
+            assert_eq!(extractor, probe, "step {step}");
+        }
+        let keys: Vec<String> = extracted_errors(&trace, trace.steps.len() - 1)
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(
+            keys,
+            ["str_replace_editor a.py", "$ cd frontend && npm run test"]
+        );
     }
 
     #[test]

@@ -641,11 +641,18 @@ fn codex_background_processes_report_through_write_stdin() {
     );
     let facts = facts_of(&span);
     assert_eq!(facts.verification.len(), 1);
-    assert_eq!(facts.verification[0].command, "go build ./...");
+    // The workdir below the workspace root is part of the command.
+    assert_eq!(
+        facts.verification[0].command,
+        "cd backend && go build ./..."
+    );
     assert!(!facts.verification[0].passed);
     assert_eq!(facts.verification[0].exit_code, Some(1));
     assert_eq!(facts.unresolved_errors.len(), 1);
-    assert_eq!(facts.unresolved_errors[0].key, "$ go build ./...");
+    assert_eq!(
+        facts.unresolved_errors[0].key,
+        "$ cd backend && go build ./..."
+    );
     assert!(facts.unresolved_errors[0].text.contains("undefined: app"));
 }
 
@@ -693,6 +700,61 @@ fn errors_resolve_by_command_or_by_tool_and_path() {
         .map(|e| e.key.as_str())
         .collect();
     assert_eq!(keys, ["$ npm run lint", "edit_file src/b.rs"]);
+}
+
+#[test]
+fn a_long_command_error_is_carried_with_its_own_text_and_resolved_later() {
+    // pi's shape: `cd <root> && npx tsx -e "<script>"`, over 200 characters.
+    let command = format!(
+        "cd {CWD} && npx tsx -e \"import {{ getThemesDir }} from './src/utils/config.js'; {}console.log(getThemesDir());\"",
+        "console.log('x'); ".repeat(12)
+    );
+    let output = format!(
+        "/work/repo/node_modules/tsx/dist/register.cjs:3\n{}\nNode.js v23.4.0\n\nCommand exited with code 1",
+        "x".repeat(600)
+    );
+    let mut span = Span::default();
+    span.tool("bash", json!({ "command": command }), &output, false);
+    let first = facts_of(&span);
+    assert_eq!(first.unresolved_errors.len(), 1);
+    let key = first.unresolved_errors[0].key.clone();
+    // The root is folded away, and the shown key stays on one line.
+    assert!(
+        key.starts_with("$ npx tsx -e \"import { getThemesDir }"),
+        "{key}"
+    );
+    assert!(key.ends_with("console.log(getThemesDir());\""), "{key}");
+    assert!(
+        key.contains(" characters omitted …] ") && !key.contains('\n'),
+        "{key}"
+    );
+
+    // Carried by a capsule, the error keeps its key and its own text.
+    let previous = build_deterministic(
+        &first,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    )
+    .into_capsule(CapsuleFrame::default());
+    let carried = facts_with(&Span::default(), Some(&previous), &HashSet::new());
+    assert_eq!(carried.unresolved_errors.len(), 1);
+    assert_eq!(carried.unresolved_errors[0].key, key);
+    let head: String = output.chars().take(250).collect();
+    let tail: String = output.chars().skip(output.chars().count() - 250).collect();
+    assert!(carried.unresolved_errors[0].text.starts_with(&head));
+    assert!(carried.unresolved_errors[0].text.ends_with(&tail));
+
+    // The same command later, spaced differently, resolves the carried error.
+    let mut later = Span::default();
+    later.tool(
+        "bash",
+        json!({ "command": command.replace(" && ", "  &&  ") }),
+        "Themes dir: /work/repo/themes",
+        false,
+    );
+    let resolved = facts_with(&later, Some(&previous), &HashSet::new());
+    assert!(resolved.unresolved_errors.is_empty());
 }
 
 #[test]
