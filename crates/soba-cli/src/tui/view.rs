@@ -489,6 +489,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_shown_path_follows_the_stretch_and_keeps_what_compaction_dropped() {
+        let chain: Vec<Entry> = (1..=6)
+            .map(|n| {
+                entry(
+                    n,
+                    (n > 1).then(|| n - 1),
+                    message(Message::user(format!("m{n}"))),
+                )
+            })
+            .collect();
+        let ids = |path: &[Entry]| path.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+        // Shown: 1–4; the core's stretch after a compaction: 3–6.
+        let mut shown = chain[..4].to_vec();
+        assert!(follow_stretch(&mut shown, &chain[2..]));
+        assert_eq!(ids(&shown), ids(&chain));
+        // A rewind to 2 inside what is shown.
+        assert!(follow_stretch(&mut shown, &chain[..2]));
+        assert_eq!(ids(&shown), ids(&chain[..2]));
+        // A stretch that does not attach: the caller reads the log.
+        let elsewhere = [entry(9, Some(8), message(Message::user("other")))];
+        assert!(!follow_stretch(&mut shown, &elsewhere));
+        assert_eq!(ids(&shown), ids(&chain[..2]), "left as it was");
+        assert!(follow_stretch(&mut shown, &[]));
+        assert!(shown.is_empty());
+    }
+
     fn message(message: Message) -> EntryBody {
         EntryBody::Message(MessageEntry {
             message,
