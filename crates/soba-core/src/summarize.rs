@@ -153,6 +153,24 @@ pub trait Summarizer: Send + Sync {
     fn window_tokens(&self) -> TokenCount;
     /// Summarizes one chunk.
     fn summarize<'a>(&'a self, request: &'a SummaryRequest) -> SummaryFuture<'a>;
+
+    /// Summarizes one chunk, reporting its output as it streams: `streamed`
+    /// receives the cumulative output tokens of this chunk so far (each
+    /// call at least the previous one), from which the barrier computes
+    /// progress (SPEC §9.2). It may be called any number of times, from
+    /// the task polling the future, and must return quickly.
+    ///
+    /// The default calls [`Summarizer::summarize`] and reports nothing, so
+    /// progress then moves only when a chunk finishes; a summarizer that
+    /// streams overrides it (the LLM one in `soba-provider` does).
+    fn summarize_streaming<'a>(
+        &'a self,
+        request: &'a SummaryRequest,
+        streamed: &'a (dyn Fn(u64) + Send + Sync),
+    ) -> SummaryFuture<'a> {
+        let _ = streamed;
+        self.summarize(request)
+    }
 }
 
 /// Returns the state the summarizer updates: the previous capsule's markdown
@@ -542,5 +560,28 @@ mod tests {
             Poll::Ready(Err(SummarizeError::Provider { .. }))
         ));
         assert_eq!(fake.requests().len(), 3);
+    }
+
+    #[test]
+    fn the_default_streaming_call_summarizes_and_reports_nothing() {
+        let fake = FakeSummarizer::with_texts(["one"]);
+        let request = SummaryRequest {
+            previous_state: None,
+            span_text: "x".into(),
+            chunk_index: 0,
+            chunk_count: 1,
+            instructions: None,
+            max_output_tokens: 10,
+        };
+        let reports = std::sync::Mutex::new(Vec::new());
+        let streamed = |tokens: u64| reports.lock().unwrap().push(tokens);
+        let mut future = fake.summarize_streaming(&request, &streamed);
+        match poll_once(future.as_mut()) {
+            Poll::Ready(Ok(response)) => assert_eq!(response.text, "one"),
+            other => panic!("{other:?}"),
+        }
+        drop(future);
+        assert!(reports.lock().unwrap().is_empty());
+        assert_eq!(fake.requests(), [request]);
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use soba_core::builder::{self, BuildOptions, CapsuleContent, CapsuleFrame};
@@ -698,7 +699,23 @@ impl BarrierContext {
         let mut usage_total: Option<Usage> = None;
         let mut chunk_idx = 0;
         let mut halved = false;
-        let mut high_water = 0u8;
+        // Progress (SPEC §9.2), reported from the summarizer's stream and
+        // after each chunk without the session lock: an event only when the
+        // integer percent rises.
+        let high_water = AtomicU8::new(0);
+        let divisor = snapshot
+            .max_output_tokens
+            .get()
+            .min(u64::from(summarize::REQUESTED_TOKENS));
+        let progress = |finished: usize, count: usize, streamed: u64| {
+            let percent = progress_percent(finished, count, streamed, divisor);
+            if high_water.fetch_max(percent, Ordering::Relaxed) < percent {
+                self.emit(EngineEvent::CompactionProgress {
+                    operation_id: operation_id.to_owned(),
+                    percent,
+                });
+            }
+        };
         let fallback = |reason: String, usage: Option<Usage>| {
             if trigger.is_soft() {
                 Generated::Failed(reason)
@@ -730,9 +747,12 @@ impl BarrierContext {
                 instructions: snapshot.instructions.clone(),
                 max_output_tokens: snapshot.max_output_tokens.get() as u32,
             };
+            let (finished, count) = (chunk_idx, chunks.len());
+            let streamed = move |tokens: u64| progress(finished, count, tokens);
+            let call = summarizer.summarize_streaming(&request, &streamed);
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return Generated::Cancelled,
-                result = tokio::time::timeout(snapshot.timeout, summarizer.summarize(&request)) => result,
+                result = tokio::time::timeout(snapshot.timeout, call) => result,
             };
             if cancel.is_cancelled() {
                 return Generated::Cancelled;
@@ -770,14 +790,7 @@ impl BarrierContext {
                     }
                     state = Some(response.text);
                     chunk_idx += 1;
-                    let percent = ((chunk_idx * 100) / chunks.len()).min(99) as u8;
-                    if percent > high_water {
-                        high_water = percent;
-                        self.emit(EngineEvent::CompactionProgress {
-                            operation_id: operation_id.to_owned(),
-                            percent,
-                        });
-                    }
+                    progress(chunk_idx, chunks.len(), 0);
                 }
             }
         }
@@ -838,6 +851,17 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
     }
 }
 
+/// Returns SPEC §9.2's progress in whole percent: (finished chunks +
+/// `streamed` output tokens of the current chunk ÷ `divisor`, at most 1) ÷
+/// chunks, rounded down and held at 99 until the append. `divisor` is
+/// min(`summarizer.maxOutputTokens`, 1,200).
+fn progress_percent(finished: usize, chunks: usize, streamed: u64, divisor: u64) -> u8 {
+    let divisor = u128::from(divisor.max(1));
+    let done = (finished as u128).saturating_mul(divisor) + u128::from(streamed).min(divisor);
+    let whole = (chunks.max(1) as u128).saturating_mul(divisor);
+    (done.saturating_mul(100) / whole).min(99) as u8
+}
+
 /// The smallest chunk of span worth a summarizer request.
 const MIN_CHUNK_TOKENS: TokenCount = TokenCount::new(128);
 
@@ -862,4 +886,31 @@ fn measure_with_capsule(core: &SessionCore, capsule: &Capsule, factor: Factor) -
     });
     let live = core.input_for(&path);
     factor.apply(live.total_tokens())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_percent;
+
+    #[test]
+    fn progress_follows_the_spec_formula() {
+        // One chunk, maxOutputTokens 2,000: the divisor is 1,200.
+        assert_eq!(progress_percent(0, 1, 0, 1_200), 0);
+        assert_eq!(progress_percent(0, 1, 600, 1_200), 50);
+        assert_eq!(progress_percent(0, 1, 1_199, 1_200), 99);
+        // Past the divisor the chunk counts as whole; 100 % waits for the append.
+        assert_eq!(progress_percent(0, 1, 1_200, 1_200), 99);
+        assert_eq!(progress_percent(0, 1, 5_000, 1_200), 99);
+        assert_eq!(progress_percent(1, 1, 0, 1_200), 99);
+        // Two chunks: half of the first is 25 %, half of the second 75 %.
+        assert_eq!(progress_percent(0, 2, 600, 1_200), 25);
+        assert_eq!(progress_percent(1, 2, 0, 1_200), 50);
+        assert_eq!(progress_percent(1, 2, 600, 1_200), 75);
+        // Three chunks, maxOutputTokens 100: rounded down.
+        assert_eq!(progress_percent(1, 3, 50, 100), 50);
+        assert_eq!(progress_percent(0, 3, 1, 100), 0);
+        assert_eq!(progress_percent(2, 3, 0, 100), 66);
+        // A zero divisor or chunk count never divides by zero.
+        assert_eq!(progress_percent(0, 0, 10, 0), 99);
+    }
 }

@@ -6,6 +6,8 @@
 //! (no system prompt, no tools, `max_tokens` = `summarizer.maxOutputTokens`
 //! capped at the model's own maximum), streams the answer and returns its
 //! text and usage. The guards judge the text later; this module never does.
+//! While the answer streams, [`Summarizer::summarize_streaming`] reports the
+//! visible text's tokens so far, for the barrier's progress (SPEC §9.2).
 //! It holds an `Arc<dyn ModelClient>`, so it compiles without the `http`
 //! feature; [`LlmSummarizer::connect`] (feature `http`) builds the client.
 
@@ -17,6 +19,7 @@ use soba_core::TokenCount;
 use soba_core::summarize::{
     SummarizeError, Summarizer, SummaryFuture, SummaryRequest, SummaryResponse,
 };
+use soba_core::tokens::{BpeCounter, TokenCounter};
 
 use crate::client::{Cancellation, ModelClient, NeverCancel};
 use crate::error::ProviderError;
@@ -34,6 +37,11 @@ pub struct LlmSummarizer {
     wire_model: String,
     window: TokenCount,
     model_max_output: u64,
+    /// The model's calibration seed × 1,000 (SPEC §4.1), which scales the
+    /// local count of streamed text to the model's own tokens.
+    seed_per_mille: u64,
+    /// Counts the streamed text: the model's tokenizer by default.
+    counter: Arc<dyn TokenCounter>,
     cancel: Arc<dyn Cancellation>,
 }
 
@@ -72,8 +80,18 @@ impl LlmSummarizer {
             wire_model: info.wire_model.clone(),
             window: TokenCount::new(window),
             model_max_output: info.max_output_tokens,
+            seed_per_mille: seed_per_mille.max(1_000),
+            counter: Arc::new(BpeCounter::new(info.tokenizer)),
             cancel: Arc::new(NeverCancel),
         }
+    }
+
+    /// Returns the summarizer counting streamed text with `counter` instead
+    /// of the model's tokenizer (tests use a byte counter for round
+    /// figures).
+    pub fn with_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.counter = counter;
+        self
     }
 
     /// Returns the summarizer with a cancellation signal its requests
@@ -140,28 +158,64 @@ impl Summarizer for LlmSummarizer {
     }
 
     fn summarize<'a>(&'a self, request: &'a SummaryRequest) -> SummaryFuture<'a> {
-        Box::pin(async move {
-            let chat = self.chat_request(request);
-            // Text arrives in the response; the events are not needed here.
-            let mut on_event = |_event: StreamEvent| {};
-            let response = self
-                .client
-                .stream(&chat, self.cancel.as_ref(), &mut on_event)
-                .await
-                .map_err(summarize_error)?;
-            if response.stop_reason == StopReason::MaxTokens {
-                // A cut summary lacks its last headings; the guards reject it.
-                tracing::debug!(
-                    model = %self.model_id,
-                    max_tokens = chat.max_tokens,
-                    "summary stopped at max_tokens"
-                );
+        // Nobody listens: the deltas are not counted.
+        Box::pin(self.call(request, None))
+    }
+
+    /// Streams the answer, calling `streamed` after each text delta with the
+    /// output tokens so far: each delta counted on its own with the model's
+    /// tokenizer (a token split across two deltas counts in both, so the
+    /// sum is off by at most one token per delta boundary), scaled by the
+    /// model's calibration seed. Reasoning deltas are not counted: the
+    /// divisor of SPEC §9.2's progress is the summary's length, a
+    /// summarizer request asks for no reasoning, and where a provider
+    /// streams some anyway it is a summary of it, not the billed tokens.
+    fn summarize_streaming<'a>(
+        &'a self,
+        request: &'a SummaryRequest,
+        streamed: &'a (dyn Fn(u64) + Send + Sync),
+    ) -> SummaryFuture<'a> {
+        Box::pin(self.call(request, Some(streamed)))
+    }
+}
+
+impl LlmSummarizer {
+    /// One summary call; `streamed`, when given, hears the output tokens so
+    /// far after each text delta.
+    async fn call(
+        &self,
+        request: &SummaryRequest,
+        streamed: Option<&(dyn Fn(u64) + Send + Sync)>,
+    ) -> Result<SummaryResponse, SummarizeError> {
+        let chat = self.chat_request(request);
+        let counter = self.counter.as_ref();
+        let mut local = 0u64;
+        let mut on_event = |event: StreamEvent| {
+            if let (Some(streamed), StreamEvent::TextDelta(text)) = (streamed, event) {
+                let n = counter.count_text(&text).n.get();
+                if n > 0 {
+                    local += n;
+                    streamed(local.saturating_mul(self.seed_per_mille) / 1_000);
+                }
             }
-            Ok(SummaryResponse {
-                text: response.message.text(),
-                model: self.model_id.clone(),
-                usage: response.message.usage,
-            })
+        };
+        let response = self
+            .client
+            .stream(&chat, self.cancel.as_ref(), &mut on_event)
+            .await
+            .map_err(summarize_error)?;
+        if response.stop_reason == StopReason::MaxTokens {
+            // A cut summary lacks its last headings; the guards reject it.
+            tracing::debug!(
+                model = %self.model_id,
+                max_tokens = chat.max_tokens,
+                "summary stopped at max_tokens"
+            );
+        }
+        Ok(SummaryResponse {
+            text: response.message.text(),
+            model: self.model_id.clone(),
+            usage: response.message.usage,
         })
     }
 }
@@ -398,6 +452,8 @@ mod tests {
     /// A client that answers from a closure and records the requests.
     struct Scripted {
         answer: Box<dyn Fn() -> Result<ChatResponse, ProviderError> + Send + Sync>,
+        /// Streamed to `on_event` before the answer.
+        events: Vec<StreamEvent>,
         seen: Mutex<Vec<ChatRequest>>,
     }
 
@@ -410,9 +466,12 @@ mod tests {
             &'a self,
             request: &'a ChatRequest,
             _cancel: &'a dyn Cancellation,
-            _on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+            on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
         ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
             self.seen.lock().unwrap().push(request.clone());
+            for event in &self.events {
+                on_event(event.clone());
+            }
             let answer = (self.answer)();
             Box::pin(std::future::ready(answer))
         }
@@ -487,6 +546,7 @@ mod tests {
                     stop_reason: StopReason::EndTurn,
                 })
             }),
+            events: vec![StreamEvent::TextDelta("## Goal\nx".into())],
             seen: Mutex::new(Vec::new()),
         });
         let mut overrides = BTreeMap::new();
@@ -519,5 +579,74 @@ mod tests {
         assert_eq!(seen[0].messages.len(), 1);
         assert_eq!(seen[0].messages[0].role, Role::User);
         assert_eq!(seen[0].messages[0].text(), request().prompt());
+    }
+
+    fn streaming_client(events: Vec<StreamEvent>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            answer: Box::new(|| {
+                Ok(ChatResponse {
+                    message: Message::new(
+                        Role::Assistant,
+                        vec![soba_core::Block::Text("## Goal\nx".into())],
+                    ),
+                    stop_reason: StopReason::EndTurn,
+                })
+            }),
+            events,
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Runs one streaming call and returns what `streamed` received.
+    fn reports(summarizer: &LlmSummarizer) -> Vec<u64> {
+        let seen = Mutex::new(Vec::new());
+        let streamed = |tokens: u64| seen.lock().unwrap().push(tokens);
+        let response = block_on(summarizer.summarize_streaming(&request(), &streamed)).unwrap();
+        assert_eq!(response.text, "## Goal\nx");
+        seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn streamed_text_is_reported_cumulatively_in_the_models_tokens() {
+        let events = vec![
+            StreamEvent::TextDelta("a".repeat(400)),
+            // Reasoning is not the summary: not counted.
+            StreamEvent::ThinkingDelta("t".repeat(400)),
+            StreamEvent::TextDelta(String::new()),
+            StreamEvent::Usage(Usage::default()),
+            StreamEvent::TextDelta("b".repeat(3)),
+            StreamEvent::TextDelta("c".repeat(396)),
+            StreamEvent::Done {
+                stop_reason: StopReason::EndTurn,
+            },
+        ];
+        // gpt-5-mini (seed 1.0) under the byte counter: 100, 101, 200 tokens.
+        let openai = LlmSummarizer::new(
+            streaming_client(events.clone()),
+            &resolve("openai/gpt-5-mini"),
+        )
+        .with_counter(Arc::new(soba_core::tokens::ByteCounter));
+        assert_eq!(reports(&openai), [100, 101, 200]);
+        // Claude (seed 1.25): the same local counts × 1.25, rounded down.
+        let claude = LlmSummarizer::new(
+            streaming_client(events),
+            &resolve("anthropic/claude-haiku-4-5"),
+        )
+        .with_counter(Arc::new(soba_core::tokens::ByteCounter));
+        assert_eq!(reports(&claude), [125, 126, 250]);
+        // The plain call reports nothing and returns the same text.
+        let response = block_on(claude.summarize(&request())).unwrap();
+        assert_eq!(response.text, "## Goal\nx");
+    }
+
+    #[test]
+    fn streamed_text_is_counted_with_the_models_tokenizer_by_default() {
+        // o200k_base: "hello" and " world" are one token each.
+        let client = streaming_client(vec![
+            StreamEvent::TextDelta("hello".into()),
+            StreamEvent::TextDelta(" world".into()),
+        ]);
+        let summarizer = LlmSummarizer::new(client, &resolve("openai/gpt-5-mini"));
+        assert_eq!(reports(&summarizer), [1, 2]);
     }
 }

@@ -1,9 +1,9 @@
 //! The LLM summarizer of soba-provider inside the barrier, end to end
 //! against two fake servers (the conversation and the summarizer): guard
 //! rejections (SPEC §9.3), chunked summarization oldest first carrying the
-//! state, and overflow halving (§9.2). The recorded summarizer request
-//! bodies are compared exactly with what soba-core's chunker and prompt
-//! give for the span.
+//! state, overflow halving, and progress from the streamed tokens (§9.2).
+//! The recorded summarizer request bodies are compared exactly with what
+//! soba-core's chunker and prompt give for the span.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +61,8 @@ fn http() -> HttpConfig {
 }
 
 /// Returns the LLM summarizer for `openai/gpt-5-mini` on `server` (Chat
-/// Completions), with the window `window` when given.
+/// Completions), with the window `window` when given, counting streamed
+/// text like the harness (`ceil(bytes / 4)`).
 fn llm(server: &FakeServer, window: Option<u64>) -> Arc<LlmSummarizer> {
     let mut registry = ModelRegistry::new();
     if let Some(window) = window {
@@ -76,7 +77,7 @@ fn llm(server: &FakeServer, window: Option<u64>) -> Arc<LlmSummarizer> {
     let info = registry.resolve("openai/gpt-5-mini").unwrap();
     let endpoint = Endpoint::new(server.url()).with_api_key("sk-summarizer");
     let client: Arc<dyn ModelClient> = Arc::new(OpenAiChatClient::new(endpoint, http()).unwrap());
-    Arc::new(LlmSummarizer::new(client, &info))
+    Arc::new(LlmSummarizer::new(client, &info).with_counter(Arc::new(ByteCounter)))
 }
 
 /// Queues a Chat answer with `text`, streamed in large pieces.
@@ -201,9 +202,14 @@ async fn a_summary_missing_a_heading_appends_nothing_soft_and_degrades_forced() 
 /// whole in the summarizer's input, under its 2,000-character cap), with
 /// `summarizer.maxOutputTokens` = [`MAX_OUT`], no compaction so far.
 async fn read_files(n_reads: usize) -> Harness {
+    read_files_with(n_reads, MAX_OUT).await
+}
+
+/// [`read_files`] with `summarizer.maxOutputTokens` = `max_out`.
+async fn read_files_with(n_reads: usize, max_out: u32) -> Harness {
     let mut compaction = small_config();
     compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
-    compaction.summarizer.max_output_tokens = TokenCount::new(u64::from(MAX_OUT));
+    compaction.summarizer.max_output_tokens = TokenCount::new(u64::from(max_out));
     compaction.compact_on_turn_complete = false;
     let h = Harness::start(Options {
         compaction,
@@ -450,4 +456,123 @@ async fn a_second_overflow_is_not_retried_and_a_forced_compaction_degrades() {
     assert_eq!(summary_server.requests().len(), 2);
     let capsule = capsules(&h.logged_entries()).pop().unwrap();
     assert_eq!(capsule.summarizer, "deterministic");
+}
+
+/// A summary of exactly `bytes` ASCII bytes (`bytes / 4` tokens under the
+/// byte counter): the eight headings, then filler under the last one.
+fn summary_of_len(note: &str, bytes: usize) -> String {
+    let head = summary(note);
+    let head = head.strip_suffix("END-OF-SUMMARY").unwrap();
+    let filler = bytes - head.len() - "\nEND-OF-SUMMARY".len();
+    let text = format!("{head}{}\nEND-OF-SUMMARY", "z".repeat(filler));
+    assert_eq!(text.len(), bytes);
+    text
+}
+
+/// Queues a Chat answer with `text`, streamed in deltas of `delta_chars`.
+fn push_streamed(server: &FakeServer, text: &str, delta_chars: usize) {
+    let mut reply = Reply::text(text);
+    reply.chunk_chars = delta_chars;
+    server.push(Script::stream(Dialect::Chat, &reply));
+}
+
+/// The progress percentages of the one compaction in `h`'s events, after
+/// checking they belong to it and all come before its end.
+fn progress_of_one_compaction(h: &Harness) -> Vec<u8> {
+    let events = h.events.lock().unwrap();
+    let starts: Vec<&String> = events
+        .iter()
+        .filter_map(|event| match event {
+            EngineEvent::CompactionStart { operation_id, .. } => Some(operation_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts.len(), 1, "{events:#?}");
+    let end_at = events
+        .iter()
+        .position(|event| matches!(event, EngineEvent::CompactionEnd(end) if &end.operation_id == starts[0]))
+        .unwrap();
+    let mut progress = Vec::new();
+    for (idx, event) in events.iter().enumerate() {
+        if let EngineEvent::CompactionProgress {
+            operation_id,
+            percent,
+        } = event
+        {
+            assert_eq!(operation_id, starts[0]);
+            assert!(idx < end_at, "progress after the end: {events:#?}");
+            progress.push(*percent);
+        }
+    }
+    progress
+}
+
+#[tokio::test]
+async fn progress_counts_the_streamed_tokens_of_a_single_chunk_over_1200() {
+    // maxOutputTokens 2,000: the divisor is min(2,000, 1,200) = 1,200.
+    let mut h = read_files_with(12, 2_000).await;
+    let summary_server = FakeServer::start().await.unwrap();
+    h.agent.barrier.summarizer = Some(llm(&summary_server, None));
+    // 1,200 tokens, streamed 120 at a time.
+    let text = summary_of_len("read the notes", 4_800);
+    push_streamed(&summary_server, &text, 480);
+
+    let end = match compact_now(&h).await {
+        Preflight::Compacted(end) => end,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (end.outcome, end.quality),
+        (Outcome::Completed, Some(Quality::Full))
+    );
+    assert_eq!(summary_server.requests().len(), 1);
+    assert_eq!(
+        summary_server.requests()[0].body["max_tokens"],
+        json!(2_000)
+    );
+    // 120 tokens of 1,200 per step: 10 % each, 600 tokens at 50 %; the
+    // whole chunk is held at 99 % until the append ends the operation.
+    assert_eq!(
+        progress_of_one_compaction(&h),
+        [10, 20, 30, 40, 50, 60, 70, 80, 90, 99]
+    );
+}
+
+#[tokio::test]
+async fn progress_over_two_chunks_caps_each_chunk_and_holds_at_99() {
+    let mut h = read_files(6).await;
+    let items = user_span_items(&h).await;
+    let span_tokens = ByteCounter.count_text(&items.join("\n\n")).n.get();
+    // A chunk budget of 60 % of the span: two chunks.
+    let window = span_tokens * 3 / 5 + prompt_overhead() + 2 * u64::from(MAX_OUT);
+    let summary_server = FakeServer::start().await.unwrap();
+    let summarizer = llm(&summary_server, Some(window));
+    h.agent.barrier.summarizer = Some(summarizer.clone());
+    let budget = summarize::chunk_tokens(
+        summarizer.window_tokens(),
+        MAX_OUT,
+        None,
+        None,
+        &ByteCounter,
+    );
+    assert_eq!(summarize::chunk_span(&items, budget, &ByteCounter).len(), 2);
+    // maxOutputTokens 100 is the divisor. The first reply streams 150
+    // tokens, 50 at a time; the second 100 tokens, 25 at a time.
+    push_streamed(&summary_server, &summary_of_len("first half", 600), 200);
+    push_streamed(&summary_server, &summary_of_len("second half", 400), 100);
+
+    let end = match compact_now(&h).await {
+        Preflight::Compacted(end) => end,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (end.outcome, end.quality),
+        (Outcome::Completed, Some(Quality::Full))
+    );
+    assert_eq!(summary_server.requests().len(), 2);
+    // First chunk: 50/100 → 25 %, 100/100 → 50 %, 150 counts as 100 (no
+    // event), and its end is 50 % again (no event). Second chunk: (1 +
+    // 25/100) / 2 → 62 %, 75 %, 87 %, then 99 % (not 100) for the whole
+    // span until the append.
+    assert_eq!(progress_of_one_compaction(&h), [25, 50, 62, 75, 87, 99]);
 }
