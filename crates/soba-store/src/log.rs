@@ -14,7 +14,7 @@ use soba_core::{
 };
 
 use crate::error::StoreError;
-use crate::resume::{BackwardLines, read_first_line};
+use crate::resume::{BLOCK_SIZE, BackwardLines, read_first_line, settle_backwards};
 use crate::wire;
 
 /// The longest session id accepted.
@@ -334,6 +334,10 @@ impl SessionWriter {
 
     /// Opens an existing session for appending: checks its header, takes the
     /// lock, and finds the current leaf by reading backwards from the end.
+    /// When the last entry is a `leaf` entry, its target is looked up
+    /// further back, and a target that is itself a `leaf` entry is followed
+    /// to the first entry that is not one, as the full reader and resume
+    /// do (SPEC §3.1), so the next append continues the history.
     pub fn open(path: impl AsRef<Path>, options: WriterOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let file = OpenOptions::new()
@@ -373,21 +377,34 @@ impl SessionWriter {
             torn_tail = last[0] != b'\n';
         }
         let mut leaf = None;
-        let mut lines = BackwardLines::new(&file, first.end, len, crate::resume::BLOCK_SIZE);
-        while let Some(line) = lines
-            .next_line()
-            .map_err(|err| StoreError::io("read", &path, err))?
-        {
+        let mut lines = BackwardLines::new(&file, first.end, len, BLOCK_SIZE);
+        let read_error = |err| StoreError::io("read", &path, err);
+        while let Some(line) = lines.next_line().map_err(read_error)? {
             if !line.terminated {
                 continue;
             }
             let Ok(text) = std::str::from_utf8(&line.bytes) else {
                 continue;
             };
-            if let Ok(entry) = wire::decode_entry(text) {
-                leaf = Some(leaf_after(&entry));
-                break;
-            }
+            let Ok(entry) = wire::decode_entry(text) else {
+                continue;
+            };
+            leaf = Some(match entry.body {
+                // A `leaf` entry targeting itself loops: the position stays.
+                EntryBody::Leaf { target } if target != entry.id => {
+                    match settle_backwards(&mut lines, target).map_err(read_error)? {
+                        Some(position) => position,
+                        // A missing or looping target, or one later in the
+                        // file: the full reader decides.
+                        None => crate::reader::read_log(&path)?
+                            .leaf()
+                            .cloned()
+                            .unwrap_or(entry.id),
+                    }
+                }
+                _ => leaf_after(&entry),
+            });
+            break;
         }
         Ok(SessionWriter {
             file,
@@ -411,7 +428,8 @@ impl SessionWriter {
         &self.path
     }
 
-    /// Returns the current leaf, `None` before the first entry.
+    /// Returns the current leaf, `None` before the first entry: never a
+    /// `leaf` entry unless a chain of them loops or reaches a missing entry.
     pub fn leaf(&self) -> Option<&EntryId> {
         self.leaf.as_ref()
     }
@@ -419,19 +437,25 @@ impl SessionWriter {
     /// Appends an entry with a fresh id (`ck_` for capsules), the current
     /// time and the current leaf as parent, and returns it once durable.
     pub fn append(&mut self, body: EntryBody) -> Result<Entry, StoreError> {
+        let entry = self.new_entry(body);
+        self.append_entry(&entry)?;
+        Ok(entry)
+    }
+
+    /// Builds the next entry: a fresh id, the current time and the current
+    /// leaf as parent.
+    fn new_entry(&mut self, body: EntryBody) -> Entry {
         let kind = if matches!(body, EntryBody::Capsule(_)) {
             IdKind::Capsule
         } else {
             IdKind::Entry
         };
-        let entry = Entry {
+        Entry {
             id: EntryId::from_uuid(kind, self.minter.uuid_v7()),
             parent_id: self.leaf.clone(),
             timestamp: self.minter.timestamp(),
             body,
-        };
-        self.append_entry(&entry)?;
-        Ok(entry)
+        }
     }
 
     /// Appends a message with its token count in `counter`'s encoding
@@ -455,14 +479,34 @@ impl SessionWriter {
     }
 
     /// Moves the current leaf to `target` by appending a `leaf` entry; the
-    /// entries after it stay in the file.
+    /// entries after it stay in the file. A `target` that is itself a
+    /// `leaf` entry is never on a path: the entry written targets where its
+    /// chain of targets leads (the first entry that is not a `leaf` entry),
+    /// and `target` as given when that chain loops or reaches a missing
+    /// entry. Finding the target reads the file backwards up to it.
     pub fn rewind(&mut self, target: EntryId) -> Result<Entry, StoreError> {
-        self.append(EntryBody::Leaf { target })
+        let entry = self.new_entry(EntryBody::Leaf { target });
+        let position = self.position_after(&entry)?;
+        let entry = Entry {
+            body: EntryBody::Leaf {
+                target: position.clone(),
+            },
+            ..entry
+        };
+        self.write_entry(&entry, position)?;
+        Ok(entry)
     }
 
     /// Appends a complete entry as given (id, parent and time included), for
-    /// importers; the current leaf follows the usual rule.
+    /// importers; the current leaf follows the usual rule, a `leaf` entry
+    /// targeting another one included (see [`SessionWriter::rewind`]).
     pub fn append_entry(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let position = self.position_after(entry)?;
+        self.write_entry(entry, position)
+    }
+
+    /// Writes `entry` and makes `position` the current leaf.
+    fn write_entry(&mut self, entry: &Entry, position: EntryId) -> Result<(), StoreError> {
         if let EntryBody::Unknown { type_name } = &entry.body {
             return Err(StoreError::Encode {
                 id: entry.id.as_str().to_owned(),
@@ -473,8 +517,30 @@ impl SessionWriter {
         }
         let line = wire::encode_entry(entry)?;
         self.write_line(&line)?;
-        self.leaf = Some(leaf_after(entry));
+        self.leaf = Some(position);
         Ok(())
+    }
+
+    /// Returns the current leaf once `entry` (not yet written) is appended:
+    /// its own id, or for a `leaf` entry where its target settles (SPEC
+    /// §3.1, as the full reader finds it). Only a `leaf` entry reads the
+    /// file: backwards up to its target, and whole when the target is not
+    /// found that way.
+    fn position_after(&self, entry: &Entry) -> Result<EntryId, StoreError> {
+        let EntryBody::Leaf { target } = &entry.body else {
+            return Ok(entry.id.clone());
+        };
+        if *target == entry.id {
+            // It targets itself: a loop, the position stays on it.
+            return Ok(target.clone());
+        }
+        let read_error = |err| StoreError::io("read", &self.path, err);
+        let len = self.file.metadata().map_err(read_error)?.len();
+        let mut lines = BackwardLines::new(&self.file, 0, len, BLOCK_SIZE);
+        if let Some(position) = settle_backwards(&mut lines, target.clone()).map_err(read_error)? {
+            return Ok(position);
+        }
+        Ok(crate::reader::read_log(&self.path)?.position_at(target))
     }
 
     /// Writes `line` and its newline in one `write`, then syncs.
@@ -510,7 +576,9 @@ impl Drop for SessionWriter {
     }
 }
 
-/// Returns the current leaf after `entry` in file order (SPEC §3.1).
+/// Returns the position `entry` sets in file order (SPEC §3.1): its target
+/// for a `leaf` entry, else its own id. A target that is itself a `leaf`
+/// entry is settled further by the readers and the writer.
 pub fn leaf_after(entry: &Entry) -> EntryId {
     match &entry.body {
         EntryBody::Leaf { target } => target.clone(),

@@ -96,18 +96,19 @@ pub enum DiagnosticKind {
         target: EntryId,
     },
     /// The `leaf` entry that sets the current position targets another
-    /// `leaf` entry, which is never on a path (SPEC §3.1): the position
-    /// stays on that entry, as resume and the writer find it, and the path
-    /// is empty.
+    /// `leaf` entry, which is never on a path (SPEC §3.1). The chain of
+    /// targets is followed to the first entry that is not a `leaf` entry,
+    /// which becomes the current position (the reader, resume and the
+    /// writer agree); when the chain loops or reaches a missing entry, the
+    /// position stays on `target` and the path is empty.
     LeafTargetsLeaf {
         /// The `leaf` entry read last.
         id: EntryId,
         /// The `leaf` entry it targets.
         target: EntryId,
-        /// Where the targeted entry's own target leads, through any further
-        /// `leaf` entries: the entry to rewind to; `None` when that chain is
-        /// dangling or loops.
-        rewind_to: Option<EntryId>,
+        /// Where the chain of targets from `target` leads: the current
+        /// position; `None` when that chain loops or reaches a missing entry.
+        falls_back_to: Option<EntryId>,
     },
     /// An entry on the current path names a `leaf` entry as its parent
     /// (an append after a position was left on a `leaf` entry); the path
@@ -117,7 +118,9 @@ pub enum DiagnosticKind {
         id: EntryId,
         /// Its parent, a `leaf` entry.
         parent: EntryId,
-        /// Where that `leaf` entry leads, as in [`DiagnosticKind::LeafTargetsLeaf`].
+        /// Where that `leaf` entry leads through the targets of any further
+        /// `leaf` entries: the entry to rewind to; `None` when that chain
+        /// loops or reaches a missing entry.
         rewind_to: Option<EntryId>,
     },
 }
@@ -131,7 +134,7 @@ fn rewind_hint(f: &mut fmt::Formatter<'_>, leaf: &EntryId, to: Option<&EntryId>)
         ),
         None => write!(
             f,
-            "{leaf} leads nowhere (a missing or looping target); /rewind to an entry listed by soba show --entries"
+            "{leaf} leads nowhere (a missing or looping target); list the entries with soba show --entries, then /rewind <id> to one of them"
         ),
     }
 }
@@ -183,13 +186,22 @@ impl fmt::Display for Diagnostic {
             DiagnosticKind::LeafTargetsLeaf {
                 id,
                 target,
-                rewind_to,
+                falls_back_to: Some(position),
             } => {
                 write!(
                     f,
-                    "{at}: leaf entry {id} targets leaf entry {target}, which is never on a path; the current position stays on {target}, so the path is empty: "
-                )?;
-                rewind_hint(f, target, rewind_to.as_ref())
+                    "{at}: leaf entry {id} targets leaf entry {target}, which is never on a path; the current position falls back to {position}, where the targets of the leaf entries lead (/rewind to another entry listed by soba show --entries if that is not the place)"
+                )
+            }
+            DiagnosticKind::LeafTargetsLeaf {
+                id,
+                target,
+                falls_back_to: None,
+            } => {
+                write!(
+                    f,
+                    "{at}: leaf entry {id} targets leaf entry {target}, which is never on a path, and the targets of the leaf entries from {target} loop or reach a missing entry; the current position stays on {target}, so the path is empty: list the entries with soba show --entries, then /rewind <id> to one of them"
+                )
             }
             DiagnosticKind::ParentIsLeaf {
                 id,
@@ -374,9 +386,40 @@ impl SessionLog {
         self.diagnostics.is_empty()
     }
 
-    /// Returns the current leaf: set by the last good entry in file order.
+    /// Returns the current leaf: set by the last good entry in file order
+    /// (SPEC §3.1). When that entry is a `leaf` entry whose target is
+    /// itself a `leaf` entry, the targets are followed to the first entry
+    /// that is not one; a chain that loops or reaches a missing entry
+    /// leaves the position on the first target (with a diagnostic).
     pub fn leaf(&self) -> Option<&EntryId> {
         self.leaf.as_ref()
+    }
+
+    /// Returns where the current position lands when a `leaf` entry sets
+    /// it to `target`: `target` itself unless it is a `leaf` entry, else
+    /// the first entry that is not one along the targets from it, else
+    /// (a loop or a missing entry) `target`.
+    pub fn position_at(&self, target: &EntryId) -> EntryId {
+        match self.entry(target) {
+            Some(logged) if matches!(logged.entry.body, EntryBody::Leaf { .. }) => self
+                .through_leaves(target)
+                .unwrap_or_else(|| target.clone()),
+            _ => target.clone(),
+        }
+    }
+
+    /// Follows `leaf` entries from `id` through their targets to the first
+    /// entry that is not one; `None` when the chain reaches a missing entry
+    /// or loops (it takes at most one step per entry of the log).
+    fn through_leaves(&self, id: &EntryId) -> Option<EntryId> {
+        let mut cursor = id;
+        for _ in 0..=self.entries.len() {
+            match &self.entry(cursor)?.entry.body {
+                EntryBody::Leaf { target } => cursor = target,
+                _ => return Some(cursor.clone()),
+            }
+        }
+        None
     }
 
     /// Returns the entry with this id.
@@ -554,21 +597,8 @@ impl LogBuilder {
         self.log
     }
 
-    /// Follows `leaf` entries from `id` (itself a `leaf` entry) through
-    /// their targets to the first entry that is not one; `None` when the
-    /// chain reaches a missing entry or loops.
-    fn through_leaves(&self, id: &EntryId) -> Option<EntryId> {
-        let mut cursor = id;
-        for _ in 0..=self.log.entries.len() {
-            match &self.log.entry(cursor)?.entry.body {
-                EntryBody::Leaf { target } => cursor = target,
-                _ => return Some(cursor.clone()),
-            }
-        }
-        None
-    }
-
-    /// Reports where the current path breaks.
+    /// Settles the current position (following a chain of `leaf` entries)
+    /// and reports where the current path breaks.
     fn check_path(&mut self) {
         let Some(leaf) = self.log.leaf.clone() else {
             return;
@@ -585,18 +615,28 @@ impl LogBuilder {
         if matches!(logged.entry.body, EntryBody::Leaf { .. }) {
             // Only a `leaf` entry read last can leave the position on
             // another one (any other entry sets it to its own id).
+            let falls_back_to = self.log.through_leaves(&leaf);
             if let Some(last) = self.log.entries.last() {
                 let diagnostic = Diagnostic {
                     location: last.location,
                     kind: DiagnosticKind::LeafTargetsLeaf {
                         id: last.entry.id.clone(),
                         target: leaf.clone(),
-                        rewind_to: self.through_leaves(&leaf),
+                        falls_back_to: falls_back_to.clone(),
                     },
                 };
                 self.log.diagnostics.push(diagnostic);
             }
-            return;
+            // The history is kept: the position moves to where the chain
+            // leads, unless it leads nowhere.
+            let Some(position) = falls_back_to else {
+                return;
+            };
+            self.log.leaf = Some(position.clone());
+            let Some(resolved) = self.log.entry(&position) else {
+                return;
+            };
+            logged = resolved;
         }
         let mut n_steps = 0;
         while let Some(parent) = &logged.entry.parent_id {
@@ -608,7 +648,7 @@ impl LogBuilder {
                         kind: DiagnosticKind::ParentIsLeaf {
                             id: logged.entry.id.clone(),
                             parent: parent.clone(),
-                            rewind_to: self.through_leaves(parent),
+                            rewind_to: self.log.through_leaves(parent),
                         },
                     };
                     self.log.diagnostics.push(diagnostic);
@@ -795,7 +835,7 @@ mod tests {
     }
 
     #[test]
-    fn a_leaf_entry_targeting_a_leaf_entry_is_reported_with_where_to_rewind() {
+    fn a_leaf_entry_targeting_a_leaf_entry_falls_back_to_where_its_target_leads() {
         // m1 ← m2; leaf 3 moves back to m1; leaf 4 targets leaf 3.
         let log = log(&[
             message(1, None),
@@ -803,9 +843,11 @@ mod tests {
             leaf(3, 2, 1),
             leaf(4, 1, 3),
         ]);
-        // The position stays on leaf 3, as resume and the writer find it.
-        assert_eq!(log.leaf(), Some(&entry_id(3)));
-        assert!(log.path().is_empty());
+        // The history is kept: the position is m1, where leaf 3 points.
+        assert_eq!(log.leaf(), Some(&entry_id(1)));
+        let path: Vec<_> = log.path().iter().map(|l| l.entry.id.clone()).collect();
+        assert_eq!(path, vec![entry_id(1)]);
+        assert_eq!(log.live_stretch().len(), 1);
         assert_eq!(log.diagnostics().len(), 1, "{:?}", log.diagnostics());
         let diagnostic = &log.diagnostics()[0];
         assert_eq!(diagnostic.location.line, Some(5));
@@ -814,54 +856,107 @@ mod tests {
             DiagnosticKind::LeafTargetsLeaf {
                 id: entry_id(4),
                 target: entry_id(3),
-                rewind_to: Some(entry_id(1)),
+                falls_back_to: Some(entry_id(1)),
             }
         );
         assert_eq!(
             diagnostic.to_string(),
             format!(
-                "line 5 (byte {}): leaf entry {} targets leaf entry {}, which is never on a path; the current position stays on {}, so the path is empty: /rewind {} (where {} points) to continue from there",
+                "line 5 (byte {}): leaf entry {} targets leaf entry {}, which is never on a path; the current position falls back to {}, where the targets of the leaf entries lead (/rewind to another entry listed by soba show --entries if that is not the place)",
                 diagnostic.location.offset,
                 id(4),
                 id(3),
-                id(3),
                 id(1),
-                id(3)
             )
         );
+        assert_eq!(log.position_at(&entry_id(4)), entry_id(1));
+        assert_eq!(log.position_at(&entry_id(2)), entry_id(2));
+        assert_eq!(log.position_at(&entry_id(9)), entry_id(9));
     }
 
     #[test]
-    fn a_chain_of_leaf_entries_is_followed_and_a_loop_is_named() {
+    fn a_chain_of_leaf_entries_is_followed_and_a_loop_keeps_the_position() {
+        // m1 ← m2; leaf 3 → m2; leaf 4 → leaf 3; leaf 5 → leaf 4.
         let chain = log(&[
             message(1, None),
-            leaf(2, 1, 1),
-            leaf(3, 1, 2),
+            message(2, Some(1)),
+            leaf(3, 2, 2),
             leaf(4, 2, 3),
+            leaf(5, 2, 4),
         ]);
+        assert_eq!(chain.leaf(), Some(&entry_id(2)));
+        assert_eq!(chain.path().len(), 2);
         assert!(matches!(
             chain.diagnostics(),
-            [Diagnostic { kind: DiagnosticKind::LeafTargetsLeaf { rewind_to: Some(to), .. }, .. }]
-                if *to == entry_id(1)
+            [Diagnostic { kind: DiagnosticKind::LeafTargetsLeaf { target, falls_back_to: Some(to), .. }, .. }]
+                if *to == entry_id(2) && *target == entry_id(4)
         ));
         // Leaf 2 targets leaf 3, which targets leaf 2.
         let looping = log(&[message(1, None), leaf(2, 1, 3), leaf(3, 1, 2)]);
+        assert_eq!(looping.leaf(), Some(&entry_id(2)));
+        assert!(looping.path().is_empty());
+        assert_eq!(looping.position_at(&entry_id(2)), entry_id(2));
         let [diagnostic] = looping.diagnostics() else {
             panic!("{:?}", looping.diagnostics())
         };
-        assert!(matches!(
+        assert_eq!(
             diagnostic.kind,
             DiagnosticKind::LeafTargetsLeaf {
-                rewind_to: None,
-                ..
+                id: entry_id(3),
+                target: entry_id(2),
+                falls_back_to: None,
             }
-        ));
+        );
         assert!(
             diagnostic.to_string().ends_with(&format!(
-                "{} leads nowhere (a missing or looping target); /rewind to an entry listed by soba show --entries",
+                "leaf entry {} targets leaf entry {}, which is never on a path, and the targets of the leaf entries from {} loop or reach a missing entry; the current position stays on {}, so the path is empty: list the entries with soba show --entries, then /rewind <id> to one of them",
+                id(3),
+                id(2),
+                id(2),
                 id(2)
             )),
             "{diagnostic}"
+        );
+        // Leaf 3 targets leaf 2, whose target is missing.
+        let dangling = log(&[message(1, None), leaf(2, 1, 9), leaf(3, 1, 2)]);
+        assert_eq!(dangling.leaf(), Some(&entry_id(2)));
+        assert!(dangling.path().is_empty());
+        assert!(matches!(
+            dangling.diagnostics(),
+            [Diagnostic {
+                kind: DiagnosticKind::LeafTargetsLeaf {
+                    falls_back_to: None,
+                    ..
+                },
+                ..
+            }]
+        ));
+        // A leaf entry targeting itself.
+        let itself = log(&[message(1, None), leaf(2, 1, 2)]);
+        assert_eq!(itself.leaf(), Some(&entry_id(2)));
+        assert!(itself.path().is_empty());
+        assert_eq!(itself.diagnostics().len(), 1);
+    }
+
+    #[test]
+    fn the_path_from_a_fallen_back_position_is_still_checked() {
+        // m2 names a missing parent; leaf 4 → leaf 3 → m2.
+        let log = log(&[message(2, Some(7)), leaf(3, 2, 2), leaf(4, 2, 3)]);
+        assert_eq!(log.leaf(), Some(&entry_id(2)));
+        let kinds: Vec<_> = log.diagnostics().iter().map(|d| d.kind.clone()).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                DiagnosticKind::LeafTargetsLeaf {
+                    id: entry_id(4),
+                    target: entry_id(3),
+                    falls_back_to: Some(entry_id(2)),
+                },
+                DiagnosticKind::DanglingParent {
+                    id: entry_id(2),
+                    parent: entry_id(7),
+                },
+            ]
         );
     }
 

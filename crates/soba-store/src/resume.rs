@@ -41,7 +41,9 @@ impl Default for ResumeOptions {
 pub struct Resumed {
     /// The header, if line 1 was a valid one.
     pub header: Option<SessionHeader>,
-    /// The current leaf.
+    /// The current leaf. When the entry read last is a `leaf` entry whose
+    /// target is itself a `leaf` entry, the targets are followed to the
+    /// first entry that is not one, as the full reader does.
     pub leaf: Option<EntryId>,
     /// The live stretch of the path, root-most first: from the latest
     /// capsule's `firstKeptEntryId` (or the capsule when nothing is kept)
@@ -54,7 +56,8 @@ pub struct Resumed {
     /// Bytes read from the file.
     pub bytes_read: u64,
     /// Whether the path could not be completed backwards (a missing parent,
-    /// a dangling leaf) and the whole file was read instead.
+    /// a dangling leaf, a chain of `leaf` entries that loops or points
+    /// forwards) and the whole file was read instead.
     pub full_scan: bool,
 }
 
@@ -130,6 +133,17 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
     let mut chase = StretchChase::default();
     let mut done = false;
     let mut ignored = None;
+    // Until the cursor reaches an entry that is not a `leaf` entry, the
+    // position is still being settled: a `leaf` entry met there passes it
+    // on to its target (SPEC §3.1, as the full reader does). The walk only
+    // moves backwards, so a chain that loops or points forwards ends in the
+    // full scan below, which decides.
+    let mut settling = true;
+    // The entry read last (the last good one in the file) and its line.
+    let mut last: Option<(EntryId, Location)> = None;
+    // Whether the position moved on from a `leaf` entry while settling.
+    let mut followed = false;
+    let mut path_diagnostics = Vec::new();
     while let Some(line) = lines.next_line().map_err(read_error)? {
         let location = Location {
             offset: line.offset,
@@ -156,14 +170,40 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
             let leaf = leaf_after(&entry);
             cursor = Some(leaf.clone());
             resumed.leaf = Some(leaf);
+            last = Some((entry.id.clone(), location));
         }
         if cursor.as_ref() != Some(&entry.id) {
             continue;
         }
-        if matches!(entry.body, EntryBody::Leaf { .. }) {
+        if let EntryBody::Leaf { target } = &entry.body {
+            if settling {
+                // The position is on a `leaf` entry: follow its target.
+                followed = true;
+                cursor = Some(target.clone());
+                continue;
+            }
             // A leaf entry is never on a path: the path ends here, as in the full reader.
             done = true;
             break;
+        }
+        if settling {
+            settling = false;
+            if followed {
+                // The entry read last targets a `leaf` entry: the position
+                // falls back to where the chain leads, with the full
+                // reader's diagnostic.
+                let target = resumed.leaf.replace(entry.id.clone());
+                if let (Some((id, location)), Some(target)) = (last.take(), target) {
+                    path_diagnostics.push(Diagnostic {
+                        location,
+                        kind: DiagnosticKind::LeafTargetsLeaf {
+                            id,
+                            target,
+                            falls_back_to: Some(entry.id.clone()),
+                        },
+                    });
+                }
+            }
         }
         let is_last = chase.feed(&entry);
         cursor = entry.parent_id.clone();
@@ -193,7 +233,43 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
     resumed.stretch.reverse();
     backward_diagnostics.reverse();
     resumed.diagnostics.extend(backward_diagnostics);
+    resumed.diagnostics.extend(path_diagnostics);
     Ok(resumed)
+}
+
+/// Settles a position that a `leaf` entry sets to `target`, reading on
+/// backwards from where `lines` stands: follows the targets of `leaf`
+/// entries to the first entry that is not one and returns its id; `None`
+/// when the lines run out first (a missing entry, a loop, a target later in
+/// the file), where only a full read decides. Only lines that contain the
+/// id looked for are decoded, so skipping a long history stays cheap.
+pub(crate) fn settle_backwards(
+    lines: &mut BackwardLines<'_>,
+    target: EntryId,
+) -> io::Result<Option<EntryId>> {
+    let mut cursor = target;
+    while let Some(line) = lines.next_line()? {
+        if !line.terminated {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&line.bytes) else {
+            continue;
+        };
+        if !text.contains(cursor.as_str()) {
+            continue;
+        }
+        let Ok(entry) = crate::wire::decode_entry(text) else {
+            continue;
+        };
+        if entry.id != cursor {
+            continue;
+        }
+        match entry.body {
+            EntryBody::Leaf { target } => cursor = target,
+            _ => return Ok(Some(entry.id)),
+        }
+    }
+    Ok(None)
 }
 
 /// Line 1 of a file, read forwards in blocks.

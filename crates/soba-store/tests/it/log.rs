@@ -256,6 +256,9 @@ enum Op {
     Append(EntryBody),
     /// Rewind to the n-th appended entry (modulo their number).
     Rewind(usize),
+    /// Append, as given, a `leaf` entry targeting the n-th appended entry
+    /// (a hand-edited or imported log may target a `leaf` entry).
+    RawLeaf(usize),
     /// Drop the writer and open it again.
     Reopen,
     /// Simulate a crash mid-append: write part of a line, then reopen.
@@ -266,9 +269,33 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => strategy::body().prop_filter("writable", writable).prop_map(Op::Append),
         1 => any::<usize>().prop_map(Op::Rewind),
+        1 => any::<usize>().prop_map(Op::RawLeaf),
         1 => Just(Op::Reopen),
         1 => vec(any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 1..40).prop_map(Op::Tear),
     ]
+}
+
+/// The current leaf after `entries` (SPEC §3.1): the last entry's id, or
+/// for a `leaf` entry its target, followed through targets that are
+/// themselves `leaf` entries to the first entry that is not one; a chain
+/// that loops or reaches a missing entry leaves it on the first target.
+/// With repeated ids, the last entry of an id is the one looked up.
+fn expected_leaf(entries: &[soba_core::Entry]) -> Option<EntryId> {
+    let last = entries.last()?;
+    let EntryBody::Leaf { target } = &last.body else {
+        return Some(last.id.clone());
+    };
+    let by_id: std::collections::HashMap<&EntryId, &soba_core::Entry> =
+        entries.iter().map(|entry| (&entry.id, entry)).collect();
+    let mut cursor = target;
+    for _ in 0..=entries.len() {
+        match by_id.get(cursor).map(|entry| &entry.body) {
+            Some(EntryBody::Leaf { target }) => cursor = target,
+            Some(_) => return Some(cursor.clone()),
+            None => break,
+        }
+    }
+    Some(target.clone())
 }
 
 proptest! {
@@ -281,6 +308,8 @@ proptest! {
         let path = dir.path().join("s1.jsonl");
         let mut writer = Some(create(&path));
         let mut acknowledged = Vec::new();
+        // Where in `acknowledged` the rewinds are.
+        let mut rewinds = Vec::new();
         let mut before = std::fs::read(&path).expect("readable");
         for (step, op) in ops.into_iter().enumerate() {
             match op {
@@ -291,9 +320,22 @@ proptest! {
                 Op::Rewind(n) if !acknowledged.is_empty() => {
                     let target = acknowledged[n % acknowledged.len()].id.clone();
                     let entry = writer.as_mut().expect("open").rewind(target).expect("rewinds");
+                    rewinds.push(acknowledged.len());
                     acknowledged.push(entry);
                 }
                 Op::Rewind(_) => {}
+                Op::RawLeaf(n) if !acknowledged.is_empty() => {
+                    let w = writer.as_mut().expect("open");
+                    let entry = soba_core::Entry {
+                        id: EntryId::from_uuid(soba_core::IdKind::Entry, 0xfeed_0000 + step as u128),
+                        parent_id: w.leaf().cloned(),
+                        timestamp: "2025-01-01T00:00:00Z".to_owned(),
+                        body: EntryBody::Leaf { target: acknowledged[n % acknowledged.len()].id.clone() },
+                    };
+                    w.append_entry(&entry).expect("appends");
+                    acknowledged.push(entry);
+                }
+                Op::RawLeaf(_) => {}
                 Op::Reopen => {
                     drop(writer.take());
                     writer = Some(SessionWriter::open(&path, options(step as i64)).expect("reopens"));
@@ -308,15 +350,21 @@ proptest! {
             let after = std::fs::read(&path).expect("readable");
             prop_assert!(after.starts_with(&before), "step {} changed the prefix", step);
             before = after;
+            // The writer settles the position as the full reader does.
+            let expected = expected_leaf(&acknowledged);
+            prop_assert_eq!(writer.as_ref().expect("open").leaf(), expected.as_ref(), "step {}", step);
         }
         let log = read_log(&path).expect("reads");
         prop_assert_eq!(entries_of(log.entries()), acknowledged.clone());
-        if let Some(last) = acknowledged.last() {
-            let expected_leaf = match &last.body {
-                EntryBody::Leaf { target } => target.clone(),
-                _ => last.id.clone(),
-            };
-            prop_assert_eq!(log.leaf(), Some(&expected_leaf));
+        prop_assert_eq!(log.leaf().cloned(), expected_leaf(&acknowledged));
+        for (idx, entry) in acknowledged.iter().enumerate() {
+            // Every append's parent is the position settled before it: the
+            // first entry that is not a `leaf` entry along a chain of them.
+            prop_assert_eq!(entry.parent_id.clone(), expected_leaf(&acknowledged[..idx]), "entry {}", idx);
+            if let (true, EntryBody::Leaf { target }) = (rewinds.contains(&idx), &entry.body) {
+                // A rewind writes the target where the position settles.
+                prop_assert_eq!(Some(target.clone()), expected_leaf(&acknowledged[..=idx]));
+            }
         }
         let reopened = SessionWriter::open(&path, options(99));
         drop(writer);
@@ -617,4 +665,53 @@ fn sessions_are_listed_and_found_by_prefix() {
             .expect("no directory, no sessions")
             .is_empty()
     );
+}
+
+#[test]
+fn a_rewind_to_a_leaf_entry_targets_where_it_leads() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let first = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect("appends");
+    writer
+        .append(EntryBody::ModelChange { model: "b".into() })
+        .expect("appends");
+    let back = writer.rewind(first.id.clone()).expect("rewinds");
+    drop(writer);
+    // After a reopen the writer knows nothing of `back` but the file.
+    let mut writer = SessionWriter::open(&path, options(1)).expect("reopens");
+    let again = writer.rewind(back.id.clone()).expect("rewinds");
+    assert_eq!(
+        again.body,
+        EntryBody::Leaf {
+            target: first.id.clone()
+        }
+    );
+    assert_eq!(writer.leaf(), Some(&first.id));
+    let next = writer
+        .append(EntryBody::ModelChange { model: "c".into() })
+        .expect("appends");
+    assert_eq!(next.parent_id.as_ref(), Some(&first.id));
+    // A target that is not in the file is written as given.
+    let missing = EntryId::from_uuid(soba_core::IdKind::Entry, 0xdead_0009);
+    let dangling = writer.rewind(missing.clone()).expect("rewinds");
+    assert_eq!(
+        dangling.body,
+        EntryBody::Leaf {
+            target: missing.clone()
+        }
+    );
+    assert_eq!(writer.leaf(), Some(&missing));
+    drop(writer);
+    let log = read_log(&path).expect("reads");
+    assert_eq!(log.leaf(), Some(&missing));
+    assert!(matches!(
+        log.diagnostics(),
+        [soba_store::Diagnostic {
+            kind: DiagnosticKind::DanglingLeaf { .. },
+            ..
+        }]
+    ));
 }

@@ -20,6 +20,9 @@ enum Op {
     /// A capsule keeping from the n-th appended entry, or nothing.
     Capsule(Option<usize>),
     Rewind(usize),
+    /// A `leaf` entry targeting the n-th appended entry as given, which may
+    /// be a `leaf` entry (a hand-edited or imported log).
+    RawLeaf(usize),
     Other(EntryBody),
     /// A corrupt line in the middle of the log.
     Junk(Vec<u8>),
@@ -32,6 +35,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => "[a-z ]{0,30}".prop_map(Op::Message),
         3 => proptest::option::of(any::<usize>()).prop_map(Op::Capsule),
         2 => any::<usize>().prop_map(Op::Rewind),
+        2 => any::<usize>().prop_map(Op::RawLeaf),
         2 => strategy::body().prop_filter("writable", writable).prop_map(Op::Other),
         1 => vec(any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 0..30).prop_map(Op::Junk),
         1 => Just(Op::Unknown),
@@ -74,6 +78,19 @@ fn build(path: &Path, ops: Vec<Op>, torn_tail: bool) -> Vec<Entry> {
                 appended.push(w.rewind(target).expect("rewinds"));
             }
             Op::Rewind(_) => {}
+            Op::RawLeaf(n) if !appended.is_empty() => {
+                let entry = Entry {
+                    id: soba_core::EntryId::from_uuid(IdKind::Entry, 0xfeed_0000 + step as u128),
+                    parent_id: w.leaf().cloned(),
+                    timestamp: "t".to_owned(),
+                    body: EntryBody::Leaf {
+                        target: appended[n % appended.len()].id.clone(),
+                    },
+                };
+                w.append_entry(&entry).expect("appends");
+                appended.push(entry);
+            }
+            Op::RawLeaf(_) => {}
             Op::Other(body) => appended.push(w.append(body).expect("appends")),
             Op::Junk(mut bytes) => {
                 drop(writer.take());
@@ -107,6 +124,10 @@ fn check_agreement(path: &Path, block_size: usize) -> Result<(), TestCaseError> 
     let resumed = resume_with(path, ResumeOptions { block_size }).expect("resumes");
     prop_assert_eq!(resumed.header.as_ref(), log.header());
     prop_assert_eq!(resumed.leaf.as_ref(), log.leaf());
+    // The writer continues from the same position (SPEC §3.1).
+    let writer = SessionWriter::open(path, options(50)).expect("opens");
+    prop_assert_eq!(writer.leaf(), log.leaf());
+    drop(writer);
     let full: Vec<_> = log.live_stretch().into_iter().cloned().collect();
     prop_assert_eq!(entries_of(&resumed.stretch), entries_of(&full));
     for (resumed, full) in resumed.stretch.iter().zip(&full) {
@@ -239,4 +260,159 @@ fn a_missing_parent_falls_back_to_a_full_scan() {
             .all(|d| d.location.line.is_some())
     );
     check_agreement(&path, 7).expect("agrees");
+}
+
+/// A hand-edited `leaf` entry targeting a `leaf` entry: opened as the
+/// engine opens a session (the writer, then resume), the position falls
+/// back to where the chain leads, resume reads only the live tail, and the
+/// next append continues the history (SPEC §3.1).
+#[test]
+fn a_leaf_entry_targeting_a_leaf_entry_keeps_the_history() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let big = "h".repeat(10_000);
+    for _ in 0..400 {
+        writer
+            .append_message(
+                Message::user(big.clone()),
+                &ByteCounter,
+                DEFAULT_IMAGE_TOKENS,
+            )
+            .expect("appends");
+    }
+    let kept = writer
+        .append_message(Message::user("keep me"), &ByteCounter, DEFAULT_IMAGE_TOKENS)
+        .expect("appends");
+    let capsule = writer
+        .append(EntryBody::Capsule(Box::new(strategy::sample_capsule(
+            Some(kept.id.clone()),
+        ))))
+        .expect("appends");
+    let answer = writer
+        .append_message(Message::assistant("a1"), &ByteCounter, DEFAULT_IMAGE_TOKENS)
+        .expect("appends");
+    writer
+        .append_message(
+            Message::user("abandoned"),
+            &ByteCounter,
+            DEFAULT_IMAGE_TOKENS,
+        )
+        .expect("appends");
+    let rewind = writer.rewind(answer.id.clone()).expect("rewinds");
+    // The damage: a second `leaf` entry targeting the first, as given.
+    let damage = Entry {
+        id: soba_core::EntryId::from_uuid(IdKind::Entry, 0xdead_0001),
+        parent_id: writer.leaf().cloned(),
+        timestamp: "2025-01-01T01:00:00Z".to_owned(),
+        body: EntryBody::Leaf {
+            target: rewind.id.clone(),
+        },
+    };
+    writer.append_entry(&damage).expect("appends");
+    assert_eq!(writer.leaf(), Some(&answer.id), "in process");
+    drop(writer);
+    let len = std::fs::metadata(&path).expect("exists").len();
+    check_agreement(&path, 4096).expect("agrees");
+
+    // SessionCore::open: the writer (the lock) first, then resume.
+    let mut writer = SessionWriter::open(&path, options(1)).expect("reopens");
+    let resumed = resume(&path).expect("resumes");
+    assert_eq!(writer.leaf(), Some(&answer.id));
+    assert_eq!(resumed.leaf.as_ref(), Some(&answer.id));
+    assert!(!resumed.full_scan);
+    assert!(
+        resumed.bytes_read < 2 * soba_store::resume::BLOCK_SIZE as u64,
+        "read {} of {len} bytes",
+        resumed.bytes_read
+    );
+    assert_eq!(
+        entries_of(&resumed.stretch),
+        vec![kept.clone(), capsule.clone(), answer.clone()]
+    );
+    assert_eq!(resumed.latest_capsule().map(|l| &l.entry), Some(&capsule));
+    let [diagnostic] = resumed.diagnostics.as_slice() else {
+        panic!("{:?}", resumed.diagnostics)
+    };
+    assert_eq!(
+        diagnostic.kind,
+        DiagnosticKind::LeafTargetsLeaf {
+            id: damage.id.clone(),
+            target: rewind.id.clone(),
+            falls_back_to: Some(answer.id.clone()),
+        }
+    );
+    assert!(
+        diagnostic
+            .to_string()
+            .contains(&format!("the current position falls back to {}", answer.id)),
+        "{diagnostic}"
+    );
+
+    let next = writer
+        .append_message(Message::user("go on"), &ByteCounter, DEFAULT_IMAGE_TOKENS)
+        .expect("appends");
+    assert_eq!(next.parent_id.as_ref(), Some(&answer.id));
+    drop(writer);
+    let log = read_log(&path).expect("reads");
+    assert!(log.is_clean(), "{:?}", log.diagnostics());
+    assert_eq!(
+        entries_of(log.live_stretch()),
+        vec![kept, capsule, answer, next]
+    );
+    assert_eq!(log.path().len(), 404);
+    check_agreement(&path, 4096).expect("agrees");
+}
+
+/// A chain of `leaf` entries that loops keeps today's position (the first
+/// target, an empty path): resume reads the whole file to say so, and the
+/// diagnostic says what to do.
+#[test]
+fn a_looping_chain_of_leaf_entries_leaves_the_path_empty_and_says_what_to_do() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let first = writer
+        .append_message(Message::user("x"), &ByteCounter, DEFAULT_IMAGE_TOKENS)
+        .expect("appends");
+    let a = soba_core::EntryId::from_uuid(IdKind::Entry, 0xdead_000a);
+    let b = soba_core::EntryId::from_uuid(IdKind::Entry, 0xdead_000b);
+    for (id, target) in [(&a, &b), (&b, &a)] {
+        let entry = Entry {
+            id: id.clone(),
+            parent_id: Some(first.id.clone()),
+            timestamp: "t".to_owned(),
+            body: EntryBody::Leaf {
+                target: target.clone(),
+            },
+        };
+        writer.append_entry(&entry).expect("appends");
+    }
+    assert_eq!(writer.leaf(), Some(&a));
+    drop(writer);
+    let writer = SessionWriter::open(&path, options(1)).expect("reopens");
+    assert_eq!(writer.leaf(), Some(&a));
+    drop(writer);
+    let resumed = resume(&path).expect("resumes");
+    assert!(resumed.full_scan);
+    assert_eq!(resumed.leaf.as_ref(), Some(&a));
+    assert!(resumed.stretch.is_empty());
+    let [diagnostic] = resumed.diagnostics.as_slice() else {
+        panic!("{:?}", resumed.diagnostics)
+    };
+    assert_eq!(
+        diagnostic.kind,
+        DiagnosticKind::LeafTargetsLeaf {
+            id: b.clone(),
+            target: a.clone(),
+            falls_back_to: None,
+        }
+    );
+    assert!(
+        diagnostic.to_string().ends_with(
+            "list the entries with soba show --entries, then /rewind <id> to one of them"
+        ),
+        "{diagnostic}"
+    );
+    check_agreement(&path, 3).expect("agrees");
 }
