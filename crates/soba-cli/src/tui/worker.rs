@@ -260,11 +260,12 @@ impl Worker {
     }
 
     fn open_path(&mut self, path: &Path) -> CliResult<Vec<String>> {
-        let log = soba_store::reader::read_log(path)?;
-        let entries: Vec<Entry> = log
-            .path()
+        // The session's model is on its live stretch (a `model_change` or
+        // the latest capsule's state): read backwards, not the whole log.
+        let entries: Vec<Entry> = soba_store::resume(path)?
+            .stretch
             .into_iter()
-            .map(|logged| logged.entry.clone())
+            .map(|logged| logged.entry)
             .collect();
         let model = engine::model_for_session(
             &self.launch.ctx,
