@@ -4,7 +4,7 @@
 //! incrementally as entries are appended.
 //!
 //! Memory and resume time follow the live stretch, not the history (SPEC
-//! §3.3): a session opens with the store's backward [`soba_store::resume`],
+//! §3.3): a session opens with the store's backward [`soba_store::resume()`],
 //! and every capsule appended drops the entries before its retained tail.
 //! Whatever needs older entries (a rewind to before the stretch, a list of
 //! every capsule) reads the log file, which the writer keeps durable.
