@@ -6,9 +6,9 @@
 use std::fmt;
 
 use crate::budget::Budget;
+use crate::command::{self, Outcome};
 use crate::config::CompactionConfig;
 use crate::entry::EntryBody;
-use crate::facts;
 use crate::id::EntryId;
 use crate::input::{InputOrigin, LiveInput};
 use crate::message::ToolUse;
@@ -16,16 +16,24 @@ use crate::tokens::TokenCount;
 
 /// What a later success must match to resolve a failing tool result
 /// (SPEC §8.1, §9.2): the same command, or the same tool on the same path.
-/// It is the fact extractor's key ([`facts::CallFacts::key`]), so hygiene
-/// keeps exactly the errors a capsule would list as unresolved.
+/// It is the fact extractor's key ([`command::error_key`], whole), taken
+/// from the same [`command::OutcomeTracker`], so hygiene keeps exactly the
+/// errors a capsule would list as unresolved.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ErrorKey(String);
 
 impl ErrorKey {
-    /// Derives the key of a tool call: its normalised shell command, else
-    /// the tool with the path it acts on, else the tool.
-    pub fn from_call(call: &ToolUse) -> Self {
-        ErrorKey(facts::call_facts(call, None).key)
+    /// Derives the key of a tool call in a session whose workspace root is
+    /// `cwd`: its normalised shell command (directory folded in), else the
+    /// tool with the path it acts on, else the tool with its arguments.
+    pub fn from_call(call: &ToolUse, cwd: Option<&str>) -> Self {
+        ErrorKey(command::error_key(call, cwd))
+    }
+
+    /// Takes the key of the command a result reports on (for a Codex
+    /// `write_stdin` poll, the `exec_command` that started the session).
+    pub fn from_outcome(outcome: &Outcome) -> Self {
+        ErrorKey(outcome.key.clone())
     }
 
     /// Returns the key's text.
@@ -248,11 +256,14 @@ mod tests {
     use serde_json::{Value, json};
 
     fn key(name: &str, args: Value) -> ErrorKey {
-        ErrorKey::from_call(&ToolUse {
-            id: "c".into(),
-            name: name.into(),
-            input: ToolInput::from_value(args),
-        })
+        ErrorKey::from_call(
+            &ToolUse {
+                id: "c".into(),
+                name: name.into(),
+                input: ToolInput::from_value(args),
+            },
+            Some("/w"),
+        )
     }
 
     #[test]
@@ -267,6 +278,15 @@ mod tests {
             edit("src/a.rs", "x"),
             key("write_file", json!({"path": "src/a.rs"}))
         );
+        // The directory is part of the command, however it is given.
+        let in_backend = key(
+            "exec_command",
+            json!({"cmd": "make", "workdir": "/w/backend"}),
+        );
+        assert_eq!(in_backend, bash("cd backend && make"));
+        assert_eq!(in_backend.as_str(), "$ cd backend && make");
+        assert_ne!(in_backend, bash("make"));
+        assert_eq!(edit("/w/src/a.rs", "x"), edit("src/a.rs", "x"));
     }
 
     #[test]

@@ -21,11 +21,11 @@ use serde_json::Value;
 use crate::budget::Budget;
 use crate::calibration::InputMessageTokens;
 use crate::capsule::{BoundaryTruncation, Capsule, NativeContinuation};
+use crate::command::{OutcomeTracker, Status};
 use crate::config::CompactionConfig;
 use crate::entry::{
     ContextEntry, ContextSource, Entry, EntryBody, MessageEntry, SkillAction, SkillEntry,
 };
-use crate::facts;
 use crate::hygiene::ErrorKey;
 use crate::id::EntryId;
 use crate::message::{Block, Message, MessageOrigin, ResultPart, Role, ToolResult};
@@ -125,6 +125,10 @@ pub struct InputSetup {
     pub render_capsule: CapsuleRenderer,
     /// Decides when a capsule's native continuation is sent.
     pub native_match: NativeMatch,
+    /// The session's workspace root: shell commands run in it need no
+    /// `cd` to be the same command, and paths under it are compared
+    /// relative to it ([`crate::command`]), as the fact extractor does.
+    pub cwd: Option<String>,
 }
 
 impl fmt::Debug for InputSetup {
@@ -134,6 +138,7 @@ impl fmt::Debug for InputSetup {
             .field("tool_schemas", &self.tool_schemas.len())
             .field("config", &self.config)
             .field("encoding", &self.counter.encoding())
+            .field("cwd", &self.cwd)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +154,7 @@ impl InputSetup {
             counter,
             render_capsule: Arc::new(render_capsule),
             native_match: Arc::new(|_: &NativeContinuation| false),
+            cwd: None,
         }
     }
 
@@ -174,6 +180,14 @@ impl InputSetup {
     /// Sets the native-continuation predicate.
     pub fn with_native_match(mut self, native_match: NativeMatch) -> Self {
         self.native_match = native_match;
+        self
+    }
+
+    /// Sets the session's workspace root (the session header's `cwd`; a
+    /// blank one counts as none), which hygiene needs to tell commands
+    /// apart exactly as the fact extractor does.
+    pub fn with_cwd(mut self, cwd: Option<String>) -> Self {
+        self.cwd = cwd.filter(|cwd| !cwd.trim().is_empty());
         self
     }
 }
@@ -220,11 +234,17 @@ pub struct ResultInfo {
     pub call_id: String,
     /// The tool's name, from its call.
     pub tool: String,
-    /// What a later success must match to resolve an error (SPEC §8.1).
+    /// What a later success must match to resolve an error (SPEC §8.1):
+    /// the key of the command the result reports on (for a Codex
+    /// `write_stdin` poll, the `exec_command` that started the session).
     pub key: ErrorKey,
-    /// Whether the result failed ([`facts::is_failure`]: `isError`, a
+    /// Whether the result failed ([`crate::facts::is_failure`]: `isError`, a
     /// non-zero exit status, or Codex's failure text).
     pub is_error: bool,
+    /// What the result says about its command ([`OutcomeTracker`]): a
+    /// failure (exactly when `is_error`), a success, or pending while the
+    /// process still runs (neither resolves nor is an error).
+    pub status: Status,
     /// Whether hygiene replaced its body with a stub.
     pub stubbed: bool,
 }
@@ -320,6 +340,19 @@ struct CapsuleSlot {
     tokens: TokenCount,
 }
 
+/// One settled tool result of the rendered stretch, in path order, as the
+/// fact extractor sees it: every result logged there, whether the input
+/// carries it or the orphan sweep dropped it (a success dropped by the
+/// sweep still resolves an earlier failure). Pending results are left out:
+/// a process still running neither fails nor succeeds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Settled {
+    key: ErrorKey,
+    failed: bool,
+    /// `(item, result)` of the result in the input, if it is there.
+    at: Option<(usize, usize)>,
+}
+
 /// A tool result hygiene may stub, with the figures of the stub.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StubCandidate {
@@ -353,6 +386,11 @@ pub struct LiveInput {
     region_start: usize,
     processed: usize,
     last_id: Option<EntryId>,
+    /// Pairs the rendered stretch's results with the commands they report
+    /// on, from the stretch's first entry (a pure function of the path).
+    outcomes: OutcomeTracker,
+    /// The stretch's settled results, in path order.
+    settled: Vec<Settled>,
 }
 
 impl fmt::Debug for LiveInput {
@@ -473,6 +511,7 @@ impl LiveInput {
             tokens: counter.count_text(&setup.system_prompt).n + MESSAGE_OVERHEAD,
         });
         let schema_tokens = tokens::count_tool_schemas(counter, &setup.tool_schemas).n;
+        let outcomes = OutcomeTracker::new(setup.cwd.as_deref());
         LiveInput {
             setup,
             prompt,
@@ -488,6 +527,8 @@ impl LiveInput {
             region_start: 0,
             processed: 0,
             last_id: None,
+            outcomes,
+            settled: Vec::new(),
         }
     }
 
@@ -692,6 +733,8 @@ impl LiveInput {
         self.region_start = 0;
         self.processed = 0;
         self.last_id = None;
+        self.outcomes = OutcomeTracker::new(self.setup.cwd.as_deref());
+        self.settled.clear();
     }
 
     /// Rebuilds from the capsule at `capsule_idx`: pinned state from its
@@ -764,13 +807,16 @@ impl LiveInput {
         let entry = &path[path_idx];
         match &entry.body {
             EntryBody::Message(message) if message.message.role == Role::System && !in_tail => {
+                self.track_unrendered(&message.message);
                 let text = message.message.text();
                 let stored = self.stored(message);
                 let part = self.system_part(&text, stored);
                 self.system_messages.push(part);
             }
             // In the tail, the capsule's `state` already holds it.
-            EntryBody::Message(message) if message.message.role == Role::System => {}
+            EntryBody::Message(message) if message.message.role == Role::System => {
+                self.track_unrendered(&message.message);
+            }
             EntryBody::Message(message) => self.push_message(entry, path_idx, message, None),
             EntryBody::Context(context) => match context.source {
                 ContextSource::AgentsMd if !in_tail => {
@@ -882,6 +928,10 @@ impl LiveInput {
         if is_assistant || !has_results {
             self.close_batch();
         }
+        let mut outcomes = self.track(message).into_iter();
+        // Each result's key and status, with its index among `results` when
+        // the input carries it.
+        let mut settled: Vec<(ErrorKey, Status, Option<usize>)> = Vec::new();
         let mut rewrites = Rewrites::default();
         let mut results = Vec::new();
         let mut seen_calls: Vec<&str> = Vec::new();
@@ -900,32 +950,46 @@ impl LiveInput {
             let mut calls: Vec<&str> = Vec::new();
             for block in &message.content {
                 match block {
-                    Block::ToolResult(result) if !is_assistant => {
-                        match self.answer(&result.tool_use_id) {
-                            Some((tool, key)) => {
+                    Block::ToolResult(result) => {
+                        let Some((key, status)) = outcomes.next() else {
+                            continue;
+                        };
+                        let tool = if is_assistant {
+                            None
+                        } else {
+                            self.answer(&result.tool_use_id)
+                        };
+                        match tool {
+                            Some(tool) => {
+                                settled.push((key.clone(), status, Some(results.len())));
                                 results.push(ResultInfo {
                                     block: content.len(),
                                     call_id: result.tool_use_id.clone(),
                                     tool,
                                     key,
-                                    is_error: facts::is_failure(result),
+                                    is_error: status == Status::Failure,
+                                    status,
                                     stubbed: false,
                                 });
                                 content.push(block.clone());
                             }
-                            None => rewrites.swept = true,
+                            None => {
+                                settled.push((key, status, None));
+                                rewrites.swept = true;
+                            }
                         }
                     }
                     Block::ToolUse(call) if is_assistant && !calls.contains(&call.id.as_str()) => {
                         calls.push(&call.id);
                         content.push(block.clone());
                     }
-                    Block::ToolResult(_) | Block::ToolUse(_) => rewrites.swept = true,
+                    Block::ToolUse(_) => rewrites.swept = true,
                     other => content.push(other.clone()),
                 }
             }
             if content.is_empty() {
                 // Nothing but unpaired tool blocks: the message is dropped.
+                self.settle(settled, None);
                 return;
             }
             with_content(message, content)
@@ -966,6 +1030,7 @@ impl LiveInput {
         if is_assistant && sent.has_tool_uses() {
             self.open_batch(entry, path_idx, &sent);
         }
+        self.settle(settled, Some(self.items.len()));
         self.push_item(Item {
             source: entry.id.clone(),
             path_idx,
@@ -1000,8 +1065,9 @@ impl LiveInput {
                         block: 0,
                         call_id: call.id.clone(),
                         tool: call.name.clone(),
-                        key: ErrorKey::from_call(call),
+                        key: ErrorKey::from_call(call, self.setup.cwd.as_deref()),
                         is_error: true,
+                        status: Status::Failure,
                         stubbed: false,
                     }],
                 },
@@ -1012,8 +1078,8 @@ impl LiveInput {
     }
 
     /// Marks the open batch's call `call_id` answered; returns its tool
-    /// name and error key, or `None` when no open call has that id.
-    fn answer(&mut self, call_id: &str) -> Option<(String, ErrorKey)> {
+    /// name, or `None` when no open call has that id.
+    fn answer(&mut self, call_id: &str) -> Option<String> {
         let open = self.open.as_mut()?;
         let call = open
             .calls
@@ -1021,8 +1087,49 @@ impl LiveInput {
             .find(|call| !call.answered && call.id == call_id)?;
         call.answered = true;
         self.pending_tokens = self.pending_tokens.saturating_sub(call.synthetic.tokens);
-        let info = &call.synthetic.results[0];
-        Some((info.tool.clone(), info.key.clone()))
+        call.synthetic.results.first().map(|info| info.tool.clone())
+    }
+
+    /// Feeds a logged message to the outcome tracker as the fact extractor
+    /// reads it (its calls, then its results); returns each result's key
+    /// and status, in block order.
+    fn track(&mut self, message: &Message) -> Vec<(ErrorKey, Status)> {
+        for call in message.tool_uses() {
+            self.outcomes.call(call);
+        }
+        message
+            .tool_results()
+            .map(|result| {
+                let outcome = self.outcomes.result(result);
+                (ErrorKey::from_outcome(&outcome), outcome.status)
+            })
+            .collect()
+    }
+
+    /// Tracks a message the input does not render as an item (a `system`
+    /// message): its results settle nothing in the input but still count.
+    fn track_unrendered(&mut self, message: &Message) {
+        let settled = self
+            .track(message)
+            .into_iter()
+            .map(|(key, status)| (key, status, None))
+            .collect();
+        self.settle(settled, None);
+    }
+
+    /// Records settled results of one message, in order; those the input
+    /// carries are at `item` (the message's index among the items).
+    fn settle(&mut self, settled: Vec<(ErrorKey, Status, Option<usize>)>, item: Option<usize>) {
+        for (key, status, result) in settled {
+            if status == Status::Pending {
+                continue;
+            }
+            self.settled.push(Settled {
+                key,
+                failed: status == Status::Failure,
+                at: item.zip(result),
+            });
+        }
     }
 
     /// Closes the open tool batch, giving every unanswered call its
@@ -1118,29 +1225,43 @@ impl LiveInput {
         candidates
     }
 
-    /// Returns `(item, result)` of every error result not followed, in the
-    /// input, by a success with the same [`ErrorKey`].
+    /// Returns `(item, result)` of every failing result of the input not
+    /// followed, on the rendered stretch, by a success with the same
+    /// [`ErrorKey`] (a pending result is neither): the unresolved errors of
+    /// SPEC §8.1, judged as the fact extractor judges them.
     fn unresolved_errors(&self) -> HashSet<(usize, usize)> {
-        let mut last_success: HashMap<&ErrorKey, (usize, usize)> = HashMap::new();
+        let mut last_success: HashMap<&ErrorKey, usize> = HashMap::new();
+        for (seq, settled) in self.settled.iter().enumerate() {
+            if !settled.failed {
+                last_success.insert(&settled.key, seq);
+            }
+        }
+        self.settled
+            .iter()
+            .enumerate()
+            .filter(|(seq, settled)| {
+                settled.failed
+                    && last_success
+                        .get(&settled.key)
+                        .is_none_or(|success| success < seq)
+            })
+            .filter_map(|(_, settled)| settled.at)
+            .collect()
+    }
+
+    /// Returns the call ids of the input's unresolved errors, in input
+    /// order: the failing results no hygiene pass stubs now (SPEC §8.1).
+    pub fn unresolved_error_calls(&self) -> Vec<&str> {
+        let unresolved = self.unresolved_errors();
+        let mut calls = Vec::new();
         for (item_idx, item) in self.items.iter().enumerate() {
             for (result_idx, info) in item.results.iter().enumerate() {
-                if !info.is_error {
-                    last_success.insert(&info.key, (item_idx, result_idx));
+                if unresolved.contains(&(item_idx, result_idx)) {
+                    calls.push(info.call_id.as_str());
                 }
             }
         }
-        let mut unresolved = HashSet::new();
-        for (item_idx, item) in self.items.iter().enumerate() {
-            for (result_idx, info) in item.results.iter().enumerate() {
-                let resolved = last_success
-                    .get(&info.key)
-                    .is_some_and(|&success| success > (item_idx, result_idx));
-                if info.is_error && !resolved {
-                    unresolved.insert((item_idx, result_idx));
-                }
-            }
-        }
-        unresolved
+        calls
     }
 
     fn apply_stub(&mut self, candidate: &StubCandidate) {
@@ -1544,5 +1665,266 @@ mod tests {
         more.push(entry(5, skill(SkillAction::Deactivate)));
         let live = LiveInput::build(setup(16_000), &more);
         assert!(live.pinned_state().skills.is_empty());
+    }
+
+    // -----------------------------------------------------------------
+    // Unresolved errors (SPEC §8.1), judged as the fact extractor does
+    // -----------------------------------------------------------------
+
+    const ROOT: &str = "/w";
+
+    /// A tool result long enough for a stub to reclaim something.
+    fn output(call_id: &str, head: &str, is_error: bool) -> Message {
+        Message::tool_result(
+            call_id,
+            format!("{head}\nOutput:\n{}", "log line\n".repeat(60)),
+            is_error,
+        )
+    }
+
+    /// A session in `/w` of alternating calls and results, numbered from 1.
+    fn session(steps: Vec<(&str, &str, serde_json::Value, &str, bool)>) -> Vec<Entry> {
+        let mut path = vec![msg(1, Message::user("go"))];
+        for (call_id, tool, args, head, is_error) in steps {
+            let n = path.len() as u128 + 1;
+            path.push(msg(n, call(call_id, tool, args)));
+            path.push(msg(n + 1, output(call_id, head, is_error)));
+        }
+        path
+    }
+
+    /// Appends a hygiene entry pruning through the last entry.
+    fn prune_all(path: &mut Vec<Entry>) {
+        let last = path.last().map(|entry| entry.id.clone()).expect("a path");
+        let n = path.len() as u128 + 1;
+        path.push(entry(
+            n,
+            EntryBody::Hygiene {
+                pruned_through: last,
+                reclaimed_tokens: TokenCount::ZERO,
+            },
+        ));
+    }
+
+    /// Builds the input of `path` both incrementally and at once, checks
+    /// they agree on every result, and returns it.
+    fn live_of(setup: InputSetup, path: &[Entry]) -> LiveInput {
+        let built = LiveInput::build(setup.clone(), path);
+        let mut live = LiveInput::new(setup);
+        for end in 1..=path.len() {
+            live.extend(&path[..end]);
+        }
+        let results = |live: &LiveInput| -> Vec<ResultInfo> {
+            live.view()
+                .messages
+                .iter()
+                .flat_map(|message| message.results.iter().cloned())
+                .collect()
+        };
+        assert_eq!(results(&live), results(&built));
+        assert_eq!(live.total_tokens(), built.total_tokens());
+        assert_eq!(
+            live.unresolved_error_calls(),
+            built.unresolved_error_calls()
+        );
+        live
+    }
+
+    /// Returns the calls whose results kept their body.
+    fn unstubbed(live: &LiveInput) -> Vec<String> {
+        live.view()
+            .messages
+            .iter()
+            .flat_map(|message| message.results.iter())
+            .filter(|info| !info.stubbed)
+            .map(|info| info.call_id.clone())
+            .collect()
+    }
+
+    fn rooted() -> InputSetup {
+        setup(16_000).with_cwd(Some(ROOT.into()))
+    }
+
+    #[test]
+    fn a_failing_codex_poll_is_resolved_only_by_its_own_command() {
+        let running = |id: u32| format!("Process running with session ID {id}");
+        let exited = |code: u32| format!("Process exited with code {code}");
+        let poll = |id: u32| serde_json::json!({"session_id": id, "chars": ""});
+        let mut path = session(vec![
+            (
+                "a1",
+                "exec_command",
+                serde_json::json!({"cmd": "./run_tests.sh", "workdir": ROOT}),
+                &running(5),
+                false,
+            ),
+            ("p1", "write_stdin", poll(5), &exited(1), false),
+            (
+                "a2",
+                "exec_command",
+                serde_json::json!({"cmd": "npm run lint"}),
+                &running(6),
+                false,
+            ),
+            // A successful poll of another session…
+            ("p2", "write_stdin", poll(6), &exited(0), false),
+            // …and of another command given the same session id again.
+            (
+                "a3",
+                "exec_command",
+                serde_json::json!({"cmd": "sleep 1"}),
+                &running(5),
+                false,
+            ),
+            ("p3", "write_stdin", poll(5), &exited(0), false),
+        ]);
+        let live = live_of(rooted(), &path);
+        let infos: Vec<(String, Status)> = live
+            .view()
+            .messages
+            .iter()
+            .flat_map(|message| message.results.iter())
+            .map(|info| (info.key.as_str().to_owned(), info.status))
+            .collect();
+        assert_eq!(infos[1], ("$ ./run_tests.sh".into(), Status::Failure));
+        assert_eq!(infos[5], ("$ sleep 1".into(), Status::Success));
+        assert_eq!(live.unresolved_error_calls(), vec!["p1"]);
+        prune_all(&mut path);
+        assert_eq!(unstubbed(&live_of(rooted(), &path)), vec!["p1"]);
+        // The same command run again and exiting 0 resolves it (as it
+        // would the extractor's): a later pass stubs it.
+        let n = path.len() as u128 + 1;
+        path.push(msg(
+            n,
+            call(
+                "a4",
+                "exec_command",
+                serde_json::json!({"cmd": "bash -lc ./run_tests.sh"}),
+            ),
+        ));
+        path.push(msg(n + 1, output("a4", &exited(0), false)));
+        assert!(live_of(rooted(), &path).unresolved_error_calls().is_empty());
+        prune_all(&mut path);
+        assert!(unstubbed(&live_of(rooted(), &path)).is_empty());
+    }
+
+    #[test]
+    fn a_rerun_still_running_does_not_resolve_the_failure() {
+        let mut path = session(vec![
+            (
+                "c1",
+                "bash",
+                serde_json::json!({"command": "cargo test"}),
+                "test result: FAILED",
+                true,
+            ),
+            (
+                "c2",
+                "exec_command",
+                serde_json::json!({"cmd": "cargo test", "workdir": ROOT}),
+                "Process running with session ID 9",
+                false,
+            ),
+        ]);
+        let live = live_of(rooted(), &path);
+        let statuses: Vec<Status> = live
+            .view()
+            .messages
+            .iter()
+            .flat_map(|message| message.results.iter())
+            .map(|info| info.status)
+            .collect();
+        assert_eq!(statuses, vec![Status::Failure, Status::Pending]);
+        assert_eq!(live.unresolved_error_calls(), vec!["c1"]);
+        prune_all(&mut path);
+        // The hygiene entry judges as of its position: c1 stays whole, the
+        // running c2 is stubbed.
+        assert_eq!(unstubbed(&live_of(rooted(), &path)), vec!["c1"]);
+        // The poll reporting exit 0 resolves it, but the earlier pass
+        // keeps what it kept.
+        let n = path.len() as u128 + 1;
+        path.push(msg(
+            n,
+            call(
+                "c3",
+                "write_stdin",
+                serde_json::json!({"session_id": 9, "chars": ""}),
+            ),
+        ));
+        path.push(msg(
+            n + 1,
+            output("c3", "Process exited with code 0", false),
+        ));
+        let live = live_of(rooted(), &path);
+        assert!(live.unresolved_error_calls().is_empty());
+        assert_eq!(unstubbed(&live), vec!["c1", "c3"]);
+    }
+
+    #[test]
+    fn the_same_command_in_another_directory_is_another_command() {
+        let mut path = session(vec![
+            (
+                "d1",
+                "exec_command",
+                serde_json::json!({"cmd": "go test ./...", "workdir": "/w/backend"}),
+                "Process exited with code 1",
+                false,
+            ),
+            (
+                "d2",
+                "bash",
+                serde_json::json!({"command": "go test ./..."}),
+                "ok",
+                false,
+            ),
+            (
+                "d3",
+                "shell",
+                serde_json::json!({"command": ["bash", "-lc", "cd frontend && go test ./..."]}),
+                "ok",
+                false,
+            ),
+        ]);
+        assert_eq!(
+            live_of(rooted(), &path).unresolved_error_calls(),
+            vec!["d1"]
+        );
+        let mut pruned = path.clone();
+        prune_all(&mut pruned);
+        assert_eq!(unstubbed(&live_of(rooted(), &pruned)), vec!["d1"]);
+        // The same directory written another way is the same command, once
+        // the workspace root is known.
+        let n = path.len() as u128 + 1;
+        path.push(msg(
+            n,
+            call(
+                "d4",
+                "Bash",
+                serde_json::json!({"command": "cd backend && go  test ./..."}),
+            ),
+        ));
+        path.push(msg(n + 1, output("d4", "ok", false)));
+        assert!(live_of(rooted(), &path).unresolved_error_calls().is_empty());
+        assert_eq!(
+            live_of(setup(16_000), &path).unresolved_error_calls(),
+            vec!["d1"]
+        );
+    }
+
+    #[test]
+    fn a_success_the_sweep_drops_still_resolves() {
+        // The extractor reads the log: a late result of a closed batch
+        // resolves the failure though the input shows the synthetic one.
+        let path = vec![
+            msg(1, Message::user("go")),
+            msg(2, call("a", "bash", serde_json::json!({"command": "make"}))),
+            msg(3, output("a", "make: *** [all] Error 2", true)),
+            msg(4, call("b", "bash", serde_json::json!({"command": "make"}))),
+            msg(5, Message::user("wait")),
+            msg(6, output("b", "done", false)),
+        ];
+        let live = live_of(rooted(), &path);
+        assert!(texts(&live).contains(&"tool:result:b=no result recorded: interrupted".into()));
+        assert!(live.unresolved_error_calls().is_empty());
     }
 }

@@ -118,8 +118,10 @@ impl SessionCore {
         budget: &Budget,
         counter: Arc<dyn TokenCounter>,
         native: Option<&NativeTarget>,
+        cwd: &str,
     ) -> InputSetup {
         let setup = InputSetup::new(counter, InputConfig::new(budget, &config.compaction))
+            .with_cwd(Some(cwd.to_owned()))
             .with_system_prompt(config.system_prompt.clone())
             .with_tool_schemas(config.tool_schemas.clone())
             .with_renderer(Arc::new(|capsule| {
@@ -158,7 +160,13 @@ impl SessionCore {
             ),
             None => None,
         };
-        let live = LiveInput::new(Self::setup(&config, &budget, counter.clone(), None));
+        let live = LiveInput::new(Self::setup(
+            &config,
+            &budget,
+            counter.clone(),
+            None,
+            &header.cwd,
+        ));
         let mut core = SessionCore {
             writer,
             flight,
@@ -524,6 +532,7 @@ impl SessionCore {
                 &self.budget,
                 self.counter.clone(),
                 self.native.as_ref().map(|native| native.target()),
+                &self.header.cwd,
             ),
             path,
         )

@@ -57,6 +57,7 @@ impl SobaRunner {
         let setup = ctx
             .trace
             .input_setup(InputConfig::new(&budget, &config))
+            .with_cwd(ctx.trace.cwd.clone())
             .with_renderer(Arc::new(|capsule: &Capsule| {
                 render::capsule_input(&CapsuleView::from(capsule))
             }));

@@ -3,7 +3,7 @@
 //! `ByteCounter` (`ceil(bytes / 4)`). `PROPTEST_CASES` sets the number of
 //! cases (256 in CI, ≥ 2,000 locally).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -11,13 +11,15 @@ use serde_json::{Value, json};
 use soba_core::budget::Budget;
 use soba_core::calibration::Factor;
 use soba_core::capsule::{Capsule, CapsuleState, LocalSections, Narrative, Quality, Trigger};
+use soba_core::command::shown_key;
 use soba_core::config::CompactionConfig;
 use soba_core::entry::{
     CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry,
 };
+use soba_core::facts::{self, FactsConfig, FactsInput};
 use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
 use soba_core::id::{EntryId, IdKind};
-use soba_core::input::{InputConfig, InputMessage, InputOrigin, InputSetup, LiveInput};
+use soba_core::input::{InputConfig, InputMessage, InputOrigin, InputSetup, LiveInput, ResultInfo};
 use soba_core::message::{Block, Image, ImageSource, Message, Role, ToolInput, ToolUse};
 use soba_core::plan::{self, Plan, PlanError, PlanRequest, SkipReason};
 use soba_core::tokens::{ByteCounter, TokenCount};
@@ -215,6 +217,156 @@ enum Step {
     CapsuleFile(usize),
     Checkpoint,
     ImageMessage,
+    /// One tool batch of shell commands, Codex polls and edits.
+    Calls(Vec<Call>),
+}
+
+/// The workspace root of generated sessions.
+const ROOT: &str = "/w";
+const COMMANDS: [&str; 3] = ["cargo test", "make", "./run_tests.sh"];
+const DIRS: [&str; 3] = ["", "backend", "frontend"];
+
+/// What a generated call's result says.
+#[derive(Debug, Clone, Copy)]
+enum Reply {
+    /// Codex's `Process exited with code N`.
+    Exit(u8),
+    /// Codex's `Process running with session ID N`.
+    Running(u32),
+    /// A result flagged `isError`.
+    Flagged,
+    /// No result: the orphan sweep answers it.
+    Missing,
+}
+
+/// One generated tool call with its result.
+#[derive(Debug, Clone)]
+enum Call {
+    /// A command of [`COMMANDS`] in a directory of [`DIRS`], written in
+    /// one of four agents' styles.
+    Shell {
+        command: usize,
+        dir: usize,
+        style: usize,
+        reply: Reply,
+    },
+    /// A Codex `write_stdin` poll of a session.
+    Poll { session: u32, reply: Reply },
+    /// An edit of one of two files.
+    Edit { file: usize, reply: Reply },
+}
+
+fn reply_strategy() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        3 => (0u8..2).prop_map(Reply::Exit),
+        2 => (1u32..4).prop_map(Reply::Running),
+        1 => Just(Reply::Flagged),
+        1 => Just(Reply::Missing),
+    ]
+}
+
+fn call_strategy() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        4 => (0usize..3, 0usize..3, 0usize..4, reply_strategy()).prop_map(
+            |(command, dir, style, reply)| Call::Shell { command, dir, style, reply }
+        ),
+        3 => (1u32..4, reply_strategy()).prop_map(|(session, reply)| Call::Poll { session, reply }),
+        1 => (0usize..2, reply_strategy()).prop_map(|(file, reply)| Call::Edit { file, reply }),
+    ]
+}
+
+impl Call {
+    fn tool_and_args(&self) -> (&'static str, Value) {
+        match *self {
+            Call::Shell {
+                command,
+                dir,
+                style,
+                ..
+            } => {
+                let (command, dir) = (COMMANDS[command], DIRS[dir]);
+                let absolute = if dir.is_empty() {
+                    ROOT.to_owned()
+                } else {
+                    format!("{ROOT}/{dir}")
+                };
+                match style {
+                    0 if dir.is_empty() => ("bash", json!({ "command": command })),
+                    0 => (
+                        "bash",
+                        json!({ "command": format!("cd {dir} && {command}") }),
+                    ),
+                    1 => (
+                        "exec_command",
+                        json!({ "cmd": command, "workdir": absolute }),
+                    ),
+                    2 => (
+                        "shell",
+                        json!({ "command": ["bash", "-lc", command], "workdir": dir }),
+                    ),
+                    _ => (
+                        "Bash",
+                        json!({ "command": format!("cd {absolute} &&  {command}") }),
+                    ),
+                }
+            }
+            Call::Poll { session, .. } => {
+                ("write_stdin", json!({ "session_id": session, "chars": "" }))
+            }
+            Call::Edit { file, .. } => ("edit_file", json!({ "path": format!("src/f{file}.rs") })),
+        }
+    }
+
+    fn reply(&self) -> Reply {
+        match *self {
+            Call::Shell { reply, .. } | Call::Poll { reply, .. } | Call::Edit { reply, .. } => {
+                reply
+            }
+        }
+    }
+}
+
+/// Appends one tool batch making `calls`, then a result message for each
+/// that has one.
+fn append_calls(session: &mut Session, calls: &[Call]) {
+    let seed = session.path.len();
+    let ids: Vec<String> = (0..calls.len()).map(|n| format!("run{seed}_{n}")).collect();
+    let specs: Vec<(String, &str, Value)> = calls
+        .iter()
+        .zip(&ids)
+        .map(|(call, id)| {
+            let (tool, args) = call.tool_and_args();
+            (id.clone(), tool, args)
+        })
+        .collect();
+    let specs: Vec<(&str, &str, Value)> = specs
+        .iter()
+        .map(|(id, tool, args)| (id.as_str(), *tool, args.clone()))
+        .collect();
+    session.calls(&specs);
+    for (call, id) in calls.iter().zip(&ids) {
+        let body = "log line\n".repeat(40);
+        match call.reply() {
+            Reply::Exit(code) => {
+                session.result(
+                    id,
+                    format!("Process exited with code {code}\nOutput:\n{body}"),
+                    false,
+                );
+            }
+            Reply::Running(n) => {
+                session.result(
+                    id,
+                    format!("Process running with session ID {n}\nOutput:\n{body}"),
+                    false,
+                );
+            }
+            Reply::Flagged => {
+                session.result(id, format!("error: it broke\n{body}"), true);
+            }
+            Reply::Missing => {}
+        }
+    }
 }
 
 const TOOLS: [&str; 4] = ["bash", "read_file", "edit_file", "keep"];
@@ -242,6 +394,7 @@ fn step_strategy() -> impl Strategy<Value = Step> {
         6 => size.clone().prop_map(Step::User),
         3 => size.clone().prop_map(Step::Assistant),
         8 => prop::collection::vec(result, 1..4).prop_map(Step::Batch),
+        3 => prop::collection::vec(call_strategy(), 1..3).prop_map(Step::Calls),
         1 => Just(Step::StrayResult),
         1 => (1usize..400).prop_map(Step::System),
         1 => (1usize..2_000).prop_map(Step::CapsuleFile),
@@ -314,6 +467,7 @@ fn append(session: &mut Session, step: &Step) {
                 vec![Block::Text("see".into()), Block::Image(image)],
             ));
         }
+        Step::Calls(calls) => append_calls(session, calls),
     }
 }
 
@@ -599,6 +753,15 @@ fn check_plan(
     Ok(())
 }
 
+/// Every result the input carries, with its key, outcome and stub flag.
+fn result_infos(live: &LiveInput) -> Vec<ResultInfo> {
+    live.view()
+        .messages
+        .iter()
+        .flat_map(|message| message.results.iter().cloned())
+        .collect()
+}
+
 fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
     let config = config_of(limits);
     let Ok(budget) = Budget::compute(
@@ -610,7 +773,7 @@ fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
     };
     let mut session = Session::default();
     session.user("the original task");
-    let mut live = LiveInput::new(setup(&budget, &["keep"]));
+    let mut live = LiveInput::new(setup(&budget, &["keep"]).with_cwd(Some(ROOT.into())));
     let mut kept: Option<(EntryId, Window)> = None;
     let hygiene_config = HygieneConfig::new(&budget, &config);
     for round in rounds {
@@ -627,6 +790,13 @@ fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
         let rebuilt = LiveInput::build(live.setup().clone(), &session.path);
         prop_assert_eq!(rebuilt.total_tokens(), live.total_tokens());
         prop_assert_eq!(rebuilt.view().total_tokens(), live.total_tokens());
+        // So do every result's key, outcome and stub, and the unresolved
+        // errors.
+        prop_assert_eq!(result_infos(&rebuilt), result_infos(&live));
+        prop_assert_eq!(
+            rebuilt.unresolved_error_calls(),
+            live.unresolved_error_calls()
+        );
         assert_paired(&live.view().messages)?;
         // The cached count from a message on equals the listed one.
         let listed = live.message_tokens();
@@ -662,8 +832,110 @@ fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// One generated act of a session checked against the extractor.
+#[derive(Debug, Clone)]
+enum Act {
+    Calls(Vec<Call>),
+    User,
+    /// A hygiene entry pruning through the newest entry.
+    Hygiene,
+}
+
+fn act_strategy() -> impl Strategy<Value = Act> {
+    prop_oneof![
+        8 => prop::collection::vec(call_strategy(), 1..3).prop_map(Act::Calls),
+        1 => Just(Act::User),
+        1 => Just(Act::Hygiene),
+    ]
+}
+
+/// Hygiene keeps exactly the errors the extractor lists as unresolved
+/// (SPEC §8.1, §9.2), over a session whose every logged result is in the
+/// input (no stray or late results: those the sweep drops are not in the
+/// input to be kept). The extractor lists one error per key, the newest
+/// failure; hygiene keeps every failure after the key's last success. So:
+/// the shown keys of hygiene's unresolved results are the extractor's keys,
+/// and the newest of them per key carries the extractor's text. None of
+/// them is stubbed, whatever hygiene entries came before.
+fn check_unresolved(acts: &[Act]) -> Result<(), TestCaseError> {
+    let config = CompactionConfig::default();
+    let budget = budget(200_000, 32_000, &config);
+    let mut session = Session::default();
+    session.user("fix the build");
+    for act in acts {
+        match act {
+            Act::Calls(calls) => append_calls(&mut session, calls),
+            Act::User => {
+                session.user("go on");
+            }
+            Act::Hygiene => {
+                let through = session.path.last().map(|entry| entry.id.clone());
+                if let Some(pruned_through) = through {
+                    session.push(EntryBody::Hygiene {
+                        pruned_through,
+                        reclaimed_tokens: TokenCount::ZERO,
+                    });
+                }
+            }
+        }
+    }
+    let setup = setup(&budget, &[]).with_cwd(Some(ROOT.into()));
+    let live = LiveInput::build(setup.clone(), &session.path);
+    let mut incremental = LiveInput::new(setup);
+    for end in 1..=session.path.len() {
+        incremental.extend(&session.path[..end]);
+    }
+    prop_assert_eq!(result_infos(&incremental), result_infos(&live));
+
+    let logged: HashMap<String, String> = session
+        .path
+        .iter()
+        .filter_map(|entry| match &entry.body {
+            EntryBody::Message(message) => Some(message.message.tool_results()),
+            _ => None,
+        })
+        .flatten()
+        .map(|result| (result.tool_use_id.clone(), result.text()))
+        .collect();
+    let unresolved: HashSet<&str> = live.unresolved_error_calls().into_iter().collect();
+    let mut kept: BTreeMap<String, String> = BTreeMap::new();
+    for info in result_infos(&live) {
+        if unresolved.contains(info.call_id.as_str()) {
+            prop_assert!(!info.stubbed, "unresolved {} was stubbed", info.call_id);
+            prop_assert!(info.is_error);
+            kept.insert(shown_key(info.key.as_str()), logged[&info.call_id].clone());
+        }
+    }
+    let retained = HashSet::new();
+    let extracted = facts::extract(
+        &FactsInput {
+            span: &session.path,
+            previous: None,
+            retained: &retained,
+            cwd: Some(ROOT),
+        },
+        &FactsConfig::default(),
+        &ByteCounter,
+    );
+    let listed: BTreeMap<String, String> = extracted
+        .unresolved_errors
+        .iter()
+        .map(|error| (error.key.clone(), error.text.clone()))
+        .collect();
+    prop_assert_eq!(listed.len(), extracted.unresolved_errors.len());
+    prop_assert_eq!(kept, listed);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Hygiene's unresolved errors are the extractor's (see
+    /// [`check_unresolved`]).
+    #[test]
+    fn hygiene_keeps_the_errors_the_extractor_lists(acts in prop::collection::vec(act_strategy(), 1..24)) {
+        check_unresolved(&acts)?;
+    }
 
     /// Five compactions in a row, with appends, hygiene and rewinds between:
     /// every plan fits or fails naming the newest unit; no unpaired tool
