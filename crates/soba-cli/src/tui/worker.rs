@@ -25,6 +25,7 @@ use soba_engine::tool::{
     ToolConfig, ToolContext, ToolRegistry, Workspace,
 };
 use soba_provider::client::ModelClient;
+use soba_store::reader::SessionLog;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -594,6 +595,14 @@ impl Worker {
         core.short_id_len()
     }
 
+    /// Reads the whole log (what lies before the core's live stretch), or
+    /// says why `doing` cannot go on.
+    fn read_log(&self, core: &SessionCore, doing: &str) -> Option<SessionLog> {
+        core.read_log()
+            .map_err(|err| self.note(format!("cannot {doing}: {err}")))
+            .ok()
+    }
+
     async fn on_compaction_end(&mut self, end: CompactionEnd) {
         let Some(live) = &self.live else {
             return;
@@ -762,13 +771,8 @@ impl Worker {
         let core = live.core.lock().await;
         let short = self.short(&core);
         // Rewind targets may lie before the live stretch: read the log.
-        let log = match core.read_log() {
-            Ok(log) => log,
-            Err(err) => {
-                drop(core);
-                self.note(format!("cannot rewind: {err}"));
-                return;
-            }
+        let Some(log) = self.read_log(&core, "rewind") else {
+            return;
         };
         let path: Vec<Entry> = log.path().into_iter().map(|l| l.entry.clone()).collect();
         let entries: Vec<Entry> = log.entries().iter().map(|l| l.entry.clone()).collect();
@@ -1090,13 +1094,8 @@ impl Worker {
         };
         let core = live.core.lock().await;
         let short = self.short(&core);
-        let log = match core.read_log() {
-            Ok(log) => log,
-            Err(err) => {
-                drop(core);
-                self.note(format!("cannot list capsules: {err}"));
-                return;
-            }
+        let Some(log) = self.read_log(&core, "list capsules") else {
+            return;
         };
         let on_path: HashSet<&EntryId> = log.path().iter().map(|l| &l.entry.id).collect();
         let mut lines = vec!["capsules in this session (newest first):".to_owned()];
@@ -1152,14 +1151,10 @@ impl Worker {
                 .leaf()
                 .map(|id| id.as_str().to_owned())
                 .unwrap_or_default();
-            let entries: Vec<Entry> = match core.read_log() {
-                Ok(log) => log.entries().iter().map(|l| l.entry.clone()).collect(),
-                Err(err) => {
-                    drop(core);
-                    self.note(format!("cannot export: {err}"));
-                    return;
-                }
+            let Some(log) = self.read_log(&core, "export") else {
+                return;
             };
+            let entries: Vec<Entry> = log.entries().iter().map(|l| l.entry.clone()).collect();
             capsule_files::prepare_export(
                 &root,
                 ExportSource {
