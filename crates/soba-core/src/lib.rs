@@ -26,6 +26,7 @@ pub mod redact;
 pub mod render;
 pub mod retention;
 pub mod summarize;
+pub mod terminal;
 pub mod tokens;
 pub mod trigger;
 pub mod unit;
