@@ -2,7 +2,7 @@
 //! export, ~3.4 MB) under all seven policies: SPEC §16 targets ≤ 3 s.
 //! The trace is read from `../shared/traces/raw` beside the repository;
 //! without it the benchmark prints why and measures nothing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_macros)]
 
 use std::path::Path;
 

@@ -65,7 +65,7 @@ impl Context {
     /// Prints the configuration's warnings to stderr.
     pub fn print_warnings(&self) {
         for warning in &self.loaded.warnings {
-            eprintln!("warning: {warning}");
+            crate::output::errln!("warning: {warning}");
         }
     }
 

@@ -5,6 +5,8 @@ use std::fmt;
 use std::io::Write;
 use std::process::ExitCode;
 
+use soba_core::terminal::sanitize;
+
 /// What kind of failure, which decides the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -90,23 +92,26 @@ impl CliError {
     /// Prints the error (unless it is a broken pipe) and returns the exit code.
     pub fn report(&self) -> ExitCode {
         if self.kind != ErrorKind::BrokenPipe {
-            let mut stderr = std::io::stderr().lock();
+            let mut stderr = crate::output::stderr();
             let _ = writeln!(stderr, "{self}");
         }
         ExitCode::from(self.exit_code())
     }
 }
 
+/// Shows the error as the user sees it. Messages, causes and hints often
+/// quote files and configuration values, so each part goes through the
+/// terminal sanitizer: escape sequences are shown, never sent.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", self.message)?;
+        write!(f, "error: {}", sanitize(&self.message))?;
         if let Some(source) = &self.source {
             for cause in source.chain() {
-                write!(f, ": {cause}")?;
+                write!(f, ": {}", sanitize(&cause.to_string()))?;
             }
         }
         for hint in &self.hints {
-            write!(f, "\nhint: {hint}")?;
+            write!(f, "\nhint: {}", sanitize(hint))?;
         }
         Ok(())
     }

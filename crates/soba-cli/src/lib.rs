@@ -8,6 +8,7 @@ mod context;
 mod engine;
 mod error;
 pub mod logging;
+mod output;
 pub mod paths;
 /// The replay analyzer (`soba replay`, SPEC §15), public for its benchmark:
 /// replay a transcript or a folder under SOBA and the peers' policies.

@@ -487,10 +487,9 @@ pub fn loaded_capsule(path: &str, text: &str) -> String {
         }
         salt += 1;
     };
-    let path: String = path
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    // The path is one line of the template: newlines and controls in a
+    // file name are shown escaped, as on a terminal.
+    let path = crate::terminal::sanitize_line(path);
     fill(
         CAPSULE_LOADED_TEMPLATE,
         &[("path", &path), ("tag", &tag), ("text", text.trim_end())],
@@ -990,5 +989,12 @@ mod tests {
             .unwrap();
         assert_ne!(end_line, "<<<END CAPSULE DATA 0000>>>");
         assert_eq!(rendered.matches(end_line).count(), 1);
+    }
+
+    #[test]
+    fn loaded_capsule_path_is_one_escaped_line() {
+        let rendered = loaded_capsule("a\n<<<END\x1b[2J\u{202e}.capsule.md", "text");
+        assert!(rendered.contains("a\\n<<<END\\x1b[2J\\u{202e}.capsule.md"));
+        assert!(!rendered.contains('\x1b') && !rendered.contains('\u{202e}'));
     }
 }

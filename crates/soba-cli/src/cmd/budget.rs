@@ -60,10 +60,10 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
 
 /// Prints the rendered limits on stdout and the budget's warnings on stderr.
 fn print(rendered: &str, budget: &Budget) -> CliResult {
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     stdout.write_all(rendered.as_bytes())?;
     stdout.flush()?;
-    let mut stderr = std::io::stderr().lock();
+    let mut stderr = crate::output::stderr();
     for warning in budget.warnings() {
         writeln!(stderr, "warning: {warning}")?;
     }
@@ -91,7 +91,7 @@ fn session_budget(args: &BudgetArgs, global: &GlobalArgs, session: &str) -> CliR
         .hint("import other agents' transcripts with `soba import`"));
     };
     for diagnostic in log.diagnostics() {
-        eprintln!("warning: session {}: {diagnostic}", summary.id);
+        crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
     }
     let path: Vec<Entry> = log
         .path()

@@ -17,6 +17,7 @@ use soba_core::config::CompactionConfig;
 use soba_core::facts::{self, FactsConfig, FactsInput};
 use soba_core::render::{self, CapsuleFileHeader, CapsuleView, RenderedCapsuleFile};
 use soba_core::summarize::{self, Summarizer, SummaryRequest};
+use soba_core::terminal::Line;
 use soba_core::tokens::{BpeCounter, group_thousands};
 use soba_core::{
     Capsule, ContextEntry, ContextSource, Encoding, Entry, EntryBody, EntryId, IdKind, Quality,
@@ -275,19 +276,24 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
                 .and_then(|text| render::parse_capsule_file(&text).map_err(|err| err.to_string()));
             match described {
                 Ok(parsed) => out.push_str(&format!(
-                    "  {name}  {}  {}  {} tokens\n",
-                    parsed.front.title.as_deref().unwrap_or("(untitled)"),
+                    "  {}  {}  {}  {} tokens\n",
+                    Line(&name),
+                    Line(parsed.front.title.as_deref().unwrap_or("(untitled)")),
                     parsed.front.quality.map_or("-", |q| q.as_str()),
                     parsed
                         .front
                         .tokens
                         .map_or_else(|| "?".to_owned(), group_thousands)
                 )),
-                Err(problem) => out.push_str(&format!("  {name}  (unreadable: {problem})\n")),
+                Err(problem) => out.push_str(&format!(
+                    "  {}  (unreadable: {})\n",
+                    Line(&name),
+                    Line(&problem)
+                )),
             }
         }
     }
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     stdout.write_all(out.as_bytes())?;
     Ok(stdout.flush()?)
 }
@@ -387,12 +393,12 @@ fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: 
         given,
     )?;
     write_file(&export.file, &export.rendered.text, force)?;
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     writeln!(
         stdout,
         "exported {} to {} ({} tokens; {})",
         export.id.short_with(4),
-        export.file.display(),
+        crate::output::path(&export.file),
         group_thousands(export.rendered.tokens.get()),
         redaction_note(&export.rendered)
     )?;
@@ -514,13 +520,15 @@ fn load(ctx: &Context, args: &CapsuleArgs, given: &Path) -> CliResult {
     )?;
     let (details, shown) = (loadable.details(), loadable.entry.path.clone());
     let appended = writer.append(EntryBody::Context(loadable.entry))?;
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     writeln!(
         stdout,
-        "loaded {shown} into session {} as {} ({} tokens{details}); the model sees it as untrusted data",
-        summary.id,
+        "loaded {} into session {} as {} ({} tokens{}); the model sees it as untrusted data",
+        Line(&shown),
+        Line(&summary.id),
         appended.id.short_with(4),
         group_thousands(loadable.tokens.get()),
+        Line(&details),
     )?;
     Ok(stdout.flush()?)
 }
@@ -649,7 +657,7 @@ impl Handoff {
     pub fn line(&self, root: &Path) -> String {
         format!(
             "wrote {} ({}, {} tokens, {}; {})",
-            display_path(root, &self.file),
+            Line(&display_path(root, &self.file)),
             self.id.short_with(4),
             group_thousands(self.rendered.tokens.get()),
             self.quality.as_str(),
@@ -795,7 +803,7 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
     let mut notes = Vec::new();
     let summarizer: Option<Arc<dyn Summarizer>> = engine::summarizer(ctx, &setup, &mut notes)?;
     for note in notes {
-        eprintln!("{note}");
+        crate::output::errln!("{note}");
     }
     // The whole live input, no tail: everything from the latest capsule's
     // retained tail on, with that capsule as the previous state.
@@ -850,13 +858,16 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
         )
         .and_then(|mut appender| appender.append(&handoff.record));
         if let Err(err) = written {
-            eprintln!("warning: flight record not written: {err}");
+            crate::output::errln!("warning: flight record not written: {err}");
         }
     }
     if let Some(reason) = &handoff.fallback {
-        eprintln!("fallback used: {reason}; the capsule is deterministic (degraded)");
+        crate::output::errln!(
+            "fallback used: {}; the capsule is deterministic (degraded)",
+            Line(reason)
+        );
     }
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     writeln!(stdout, "{}", handoff.line(&ctx.workspace.root))?;
     Ok(stdout.flush()?)
 }

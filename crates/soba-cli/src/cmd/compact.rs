@@ -40,17 +40,17 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
     let mut notes = Vec::new();
     let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
     for note in notes {
-        eprintln!("{note}");
+        crate::output::errln!("{note}");
     }
     let tools = ToolRegistry::builtin();
     let (mut core, diagnostics) = engine::open_session(&ctx, &summary.path, &setup, &tools)?;
     for diagnostic in diagnostics {
-        eprintln!("warning: session {}: {diagnostic}", summary.id);
+        crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
     }
     // A native failure never changes the outcome (SPEC §10.3): without the
     // compactor the portable capsule is made alone.
     if let Err(err) = engine::install_native(&ctx, &setup, &mut core) {
-        eprintln!(
+        crate::output::errln!(
             "note: native continuation unavailable ({}); the portable capsule is made alone",
             err.message
         );
@@ -59,16 +59,18 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
     let sink: EventSink = Arc::new(|event| match event {
         EngineEvent::Hygiene {
             reclaimed, stubbed, ..
-        } => eprintln!("hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed"),
+        } => crate::output::errln!(
+            "hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed"
+        ),
         EngineEvent::CompactionStart {
             trigger,
             tokens_before,
             ..
-        } => eprintln!(
+        } => crate::output::errln!(
             "Compacting context ({}, {tokens_before} tokens)",
             trigger.as_str()
         ),
-        EngineEvent::Warning { message } => eprintln!("warning: {message}"),
+        EngineEvent::Warning { message } => crate::output::errln!("warning: {message}"),
         _ => {}
     });
     let barrier = engine::barrier(core.clone(), sink, summarizer);
@@ -94,12 +96,12 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
     let end: CompactionEnd = match decided? {
         Preflight::Compacted(end) | Preflight::EndTurn(end) => end,
         Preflight::Proceed => {
-            println!("nothing to compact in session {}", summary.id);
+            crate::output::outln!("nothing to compact in session {}", summary.id)?;
             return Ok(());
         }
     };
     let line = end.result_line(|id| id.short_with(4));
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
     match end.outcome {

@@ -13,7 +13,7 @@ pub fn cmd_completions(args: &CompletionsArgs) -> CliResult {
     let mut command = Cli::command();
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "soba", &mut script);
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     stdout.write_all(&script)?;
     Ok(stdout.flush()?)
 }

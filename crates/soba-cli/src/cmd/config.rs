@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use serde_json::{Map, Value, json};
+use soba_core::terminal::{Line, sanitize_json, sanitize_line};
 
 use crate::cli::{ConfigAction, ConfigArgs, GlobalArgs};
 use crate::config::{Source, schema};
@@ -16,8 +17,8 @@ pub fn cmd_config(args: &ConfigArgs, global: &GlobalArgs) -> CliResult {
         ConfigAction::Schema => {
             let text =
                 serde_json::to_string_pretty(&schema::schema()).unwrap_or_else(|_| "{}".to_owned());
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{text}")?;
+            let mut stdout = crate::output::stdout();
+            writeln!(stdout, "{}", sanitize_json(&text))?;
             stdout.flush()?;
             Ok(())
         }
@@ -29,7 +30,7 @@ pub fn cmd_config(args: &ConfigArgs, global: &GlobalArgs) -> CliResult {
             } else {
                 show_text(&ctx)
             };
-            let mut stdout = std::io::stdout().lock();
+            let mut stdout = crate::output::stdout();
             stdout.write_all(text.as_bytes())?;
             stdout.flush()?;
             Ok(())
@@ -46,9 +47,9 @@ fn model_line(ctx: &Context) -> (Value, String) {
     match ctx.config().resolve_model(None, &ctx.env) {
         Ok(model) => (
             json!({"id": model.id, "reason": model.reason}),
-            format!("{} ({})", model.id, model.reason),
+            format!("{} ({})", Line(&model.id), Line(&model.reason)),
         ),
-        Err(err) => (Value::Null, format!("none: {err}")),
+        Err(err) => (Value::Null, format!("none: {}", Line(&err.to_string()))),
     }
 }
 
@@ -57,7 +58,12 @@ fn show_text(ctx: &Context) -> String {
     let rows = ctx.loaded.rows();
     let cells: Vec<(String, String)> = rows
         .iter()
-        .map(|row| (row.key.clone(), row.value.to_string()))
+        .map(|row| {
+            (
+                sanitize_line(&row.key).into_owned(),
+                sanitize_line(&row.value.to_string()).into_owned(),
+            )
+        })
         .collect();
     let width = cells
         .iter()
@@ -68,9 +74,9 @@ fn show_text(ctx: &Context) -> String {
     let project = ctx.workspace.project_config();
     out.push_str(&format!(
         "# user config: {} ({})\n# project config: {} ({})\n",
-        ctx.locations.user_config.display(),
+        crate::output::path(&ctx.locations.user_config),
         file_state(&ctx.locations.user_config),
-        project.display(),
+        crate::output::path(&project),
         file_state(&project)
     ));
     for (row, (key, value)) in rows.iter().zip(&cells) {
@@ -78,7 +84,10 @@ fn show_text(ctx: &Context) -> String {
         if row.source == Source::Default {
             out.push_str(&line);
         } else {
-            out.push_str(&format!("{line:<width$}  # {}", row.source));
+            out.push_str(&format!(
+                "{line:<width$}  # {}",
+                Line(&row.source.to_string())
+            ));
         }
         out.push('\n');
     }
@@ -93,7 +102,7 @@ fn show_text(ctx: &Context) -> String {
             } else {
                 "not set"
             };
-            format!("{var} {state}")
+            format!("{} {state}", Line(var))
         })
         .collect();
     out.push_str(&format!("# key variables: {}\n", keys.join(", ")));
@@ -118,7 +127,8 @@ fn show_json(ctx: &Context) -> String {
         },
         "model": model_line(ctx).0,
     });
-    let mut text = serde_json::to_string_pretty(&document).unwrap_or_else(|_| "{}".to_owned());
+    let text = serde_json::to_string_pretty(&document).unwrap_or_else(|_| "{}".to_owned());
+    let mut text = sanitize_json(&text).into_owned();
     text.push('\n');
     text
 }

@@ -63,8 +63,10 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
     .map_err(|err| CliError::internal("the demo model's budget is impossible").caused_by(err))?;
     let json = args.json;
     if !json {
-        println!("soba demo: the compaction engine, offline, on a generated coding session");
-        println!(
+        crate::output::outln!(
+            "soba demo: the compaction engine, offline, on a generated coding session"
+        )?;
+        crate::output::outln!(
             "directory: {}{}",
             dir.display(),
             if temp.is_some() {
@@ -72,8 +74,8 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             } else {
                 ""
             }
-        );
-        println!(
+        )?;
+        crate::output::outln!(
             "model {}: window {} · maxOutput {} · hardLimit {} · autoLimit {} · hygieneLimit {} · keepRecent {}",
             model.id,
             model.context_window,
@@ -82,15 +84,19 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             budget.auto_limit(),
             budget.hygiene_limit(),
             budget.keep_recent()
-        );
-        println!();
+        )?;
+        crate::output::outln!()?;
     }
     let tally = Arc::new(Mutex::new(Tally::default()));
     let sink_tally = tally.clone();
     let sink: soba_engine::barrier::EventSink = Arc::new(move |event: EngineEvent| {
-        let mut stdout = std::io::stdout().lock();
+        let mut stdout = crate::output::stdout();
         if json {
-            let _ = writeln!(stdout, "{}", event.to_json());
+            let _ = writeln!(
+                stdout,
+                "{}",
+                soba_core::terminal::sanitize_json(&event.to_json().to_string())
+            );
             return;
         }
         let Ok(mut tally) = sink_tally.lock() else {
@@ -166,8 +172,8 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             .map(|(name, n)| format!("{name} {n}"))
             .collect::<Vec<_>>()
             .join(", ");
-        println!();
-        println!(
+        crate::output::outln!()?;
+        crate::output::outln!(
             "result: {} turns, {} failed · {} hygiene passes · {} capsules ({}) · {} other barrier outcomes",
             summary.turns,
             summary.failed_turns.len(),
@@ -179,18 +185,18 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
                 triggers
             },
             tally.other_outcomes.len()
-        );
+        )?;
         if temp.is_some() {
-            println!(
+            crate::output::outln!(
                 "session log: {} (removed with the directory; soba demo --keep DIR keeps it)",
                 summary.session_log.display()
-            );
+            )?;
         } else {
-            println!("session log: {}", summary.session_log.display());
+            crate::output::outln!("session log: {}", summary.session_log.display())?;
         }
     }
     for failure in &summary.failed_turns {
-        eprintln!("demo turn did not complete: {failure}");
+        crate::output::errln!("demo turn did not complete: {failure}");
     }
     if !summary.failed_turns.is_empty() {
         return Err(CliError::internal(format!(

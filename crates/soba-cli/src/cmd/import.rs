@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
+use soba_core::terminal::Line;
 use soba_core::tokens::group_thousands;
 use soba_store::import::{FileOutcome, ImportedSession, import_dir, import_path};
 use soba_store::log::{
@@ -51,11 +52,19 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
             match file.outcome {
                 FileOutcome::Imported(found) => sessions.extend(found),
                 FileOutcome::Skipped(diagnostic) => {
-                    eprintln!("{}: {diagnostic}", file.path.display());
+                    crate::output::errln!(
+                        "{}: {}",
+                        crate::output::path(&file.path),
+                        Line(&diagnostic.to_string())
+                    );
                 }
                 FileOutcome::Failed(err) => {
                     n_failed += 1;
-                    eprintln!("{}: {}", file.path.display(), CliError::from(err).message);
+                    crate::output::errln!(
+                        "{}: {}",
+                        crate::output::path(&file.path),
+                        Line(&CliError::from(err).message)
+                    );
                 }
             }
         }
@@ -95,7 +104,7 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         reports.push((session, written));
     }
 
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if args.json {
         let array: Vec<Value> = reports
             .iter()
@@ -103,7 +112,7 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
             .collect();
         let text = serde_json::to_string_pretty(&Value::Array(array))
             .map_err(|err| CliError::internal("cannot encode the report").caused_by(err))?;
-        writeln!(stdout, "{text}")?;
+        writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
     } else {
         for (session, written) in &reports {
             stdout.write_all(session_text(session, written).as_bytes())?;
@@ -117,13 +126,13 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
                 stdout,
                 "{n_new} of {} sessions written to {}",
                 reports.len(),
-                out_dir.display()
+                crate::output::path(&out_dir)
             )?;
         }
     }
     stdout.flush()?;
     if n_failed > 0 {
-        eprintln!("{n_failed} files could not be imported (see above)");
+        crate::output::errln!("{n_failed} files could not be imported (see above)");
     }
     Ok(())
 }
@@ -261,9 +270,9 @@ fn session_text(session: &ImportedSession, written: &Written) -> String {
     };
     let mut out = format!(
         "{} ({}, {}): {destination}\n",
-        session.source.display(),
+        crate::output::path(&session.source),
         session.format,
-        session.original_id
+        Line(&session.original_id)
     );
     out.push_str(&format!(
         "  messages {} · entries {} · tool calls {} · results {} · unpaired calls {}\n",
@@ -295,7 +304,7 @@ fn session_text(session: &ImportedSession, written: &Written) -> String {
     } else {
         out.push_str(&format!("  diagnostics: {}\n", stats.diagnostics.len()));
         for line in stats.diagnostics.iter().take(MAX_DIAGNOSTICS_SHOWN) {
-            out.push_str(&format!("    {line}\n"));
+            out.push_str(&format!("    {}\n", Line(line)));
         }
         if stats.diagnostics.len() > MAX_DIAGNOSTICS_SHOWN {
             out.push_str(&format!(

@@ -1,7 +1,7 @@
 //! `soba replay <file|dir>` (SPEC §15): replays transcripts under SOBA and
 //! the peers' policies and prints the table, `--json` or `--html`.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
@@ -27,7 +27,7 @@ pub fn cmd_replay(args: &ReplayArgs, sets: &[String]) -> CliResult {
         peer_trigger: options.peer_trigger,
         ..ReplayReport::default()
     };
-    let progress = if is_dir && std::io::stderr().is_terminal() {
+    let progress = if is_dir && crate::output::stderr_is_terminal() {
         let bar = ProgressBar::new(loaded.len() as u64);
         if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
             bar.set_style(style);
@@ -39,11 +39,11 @@ pub fn cmd_replay(args: &ReplayArgs, sets: &[String]) -> CliResult {
     for item in loaded {
         match item {
             Loaded::Skipped { name, reason } => {
-                progress.suspend(|| eprintln!("skipped {name}: {reason}"));
+                progress.suspend(|| crate::output::errln!("skipped {name}: {reason}"));
                 report.traces.push(TraceReport::skipped(name, None, reason));
             }
             Loaded::Session { name, session } => {
-                progress.set_message(name.clone());
+                progress.set_message(soba_core::terminal::sanitize_line(&name).into_owned());
                 let format = session.format.as_str().to_owned();
                 match replay::replay_session(name.clone(), *session, &options) {
                     Ok(outcome) => {
@@ -52,7 +52,7 @@ pub fn cmd_replay(args: &ReplayArgs, sets: &[String]) -> CliResult {
                     }
                     Err(err) if !is_dir => return Err(CliError::user(format!("{name}: {err}"))),
                     Err(err) => {
-                        progress.suspend(|| eprintln!("skipped {name}: {err}"));
+                        progress.suspend(|| crate::output::errln!("skipped {name}: {err}"));
                         report.traces.push(TraceReport::skipped(
                             name,
                             Some(format),
@@ -81,11 +81,11 @@ pub fn cmd_replay(args: &ReplayArgs, sets: &[String]) -> CliResult {
                 .hint("check that the folder exists and is writable")
         })?;
     }
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if args.json {
         let text = serde_json::to_string_pretty(&report.to_json())
             .map_err(|err| CliError::internal("the report could not be encoded").caused_by(err))?;
-        writeln!(stdout, "{text}")?;
+        writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
     } else {
         stdout.write_all(report.table().as_bytes())?;
         stdout.write_all(calibration_table(&report).as_bytes())?;

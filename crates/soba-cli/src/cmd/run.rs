@@ -6,7 +6,7 @@
 //! codes: 0 completed, 1 failed or configuration error, 2 usage, 130
 //! SIGINT, 255 internal; the last stderr line names the reason.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use soba_core::EntryBody;
@@ -68,7 +68,7 @@ impl Stderr {
         if self.progress.is_some() {
             let _ = write!(self.out, "{CLEAR_LINE}");
         }
-        let _ = writeln!(self.out, "{text}");
+        let _ = writeln!(self.out, "{}", soba_core::terminal::sanitize(text));
         if let Some(percent) = self.progress {
             let _ = write!(self.out, "{BARRIER_STATUS} · {percent}%");
         }
@@ -80,7 +80,7 @@ impl Stderr {
         if self.progress.take().is_some() {
             let _ = write!(self.out, "{CLEAR_LINE}");
         }
-        let _ = writeln!(self.out, "{result_line}");
+        let _ = writeln!(self.out, "{}", soba_core::terminal::sanitize(result_line));
         let _ = self.out.flush();
     }
 }
@@ -100,7 +100,7 @@ impl Printer {
         if let Ok(mut at_start) = self.at_line_start.lock()
             && !*at_start
         {
-            let mut stdout = std::io::stdout().lock();
+            let mut stdout = crate::output::stdout();
             let _ = writeln!(stdout);
             let _ = stdout.flush();
             *at_start = true;
@@ -119,8 +119,12 @@ impl Printer {
 
     fn print(&self, event: EngineEvent) {
         if self.json {
-            let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(stdout, "{}", event.to_json());
+            let mut stdout = crate::output::stdout();
+            let _ = writeln!(
+                stdout,
+                "{}",
+                soba_core::terminal::sanitize_json(&event.to_json().to_string())
+            );
             let _ = stdout.flush();
             return;
         }
@@ -131,7 +135,7 @@ impl Printer {
                 }
                 // The flag's lock is taken first, as in `end_stdout_line`.
                 if let Ok(mut at_start) = self.at_line_start.lock() {
-                    let mut stdout = std::io::stdout().lock();
+                    let mut stdout = crate::output::stdout();
                     let _ = stdout.write_all(text.as_bytes());
                     let _ = stdout.flush();
                     *at_start = text.ends_with('\n');
@@ -213,7 +217,7 @@ fn open(
     let summary = ctx.select_session(wanted)?;
     let (mut core, diagnostics) = engine::open_session(ctx, &summary.path, setup, tools)?;
     for diagnostic in diagnostics {
-        eprintln!("warning: session {}: {diagnostic}", summary.id);
+        crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
     }
     if engine::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
         core.append(EntryBody::ModelChange {
@@ -245,13 +249,13 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
     let budget = setup.budget(&ctx)?;
     for warning in budget.warnings() {
-        eprintln!("warning: {warning}");
+        crate::output::errln!("warning: {warning}");
     }
     let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx)?);
     let mut notes = Vec::new();
     let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
     for note in notes {
-        eprintln!("{note}");
+        crate::output::errln!("{note}");
     }
     let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
         .map_err(tool_error)?;
@@ -264,7 +268,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     engine::install_native(&ctx, &setup, &mut core)?;
     let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
     for warning in warnings {
-        eprintln!("warning: {warning}");
+        crate::output::errln!("warning: {warning}");
     }
     let session_id = core.header().id.clone();
     tracing::info!(
@@ -281,8 +285,8 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         policy: policy.clone(),
         at_line_start: Mutex::new(true),
         stderr: Mutex::new(Stderr::new(
-            Box::new(std::io::stderr()),
-            std::io::stderr().is_terminal(),
+            Box::new(crate::output::raw_stderr()),
+            crate::output::stderr_is_terminal(),
         )),
     });
     let sink_printer = printer.clone();
@@ -321,7 +325,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let in_session = format!("session {session_id}");
     match end {
         TurnEnd::Completed => {
-            eprintln!("completed · {in_session}");
+            crate::output::errln!("completed · {in_session}");
             Ok(())
         }
         TurnEnd::Failed(reason) => Err(CliError::user(format!(

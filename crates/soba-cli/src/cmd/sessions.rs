@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 use serde_json::{Value, json};
+use soba_core::terminal::sanitize_line;
 use soba_store::reader::{SessionSummary, list_sessions};
 
 use crate::cli::{GlobalArgs, SessionsArgs};
@@ -23,7 +24,7 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
     let sessions = list_sessions(dir)?;
     let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
     let short_len = shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if args.json {
         let rows: Vec<Value> = sessions
             .iter()
@@ -41,11 +42,11 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
             })
             .collect();
         let text = serde_json::to_string_pretty(&Value::Array(rows)).unwrap_or_default();
-        writeln!(stdout, "{text}")?;
+        writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
         return Ok(stdout.flush()?);
     }
     if sessions.is_empty() {
-        writeln!(stdout, "no sessions in {}", dir.display())?;
+        writeln!(stdout, "no sessions in {}", crate::output::path(dir))?;
         writeln!(
             stdout,
             "start one with `soba run \"<prompt>\"` or import one with `soba import <file>`"
@@ -74,6 +75,8 @@ fn table(sessions: &[SessionSummary], short_len: usize) -> String {
                     None => summary.cwd.clone().unwrap_or_default(),
                 },
             ]
+            // Every cell comes from a file: one safe line each.
+            .map(|cell| sanitize_line(&cell).into_owned())
         })
         .collect();
     let header = ["id", "created", "entries", "size", "cwd"];

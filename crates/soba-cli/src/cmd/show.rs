@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
 use soba_core::id::shortest_unique_len;
+use soba_core::terminal::{Line, sanitize_line};
 use soba_core::tokens::group_thousands;
 use soba_core::{Block, EntryBody, EntryId, Usage};
 use soba_store::reader::{LoggedEntry, SessionLog, read_log};
@@ -24,7 +25,7 @@ pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
     let summary = ctx.select_session(Some(&args.session))?;
     let log = read_log(&summary.path)?;
     let short_len = shortest_unique_len(log.entries().iter().map(|logged| &logged.entry.id));
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if args.entries {
         stdout.write_all(entries_text(&log, short_len).as_bytes())?;
     }
@@ -62,15 +63,22 @@ fn short(id: &EntryId, len: usize) -> String {
     id.short_with(len)
 }
 
-/// One line of text: newlines shown as spaces, cut with `…`.
+/// One line of text: line breaks and tabs shown as spaces, other unsafe
+/// characters escaped ([`sanitize_line`]), cut with `…`.
 fn preview(text: &str) -> String {
     let flat: String = text
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
-    let flat = flat.trim();
+    let flat = sanitize_line(flat.trim());
     if flat.chars().count() <= PREVIEW_CHARS {
-        flat.to_owned()
+        flat.into_owned()
     } else {
         let cut: String = flat.chars().take(PREVIEW_CHARS - 1).collect();
         format!("{cut}…")
@@ -88,7 +96,7 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
             }
             let calls: Vec<&str> = message.tool_uses().map(|call| call.name.as_str()).collect();
             if !calls.is_empty() {
-                parts.push(format!("calls {}", calls.join(", ")));
+                parts.push(format!("calls {}", Line(&calls.join(", "))));
             }
             for result in message.tool_results() {
                 parts.push(format!(
@@ -107,7 +115,7 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
             parts.join(" ")
         }
         EntryBody::Context(context) => {
-            format!("{} {}", context.source.as_str(), context.path)
+            format!("{} {}", context.source.as_str(), Line(&context.path))
         }
         EntryBody::Capsule(capsule) => format!(
             "{} {} {} → {} tokens, kept from {}",
@@ -130,12 +138,14 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
         ),
         EntryBody::Checkpoint { kind, note } => format!("{} {}", kind.as_str(), preview(note)),
         EntryBody::Leaf { target } => format!("→ {}", short(target, short_len)),
-        EntryBody::ModelChange { model } => model.clone(),
+        EntryBody::ModelChange { model } => sanitize_line(model).into_owned(),
         EntryBody::ConfigChange { auto_compact } => match auto_compact {
             Some(on) => format!("autoCompact {}", if *on { "on" } else { "off" }),
             None => String::new(),
         },
-        EntryBody::Skill(skill) => format!("{:?} {}", skill.action, skill.name).to_lowercase(),
+        EntryBody::Skill(skill) => {
+            format!("{:?} {}", skill.action, Line(&skill.name)).to_lowercase()
+        }
         EntryBody::Unknown { .. } => "(unknown type, kept)".to_owned(),
     }
 }
@@ -176,18 +186,22 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
     let mut out = String::new();
     match log.header() {
         Some(header) => {
-            out.push_str(&format!("session   {}\n", header.id));
-            out.push_str(&format!("file      {}\n", file.display()));
-            out.push_str(&format!("created   {}\n", header.created_at));
-            out.push_str(&format!("cwd       {} ({})\n", header.cwd, header.os));
+            out.push_str(&format!("session   {}\n", Line(header.id.as_str())));
+            out.push_str(&format!("file      {}\n", crate::output::path(file)));
+            out.push_str(&format!("created   {}\n", Line(&header.created_at)));
+            out.push_str(&format!(
+                "cwd       {} ({})\n",
+                Line(&header.cwd),
+                Line(&header.os)
+            ));
             if let Some(from) = &header.imported_from {
                 out.push_str(&format!(
                     "imported  {} {}{}\n",
-                    from.format,
-                    from.path,
+                    Line(&from.format),
+                    Line(&from.path),
                     from.original_id
                         .as_deref()
-                        .map(|id| format!(" (original id {id})"))
+                        .map(|id| format!(" (original id {})", Line(id)))
                         .unwrap_or_default()
                 ));
             }
@@ -196,7 +210,7 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
             }
         }
         None => {
-            out.push_str(&format!("file      {}\n", file.display()));
+            out.push_str(&format!("file      {}\n", crate::output::path(file)));
             out.push_str("header    missing or damaged (run with --check)\n");
         }
     }
@@ -249,7 +263,7 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
         log.live_stretch().len()
     ));
     if let Some(model) = model {
-        out.push_str(&format!("model     {model}\n"));
+        out.push_str(&format!("model     {}\n", Line(&model)));
     }
     let capsules: Vec<&LoggedEntry> = log
         .entries()

@@ -256,16 +256,16 @@ pub fn cmd_stats(args: &StatsArgs, global: &GlobalArgs) -> CliResult {
         stats.files += 1;
         stats.damaged_lines += diagnostics.len();
         for diagnostic in &diagnostics {
-            eprintln!("{}: {diagnostic}", file.display());
+            crate::output::errln!("{}: {diagnostic}", file.display());
         }
         for record in &records {
             stats.add(record);
         }
     }
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::output::stdout();
     if args.json {
         let text = serde_json::to_string_pretty(&stats.to_json()).unwrap_or_default();
-        writeln!(stdout, "{text}")?;
+        writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
     } else if stats.records == 0 {
         writeln!(
             stdout,

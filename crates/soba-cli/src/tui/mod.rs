@@ -87,6 +87,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     notes.extend(runtime.block_on(async { worker.open_start(&start) })?);
     let mut terminal = ratatui::try_init()
         .map_err(|err| CliError::internal("cannot take over the terminal").caused_by(err))?;
+    #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::EnableBracketedPaste);
     let result = runtime.block_on(async {
         let worker_task =
@@ -97,6 +98,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         let _ = worker_task.await;
         result
     });
+    #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
     ratatui::restore();
     result

@@ -2,12 +2,21 @@
 //! screen can be snapshot-tested on a `TestBackend`. Layout: conversation
 //! pane, sidebar (hidden below [`SIDEBAR_MIN_WIDTH`] columns), status line
 //! and input box, with modal boxes over the conversation.
+//!
+//! Text reaches the screen through [`wrap`], [`truncate_to`] and
+//! [`input_layout`], which pass it through `soba_core::terminal` (tool
+//! output with escape sequences is shown as `\x1b[…`), and [`render`] ends
+//! by [`scrub`]bing the frame, so a cell that still holds a control, bidi
+//! or format character (a span built elsewhere) is drawn as `�` instead of
+//! reaching the terminal.
 
 use ratatui::Frame;
+use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Direction, Layout, Position, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use soba_core::terminal::{self, Line as SafeLine};
 use soba_core::tokens::group_thousands;
 use unicode_width::UnicodeWidthChar;
 
@@ -66,6 +75,17 @@ pub fn render(frame: &mut Frame<'_>, state: &AppState) {
     if let Some(overlay) = &state.overlay {
         render_overlay(frame, overlay, conversation);
     }
+    scrub(frame.buffer_mut());
+}
+
+/// Replaces every cell whose symbol a terminal would act on (or that would
+/// reorder or hide text) with `�`: the last guard before the terminal.
+pub fn scrub(buffer: &mut Buffer) {
+    for cell in &mut buffer.content {
+        if !terminal::is_safe(cell.symbol()) || cell.symbol().contains(['\n', '\t']) {
+            cell.set_symbol("\u{fffd}");
+        }
+    }
 }
 
 fn dim() -> Style {
@@ -80,12 +100,12 @@ fn title_text(state: &AppState, narrow: bool) -> String {
             " {} / {} · {} ",
             group_thousands(state.sidebar.effective),
             group_thousands(state.sidebar.hard_limit),
-            state.header.model
+            SafeLine(&state.header.model)
         );
     }
-    let mut title = format!(" soba · {}", state.header.model);
+    let mut title = format!(" soba · {}", SafeLine(&state.header.model));
     if !state.header.session.is_empty() {
-        title.push_str(&format!(" · session {}", state.header.session));
+        title.push_str(&format!(" · session {}", SafeLine(&state.header.session)));
     }
     title.push(' ');
     title
@@ -272,7 +292,7 @@ fn render_sidebar(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
         label("soft", side.soft_limit),
         Line::from(vec![
             Span::styled(format!("{:<9}", "source"), dim()),
-            Span::raw(side.source.clone()),
+            Span::raw(terminal::sanitize_line(&side.source).into_owned()),
         ]),
         Line::from(vec![
             Span::styled("auto-compact ", dim()),
@@ -342,7 +362,7 @@ fn render_input(
         .title(title);
     if let Some(hint) = &state.hint {
         block = block.title_bottom(Span::styled(
-            format!(" {hint} "),
+            format!(" {} ", SafeLine(hint)),
             Style::default().fg(Color::Yellow),
         ));
     }
@@ -394,7 +414,7 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
                 }
             }
             lines.push(key_line("n", "deny"));
-            (format!(" Allow {}? ", view.tool), lines)
+            (format!(" Allow {}? ", SafeLine(&view.tool)), lines)
         }
         Overlay::Picker(picker) => picker_lines(picker, text_width, area.height),
         Overlay::ConfirmRewind(plan) => (
@@ -428,7 +448,7 @@ fn key_line(key: &str, text: &str) -> Line<'static> {
                 .fg(Color::Yellow)
                 .add_modifier(Modifier::BOLD),
         ),
-        Span::raw(text.to_owned()),
+        Span::raw(terminal::sanitize_line(text).into_owned()),
     ])
 }
 
@@ -467,7 +487,7 @@ fn picker_lines(picker: &Picker, width: usize, height: u16) -> (String, Vec<Line
         "↑/↓ choose · Enter select · Esc close",
         dim(),
     )));
-    (format!(" {} ", picker.title), lines)
+    (format!(" {} ", SafeLine(&picker.title)), lines)
 }
 
 fn confirm_lines(plan: &RewindPlan, width: usize) -> Vec<Line<'static>> {
@@ -486,8 +506,11 @@ pub fn text_width(text: &str) -> usize {
     text.chars().map(|ch| ch.width().unwrap_or(0)).sum()
 }
 
-/// Cuts `text` to `width` columns, ending in `…` when cut.
+/// Cuts `text` to `width` columns, ending in `…` when cut; it is shown as
+/// one line ([`terminal::sanitize_line`]).
 pub fn truncate_to(text: &str, width: usize) -> String {
+    let text = terminal::sanitize_line(text);
+    let text = text.as_ref();
     if text_width(text) <= width {
         return text.to_owned();
     }
@@ -506,11 +529,12 @@ pub fn truncate_to(text: &str, width: usize) -> String {
 }
 
 /// Wraps `text` at word boundaries to `width` columns (long words are cut),
-/// keeping its newlines; tabs become four spaces.
+/// keeping its newlines; tabs become four spaces and other unsafe
+/// characters are shown escaped ([`terminal::sanitize`]).
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let width = width.max(1);
     let mut rows = Vec::new();
-    for paragraph in text.replace('\t', "    ").split('\n') {
+    for paragraph in terminal::sanitize(text).replace('\t', "    ").split('\n') {
         let mut row = String::new();
         let mut row_width = 0;
         for word in paragraph.split(' ') {
@@ -544,7 +568,8 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 }
 
 /// Lays the input out hard-wrapped at `width`; returns the rows and the
-/// cursor's (row, column).
+/// cursor's (row, column). A pasted control or bidi character is shown as
+/// its escape and counts as that many columns.
 pub fn input_layout(text: &str, cursor: usize, width: usize) -> (Vec<String>, (usize, usize)) {
     let width = width.max(1);
     let mut rows = vec![String::new()];
@@ -559,7 +584,9 @@ pub fn input_layout(text: &str, cursor: usize, width: usize) -> (Vec<String>, (u
             col = 0;
             continue;
         }
-        let w = ch.width().unwrap_or(0);
+        let mut buf = [0u8; 4];
+        let shown = terminal::sanitize_line(ch.encode_utf8(&mut buf));
+        let w = text_width(&shown);
         if col + w > width {
             rows.push(String::new());
             col = 0;
@@ -568,7 +595,7 @@ pub fn input_layout(text: &str, cursor: usize, width: usize) -> (Vec<String>, (u
             }
         }
         if let Some(row) = rows.last_mut() {
-            row.push(ch);
+            row.push_str(&shown);
         }
         col += w;
     }

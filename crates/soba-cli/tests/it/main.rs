@@ -1,4 +1,11 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Tests may print (progress notes, tables); the CLI's own printing goes
+// through `src/output.rs` (see `clippy.toml`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
 //! Integration tests of the `soba` binary: one test binary, one module per
 //! command.
 
@@ -14,6 +21,7 @@ mod replay;
 mod run;
 mod sessions;
 mod support;
+mod terminal;
 mod tui;
 
 /// Fails when a file in `tests/it/` is not declared as a module here, so no

@@ -211,6 +211,42 @@ fn narrow_terminal_hides_the_sidebar() {
 
 /// `/budget` on a real session of a 200,000-token model with 32,000 of
 /// output prints SPEC §4.3's figures for that row.
+/// Tool output, model text and a model id with terminal escapes are drawn
+/// visibly escaped; no cell holds a control, bidi or format character.
+#[test]
+fn escapes_in_tool_output_are_drawn_escaped() {
+    let hostile = "\x1b]52;c;aGk=\x07\x1b[2J\x1b]0;pwned\x07\u{9b}31m\u{202e}evil";
+    let mut state = working();
+    state.header.model = format!("m{hostile}");
+    state.history = vec![
+        HistoryItem::Tool {
+            line: format!("bash: cat {hostile}"),
+            is_error: false,
+        },
+        HistoryItem::Assistant(format!("out {hostile}\r\nnext")),
+    ];
+    state.input.set("paste\x1b[2J");
+    let mut terminal = Terminal::new(TestBackend::new(100, 16)).unwrap();
+    terminal.draw(|f| render::render(f, &state)).unwrap();
+    for cell in &terminal.backend().buffer().content {
+        assert!(
+            !cell.symbol().chars().any(|ch| ch.is_control()
+                || matches!(ch, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')),
+            "{:?}",
+            cell.symbol()
+        );
+    }
+    let screen = frame(&state, 100, 16);
+    assert!(
+        screen.contains("▸ bash: cat \\x1b]52;c;aGk=\\x07\\x1b[2J\\x1b]0;pwned\\x07\\u{9b}31m"),
+        "{screen}"
+    );
+    assert!(screen.contains("out \\x1b]52;c;aGk="), "{screen}");
+    assert!(screen.contains("  next"), "{screen}");
+    assert!(screen.contains("soba · m\\x1b]52;c;"), "{screen}");
+    assert!(screen.contains("paste\\x1b[2J"), "{screen}");
+}
+
 #[test]
 fn budget_text_of_a_session() {
     use soba_core::config::CompactionConfig;
