@@ -8,6 +8,7 @@ mod capsule;
 mod config;
 mod demo;
 mod docs;
+mod hostile;
 mod import;
 mod plan_traces;
 mod replay;
