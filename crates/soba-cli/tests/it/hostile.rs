@@ -1130,7 +1130,8 @@ fn judge_json(found: Option<&Value>, check: &Value) -> Option<String> {
 }
 
 fn judge_file(sandbox: &Sandbox, file: &Value) -> Option<String> {
-    let rel = file["path"].as_str().unwrap_or_default();
+    let rel = sandbox.expand(file["path"].as_str().unwrap_or_default());
+    let rel = rel.as_str();
     let path = sandbox.path(rel);
     let exists = std::fs::symlink_metadata(&path).is_ok();
     if let Some(want) = file.get("exists").and_then(Value::as_bool)
