@@ -15,6 +15,7 @@ mod capsule;
 mod config;
 mod demo;
 mod docs;
+mod hostile;
 mod import;
 mod plan_traces;
 mod replay;
