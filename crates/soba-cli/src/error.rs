@@ -1,5 +1,6 @@
 //! The CLI's one error type and every conversion into it, with exit codes:
-//! usage 2, user or configuration 1, internal 255, broken pipe a quiet 0.
+//! usage 2, user or configuration 1, internal 255, broken pipe a quiet 0,
+//! SIGINT 130 and SIGTERM 143.
 //!
 //! I/O failures are classified here once ([`environment_hint`]): a failure
 //! the user or the machine can fix — permission denied, a read-only file
@@ -25,6 +26,8 @@ pub enum ErrorKind {
     BrokenPipe,
     /// The user interrupted the command with SIGINT (exit 130).
     Interrupted,
+    /// The command was asked to stop with SIGTERM (exit 143).
+    Terminated,
 }
 
 /// An error the CLI reports: what went wrong, its cause, and what to do.
@@ -114,6 +117,7 @@ impl CliError {
             ErrorKind::Internal => 255,
             ErrorKind::BrokenPipe => 0,
             ErrorKind::Interrupted => 130,
+            ErrorKind::Terminated => 143,
         }
     }
 
