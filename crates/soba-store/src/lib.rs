@@ -102,7 +102,7 @@ pub use flight::{
 };
 pub use log::{
     Durability, ImportedFrom, MemoryItem, Minter, SequentialMinter, SessionHeader, SessionId,
-    SessionWriter, SystemMinter, WriterOptions,
+    SessionWriter, SystemMinter, WriterOptions, write_new_session,
 };
 pub use reader::{
     Diagnostic, DiagnosticKind, Location, LoggedEntry, SessionLog, SessionSummary, find_session,

@@ -597,6 +597,188 @@ fn lock(file: &File, session: &str, path: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Writes a complete new session file at `path` — the header line, then
+/// `entries` as given — so that it appears whole or not at all, for
+/// importers that write a session in one go: the lines go to a hidden
+/// temporary file in the same folder (`.<name>.partial`), which is synced
+/// and then renamed to `path`; on any failure (a full disk, an entry that
+/// cannot be encoded) the temporary file is removed and nothing is left
+/// behind. An existing file at `path` is never replaced
+/// ([`StoreError::AlreadyExists`]).
+pub fn write_new_session(
+    path: &Path,
+    header: &SessionHeader,
+    entries: &[Entry],
+) -> Result<(), StoreError> {
+    write_whole(path, |partial| {
+        // One fsync at the end instead of one per entry: the file is not
+        // visible before the rename, so there is nothing to acknowledge.
+        let options = WriterOptions {
+            durability: Durability::Flush,
+            minter: Box::new(SystemMinter),
+        };
+        let mut writer = SessionWriter::create(partial, header, options)?;
+        for entry in entries {
+            writer.append_entry(entry)?;
+        }
+        writer
+            .file
+            .sync_all()
+            .map_err(|err| StoreError::io("fsync", partial, err))
+    })
+}
+
+/// Runs `write` on a temporary sibling of `path`, then renames it into
+/// place and syncs the folder; removes the temporary file on any failure.
+fn write_whole(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name() else {
+        return Err(StoreError::io(
+            "create",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the path has no file name",
+            ),
+        ));
+    };
+    if path.exists() {
+        return Err(StoreError::AlreadyExists {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut partial_name = std::ffi::OsString::from(".");
+    partial_name.push(name);
+    partial_name.push(".partial");
+    let partial = dir.join(partial_name);
+    let result = write(&partial).and_then(|()| {
+        if path.exists() {
+            return Err(StoreError::AlreadyExists {
+                path: path.to_path_buf(),
+            });
+        }
+        std::fs::rename(&partial, path).map_err(|err| StoreError::io("rename", &partial, err))?;
+        sync_parent_dir(path)
+    });
+    if result.is_err() {
+        // Only our own temporary file: `path` is either untouched or (when
+        // the folder sync failed) complete.
+        let _ = std::fs::remove_file(&partial);
+    }
+    result
+}
+
+#[cfg(test)]
+mod whole_file_tests {
+    use super::*;
+
+    /// Returns the names in `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("the folder")
+            .map(|entry| {
+                entry
+                    .expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_writer_failing_midway_leaves_nothing_behind() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let path = temp.path().join("s.jsonl");
+        let err = write_whole(&path, |partial| {
+            std::fs::write(partial, b"{\"type\":\"session\"}\n{\"half").expect("some bytes");
+            Err(StoreError::io(
+                "append to",
+                partial,
+                std::io::Error::from(std::io::ErrorKind::StorageFull),
+            ))
+        })
+        .expect_err("the write failed");
+        assert!(
+            matches!(
+                err,
+                StoreError::Io {
+                    action: "append to",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(names(temp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_complete_write_is_renamed_into_place() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let path = temp.path().join("s.jsonl");
+        let mut seen = None;
+        write_whole(&path, |partial| {
+            seen = Some(partial.to_path_buf());
+            assert!(!path.exists(), "not visible before the rename");
+            std::fs::write(partial, b"whole\n").map_err(|err| StoreError::io("write", partial, err))
+        })
+        .expect("written");
+        assert_eq!(seen, Some(temp.path().join(".s.jsonl.partial")));
+        assert_eq!(std::fs::read(&path).expect("the file"), b"whole\n");
+        assert_eq!(names(temp.path()), ["s.jsonl"]);
+    }
+
+    #[test]
+    fn an_existing_file_is_never_replaced() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let path = temp.path().join("s.jsonl");
+        std::fs::write(&path, b"mine").expect("a file");
+        let err = write_whole(&path, |_| panic!("nothing is written")).expect_err("exists");
+        assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
+        // Created meanwhile (after the first check): still not replaced.
+        std::fs::remove_file(&path).expect("removed");
+        let err = write_whole(&path, |partial| {
+            std::fs::write(&path, b"theirs").expect("a racing file");
+            std::fs::write(partial, b"ours").map_err(|err| StoreError::io("write", partial, err))
+        })
+        .expect_err("exists");
+        assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
+        assert_eq!(std::fs::read(&path).expect("the file"), b"theirs");
+        assert_eq!(names(temp.path()), ["s.jsonl"]);
+    }
+
+    #[test]
+    fn an_entry_that_cannot_be_written_leaves_no_session_file() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let path = temp.path().join("sessions").join("s.jsonl");
+        let mut minter = SequentialMinter::default();
+        let header = SessionHeader::new(&mut minter, "/ws");
+        let unknown = Entry {
+            id: EntryId::from_uuid(IdKind::Entry, minter.uuid_v7()),
+            parent_id: None,
+            timestamp: minter.timestamp(),
+            body: EntryBody::Unknown {
+                type_name: "future".to_owned(),
+            },
+        };
+        let err = write_new_session(&path, &header, &[unknown]).expect_err("refused");
+        assert!(matches!(err, StoreError::Encode { .. }), "{err:?}");
+        assert_eq!(names(&temp.path().join("sessions")), Vec::<String>::new());
+        write_new_session(&path, &header, &[]).expect("a header-only session");
+        let text = std::fs::read_to_string(&path).expect("the session");
+        assert_eq!(text.lines().count(), 1);
+        assert_eq!(names(&temp.path().join("sessions")), ["s.jsonl"]);
+    }
+}
+
 /// Makes a new file's directory entry durable.
 fn sync_parent_dir(path: &Path) -> Result<(), StoreError> {
     let dir = match path.parent() {

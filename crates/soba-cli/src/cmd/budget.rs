@@ -6,30 +6,31 @@
 
 use std::io::Write;
 
-use serde_json::Value;
 use soba_core::Entry;
 use soba_core::budget::{Budget, BudgetError};
 use soba_core::calibration::{Measurement, MeasurementSource};
-use soba_core::config::CompactionConfig;
 use soba_core::tokens::{TokenCount, group_thousands};
 use soba_engine::tool::ToolRegistry;
-use soba_provider::{ModelRegistry, RegistryError};
 use soba_store::reader::read_log;
 
 use crate::cli::{BudgetArgs, GlobalArgs};
+use crate::config::ConfigError;
 use crate::context::Context;
 use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult};
 
-/// Runs `soba budget`.
+/// Runs `soba budget`. The configuration comes from the one loader every
+/// command uses (the user file, the project file, `SOBA_*` variables and
+/// `--set`), so the limits printed are the ones a session would get.
 pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
+    // `soba budget` declares its own --set; it means what the global one
+    // means everywhere else.
+    let mut global = global.clone();
+    global.set.extend(args.set.iter().cloned());
+    let ctx = Context::load(&global)?;
+    ctx.print_warnings();
     if let Some(session) = &args.session {
-        return session_budget(args, global, session);
-    }
-    let mut config = CompactionConfig::default();
-    let mut registry = ModelRegistry::new();
-    for assignment in &args.set {
-        apply_set(&mut config, &mut registry, assignment)?;
+        return session_budget(args, &ctx, session);
     }
     let (model, context_window, max_output) = match (
         &args.model,
@@ -37,7 +38,11 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
         args.max_output,
     ) {
         (Some(model), _, _) => {
-            let info = registry.resolve(model).map_err(registry_error)?;
+            let info = ctx
+                .config()
+                .registry()
+                .resolve(model)
+                .map_err(ConfigError::from)?;
             (Some(info.id), info.context_window, info.max_output_tokens)
         }
         (None, Some(context_window), Some(max_output)) => (None, context_window, max_output),
@@ -50,7 +55,7 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
     let budget = Budget::compute(
         TokenCount::new(context_window),
         TokenCount::new(max_output),
-        &config,
+        &ctx.config().compaction,
     )
     .map_err(budget_error)?;
 
@@ -71,16 +76,10 @@ fn print(rendered: &str, budget: &Budget) -> CliResult {
 }
 
 /// `soba budget --session ID`: the limits of the session's model (`--model`
-/// overrides it, as for `soba compact`) under the full configuration, with
-/// `--set` applied like every command's, and the effective tokens measured
-/// from the log. The log is only read, never locked.
-fn session_budget(args: &BudgetArgs, global: &GlobalArgs, session: &str) -> CliResult {
-    // `soba budget` declares its own --set; on a session it means what the
-    // global one means everywhere else.
-    let mut global = global.clone();
-    global.set.extend(args.set.iter().cloned());
-    let ctx = Context::load(&global)?;
-    ctx.print_warnings();
+/// overrides it, as for `soba compact`) under the full configuration, and
+/// the effective tokens measured from the log. The log is only read, never
+/// locked.
+fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult {
     let summary = ctx.select_session(Some(session))?;
     let log = read_log(&summary.path)?;
     let Some(header) = log.header().cloned() else {
@@ -99,101 +98,15 @@ fn session_budget(args: &BudgetArgs, global: &GlobalArgs, session: &str) -> CliR
         .map(|logged| logged.entry.clone())
         .collect();
     drop(log);
-    let model = engine::model_for_session_with(&ctx, args.model.as_deref(), &path, Some(&header))?;
-    let setup = ModelSetup::resolve(&ctx, &model)?;
-    let budget = setup.budget(&ctx)?;
-    let measurement = engine::measure_log(&ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
+    let model = engine::model_for_session_with(ctx, args.model.as_deref(), &path, Some(&header))?;
+    let setup = ModelSetup::resolve(ctx, &model)?;
+    let budget = setup.budget(ctx)?;
+    let measurement = engine::measure_log(ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
     let title = [
         ("session", summary.id.clone()),
         ("model", setup.info.id.clone()),
     ];
     print(&render(&title, &budget, Some(&measurement)), &budget)
-}
-
-/// Applies one `--set PATH=VALUE`: a `compaction.<key>` (the value read as
-/// JSON when it parses as JSON, else as a string, so `--set
-/// compaction.summarizer.model=openai/gpt-5-mini` works) or a model limit
-/// `models.<id>.contextWindow|maxOutputTokens|tokenizer` (the id may be
-/// quoted: `models."ollama/qwen3".contextWindow=32768`).
-fn apply_set(
-    config: &mut CompactionConfig,
-    registry: &mut ModelRegistry,
-    assignment: &str,
-) -> CliResult {
-    let Some((path, value_text)) = assignment.split_once('=') else {
-        return Err(
-            CliError::usage(format!("--set {assignment}: expected PATH=VALUE"))
-                .hint("for example --set compaction.keepRecentTokens=30000"),
-        );
-    };
-    let path = path.trim();
-    let value = serde_json::from_str::<Value>(value_text)
-        .unwrap_or_else(|_| Value::String(value_text.to_owned()));
-    if let Some(key) = path.strip_prefix("compaction.") {
-        return config
-            .set_key(key, &value)
-            .map_err(|err| CliError::user(format!("--set {assignment}: {err}")));
-    }
-    if let Some(rest) = path.strip_prefix("models.") {
-        return set_model_limit(registry, rest, &value)
-            .map_err(|err| err.hint(format!("in --set {assignment}")));
-    }
-    Err(CliError::user(format!(
-        "--set {path}: soba budget reads only compaction.* and models.* keys"
-    )))
-}
-
-/// Applies `<id>.<key>` of a `models.*` assignment to the registry.
-fn set_model_limit(registry: &mut ModelRegistry, rest: &str, value: &Value) -> CliResult {
-    let (id, key) = match rest.strip_prefix('"') {
-        Some(quoted) => match quoted.split_once("\".") {
-            Some((id, key)) => (id, key),
-            None => ("", ""),
-        },
-        None => rest.rsplit_once('.').unwrap_or(("", "")),
-    };
-    if id.is_empty() || key.is_empty() {
-        return Err(CliError::usage(format!(
-            "models.{rest}: expected models.<id>.<key>"
-        )));
-    }
-    let mut entry = registry.overrides().get(id).cloned().unwrap_or_default();
-    let number = || {
-        value.as_u64().ok_or_else(|| {
-            CliError::user(format!("models.\"{id}\".{key} must be a positive integer"))
-        })
-    };
-    match key {
-        "contextWindow" => entry.context_window = Some(number()?),
-        "maxOutputTokens" => entry.max_output_tokens = Some(number()?),
-        "tokenizer" => {
-            let name = value.as_str().ok_or_else(|| {
-                CliError::user(format!(
-                    "models.\"{id}\".tokenizer must be o200k_base or cl100k_base"
-                ))
-            })?;
-            entry.tokenizer = Some(name.to_owned());
-        }
-        _ => {
-            return Err(CliError::user(format!(
-                "unknown key models.\"{id}\".{key}: use contextWindow, maxOutputTokens or tokenizer"
-            )));
-        }
-    }
-    registry.set_override(id, entry);
-    Ok(())
-}
-
-fn registry_error(err: RegistryError) -> CliError {
-    let hint = match &err {
-        RegistryError::MissingContextWindow { key, .. } => Some(format!("or pass --set '{key}=N'")),
-        _ => None,
-    };
-    let cli_error = CliError::user(err.to_string());
-    match hint {
-        Some(hint) => cli_error.hint(hint),
-        None => cli_error,
-    }
 }
 
 fn budget_error(err: BudgetError) -> CliError {

@@ -10,7 +10,7 @@ use soba_core::config::CompactionConfig;
 use soba_engine::event::{EngineEvent, Outcome};
 
 use crate::cli::DemoArgs;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 
 /// Counters the timeline keeps for the closing lines.
 #[derive(Debug, Default)]
@@ -51,8 +51,44 @@ fn prepare_dir(args: &DemoArgs) -> CliResult<(PathBuf, Option<tempfile::TempDir>
     }
 }
 
-/// Runs `soba demo`.
+/// Waits for SIGINT or SIGTERM and returns the error to exit with.
+async fn stop_signal(
+    mut interrupt: tokio::signal::unix::Signal,
+    mut terminate: tokio::signal::unix::Signal,
+) -> CliError {
+    let (kind, name) = tokio::select! {
+        _ = interrupt.recv() => (ErrorKind::Interrupted, "interrupted"),
+        _ = terminate.recv() => (ErrorKind::Terminated, "terminated"),
+    };
+    CliError {
+        kind,
+        message: format!("soba demo {name}"),
+        source: None,
+        hints: Vec::new(),
+    }
+}
+
+/// Runs `soba demo`. SIGINT and SIGTERM stop it (exit 130 and 143) after
+/// the temporary directory is removed, as the first line promises; a
+/// `--keep` directory stays.
 pub fn cmd_demo(args: &DemoArgs) -> CliResult {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::internal("cannot start the async runtime").caused_by(err))?;
+    // Installed before the directory exists, so no signal can leave it.
+    let (interrupt, terminate) = {
+        let _entered = runtime.enter();
+        let install = |kind| {
+            tokio::signal::unix::signal(kind).map_err(|err| {
+                CliError::internal("cannot install the signal handlers").caused_by(err)
+            })
+        };
+        (
+            install(tokio::signal::unix::SignalKind::interrupt())?,
+            install(tokio::signal::unix::SignalKind::terminate())?,
+        )
+    };
     let (dir, temp) = prepare_dir(args)?;
     let model = soba_engine::demo::demo_model();
     let budget = Budget::compute(
@@ -149,13 +185,30 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             _ => {}
         }
     });
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| CliError::internal("cannot start the async runtime").caused_by(err))?;
-    let summary = runtime
-        .block_on(soba_engine::demo::run(&dir, args.seed, sink))
-        .map_err(|err| CliError::internal("the demo failed").caused_by(err))?;
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            summary = soba_engine::demo::run(&dir, args.seed, sink) => Ok(summary),
+            stopped = stop_signal(interrupt, terminate) => Err(stopped),
+        }
+    });
+    let summary = match outcome {
+        Ok(summary) => {
+            summary.map_err(|err| CliError::internal("the demo failed").caused_by(err))?
+        }
+        Err(stopped) => {
+            // The demo's future is dropped: its tools' processes are killed
+            // with it. Stop the runtime before removing their workspace.
+            drop(runtime);
+            let removed = temp.map(|temp| (temp.path().to_path_buf(), temp.close()));
+            return Err(match removed {
+                Some((path, Err(err))) => {
+                    stopped.hint(format!("could not remove {}: {err}", path.display()))
+                }
+                Some((_, Ok(()))) => stopped.hint("the temporary directory was removed"),
+                None => stopped,
+            });
+        }
+    };
     if !json {
         let tally = tally
             .lock()

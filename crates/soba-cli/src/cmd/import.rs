@@ -10,9 +10,7 @@ use serde_json::{Map, Value, json};
 use soba_core::terminal::Line;
 use soba_core::tokens::group_thousands;
 use soba_store::import::{FileOutcome, ImportedSession, import_dir, import_path};
-use soba_store::log::{
-    Durability, ImportedFrom, SessionHeader, SessionWriter, SystemMinter, WriterOptions,
-};
+use soba_store::log::{ImportedFrom, SessionHeader, SystemMinter, write_new_session};
 use soba_store::reader::{list_sessions, read_header, session_path};
 
 use crate::cli::{GlobalArgs, ImportArgs};
@@ -191,31 +189,17 @@ fn write_session(session: &ImportedSession, out_dir: &Path, root: &Path) -> CliR
         extra,
     });
     let path = session_path(out_dir, &header.id);
-    // One fsync per entry would make a large import crawl; an interrupted
-    // import is simply run again.
-    let options = WriterOptions {
-        durability: Durability::Flush,
-        minter: Box::new(SystemMinter),
-    };
-    let mut writer = SessionWriter::create(&path, &header, options)?;
-    for entry in &session.entries {
-        if let Err(err) = writer.append_entry(entry) {
-            drop(writer);
-            let _ = std::fs::remove_file(&path);
-            return Err(CliError::from(err).hint(format!(
-                "{} was not imported; nothing was left behind",
-                session.source.display()
-            )));
-        }
-    }
-    let file = writer.path().to_path_buf();
-    drop(writer);
-    if let Ok(handle) = std::fs::File::open(&file) {
-        let _ = handle.sync_all();
-    }
+    // Whole or not at all: a full disk or a refused entry leaves no partial
+    // session behind.
+    write_new_session(&path, &header, &session.entries).map_err(|err| {
+        CliError::from(err).hint(format!(
+            "{} was not imported; nothing was left behind",
+            session.source.display()
+        ))
+    })?;
     Ok(Written::New {
         id: header.id.as_str().to_owned(),
-        path: file,
+        path,
     })
 }
 

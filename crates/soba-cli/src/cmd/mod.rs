@@ -31,7 +31,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
             Command::Capsule(args) => capsule::cmd_capsule(&args, &cli.global),
             Command::Config(args) => config::cmd_config(&args, &cli.global),
             Command::Completions(args) => completions::cmd_completions(&args),
-            Command::Replay(args) => replay::cmd_replay(&args, &cli.global.set),
+            Command::Replay(args) => replay::cmd_replay(&args, &cli.global),
         },
         None => crate::tui::cmd_interactive(&cli.agent, &cli.global),
     }

@@ -4,20 +4,21 @@
 use std::io::Write;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
-use soba_core::config::CompactionConfig;
 use soba_core::tokens::group_thousands;
-use soba_provider::registry::ModelRegistry;
 
-use crate::cli::ReplayArgs;
+use crate::cli::{GlobalArgs, ReplayArgs};
+use crate::context::Context;
 use crate::error::{CliError, CliResult};
 use crate::replay::{
     self, CacheMode, Loaded, PolicySpec, ReplayError, ReplayOptions, ReplayReport, TraceReport,
 };
 
-/// Runs `soba replay`. `sets` are the global `--set PATH=VALUE` overrides.
-pub fn cmd_replay(args: &ReplayArgs, sets: &[String]) -> CliResult {
-    let options = options(args, sets)?;
+/// Runs `soba replay`. SOBA's policy runs under the configuration of the
+/// one loader every command uses (files, `SOBA_*` variables, `--set`).
+pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
+    let ctx = Context::load(global)?;
+    ctx.print_warnings();
+    let options = options(args, &ctx)?;
     let loaded = replay::load(&args.path).map_err(replay_error)?;
     let is_dir = args.path.is_dir();
     let mut report = ReplayReport {
@@ -126,7 +127,7 @@ fn calibration_table(report: &ReplayReport) -> String {
 }
 
 /// Builds the replay options from the command line.
-fn options(args: &ReplayArgs, sets: &[String]) -> CliResult<ReplayOptions> {
+fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
     let mut policies = Vec::new();
     for name in &args.policy {
         if name.trim().is_empty() {
@@ -151,70 +152,18 @@ fn options(args: &ReplayArgs, sets: &[String]) -> CliResult<ReplayOptions> {
             "--window and --max-output must be positive numbers of tokens",
         ));
     }
-    let mut compaction = CompactionConfig::default();
-    let mut registry = ModelRegistry::new();
-    for assignment in sets {
-        apply_set(&mut compaction, &mut registry, assignment)?;
-    }
     Ok(ReplayOptions {
         policies,
         window: args.window,
         max_output: args.max_output,
-        compaction,
+        compaction: ctx.config().compaction.clone(),
         cache,
         summarizer_price: args.summarizer_price,
         cache_ttl: args.cache_ttl,
         peer_trigger: args.peer_trigger,
         counting: replay::Counting::Bpe,
-        registry,
+        registry: ctx.config().registry(),
     })
-}
-
-/// Applies one `--set PATH=VALUE`: `compaction.<key>` (the value read as
-/// JSON when it parses, else as a string) or a model's limits,
-/// `models.<id>.contextWindow|maxOutputTokens=N` (the id may be quoted).
-fn apply_set(
-    config: &mut CompactionConfig,
-    registry: &mut ModelRegistry,
-    assignment: &str,
-) -> CliResult {
-    let Some((path, value_text)) = assignment.split_once('=') else {
-        return Err(
-            CliError::usage(format!("--set {assignment}: expected PATH=VALUE"))
-                .hint("for example --set compaction.keepRecentTokens=30000"),
-        );
-    };
-    let path = path.trim();
-    let value = serde_json::from_str::<Value>(value_text)
-        .unwrap_or_else(|_| Value::String(value_text.to_owned()));
-    if let Some(key) = path.strip_prefix("compaction.") {
-        return config
-            .set_key(key, &value)
-            .map_err(|err| CliError::user(format!("--set {assignment}: {err}")));
-    }
-    if let Some(rest) = path.strip_prefix("models.") {
-        let (id, key) = match rest.strip_prefix('"') {
-            Some(quoted) => quoted.split_once("\".").unwrap_or(("", "")),
-            None => rest.rsplit_once('.').unwrap_or(("", "")),
-        };
-        let n = value.as_u64().filter(|&n| n > 0);
-        let mut entry = registry.overrides().get(id).cloned().unwrap_or_default();
-        match (id.is_empty(), key, n) {
-            (false, "contextWindow", Some(n)) => entry.context_window = Some(n),
-            (false, "maxOutputTokens", Some(n)) => entry.max_output_tokens = Some(n),
-            _ => {
-                return Err(CliError::user(format!(
-                    "--set {assignment}: soba replay takes models.<id>.contextWindow or models.<id>.maxOutputTokens with a positive number"
-                )));
-            }
-        }
-        registry.set_override(id, entry);
-        return Ok(());
-    }
-    Err(CliError::user(format!(
-        "--set {path}: soba replay reads only compaction.* and models.<id>.* keys"
-    ))
-    .hint("or set the context window with --window N and the output with --max-output N"))
 }
 
 fn replay_error(err: ReplayError) -> CliError {

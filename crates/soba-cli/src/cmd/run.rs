@@ -257,6 +257,8 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     for note in notes {
         crate::output::errln!("{note}");
     }
+    crate::config::check_tool_allow(&args.allow, &crate::config::Source::Flag("--allow".into()))
+        .map_err(|err| CliError::usage(err.to_string()))?;
     let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
         .map_err(tool_error)?;
     let tool_config = ToolConfig::default()

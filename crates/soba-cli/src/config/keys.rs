@@ -91,8 +91,9 @@ impl ValueType {
     }
 
     /// Converts the text of an environment variable or `--set` value: the
-    /// text itself for string types (`null` for nullable ones), JSON
-    /// otherwise; a string list also takes `a,b,c`.
+    /// text itself for string types (`null` for nullable ones), JSON (read
+    /// by the config's one parser, [`super::json`]) otherwise; a string list
+    /// also takes `a,b,c`.
     pub fn parse_text(self, text: &str) -> Value {
         let trimmed = text.trim();
         match self {
@@ -101,13 +102,13 @@ impl ValueType {
                     return Value::Null;
                 }
                 if trimmed.starts_with('"')
-                    && let Ok(Value::String(inner)) = serde_json::from_str(trimmed)
+                    && let Ok(Value::String(inner)) = super::json::parse(trimmed)
                 {
                     return Value::String(inner);
                 }
                 Value::String(trimmed.to_owned())
             }
-            ValueType::StringList => match serde_json::from_str::<Value>(trimmed) {
+            ValueType::StringList => match super::json::parse(trimmed) {
                 Ok(list @ Value::Array(_)) => list,
                 _ => Value::Array(
                     trimmed
@@ -118,7 +119,7 @@ impl ValueType {
                         .collect(),
                 ),
             },
-            _ => serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(text.to_owned())),
+            _ => super::json::parse(trimmed).unwrap_or_else(|_| Value::String(text.to_owned())),
         }
     }
 

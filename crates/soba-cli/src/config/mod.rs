@@ -9,6 +9,7 @@
 //! API keys are never read from files: only from the variable a provider's
 //! `apiKeyEnv` names, when a client is built.
 
+pub mod json;
 pub mod keys;
 pub mod schema;
 
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 use soba_core::config::CompactionConfig;
+use soba_engine::tool::{ALLOW_NAMES, ToolRegistry};
 use soba_provider::client::{Api, Endpoint};
 use soba_provider::registry::{self, ModelOverride, ModelRegistry};
 use soba_store::log::Durability;
@@ -97,6 +99,17 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
+    /// A config file names the same key twice in one object (JSON parsers
+    /// disagree on which one counts; serde_json keeps the last).
+    #[error("{path} sets {key} twice (again on line {line}): keep one of them")]
+    DuplicateKey {
+        /// The file.
+        path: PathBuf,
+        /// The repeated key's full path (dotted).
+        key: String,
+        /// The 1-based line of the second occurrence.
+        line: usize,
+    },
     /// A config file's top level is not a JSON object.
     #[error(
         "{path} must hold one JSON object, like {{\"model\": \"anthropic/claude-sonnet-4-5\"}}"
@@ -126,6 +139,17 @@ pub enum ConfigError {
         expected: String,
         /// The value given, as JSON.
         value: String,
+    },
+    /// A `tools.allow` (or `--allow`) entry names no tool that asks for
+    /// approval.
+    #[error("unknown tool {name:?} in {origin}: {why}")]
+    UnknownTool {
+        /// The name as given.
+        name: String,
+        /// Where it was written.
+        origin: Source,
+        /// A suggestion and the known names.
+        why: String,
     },
     /// A project file sets a key only the user may set (SPEC §14.2).
     #[error(
@@ -400,17 +424,29 @@ fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, ConfigError> {
     parse_object(path, &bytes).map(Some)
 }
 
-/// Parses a config file's bytes: UTF-8 text holding one JSON object.
+/// Parses a config file's bytes: UTF-8 text (a leading byte-order mark is
+/// skipped) holding one JSON object that repeats no key.
 fn parse_object(path: &Path, bytes: &[u8]) -> Result<Map<String, Value>, ConfigError> {
     let text = std::str::from_utf8(bytes).map_err(|err| ConfigError::NotUtf8 {
         path: path.to_path_buf(),
         valid_up_to: err.valid_up_to(),
     })?;
-    let value: Value = serde_json::from_str(text).map_err(|err| ConfigError::Parse {
-        path: path.to_path_buf(),
-        line: err.line(),
-        column: err.column(),
-        message: err.to_string(),
+    let value = json::parse(text).map_err(|err| match err {
+        json::JsonError::Syntax {
+            line,
+            column,
+            message,
+        } => ConfigError::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        },
+        json::JsonError::DuplicateKey { path: key, line } => ConfigError::DuplicateKey {
+            path: path.to_path_buf(),
+            key: KeyPath(key).to_string(),
+            line,
+        },
     })?;
     match value {
         Value::Object(object) => Ok(object),
@@ -774,6 +810,50 @@ impl Merger {
     }
 }
 
+/// Checks `--allow` or `tools.allow` entries (names, or comma-separated
+/// lists of names) against the engine's [`ALLOW_NAMES`], with a "did you
+/// mean" for a typo and a note for a tool that never asks.
+pub fn check_tool_allow(entries: &[String], origin: &Source) -> Result<(), ConfigError> {
+    let known: Vec<&str> = ALLOW_NAMES.iter().map(|(name, _)| *name).collect();
+    let needing_no_approval: Vec<&str> = ToolRegistry::builtin()
+        .names()
+        .into_iter()
+        .filter(|tool| {
+            !ALLOW_NAMES
+                .iter()
+                .any(|(_, covered)| covered.contains(tool))
+        })
+        .collect();
+    for name in entries
+        .iter()
+        .flat_map(|entry| entry.split(','))
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+    {
+        if known.contains(&name) {
+            continue;
+        }
+        let why = if needing_no_approval.contains(&name) {
+            format!("{name} never asks for approval, so it needs no entry; remove it")
+        } else {
+            let suggestion = keys::closest(name, known.iter().copied())
+                .map(|close| format!("did you mean {close}? "))
+                .unwrap_or_default();
+            format!("{suggestion}the tools that ask are {}", ALLOW_DESCRIPTION)
+        };
+        return Err(ConfigError::UnknownTool {
+            name: name.to_owned(),
+            origin: origin.clone(),
+            why,
+        });
+    }
+    Ok(())
+}
+
+/// What each `tools.allow` name covers, for messages.
+const ALLOW_DESCRIPTION: &str =
+    "bash, write (write_file and edit_file), edit (edit_file alone), write_file and edit_file";
+
 /// Builds the typed configuration from merged settings.
 fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
     let mut config = Config {
@@ -851,6 +931,7 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
                             .collect()
                     })
                     .unwrap_or_default();
+                check_tool_allow(&config.tools_allow, &setting.source)?;
             }
             ["tools", "bash", "timeoutMs"] => {
                 config.bash_timeout_ms = setting.value.as_u64().unwrap_or(120_000);
@@ -1141,6 +1222,31 @@ mod tests {
         );
         let object = parse_object(path, "{\"model\": \"é\"}".as_bytes()).expect("UTF-8");
         assert_eq!(object["model"], json!("é"));
+    }
+
+    #[test]
+    fn a_config_file_that_repeats_a_key_names_it_and_its_line() {
+        let path = Path::new("/home/dev/.soba/config.json");
+        let text = "{\n  \"models\": {\"ollama/qwen3\": {\"contextWindow\": 32768}},\n  \"models\": {}\n}\n";
+        let err = parse_object(path, text.as_bytes()).expect_err("a repeated key");
+        assert_eq!(
+            err.to_string(),
+            "/home/dev/.soba/config.json sets models twice (again on line 3): keep one of them"
+        );
+        let nested =
+            "{\"models\": {\"ollama/qwen3\": {\"contextWindow\": 1, \"contextWindow\": 2}}}";
+        let err = parse_object(path, nested.as_bytes()).expect_err("a repeated key");
+        assert_eq!(
+            err.to_string(),
+            "/home/dev/.soba/config.json sets models.\"ollama/qwen3\".contextWindow twice (again on line 1): keep one of them"
+        );
+    }
+
+    #[test]
+    fn a_config_file_may_start_with_a_byte_order_mark() {
+        let path = Path::new("/home/dev/.soba/config.json");
+        let object = parse_object(path, b"\xef\xbb\xbf{\"model\": \"ollama/x\"}").expect("a BOM");
+        assert_eq!(object["model"], json!("ollama/x"));
     }
 
     #[test]

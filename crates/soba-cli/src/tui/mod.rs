@@ -63,6 +63,8 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         .iter()
         .map(|warning| format!("warning: {warning}"))
         .collect();
+    crate::config::check_tool_allow(&args.allow, &crate::config::Source::Flag("--allow".into()))
+        .map_err(|err| CliError::usage(err.to_string()))?;
     let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
         .map_err(tool_error)?;
     let tool_config = ToolConfig::default()

@@ -112,6 +112,11 @@ fn describe_cli(case_path: &Path) -> String {
     if let Some(config) = case.get("projectConfig") {
         sandbox.write_project_config(config);
     }
+    if let Some(config) = str_field(&case, "projectConfigText") {
+        let path = sandbox.ws.join(".soba/config.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, config).unwrap();
+    }
     if let Some(env) = case.get("env").and_then(Value::as_object) {
         for (name, value) in env {
             sandbox

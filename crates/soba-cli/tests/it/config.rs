@@ -706,3 +706,90 @@ fn config_show_prints_the_defaults() {
         .replace(&sandbox.ws.display().to_string(), "[WS]");
     insta::assert_snapshot!(normalized);
 }
+
+/// Writes `user` and `project` as raw text (not re-encoded by serde_json,
+/// which could not hold a repeated key).
+fn text_files(user: Option<&str>, project: Option<&str>) -> Files {
+    let f = files(None, None);
+    if let Some(user) = user {
+        std::fs::write(&f.user, user).unwrap();
+    }
+    if let Some(project) = project {
+        std::fs::write(&f.project, project).unwrap();
+    }
+    f
+}
+
+#[test]
+fn a_repeated_key_in_either_file_is_an_error_naming_file_key_and_line() {
+    // The local-model snippet pasted twice, the second one a stale copy.
+    let user = "{\n  \"models\": {\"ollama/qwen3-coder\": {\"contextWindow\": 32768}},\n  \"model\": \"ollama/qwen3-coder\",\n  \"models\": {\"ollama/qwen3-coder\": {\"maxOutputTokens\": 8192}}\n}\n";
+    let f = text_files(Some(user), None);
+    assert_eq!(
+        error(&f, &[], &[]),
+        format!(
+            "{} sets models twice (again on line 4): keep one of them",
+            f.user.display()
+        )
+    );
+    let project = "{\"compaction\": {\"keepRecentTokens\": 30000, \"auto\": true,\n \"keepRecentTokens\": 10000}}";
+    let f = text_files(None, Some(project));
+    assert_eq!(
+        error(&f, &[], &[]),
+        format!(
+            "{} sets compaction.keepRecentTokens twice (again on line 2): keep one of them",
+            f.project.display()
+        )
+    );
+}
+
+#[test]
+fn config_files_may_start_with_a_byte_order_mark() {
+    let f = text_files(
+        Some("\u{feff}{\"compaction\": {\"keepRecentTokens\": 30000}}"),
+        Some("\u{feff}{\"compaction\": {\"timeoutMs\": 2000}}"),
+    );
+    let loaded = load(&f, &[], &[]).unwrap();
+    assert_eq!(loaded.config.compaction.keep_recent_tokens.get(), 30_000);
+    assert_eq!(loaded.config.compaction.timeout_ms, 2000);
+}
+
+#[test]
+fn tools_allow_names_only_tools_that_ask() {
+    let f = files(Some(json!({"tools": {"allow": ["bash", "wirte"]}})), None);
+    assert_eq!(
+        error(&f, &[], &[]),
+        format!(
+            "unknown tool \"wirte\" in user config {}: did you mean write? the tools that ask are bash, write (write_file and edit_file), edit (edit_file alone), write_file and edit_file",
+            f.user.display()
+        )
+    );
+    let f = files(None, None);
+    assert_eq!(
+        error(&f, &[("SOBA_TOOLS__ALLOW", "bash,read_file")], &[]),
+        "unknown tool \"read_file\" in environment variable SOBA_TOOLS__ALLOW: read_file never asks for approval, so it needs no entry; remove it"
+    );
+    assert_eq!(
+        error(&f, &[], &["tools.allow=[\"rm -rf\"]"]),
+        "unknown tool \"rm -rf\" in --set tools.allow=[\"rm -rf\"]: the tools that ask are bash, write (write_file and edit_file), edit (edit_file alone), write_file and edit_file"
+    );
+    let loaded = load(&f, &[("SOBA_TOOLS__ALLOW", "bash, write,edit_file")], &[]).unwrap();
+    assert_eq!(loaded.config.tools_allow, ["bash", "write", "edit_file"]);
+}
+
+#[test]
+fn an_environment_value_of_the_wrong_form_names_the_variable() {
+    let f = files(None, None);
+    assert_eq!(
+        error(
+            &f,
+            &[("SOBA_COMPACTION__KEEP_RECENT_TOKENS", "garbage")],
+            &[]
+        ),
+        "compaction.keepRecentTokens in environment variable SOBA_COMPACTION__KEEP_RECENT_TOKENS must be a non-negative integer, not \"garbage\""
+    );
+    assert_eq!(
+        error(&f, &[("SOBA_COMPACTION__AUTO", "yes")], &[]),
+        "compaction.auto in environment variable SOBA_COMPACTION__AUTO must be true or false, not \"yes\""
+    );
+}

@@ -54,3 +54,65 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
     let completed = stdout.matches("Compacted (").count();
     assert_eq!(capsules, completed);
 }
+
+/// Starts `soba demo` with its temporary directory under `tmp`, waits for
+/// the line naming the directory, sends `signal` and returns the exit code.
+fn demo_stopped_by(signal: &str, tmp: &std::path::Path) -> (Option<i32>, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .arg("demo")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TMPDIR", tmp)
+        .env("SOBA_HOME", tmp.join("../home"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("directory: ") {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the demo ended before naming its directory"
+        );
+    }
+    let dir = line["directory: ".len()..]
+        .split(" (")
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(std::path::Path::new(&dir).starts_with(tmp), "{dir}");
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Drain stdout so the demo never blocks on a full pipe.
+    std::io::copy(&mut stdout, &mut std::io::sink()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sigterm_and_sigint_remove_the_temporary_directory() {
+    for (signal, code, name) in [("-TERM", 143, "terminated"), ("-INT", 130, "interrupted")] {
+        let root = tempfile::tempdir().unwrap();
+        let tmp = root.path().join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        let (exit, stderr) = demo_stopped_by(signal, &tmp);
+        assert_eq!(exit, Some(code), "{signal}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!("error: soba demo {name}\nhint: the temporary directory was removed\n"),
+            "{signal}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{signal}: left behind {left:?}");
+    }
+}

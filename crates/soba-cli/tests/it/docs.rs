@@ -169,3 +169,46 @@ fn links_between_documents_resolve() {
     );
     assert!(broken.is_empty(), "broken links: {broken:?}");
 }
+
+/// Returns the fenced `json` blocks of a document that mention `needle`.
+fn json_blocks_with(doc: &str, needle: &str) -> Vec<Value> {
+    doc.split("```json\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .filter(|block| block.contains(needle))
+        .map(|block| serde_json::from_str(block).expect("a guide snippet is JSON"))
+        .collect()
+}
+
+#[test]
+fn the_user_guides_local_model_snippet_makes_soba_budget_work() {
+    let guide = read_doc("user-guide.md");
+    let snippets = json_blocks_with(&guide, "ollama/qwen3-coder");
+    assert_eq!(snippets.len(), 1, "the guide's local-model snippet");
+    let snippet = &snippets[0];
+    let model = snippet["models"]
+        .as_object()
+        .and_then(|models| models.keys().next())
+        .expect("the snippet declares a model")
+        .clone();
+    let window = snippet["models"][&model]["contextWindow"]
+        .as_u64()
+        .expect("its window");
+    // Without the snippet the model is unknown; with it, every limit prints.
+    let bare = crate::support::Sandbox::new();
+    let output = bare.run(&["budget", "--model", &model]);
+    assert_eq!(output.status.code(), Some(1));
+    let sandbox = crate::support::Sandbox::new();
+    sandbox.write_user_config(snippet);
+    let output = sandbox.run_ok(&["budget", "--model", &model]);
+    let stdout = crate::support::text(&output.stdout);
+    assert!(
+        stdout.starts_with(&format!("model                {model}\n")),
+        "{stdout}"
+    );
+    let window_line = format!(
+        "contextWindow        {}  the model's window",
+        soba_core::tokens::group_thousands(window)
+    );
+    assert!(stdout.contains(&window_line), "{stdout}");
+}

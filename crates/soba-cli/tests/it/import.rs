@@ -274,3 +274,47 @@ fn unknown_files_are_errors_and_skipped_inside_folders() {
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stderr).starts_with("error: cannot read nope.jsonl"));
 }
+
+#[test]
+fn an_import_that_cannot_be_written_exits_1_with_what_to_do_and_leaves_nothing() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("s.jsonl", &pi_session("Fix the failing test."));
+    // A file where the sessions folder should be: the environment, not a bug.
+    let blocker = sandbox.write("blocker", "a file");
+    let out = blocker.join("sessions");
+    let output = sandbox.run(&[
+        "import",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: session storage failed: cannot create the sessions directory {}: Not a directory",
+            out.display()
+        )) && stderr.contains(
+            "\nhint: a file is where a folder should be, or a folder where a file should be: check the path"
+        ) && stderr.contains("was not imported; nothing was left behind"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&blocker).unwrap(), b"a file");
+    // Imported where it can be written: one complete session, no leftovers.
+    let good = sandbox.ws.join("out");
+    sandbox.run_ok(&[
+        "import",
+        file.to_str().unwrap(),
+        "--out",
+        good.to_str().unwrap(),
+    ]);
+    let names: Vec<String> = std::fs::read_dir(&good)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        names[0].ends_with(".jsonl") && !names[0].starts_with('.'),
+        "{names:?}"
+    );
+}

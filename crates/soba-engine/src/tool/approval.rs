@@ -20,6 +20,16 @@ pub const NON_INTERACTIVE_DENIAL: &str =
 /// The error result of a call the user denied.
 pub const USER_DENIAL: &str = "not approved: the user denied this call";
 
+/// The names `--allow` and `tools.allow` take, each with the tools it lets
+/// run without asking; the CLI checks configuration against this table.
+pub const ALLOW_NAMES: &[(&str, &[&str])] = &[
+    ("bash", &["bash"]),
+    ("write", &["write_file", "edit_file"]),
+    ("edit", &["edit_file"]),
+    ("write_file", &["write_file"]),
+    ("edit_file", &["edit_file"]),
+];
+
 /// The user's answer to an approval prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApprovalDecision {
@@ -119,19 +129,13 @@ impl ApprovalPolicy {
                 .map(str::trim)
                 .filter(|name| !name.is_empty())
             {
-                let tools: &[&'static str] = match name {
-                    "bash" => &["bash"],
-                    "write" => &["write_file", "edit_file"],
-                    "edit" | "edit_file" => &["edit_file"],
-                    "write_file" => &["write_file"],
-                    _ => {
-                        return Err(ToolError::UnknownAllowName {
-                            name: name.to_owned(),
-                            origin,
-                        });
-                    }
+                let Some((_, tools)) = ALLOW_NAMES.iter().find(|(known, _)| *known == name) else {
+                    return Err(ToolError::UnknownAllowName {
+                        name: name.to_owned(),
+                        origin,
+                    });
                 };
-                allowed.extend(tools);
+                allowed.extend(tools.iter().copied());
             }
         }
         Ok(ApprovalPolicy {

@@ -30,8 +30,8 @@ use soba_core::{CheckpointKind, ResultPart, ToolInput, ToolResult, ToolUse};
 use tokio_util::sync::CancellationToken;
 
 pub use approval::{
-    ApprovalDecision, ApprovalFuture, ApprovalPolicy, ApprovalRequest, ApprovalVerdict, Approvals,
-    ApprovedBy, Approver, NON_INTERACTIVE_DENIAL, USER_DENIAL,
+    ALLOW_NAMES, ApprovalDecision, ApprovalFuture, ApprovalPolicy, ApprovalRequest,
+    ApprovalVerdict, Approvals, ApprovedBy, Approver, NON_INTERACTIVE_DENIAL, USER_DENIAL,
 };
 pub use bash::Bash;
 pub use checkpoint::Checkpoint;
