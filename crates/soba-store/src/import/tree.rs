@@ -53,14 +53,18 @@ pub(crate) struct TreeKeys {
 /// Returns the node of a line that parsed.
 pub(crate) fn parsed_node(line_idx: usize, obj: &Map<String, Value>, keys: TreeKeys) -> Node {
     let id = obj.get(keys.id).and_then(Value::as_str).map(str::to_owned);
+    // A missing key is damage (every entry of a tree names its parent,
+    // `null` at the root), not a root.
     let parent_of = |key: &str| match obj.get(key) {
-        None | Some(Value::Null) => Parent::Root,
+        Some(Value::Null) => Parent::Root,
+        None => Parent::Unknown,
         Some(Value::String(id)) => Parent::Id(id.clone()),
         Some(_) => Parent::Unknown,
     };
     let mut parent = parent_of(keys.parent);
     if parent == Parent::Root
         && let Some(logical) = keys.logical_parent
+        && obj.get(logical).is_some_and(Value::is_string)
     {
         parent = parent_of(logical);
     }
