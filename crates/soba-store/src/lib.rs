@@ -85,6 +85,7 @@
 //! "expectedCacheWrite"?}` — never summary text.
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod error;
 #[cfg(feature = "testing")]
 pub mod fixtures;

@@ -220,6 +220,9 @@ fn session_json(session: &ImportedSession, written: &Written) -> Value {
         "toolCalls": stats.tool_calls,
         "toolResults": stats.tool_results,
         "unpairedToolCalls": stats.unpaired_tool_calls,
+        "orphanToolResults": stats.orphan_tool_results,
+        "resultsBeforeCalls": stats.results_before_calls,
+        "reorderedToolResults": stats.reordered_tool_results,
         "usage": {
             "input": stats.usage.input,
             "output": stats.usage.output,
@@ -266,6 +269,14 @@ fn session_text(session: &ImportedSession, written: &Written) -> String {
         n(stats.tool_results),
         n(stats.unpaired_tool_calls)
     ));
+    if stats.orphan_tool_results + stats.results_before_calls + stats.reordered_tool_results > 0 {
+        out.push_str(&format!(
+            "  results without a call {} · results before their call {} · moved after their call {}\n",
+            n(stats.orphan_tool_results),
+            n(stats.results_before_calls),
+            n(stats.reordered_tool_results)
+        ));
+    }
     out.push_str(&format!(
         "  usage: input {} · output {} · cache read {} · cache write {} · reasoning {}\n",
         n(usage.input),

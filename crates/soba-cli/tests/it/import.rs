@@ -318,3 +318,91 @@ fn an_import_that_cannot_be_written_exits_1_with_what_to_do_and_leaves_nothing()
         "{names:?}"
     );
 }
+
+/// A Claude Code session with one result recorded directly before its call
+/// (moved after it), one whose call is not in the file and one recorded
+/// long before its call (both kept as observation messages).
+fn claude_pairing_session() -> String {
+    let line = |uuid: &str, parent: &str, kind: &str, message: &str| {
+        format!(
+            r#"{{"type":"{kind}","uuid":"{uuid}","parentUuid":{parent},"sessionId":"CC","cwd":"/w","timestamp":"2025-06-01T10:00:00Z","message":{message}}}"#
+        )
+    };
+    let result = |id: &str| {
+        format!(
+            r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"{id}","content":"out {id}"}}]}}"#
+        )
+    };
+    let call = |msg: &str, id: &str| {
+        format!(
+            r#"{{"id":"{msg}","model":"m","role":"assistant","content":[{{"type":"tool_use","id":"{id}","name":"Bash","input":{{"command":"ls"}}}}],"usage":{{"input_tokens":1,"output_tokens":1}}}}"#
+        )
+    };
+    [
+        line("u1", "null", "user", r#"{"role":"user","content":"start"}"#),
+        line("r0", r#""u1""#, "user", &result("late")),
+        line(
+            "u2",
+            r#""r0""#,
+            "user",
+            r#"{"role":"user","content":"go on"}"#,
+        ),
+        line("r1", r#""u2""#, "user", &result("t1")),
+        line("a1", r#""r1""#, "assistant", &call("m1", "t1")),
+        line("r2", r#""a1""#, "user", &result("gone")),
+        line("a2", r#""r2""#, "assistant", &call("m2", "late")),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+#[test]
+fn json_reports_orphan_and_early_results_and_the_session_checks_clean() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("cc.jsonl", &claude_pairing_session());
+    let reports = import_json(&sandbox, &[file.to_str().unwrap()]);
+    assert_eq!(reports.len(), 1);
+    let report = &reports[0];
+    check_counts(
+        report,
+        &json!({
+            "/format": "claude-code",
+            "/toolCalls": 2,
+            "/toolResults": 1,
+            "/unpairedToolCalls": 1,
+            "/orphanToolResults": 1,
+            "/resultsBeforeCalls": 1,
+            "/reorderedToolResults": 1,
+        }),
+    );
+    let diagnostics: Vec<&str> = report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.contains("call \"gone\" has no call in the transcript")),
+        "{diagnostics:?}"
+    );
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.contains("call \"late\" is recorded before its call")),
+        "{diagnostics:?}"
+    );
+    let id = report["sessionId"].as_str().unwrap();
+    let output = sandbox.run(&["show", id, "--check"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+    // The plain report names the three figures.
+    let output = sandbox.run_ok(&["import", file.to_str().unwrap(), "--dry-run"]);
+    assert!(
+        text(&output.stdout).contains(
+            "  results without a call 1 · results before their call 1 · moved after their call 1\n"
+        ),
+        "{}",
+        text(&output.stdout)
+    );
+}

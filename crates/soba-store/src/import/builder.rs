@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use soba_core::capsule::ImportedCapsule;
+use soba_core::render::{CapsuleView, capsule_input};
+use soba_core::tokens::{BpeCounter, DEFAULT_IMAGE_TOKENS, count_message};
 use soba_core::{
-    Block, Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Image, ImageSource, Message,
-    MessageEntry, MessageOrigin, Quality, ResultPart, Role, TokenCount, Trigger, Usage,
+    Block, Capsule, CapsuleState, Encoding, Entry, EntryBody, EntryId, IdKind, Image, ImageSource,
+    Message, MessageEntry, MessageOrigin, Quality, ResultPart, Role, TokenCount, Trigger, Usage,
 };
 
 use super::{Format, ImportStats, ImportedSession, Inference};
@@ -27,13 +29,15 @@ pub(crate) struct Context {
 /// The largest timestamp a uuid v7 holds (48 bits of milliseconds).
 const MAX_UUID_MS: i64 = (1 << 48) - 1;
 
-/// Which entry an imported capsule keeps from.
+/// Which entry an imported capsule keeps from: its retained tail must lie
+/// before it on the path (what `soba show --check` requires).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeptTarget {
-    /// This entry index.
+    /// This entry index, which must come before the capsule.
     Entry(usize),
-    /// The first entry after this index.
-    After(usize),
+    /// Nothing before the capsule is kept: the summary stands for all of it
+    /// and the entries after the capsule follow verbatim.
+    Nothing,
 }
 
 /// Accumulates one imported session.
@@ -314,28 +318,29 @@ impl SessionBuilder {
         }
     }
 
-    /// Ends the session: resolves capsule targets and computes statistics.
-    pub fn finish(mut self) -> ImportedSession {
-        for (capsule_idx, target) in std::mem::take(&mut self.kept) {
-            let kept_idx = match target {
-                KeptTarget::Entry(idx) => idx,
-                KeptTarget::After(idx) => idx.saturating_add(1),
-            };
-            let kept_id = self.entries.get(kept_idx).map(|entry| entry.id.clone());
-            if kept_id.is_none() {
-                self.diagnostics.push(format!(
-                    "entry {capsule_idx}: the recorded compaction keeps nothing after it (no entry follows its summary)"
-                ));
-            }
-            if let Some(EntryBody::Capsule(capsule)) = self
-                .entries
-                .get_mut(capsule_idx)
-                .map(|entry| &mut entry.body)
-            {
-                capsule.first_kept_entry_id = kept_id;
-            }
+    /// Forgets the usage of inference `inference_idx` (and of its last
+    /// message): the source recorded figures that are not counts.
+    pub fn clear_inference_usage(&mut self, inference_idx: usize) {
+        let Some(inference) = self.inferences.get_mut(inference_idx) else {
+            return;
+        };
+        inference.usage = None;
+        let last = inference.last_entry;
+        if let Some(message) = self.message_mut(last) {
+            message.usage = None;
         }
-        let stats = self.stats();
+    }
+
+    /// Ends the session: checks tool pairing (repairing what is
+    /// unambiguous), resolves capsule targets, measures capsules and
+    /// computes statistics.
+    pub fn finish(mut self) -> ImportedSession {
+        let pairing = self.check_pairing();
+        self.resolve_capsules();
+        let mut stats = self.stats();
+        stats.orphan_tool_results = pairing.orphans;
+        stats.results_before_calls = pairing.before_calls;
+        stats.reordered_tool_results = pairing.reordered;
         ImportedSession {
             format: self.format,
             source: self.source,
@@ -350,6 +355,186 @@ impl SessionBuilder {
             entries: self.entries,
             inferences: self.inferences,
             stats,
+        }
+    }
+
+    /// The one pairing check of every importer. A run of tool results
+    /// directly before the assistant entry that makes their calls (and
+    /// made nowhere earlier) is moved after it; every other result with no
+    /// earlier call is kept as an `observation` user message (so nothing is
+    /// lost and the session passes `soba show --check`) and reported.
+    fn check_pairing(&mut self) -> Pairing {
+        let mut pairing = Pairing::default();
+        let order = self.repair_order(&mut pairing);
+        self.diagnostics.append(&mut pairing.notes);
+        if order.iter().enumerate().any(|(new, &old)| new != old) {
+            self.apply_order(&order);
+        }
+        let mut all_calls: HashSet<String> = HashSet::new();
+        for entry in &self.entries {
+            if let EntryBody::Message(m) = &entry.body {
+                all_calls.extend(m.message.tool_uses().map(|call| call.id.clone()));
+            }
+        }
+        let mut seen: HashSet<String> = HashSet::new();
+        for entry_idx in 0..self.entries.len() {
+            let Some(message) = message_of(&self.entries[entry_idx]) else {
+                continue;
+            };
+            let unpaired: Vec<String> = message
+                .tool_results()
+                .filter(|result| !seen.contains(&result.tool_use_id))
+                .map(|result| result.tool_use_id.clone())
+                .collect();
+            seen.extend(message.tool_uses().map(|call| call.id.clone()));
+            if unpaired.is_empty() {
+                continue;
+            }
+            let observation = observation_of(message);
+            for id in &unpaired {
+                let (what, counter) = if all_calls.contains(id) {
+                    ("is recorded before its call", &mut pairing.before_calls)
+                } else {
+                    ("has no call in the transcript", &mut pairing.orphans)
+                };
+                *counter += 1;
+                self.diagnostics.push(format!(
+                    "entry {entry_idx}: the tool result for call {id:?} {what}; kept as an observation message (not a tool result) so the session stays valid"
+                ));
+            }
+            if let EntryBody::Message(m) = &mut self.entries[entry_idx].body {
+                m.message = observation;
+            }
+        }
+        pairing
+    }
+
+    /// Returns the entry order with each unambiguous result-before-call
+    /// run moved after its call: `order[new] = old`.
+    fn repair_order(&self, pairing: &mut Pairing) -> Vec<usize> {
+        let n = self.entries.len();
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        let mut called: HashSet<&str> = HashSet::new();
+        let mut idx = 0;
+        while idx < n {
+            let entry = &self.entries[idx];
+            let Some(message) = message_of(entry) else {
+                order.push(idx);
+                idx += 1;
+                continue;
+            };
+            if message.role == Role::Assistant {
+                // The results just before it that answer its calls.
+                let calls: HashSet<&str> = message.tool_uses().map(|c| c.id.as_str()).collect();
+                let mut run_start = order.len();
+                while run_start > 0 {
+                    let candidate = order[run_start - 1];
+                    let is_match = message_of(&self.entries[candidate]).is_some_and(|m| {
+                        m.role == Role::Tool
+                            && m.tool_results().count() > 0
+                            && m.tool_results().all(|r| {
+                                calls.contains(r.tool_use_id.as_str())
+                                    && !called.contains(r.tool_use_id.as_str())
+                            })
+                    });
+                    if !is_match {
+                        break;
+                    }
+                    run_start -= 1;
+                }
+                let moved: Vec<usize> = order.split_off(run_start);
+                order.push(idx);
+                for &old in &moved {
+                    pairing.reordered += 1;
+                    pairing.notes.push(format!(
+                        "entry {old}: a tool result recorded just before its call (entry {idx}) was moved after it"
+                    ));
+                }
+                order.extend(moved);
+                called.extend(calls);
+            } else {
+                called.extend(message.tool_uses().map(|c| c.id.as_str()));
+                order.push(idx);
+            }
+            idx += 1;
+        }
+        order
+    }
+
+    /// Reorders entry bodies by `order` (`order[new] = old`); ids, parents
+    /// and timestamps stay in place so ids stay increasing, and every index
+    /// held (inferences, capsule targets) follows its body.
+    fn apply_order(&mut self, order: &[usize]) {
+        let mut new_of = vec![0usize; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_of[old] = new;
+        }
+        let mut bodies: Vec<Option<EntryBody>> = self
+            .entries
+            .iter_mut()
+            .map(|entry| {
+                Some(std::mem::replace(
+                    &mut entry.body,
+                    EntryBody::ModelChange {
+                        model: String::new(),
+                    },
+                ))
+            })
+            .collect();
+        for (new, &old) in order.iter().enumerate() {
+            if let Some(body) = bodies[old].take() {
+                self.entries[new].body = body;
+            }
+        }
+        let remap = |idx: usize| new_of.get(idx).copied().unwrap_or(idx);
+        for inference in &mut self.inferences {
+            inference.first_entry = remap(inference.first_entry);
+            inference.last_entry = remap(inference.last_entry);
+            inference.first_entry = inference.first_entry.min(inference.last_entry);
+        }
+        for (capsule_idx, target) in &mut self.kept {
+            *capsule_idx = remap(*capsule_idx);
+            if let KeptTarget::Entry(idx) = target {
+                *idx = remap(*idx);
+            }
+        }
+        self.last_capsule = self.last_capsule.map(remap);
+    }
+
+    /// Resolves each capsule's `firstKeptEntryId` (an entry before it, or
+    /// none) and measures its `tokensAfter`: the capsule as the model sees
+    /// it plus its retained tail, counted locally in `o200k_base`.
+    fn resolve_capsules(&mut self) {
+        let counter = BpeCounter::new(Encoding::O200kBase);
+        for (capsule_idx, target) in std::mem::take(&mut self.kept) {
+            let kept_idx = match target {
+                KeptTarget::Entry(idx) if idx < capsule_idx => Some(idx),
+                KeptTarget::Entry(idx) => {
+                    self.diagnostics.push(format!(
+                        "entry {capsule_idx}: the recorded compaction keeps from entry {idx}, which is not before it; it keeps nothing verbatim"
+                    ));
+                    None
+                }
+                KeptTarget::Nothing => None,
+            };
+            let kept_id = kept_idx.map(|idx| self.entries[idx].id.clone());
+            let tail: TokenCount = kept_idx
+                .map_or(&[][..], |idx| &self.entries[idx..capsule_idx])
+                .iter()
+                .filter_map(message_of)
+                .filter(|message| message.role != Role::System)
+                .map(|message| count_message(&counter, message, DEFAULT_IMAGE_TOKENS).n)
+                .sum();
+            if let Some(EntryBody::Capsule(capsule)) = self
+                .entries
+                .get_mut(capsule_idx)
+                .map(|entry| &mut entry.body)
+            {
+                capsule.first_kept_entry_id = kept_id;
+                let rendered = Message::user(capsule_input(&CapsuleView::from(&**capsule)));
+                let own = count_message(&counter, &rendered, DEFAULT_IMAGE_TOKENS).n;
+                capsule.tokens_after = own + tail;
+            }
         }
     }
 
@@ -402,6 +587,52 @@ impl SessionBuilder {
         stats.peak_prompt_tokens = self.peak_override.or(peak);
         stats
     }
+}
+
+/// What the pairing check found.
+#[derive(Debug, Default)]
+struct Pairing {
+    notes: Vec<String>,
+    orphans: u64,
+    before_calls: u64,
+    reordered: u64,
+}
+
+/// Returns the message of a message entry.
+fn message_of(entry: &Entry) -> Option<&Message> {
+    match &entry.body {
+        EntryBody::Message(m) => Some(&m.message),
+        _ => None,
+    }
+}
+
+/// Rewrites a message whose tool results cannot be paired as a user
+/// message of origin `observation`: each result becomes a text block
+/// naming its call (images kept), other blocks are kept.
+fn observation_of(message: &Message) -> Message {
+    let mut content = Vec::new();
+    for block in &message.content {
+        match block {
+            Block::ToolResult(result) => {
+                let status = if result.is_error { " (error)" } else { "" };
+                content.push(Block::Text(format!(
+                    "[tool result{status} for call {:?}, whose call is not before it in the transcript]",
+                    result.tool_use_id
+                )));
+                for part in &result.content {
+                    content.push(match part {
+                        ResultPart::Text(text) => Block::Text(text.clone()),
+                        ResultPart::Image(image) => Block::Image(image.clone()),
+                    });
+                }
+            }
+            Block::ToolUse(_) => {}
+            other => content.push(other.clone()),
+        }
+    }
+    let mut out = message_with(Role::User, content, MessageOrigin::Observation);
+    out.model.clone_from(&message.model);
+    out
 }
 
 /// Adds `other` to `total`, saturating (hostile input cannot overflow).
@@ -492,6 +723,140 @@ pub(crate) fn count_of(value: &Value) -> Option<u64> {
 /// Reads `obj[key]` as a count, zero when absent or not a count.
 pub(crate) fn count_field(obj: &Map<String, Value>, key: &str) -> u64 {
     obj.get(key).and_then(count_of).unwrap_or(0)
+}
+
+/// Reads usage figures — the one usage parser of every importer. Each of
+/// `keys` (a dotted path into `usage`, e.g.
+/// `prompt_tokens_details.cached_tokens`) must be absent, `null`, a
+/// non-negative integer that fits in 64 bits or a string of digits (read
+/// as 0 when absent). Any other value (negative, fractional, too large, not
+/// a number) gets a diagnostic naming `at` and the field, and the whole
+/// usage object is rejected (`None`): a guessed figure would mislead
+/// calibration, so that inference records no usage.
+pub(crate) fn usage_figures<const N: usize>(
+    usage: &Map<String, Value>,
+    keys: [&str; N],
+    at: &str,
+    diagnostics: &mut Vec<String>,
+) -> Option<[u64; N]> {
+    let mut out = [0u64; N];
+    let mut valid = true;
+    for (slot, key) in out.iter_mut().zip(keys) {
+        let mut field: Option<&Value> = None;
+        let mut parent = Some(usage);
+        for part in key.split('.') {
+            field = parent.and_then(|obj| obj.get(part));
+            parent = field.and_then(Value::as_object);
+        }
+        match figure_of(field) {
+            Ok(n) => *slot = n,
+            Err(why) => {
+                valid = false;
+                let shown = field.map(Value::to_string).unwrap_or_default();
+                let shown: String = shown.chars().take(40).collect();
+                diagnostics.push(format!(
+                    "{at}: usage field `{key}` is {shown} ({why}); this usage is not recorded and is kept out of calibration"
+                ));
+            }
+        }
+    }
+    valid.then_some(out)
+}
+
+/// Reads one usage figure; the error says what is wrong with it.
+fn figure_of(value: Option<&Value>) -> Result<u64, &'static str> {
+    match value {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::Number(number)) => {
+            if let Some(n) = number.as_u64() {
+                Ok(n)
+            } else if number.as_i64().is_some() {
+                Err("negative")
+            } else {
+                match number.as_f64() {
+                    Some(float) if float < 0.0 => Err("negative"),
+                    Some(float) if float.fract() == 0.0 && float >= u64::MAX as f64 => {
+                        Err("larger than a 64-bit count")
+                    }
+                    _ => Err("not a whole number"),
+                }
+            }
+        }
+        Some(Value::String(text)) => {
+            let text = text.trim();
+            if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+                Err("not a number")
+            } else {
+                text.parse().map_err(|_| "larger than a 64-bit count")
+            }
+        }
+        Some(_) => Err("not a number"),
+    }
+}
+
+/// Returns the text kept from a content field of unexpected shape — the
+/// one helper of every importer for content that is neither text nor a
+/// list of parts: `null` gives nothing; an object gives its `text` when it
+/// has one, else its JSON; a number or boolean gives its JSON. Every case
+/// but `null` (and a plain string) records a diagnostic naming `at` and
+/// `field`.
+pub(crate) fn odd_content(
+    value: &Value,
+    at: &str,
+    field: &str,
+    diagnostics: &mut Vec<String>,
+) -> Option<String> {
+    let (kind, kept) = match value {
+        Value::Null => return None,
+        Value::String(text) => return Some(text.clone()),
+        Value::Object(obj) => match str_field(obj, "text") {
+            Some(text) => ("an object", Some((text.to_owned(), "its `text`"))),
+            None => ("an object", None),
+        },
+        Value::Number(_) => ("a number", None),
+        Value::Bool(_) => ("a boolean", None),
+        Value::Array(_) => ("a list", None),
+    };
+    let (text, how) = kept.unwrap_or_else(|| (value.to_string(), "its JSON as text"));
+    diagnostics.push(format!(
+        "{at}: `{field}` is {kind}, not text or a list of content blocks; kept {how}"
+    ));
+    Some(text)
+}
+
+/// Returns the text of a content value as [`text_of`] does, except that
+/// content of unexpected shape (see [`odd_content`]), and list items that
+/// are neither strings nor objects, are kept with a diagnostic instead of
+/// becoming empty.
+pub(crate) fn content_text(
+    value: &Value,
+    at: &str,
+    field: &str,
+    diagnostics: &mut Vec<String>,
+) -> String {
+    match value {
+        Value::Array(parts) => {
+            let mut texts: Vec<String> = Vec::new();
+            for (idx, part) in parts.iter().enumerate() {
+                match part {
+                    Value::String(text) => texts.push(text.clone()),
+                    Value::Object(obj) => {
+                        if let Some(text) = str_field(obj, "text") {
+                            texts.push(text.to_owned());
+                        }
+                    }
+                    other => texts.extend(odd_content(
+                        other,
+                        at,
+                        &format!("{field}[{idx}]"),
+                        diagnostics,
+                    )),
+                }
+            }
+            texts.join("\n")
+        }
+        other => odd_content(other, at, field, diagnostics).unwrap_or_default(),
+    }
 }
 
 /// Returns `obj[key]` as a string slice.
@@ -618,18 +983,39 @@ pub(crate) fn for_each_jsonl_object(
     diagnostics: &mut Vec<String>,
     mut each: impl FnMut(usize, Map<String, Value>),
 ) {
+    for_each_jsonl_line(text, diagnostics, |line_idx, line| {
+        if let Ok(obj) = line {
+            each(line_idx, obj);
+        }
+    });
+}
+
+/// Parses JSONL text as [`for_each_jsonl_object`] does, also handing
+/// `each` the raw text of every line that is not a JSON object (after its
+/// diagnostic), so tree-shaped importers can still read its ids.
+pub(crate) fn for_each_jsonl_line<'a>(
+    text: &'a str,
+    diagnostics: &mut Vec<String>,
+    mut each: impl FnMut(usize, Result<Map<String, Value>, &'a str>),
+) {
     for (line_idx, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
         match serde_json::from_str::<Value>(line) {
-            Ok(Value::Object(obj)) => each(line_idx, obj),
-            Ok(_) => diagnostics.push(format!("line {}: skipped: not a JSON object", line_idx + 1)),
-            Err(err) => diagnostics.push(format!(
-                "line {}: skipped malformed JSON: {err}",
-                line_idx + 1
-            )),
+            Ok(Value::Object(obj)) => each(line_idx, Ok(obj)),
+            Ok(_) => {
+                diagnostics.push(format!("line {}: skipped: not a JSON object", line_idx + 1));
+                each(line_idx, Err(line));
+            }
+            Err(err) => {
+                diagnostics.push(format!(
+                    "line {}: skipped malformed JSON: {err}",
+                    line_idx + 1
+                ));
+                each(line_idx, Err(line));
+            }
         }
     }
 }

@@ -17,11 +17,12 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, count_field, for_each_jsonl_object, image_from_url,
-    is_interrupt_marker, message_with, obj_field, parse_document, str_field, text_of,
-    timestamp_field, tool_message,
+    Context, KeptTarget, SessionBuilder, content_text, count_field, for_each_jsonl_line,
+    image_from_url, is_interrupt_marker, message_with, obj_field, odd_content, parse_document,
+    str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
 use super::swe_agent::openai_tool_call;
+use super::tree::{Node, TreeKeys, branch, parsed_node, raw_flag, raw_node};
 use super::{Format, ImportedSession};
 
 /// The prefix of the export's compaction marker.
@@ -36,8 +37,10 @@ struct PendingBoundary {
 }
 
 impl PendingBoundary {
-    /// Pushes the capsule, then the summary message when there is one; the
-    /// capsule keeps from the entry after the summary.
+    /// Pushes the capsule carrying the summary (stored once: the capsule is
+    /// what the model sees for it). Claude Code's compaction keeps nothing
+    /// of the earlier conversation verbatim, so the capsule keeps nothing
+    /// before it; the entries after it follow verbatim.
     fn close(self, summary: Option<(Message, Option<String>)>, b: &mut SessionBuilder) {
         let text = summary
             .as_ref()
@@ -48,17 +51,12 @@ impl PendingBoundary {
             self.original_id,
             self.tokens_before,
             self.timestamp,
-            KeptTarget::After(0),
+            KeptTarget::Nothing,
         );
-        match summary {
-            Some((message, timestamp)) => {
-                let summary_idx = b.push_message(message, timestamp);
-                b.set_kept(capsule, KeptTarget::After(summary_idx));
-            }
-            None => {
-                b.diag(format!("entry {capsule}: compaction marker without a summary message; keeping from the next entry"));
-                b.set_kept(capsule, KeptTarget::After(capsule));
-            }
+        if summary.is_none() {
+            b.diag(format!(
+                "entry {capsule}: compaction marker without a summary message; the capsule's summary is empty"
+            ));
         }
     }
 }
@@ -70,17 +68,22 @@ impl PendingBoundary {
 pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
     let mut b = SessionBuilder::new(Format::ClaudeCode, ctx, 0);
     let mut lines: Vec<(usize, Map<String, Value>)> = Vec::new();
-    for_each_jsonl_object(text, &mut b.diagnostics, |idx, obj| lines.push((idx, obj)));
+    let mut damaged: Vec<(usize, &str)> = Vec::new();
+    for_each_jsonl_line(text, &mut b.diagnostics, |idx, line| match line {
+        Ok(obj) => lines.push((idx, obj)),
+        Err(raw) => damaged.push((idx, raw)),
+    });
     if lines.is_empty() {
         return Err("no JSON line".into());
     }
-    let selected = select_lines(&lines, &mut b);
+    let selected = select_lines(&lines, &damaged, &mut b);
 
     let mut pending: Option<PendingBoundary> = None;
     // message.id → (entry index, inference index).
     let mut responses: HashMap<String, (usize, Option<usize>)> = HashMap::new();
-    // message.id → the last usage object seen, in first-seen order.
-    let mut raw_usage: Vec<(String, Map<String, Value>)> = Vec::new();
+    // message.id → the last usage object seen (`None` when unusable), in
+    // first-seen order.
+    let mut raw_usage: Vec<(String, Option<Map<String, Value>>)> = Vec::new();
     let mut synthetic = 0u64;
     let mut has_session_id = false;
     for &pos in &selected {
@@ -135,8 +138,11 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                 };
                 let is_summary = obj.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
                 let is_meta = obj.get("isMeta").and_then(Value::as_bool) == Some(true);
-                let (blocks, results) =
-                    split_user_content(message.get("content").unwrap_or(&Value::Null));
+                let (blocks, results) = split_user_content(
+                    message.get("content").unwrap_or(&Value::Null),
+                    &format!("line {line_no}"),
+                    &mut b.diagnostics,
+                );
                 if let Some(boundary) = pending.take() {
                     if is_summary || results.is_empty() {
                         let summary = message_with(Role::User, blocks, MessageOrigin::Summary);
@@ -172,10 +178,18 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                 if let Some(boundary) = pending.take() {
                     boundary.close(None, &mut b);
                 }
-                let blocks = assistant_blocks(message.get("content").unwrap_or(&Value::Null));
+                let at = format!("line {line_no}");
+                let blocks = assistant_blocks(
+                    message.get("content").unwrap_or(&Value::Null),
+                    &at,
+                    &mut b.diagnostics,
+                );
                 let model = str_field(message, "model").map(str::to_owned);
                 let usage_obj = obj_field(message, "usage");
-                let usage = usage_obj.map(anthropic_usage);
+                // `Some(None)`: usage recorded but unusable.
+                let parsed_usage =
+                    usage_obj.map(|usage| anthropic_usage(usage, &at, &mut b.diagnostics));
+                let usage = parsed_usage.flatten();
                 let msg_id = str_field(message, "id").map(str::to_owned);
                 if let Some((entry_idx, inference_idx)) =
                     msg_id.as_ref().and_then(|id| responses.get(id)).copied()
@@ -183,8 +197,14 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                     if let Some(target) = b.message_mut(entry_idx) {
                         target.content.extend(blocks);
                     }
-                    if let (Some(inference_idx), Some(usage)) = (inference_idx, usage) {
-                        b.set_inference_usage(inference_idx, usage);
+                    match (inference_idx, parsed_usage) {
+                        (Some(inference_idx), Some(Some(usage))) => {
+                            b.set_inference_usage(inference_idx, usage);
+                        }
+                        // The response's usage is repeated per line; an
+                        // unusable copy makes the response's usage unknown.
+                        (Some(inference_idx), Some(None)) => b.clear_inference_usage(inference_idx),
+                        _ => {}
                     }
                 } else {
                     let entry_idx =
@@ -206,9 +226,10 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                 if let (Some(id), Some(usage_obj)) = (msg_id, usage_obj)
                     && model_is_real(message)
                 {
+                    let kept = usage.is_some().then(|| usage_obj.clone());
                     match raw_usage.iter_mut().find(|(seen, _)| *seen == id) {
-                        Some(slot) => slot.1 = usage_obj.clone(),
-                        None => raw_usage.push((id, usage_obj.clone())),
+                        Some(slot) => slot.1 = kept,
+                        None => raw_usage.push((id, kept)),
                     }
                 }
             }
@@ -228,9 +249,12 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
         "cache_creation_input_tokens",
         "cache_read_input_tokens",
     ] {
-        let sum = raw_usage.iter().fold(0u64, |acc, (_, usage)| {
-            acc.saturating_add(count_field(usage, key))
-        });
+        let sum = raw_usage
+            .iter()
+            .filter_map(|(_, usage)| usage.as_ref())
+            .fold(0u64, |acc, usage| {
+                acc.saturating_add(count_field(usage, key))
+            });
         sums.insert(key.to_owned(), Value::from(sum));
     }
     sums.insert("counting".into(), Value::from("per-request"));
@@ -242,17 +266,32 @@ fn model_is_real(message: &Map<String, Value>) -> bool {
     str_field(message, "model") != Some("<synthetic>")
 }
 
+/// The keys of Claude Code's tree.
+const CLAUDE_TREE: TreeKeys = TreeKeys {
+    id: "uuid",
+    parent: "parentUuid",
+    logical_parent: Some("logicalParentUuid"),
+};
+
 /// Chooses the conversational lines to convert, as positions into `lines`
 /// in file order: the `parentUuid` chain from the last conversational line
 /// (through `logicalParentUuid` across compactions) when the file has one,
-/// else every line. Sidechain and sub-agent lines are left out.
-fn select_lines(lines: &[(usize, Map<String, Value>)], b: &mut SessionBuilder) -> Vec<usize> {
+/// bridged across `damaged` lines by the shared tree walk; else every line.
+/// Sidechain and sub-agent lines are left out.
+fn select_lines(
+    lines: &[(usize, Map<String, Value>)],
+    damaged: &[(usize, &str)],
+    b: &mut SessionBuilder,
+) -> Vec<usize> {
+    let is_side = |obj: &Map<String, Value>| {
+        obj.get("isSidechain").and_then(Value::as_bool) == Some(true)
+            || obj.get("parent_tool_use_id").is_some_and(|v| !v.is_null())
+    };
     let conversational = |obj: &Map<String, Value>| {
         matches!(
             str_field(obj, "type"),
             Some("user" | "assistant" | "system")
-        ) && obj.get("isSidechain").and_then(Value::as_bool) != Some(true)
-            && obj.get("parent_tool_use_id").is_none_or(Value::is_null)
+        ) && !is_side(obj)
     };
     let candidates: Vec<usize> = (0..lines.len())
         .filter(|&pos| conversational(&lines[pos].1))
@@ -260,38 +299,34 @@ fn select_lines(lines: &[(usize, Map<String, Value>)], b: &mut SessionBuilder) -
     let has_tree = candidates
         .iter()
         .any(|&pos| lines[pos].1.contains_key("parentUuid"));
-    let Some(&leaf) = candidates
-        .iter()
-        .rev()
-        .find(|&&pos| lines[pos].1.contains_key("uuid"))
-    else {
-        return candidates;
-    };
     if !has_tree {
         return candidates;
     }
-    let by_uuid: HashMap<&str, usize> = lines
+    // Nodes in file order: parsed lines of the main chain (positions into
+    // `lines`) and damaged lines that are not sidechain lines.
+    let mut nodes: Vec<(Node, Option<usize>)> = lines
         .iter()
         .enumerate()
-        .filter_map(|(pos, (_, obj))| str_field(obj, "uuid").map(|uuid| (uuid, pos)))
+        .filter(|(_, (_, obj))| {
+            (obj.contains_key("uuid") || obj.contains_key("parentUuid")) && !is_side(obj)
+        })
+        .map(|(pos, (line_idx, obj))| (parsed_node(*line_idx, obj, CLAUDE_TREE), Some(pos)))
+        .chain(
+            damaged
+                .iter()
+                .filter(|(_, raw)| !raw_flag(raw, "isSidechain"))
+                .map(|(line_idx, raw)| (raw_node(*line_idx, raw, CLAUDE_TREE), None)),
+        )
         .collect();
-    let mut on_path = HashSet::from([leaf]);
-    let mut current = leaf;
-    loop {
-        let obj = &lines[current].1;
-        let parent = str_field(obj, "parentUuid").or_else(|| str_field(obj, "logicalParentUuid"));
-        let Some(&parent_pos) = parent.and_then(|uuid| by_uuid.get(uuid)) else {
-            break;
-        };
-        if !on_path.insert(parent_pos) {
-            b.diag(format!(
-                "line {}: parentUuid cycle; the branch stops there",
-                lines[current].0 + 1
-            ));
-            break;
-        }
-        current = parent_pos;
-    }
+    nodes.sort_by_key(|(node, _)| node.line_idx);
+    let leaf = nodes.iter().rposition(|(node, pos)| {
+        node.id.is_some() && pos.is_some_and(|pos| conversational(&lines[pos].1))
+    });
+    let (nodes, positions): (Vec<Node>, Vec<Option<usize>>) = nodes.into_iter().unzip();
+    let on_path: HashSet<usize> = branch(&nodes, leaf, "parentUuid", &mut b.diagnostics)
+        .into_iter()
+        .filter_map(|node_pos| positions[node_pos])
+        .collect();
     let selected: Vec<usize> = candidates
         .iter()
         .copied()
@@ -304,61 +339,92 @@ fn select_lines(lines: &[(usize, Map<String, Value>)], b: &mut SessionBuilder) -
     selected
 }
 
-/// Normalises Anthropic usage (input already excludes the cache).
-fn anthropic_usage(usage: &Map<String, Value>) -> Usage {
-    Usage {
-        input: count_field(usage, "input_tokens"),
-        cache_read: count_field(usage, "cache_read_input_tokens"),
-        cache_write: count_field(usage, "cache_creation_input_tokens"),
-        output: count_field(usage, "output_tokens"),
+/// Normalises Anthropic usage (input already excludes the cache); `None`
+/// (with a diagnostic) when a figure is not a count.
+fn anthropic_usage(
+    usage: &Map<String, Value>,
+    at: &str,
+    diagnostics: &mut Vec<String>,
+) -> Option<Usage> {
+    let [input, cache_read, cache_write, output] = usage_figures(
+        usage,
+        [
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens",
+        ],
+        at,
+        diagnostics,
+    )?;
+    Some(Usage {
+        input,
+        cache_read,
+        cache_write,
+        output,
         reasoning: 0,
-    }
+    })
 }
 
-/// Converts assistant content blocks (Anthropic Messages shape).
-fn assistant_blocks(content: &Value) -> Vec<Block> {
-    match content {
-        Value::String(text) => vec![Block::Text(text.clone())],
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(Value::as_object)
-            .filter_map(|block| match str_field(block, "type") {
-                Some("text") => Some(Block::Text(
-                    str_field(block, "text").unwrap_or_default().to_owned(),
-                )),
-                Some("thinking") => Some(Block::Thinking {
-                    text: str_field(block, "thinking").unwrap_or_default().to_owned(),
-                    signature: str_field(block, "signature").map(str::to_owned),
-                }),
-                Some("tool_use" | "server_tool_use") => Some(Block::ToolUse(ToolUse {
-                    id: str_field(block, "id").unwrap_or_default().to_owned(),
-                    name: str_field(block, "name").unwrap_or_default().to_owned(),
-                    input: match block.get("input") {
-                        Some(Value::String(text)) => ToolInput::from_json_text(text),
-                        Some(Value::Null) | None => ToolInput::empty(),
-                        Some(other) => ToolInput::from_value(other.clone()),
-                    },
-                })),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
+/// Converts assistant content blocks (Anthropic Messages shape); content
+/// of unexpected shape is kept as text with a diagnostic naming `at`.
+fn assistant_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) -> Vec<Block> {
+    let items = match content {
+        Value::String(text) => return vec![Block::Text(text.clone())],
+        Value::Array(items) => items,
+        other => {
+            return odd_content(other, at, "message.content", diagnostics)
+                .map(Block::Text)
+                .into_iter()
+                .collect();
+        }
+    };
+    let mut blocks = Vec::new();
+    for (idx, item) in items.iter().enumerate() {
+        let Some(block) = item.as_object() else {
+            let field = format!("message.content[{idx}]");
+            blocks.extend(odd_content(item, at, &field, diagnostics).map(Block::Text));
+            continue;
+        };
+        match str_field(block, "type") {
+            Some("text") => blocks.push(Block::Text(
+                str_field(block, "text").unwrap_or_default().to_owned(),
+            )),
+            Some("thinking") => blocks.push(Block::Thinking {
+                text: str_field(block, "thinking").unwrap_or_default().to_owned(),
+                signature: str_field(block, "signature").map(str::to_owned),
+            }),
+            Some("tool_use" | "server_tool_use") => blocks.push(Block::ToolUse(ToolUse {
+                id: str_field(block, "id").unwrap_or_default().to_owned(),
+                name: str_field(block, "name").unwrap_or_default().to_owned(),
+                input: match block.get("input") {
+                    Some(Value::String(text)) => ToolInput::from_json_text(text),
+                    Some(Value::Null) | None => ToolInput::empty(),
+                    Some(other) => ToolInput::from_value(other.clone()),
+                },
+            })),
+            _ => {}
+        }
     }
+    blocks
 }
 
 /// Splits user content into its text/image blocks and one `tool` message
 /// per `tool_result` block.
-fn split_user_content(content: &Value) -> (Vec<Block>, Vec<Message>) {
+fn split_user_content(
+    content: &Value,
+    at: &str,
+    diagnostics: &mut Vec<String>,
+) -> (Vec<Block>, Vec<Message>) {
     let mut blocks = Vec::new();
     let mut results = Vec::new();
     match content {
         Value::String(text) => blocks.push(Block::Text(text.clone())),
         Value::Array(items) => {
-            for item in items {
+            for (idx, item) in items.iter().enumerate() {
                 let Some(item) = item.as_object() else {
-                    if let Some(text) = item.as_str() {
-                        blocks.push(Block::Text(text.to_owned()));
-                    }
+                    let field = format!("message.content[{idx}]");
+                    blocks.extend(odd_content(item, at, &field, diagnostics).map(Block::Text));
                     continue;
                 };
                 match str_field(item, "type") {
@@ -370,11 +436,9 @@ fn split_user_content(content: &Value) -> (Vec<Block>, Vec<Message>) {
                             .get("is_error")
                             .and_then(Value::as_bool)
                             .unwrap_or(false);
-                        results.push(tool_message(
-                            id,
-                            result_parts(item.get("content")),
-                            is_error,
-                        ));
+                        let field = format!("message.content[{idx}].content");
+                        let parts = result_parts(item.get("content"), at, &field, diagnostics);
+                        results.push(tool_message(id, parts, is_error));
                     }
                     Some("image") => {
                         if let Some(image) = anthropic_image(item) {
@@ -389,23 +453,45 @@ fn split_user_content(content: &Value) -> (Vec<Block>, Vec<Message>) {
                 }
             }
         }
-        _ => {}
+        other => {
+            blocks.extend(odd_content(other, at, "message.content", diagnostics).map(Block::Text))
+        }
     }
     (blocks, results)
 }
 
-fn result_parts(content: Option<&Value>) -> Vec<ResultPart> {
+/// Converts `tool_result.content` (a string or text/image blocks); other
+/// shapes are kept as text with a diagnostic.
+fn result_parts(
+    content: Option<&Value>,
+    at: &str,
+    field: &str,
+    diagnostics: &mut Vec<String>,
+) -> Vec<ResultPart> {
     match content {
+        None => Vec::new(),
         Some(Value::String(text)) => vec![ResultPart::Text(text.clone())],
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(Value::as_object)
-            .filter_map(|item| match str_field(item, "type") {
-                Some("image") => anthropic_image(item).map(ResultPart::Image),
-                _ => str_field(item, "text").map(|text| ResultPart::Text(text.to_owned())),
-            })
+        Some(Value::Array(items)) => {
+            let mut parts = Vec::new();
+            for (idx, item) in items.iter().enumerate() {
+                let Some(obj) = item.as_object() else {
+                    let field = format!("{field}[{idx}]");
+                    parts.extend(odd_content(item, at, &field, diagnostics).map(ResultPart::Text));
+                    continue;
+                };
+                match str_field(obj, "type") {
+                    Some("image") => parts.extend(anthropic_image(obj).map(ResultPart::Image)),
+                    _ => parts.extend(
+                        str_field(obj, "text").map(|text| ResultPart::Text(text.to_owned())),
+                    ),
+                }
+            }
+            parts
+        }
+        Some(other) => odd_content(other, at, field, diagnostics)
+            .map(ResultPart::Text)
+            .into_iter()
             .collect(),
-        _ => Vec::new(),
     }
 }
 
@@ -495,7 +581,8 @@ pub(crate) fn import_openai_chat(
                 }
             }
             "user" => {
-                let blocks = chat_user_blocks(content);
+                let blocks =
+                    chat_user_blocks(content, &format!("messages[{idx}]"), &mut b.diagnostics);
                 if let Some(boundary) = pending.take() {
                     boundary.close(
                         Some((
@@ -514,7 +601,9 @@ pub(crate) fn import_openai_chat(
                 b.push_message(message_with(Role::User, blocks, origin), None);
             }
             "assistant" => {
-                let mut blocks = split_thinking(&text_of(content));
+                let at = format!("messages[{idx}]");
+                let mut blocks =
+                    split_thinking(&content_text(content, &at, "content", &mut b.diagnostics));
                 for call in message
                     .get("tool_calls")
                     .and_then(Value::as_array)
@@ -538,7 +627,8 @@ pub(crate) fn import_openai_chat(
                 let id = str_field(message, "tool_call_id")
                     .unwrap_or_default()
                     .to_owned();
-                let text = text_of(content);
+                let at = format!("messages[{idx}]");
+                let text = content_text(content, &at, "content", &mut b.diagnostics);
                 let is_error = text.trim_start().starts_with("<tool_use_error>");
                 b.push_message(
                     tool_message(id, vec![ResultPart::Text(text)], is_error),
@@ -556,7 +646,7 @@ pub(crate) fn import_openai_chat(
 }
 
 /// Converts export user content (a string, or OpenAI content parts).
-fn chat_user_blocks(content: &Value) -> Vec<Block> {
+fn chat_user_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) -> Vec<Block> {
     match content {
         Value::Array(parts) => parts
             .iter()
@@ -572,8 +662,10 @@ fn chat_user_blocks(content: &Value) -> Vec<Block> {
                 _ => str_field(part, "text").map(|text| Block::Text(text.to_owned())),
             })
             .collect(),
-        Value::Null => Vec::new(),
-        other => vec![Block::Text(text_of(other))],
+        other => odd_content(other, at, "content", diagnostics)
+            .map(Block::Text)
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -694,7 +786,6 @@ mod tests {
                 MessageOrigin::Typed,
                 MessageOrigin::Typed,
                 MessageOrigin::Marker,
-                MessageOrigin::Summary,
                 MessageOrigin::Typed
             ]
         );
@@ -709,11 +800,12 @@ mod tests {
             panic!("capsule expected")
         };
         assert_eq!(capsule.tokens_before.get(), 155_000);
+        // The summary is stored once, in the capsule, which keeps nothing
+        // before it; its size is measured.
         assert!(capsule.markdown.contains("did things"));
-        assert_eq!(
-            capsule.first_kept_entry_id.as_ref(),
-            Some(&s.entries[capsule_idx + 2].id)
-        );
+        assert!(!texts.iter().any(|t| t.contains("did things")));
+        assert_eq!(capsule.first_kept_entry_id, None);
+        assert!(capsule.tokens_after.get() > 10, "{}", capsule.tokens_after);
     }
 
     #[test]
@@ -770,9 +862,10 @@ mod tests {
         let EntryBody::Capsule(capsule) = &s.entries[capsule_idx].body else {
             panic!("capsule expected")
         };
+        assert_eq!(capsule.first_kept_entry_id, None);
         assert_eq!(
-            capsule.first_kept_entry_id.as_ref(),
-            Some(&s.entries[capsule_idx + 2].id)
+            capsule.markdown,
+            "This session is being continued from a previous conversation. Summary: S"
         );
         assert_eq!(
             capsule.imported.as_ref().map(|i| i.original_id.as_str()),
@@ -784,8 +877,8 @@ mod tests {
                 .iter()
                 .any(|d| d.starts_with("messages[10]"))
         );
-        assert_eq!(all[5].origin, MessageOrigin::Marker);
-        assert_eq!(all[4].origin, MessageOrigin::Summary);
+        assert_eq!(all[4].origin, MessageOrigin::Marker);
+        assert!(all.iter().all(|m| m.origin != MessageOrigin::Summary));
     }
 
     #[test]

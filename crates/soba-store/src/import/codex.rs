@@ -13,27 +13,48 @@ use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, array_field, count_field, for_each_jsonl_object,
+    Context, KeptTarget, SessionBuilder, array_field, content_text, for_each_jsonl_object,
     image_from_url, message_with, obj_field, parse_document, prompt_of, str_field, text_of,
-    timestamp_field, timestamp_ms, tool_message,
+    timestamp_field, timestamp_ms, tool_message, usage_figures,
 };
 use super::swe_agent::openai_tool_call;
 use super::{Format, ImportedSession};
 
 /// Normalises a Codex usage object (SPEC §4.2): `input_tokens` includes
-/// the cached (and, when reported, cache-write) tokens.
-fn codex_usage(usage: &Map<String, Value>) -> Usage {
-    let input = count_field(usage, "input_tokens");
-    let cached = count_field(usage, "cached_input_tokens").min(input);
-    let cache_write =
-        count_field(usage, "cache_write_input_tokens").min(input.saturating_sub(cached));
-    Usage {
+/// the cached (and, when reported, cache-write) tokens. `None` (with a
+/// diagnostic naming `at`) when a figure is not a count.
+fn codex_usage(
+    usage: &Map<String, Value>,
+    at: &str,
+    diagnostics: &mut Vec<String>,
+) -> Option<Usage> {
+    let [input, cached, cache_write, output, reasoning] = usage_figures(
+        usage,
+        [
+            "input_tokens",
+            "cached_input_tokens",
+            "cache_write_input_tokens",
+            "output_tokens",
+            "reasoning_output_tokens",
+        ],
+        at,
+        diagnostics,
+    )?;
+    let cached = cached.min(input);
+    let cache_write = cache_write.min(input.saturating_sub(cached));
+    Some(Usage {
         input: input - cached - cache_write,
         cache_read: cached,
         cache_write,
-        output: count_field(usage, "output_tokens"),
-        reasoning: count_field(usage, "reasoning_output_tokens"),
-    }
+        output,
+        reasoning,
+    })
+}
+
+/// Reads `last_token_usage` of a `token_count` info for an inference; its
+/// diagnostics are given once, by [`apply_cumulative`].
+fn last_usage(info: &Map<String, Value>) -> Option<Usage> {
+    obj_field(info, "last_token_usage").and_then(|last| codex_usage(last, "", &mut Vec::new()))
 }
 
 /// Returns the origin of user text: environment and instruction wrappers
@@ -239,7 +260,12 @@ pub(crate) fn import_messages_meta(
                 let id = str_field(message, "tool_call_id")
                     .unwrap_or_default()
                     .to_owned();
-                let text = text_of(message.get("content").unwrap_or(&Value::Null));
+                let text = content_text(
+                    message.get("content").unwrap_or(&Value::Null),
+                    &format!("messages[{idx}]"),
+                    "content",
+                    &mut b.diagnostics,
+                );
                 let exit_code = obj_field(message, "metadata")
                     .and_then(|m| m.get("exit_code"))
                     .and_then(Value::as_i64);
@@ -250,7 +276,12 @@ pub(crate) fn import_messages_meta(
                 );
             }
             "user" | "system" | "developer" => {
-                let text = text_of(message.get("content").unwrap_or(&Value::Null));
+                let text = content_text(
+                    message.get("content").unwrap_or(&Value::Null),
+                    &format!("messages[{idx}]"),
+                    "content",
+                    &mut b.diagnostics,
+                );
                 b.push_message(
                     context_message(role, content_blocks(content), &text),
                     timestamp,
@@ -292,8 +323,8 @@ pub(crate) fn import_messages_meta(
             stale += 1;
             continue;
         }
-        if let Some(last) = obj_field(info, "last_token_usage") {
-            b.set_inference_usage(inference_idx, codex_usage(last));
+        if let Some(usage) = last_usage(info) {
+            b.set_inference_usage(inference_idx, usage);
         }
         attached_total = total;
         cursor += 1;
@@ -338,19 +369,30 @@ fn apply_cumulative<'a>(
 ) {
     let mut last_total: Option<&Map<String, Value>> = None;
     let mut peak: Option<u64> = None;
-    for info in infos {
+    for (event_idx, info) in infos.enumerate() {
         if let Some(total) = obj_field(info, "total_token_usage") {
             last_total = Some(total);
         }
-        if let Some(last) = obj_field(info, "last_token_usage") {
-            let prompt = prompt_of(&codex_usage(last));
+        let at = format!("token_count event {}", event_idx + 1);
+        if let Some(last) = obj_field(info, "last_token_usage")
+            && let Some(usage) =
+                codex_usage(last, &format!("{at}: last_token_usage"), &mut b.diagnostics)
+        {
+            let prompt = prompt_of(&usage);
             peak = Some(peak.map_or(prompt, |p| p.max(prompt)));
         }
         if let Some(window) = info.get("model_context_window").and_then(Value::as_u64) {
             b.context_window = Some(window);
         }
     }
-    b.usage_override = Some(last_total.map(codex_usage).unwrap_or_default());
+    let total = last_total.and_then(|total| {
+        codex_usage(
+            total,
+            "the last token_count: total_token_usage",
+            &mut b.diagnostics,
+        )
+    });
+    b.usage_override = Some(total.unwrap_or_default());
     b.peak_override = peak;
     b.usage_raw = json!({
         "counting": "cumulative",
@@ -455,7 +497,12 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
                             continue;
                         }
                         run.close();
-                        let text = text_of(payload.get("content").unwrap_or(&Value::Null));
+                        let text = content_text(
+                            payload.get("content").unwrap_or(&Value::Null),
+                            &format!("line {line_no}"),
+                            "payload.content",
+                            &mut b.diagnostics,
+                        );
                         b.push_message(
                             context_message(role, content_blocks(content), &text),
                             timestamp,
@@ -550,24 +597,21 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
                     continue;
                 }
                 last_total = total;
-                if let (Some(inference_idx), Some(last)) =
-                    (awaiting.take(), obj_field(info, "last_token_usage"))
-                {
-                    b.set_inference_usage(inference_idx, codex_usage(last));
+                if let (Some(inference_idx), Some(usage)) = (awaiting.take(), last_usage(info)) {
+                    b.set_inference_usage(inference_idx, usage);
                 }
             }
             "compacted" => {
                 b.count_record(kind);
                 run.close();
                 let summary = payload.get("message").map(text_of).unwrap_or_default();
-                let capsule = b.push_capsule(
+                b.push_capsule(
                     summary,
                     format!("line:{line_idx}"),
                     0,
                     timestamp,
-                    KeptTarget::After(0),
+                    KeptTarget::Nothing,
                 );
-                b.set_kept(capsule, KeptTarget::After(capsule));
             }
             other => {
                 b.count_record(other);

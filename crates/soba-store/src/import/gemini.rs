@@ -8,8 +8,9 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, SessionBuilder, array_field, count_field, is_interrupt_marker, message_with,
-    obj_field, parse_document, str_field, text_of, timestamp_field, tool_message,
+    Context, SessionBuilder, array_field, content_text, is_interrupt_marker, message_with,
+    obj_field, odd_content, parse_document, str_field, text_of, timestamp_field, tool_message,
+    usage_figures,
 };
 use super::{Format, ImportedSession};
 
@@ -44,7 +45,11 @@ pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, 
         let timestamp = timestamp_field(record, "timestamp");
         match kind {
             "user" => {
-                let blocks = user_blocks(record.get("content").unwrap_or(&Value::Null));
+                let blocks = user_blocks(
+                    record.get("content").unwrap_or(&Value::Null),
+                    &format!("messages[{idx}]"),
+                    &mut b.diagnostics,
+                );
                 let marker = blocks
                     .iter()
                     .all(|block| matches!(block, Block::Text(t) if is_interrupt_marker(t)));
@@ -96,7 +101,17 @@ fn convert_gemini(
             signature: None,
         });
     }
-    let text = record.get("content").map(text_of).unwrap_or_default();
+    let text = record
+        .get("content")
+        .map(|content| {
+            content_text(
+                content,
+                &format!("messages[{idx}]"),
+                "content",
+                &mut b.diagnostics,
+            )
+        })
+        .unwrap_or_default();
     if !text.is_empty() {
         blocks.push(Block::Text(text));
     }
@@ -123,27 +138,29 @@ fn convert_gemini(
             results.push(result);
         }
     }
-    let usage = obj_field(record, "tokens").map(|tokens| {
-        let input = count_field(tokens, "input");
-        let cached = count_field(tokens, "cached");
-        let output = count_field(tokens, "output");
-        let thoughts = count_field(tokens, "thoughts");
-        let tool = count_field(tokens, "tool");
+    let at = format!("messages[{idx}]");
+    let usage = obj_field(record, "tokens").and_then(|tokens| {
+        let [input, cached, output, thoughts, tool, total] = usage_figures(
+            tokens,
+            ["input", "cached", "output", "thoughts", "tool", "total"],
+            &at,
+            &mut b.diagnostics,
+        )?;
         raw.input = raw.input.saturating_add(input);
         raw.output = raw.output.saturating_add(output);
         raw.cached = raw.cached.saturating_add(cached);
         raw.thoughts = raw.thoughts.saturating_add(thoughts);
         raw.tool = raw.tool.saturating_add(tool);
-        raw.total = raw.total.saturating_add(count_field(tokens, "total"));
+        raw.total = raw.total.saturating_add(total);
         // Gemini's `input` includes `cached`; tool-use prompt tokens are
         // prompt too. `output` excludes thoughts, SOBA's includes them.
-        Usage {
+        Some(Usage {
             input: input.saturating_sub(cached).saturating_add(tool),
             cache_read: cached.min(input),
             cache_write: 0,
             output: output.saturating_add(thoughts),
             reasoning: thoughts,
-        }
+        })
     });
     let model = str_field(record, "model").map(str::to_owned);
     let response_id = str_field(record, "id").map(str::to_owned);
@@ -206,7 +223,7 @@ fn inline_image(part: &Map<String, Value>) -> Option<Image> {
 }
 
 /// Converts user content: a string or a list of Parts.
-fn user_blocks(content: &Value) -> Vec<Block> {
+fn user_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) -> Vec<Block> {
     match content {
         Value::Array(parts) => parts
             .iter()
@@ -218,8 +235,10 @@ fn user_blocks(content: &Value) -> Vec<Block> {
                 _ => None,
             })
             .collect(),
-        Value::Null => Vec::new(),
-        other => vec![Block::Text(text_of(other))],
+        other => odd_content(other, at, "content", diagnostics)
+            .map(Block::Text)
+            .into_iter()
+            .collect(),
     }
 }
 

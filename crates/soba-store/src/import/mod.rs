@@ -10,6 +10,12 @@
 //! Decisions where the formats leave room (see `traces/FORMATS.md`):
 //! - Unpaired tool calls are kept as they are (no synthetic result) and
 //!   counted in [`ImportStats::unpaired_tool_calls`].
+//! - One pairing check (in the session builder) serves every importer: a
+//!   result recorded directly before the assistant entry making its call is
+//!   moved after it; any other result with no earlier call is kept as an
+//!   `observation` user message; both are counted in [`ImportStats`] and
+//!   named in the diagnostics, so an imported session passes
+//!   `soba show --check`.
 //! - Consecutive assistant records of one model response (Claude Code lines
 //!   sharing `message.id`, openai-chat runs, Codex items, OpenHands actions
 //!   sharing `model_response.id`) become one assistant entry.
@@ -31,6 +37,7 @@ mod gemini;
 mod openhands;
 mod pi;
 mod swe_agent;
+mod tree;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -249,6 +256,17 @@ pub struct ImportStats {
     pub tool_results: u64,
     /// Tool calls with no result anywhere in the session (kept unpaired).
     pub unpaired_tool_calls: u64,
+    /// Tool results whose call is nowhere in the session (its record was
+    /// damaged or dropped); each is kept as an `observation` user message
+    /// and named in `diagnostics`.
+    pub orphan_tool_results: u64,
+    /// Tool results recorded before their call that could not be moved
+    /// after it; kept as `observation` user messages, named in
+    /// `diagnostics`.
+    pub results_before_calls: u64,
+    /// Tool results recorded directly before the assistant entry making
+    /// their call, moved after it (named in `diagnostics`).
+    pub reordered_tool_results: u64,
     /// Normalised usage totals (SPEC §4.2); for cumulative counters, the
     /// last value normalised.
     pub usage: Usage,

@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
 
 use super::builder::{
-    Context, SessionBuilder, array_field, count_field, for_each_jsonl_object, image_from_url,
-    message_with, obj_field, str_field, text_of, timestamp_field, tool_message,
+    Context, SessionBuilder, array_field, content_text, for_each_jsonl_object, image_from_url,
+    message_with, obj_field, str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
 use super::{Format, ImportedSession};
 
@@ -125,6 +125,22 @@ fn convert_instance(line_idx: usize, obj: &Map<String, Value>, b: &mut SessionBu
         .and_then(|metrics| metrics.get("accumulated_token_usage"))
         .cloned()
         .unwrap_or(Value::Null);
+    if let Some(totals) = accumulated.as_object() {
+        let at = format!("line {line_no}: metrics.accumulated_token_usage");
+        // Checked only to report figures that are not counts; the totals
+        // are kept raw.
+        let _ = usage_figures(
+            totals,
+            [
+                "prompt_tokens",
+                "completion_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+            ],
+            &at,
+            &mut b.diagnostics,
+        );
+    }
     b.usage_raw = json!({
         "counting": "per-request",
         "prompt_tokens": raw.prompt_tokens,
@@ -216,9 +232,10 @@ fn convert_action(
                 .filter(|text| !text.trim().is_empty());
             let mut blocks: Vec<Block> = text.into_iter().map(Block::Text).collect();
             blocks.push(Block::ToolUse(call));
+            let at = event_at(event);
             let usage = response
                 .and_then(|r| obj_field(r, "usage"))
-                .map(|usage| normalise(usage, raw));
+                .and_then(|usage| normalise(usage, raw, &at, &mut b.diagnostics));
             let model = response
                 .and_then(|r| str_field(r, "model"))
                 .map(str::to_owned);
@@ -279,30 +296,60 @@ fn response_text(response: Option<&Map<String, Value>>) -> Option<String> {
 
 /// Normalises an OpenAI/LiteLLM usage object (SPEC §4.2): cached and
 /// cache-write tokens are taken out of `prompt_tokens`.
-fn normalise(usage: &Map<String, Value>, raw: &mut RawUsage) -> Usage {
-    let prompt = count_field(usage, "prompt_tokens");
-    let completion = count_field(usage, "completion_tokens");
-    let cached = obj_field(usage, "prompt_tokens_details")
-        .map(|details| count_field(details, "cached_tokens"))
-        .filter(|n| *n > 0)
-        .unwrap_or_else(|| count_field(usage, "cache_read_input_tokens"));
-    let cache_write = count_field(usage, "cache_creation_input_tokens");
-    let reasoning = obj_field(usage, "completion_tokens_details")
-        .map(|details| count_field(details, "reasoning_tokens"))
-        .unwrap_or(0);
+/// Figures that are not counts reject the whole object (see
+/// `usage_figures`).
+fn normalise(
+    usage: &Map<String, Value>,
+    raw: &mut RawUsage,
+    at: &str,
+    diagnostics: &mut Vec<String>,
+) -> Option<Usage> {
+    let [
+        prompt,
+        completion,
+        details_cached,
+        cache_read,
+        cache_write,
+        reasoning,
+        total,
+    ] = usage_figures(
+        usage,
+        [
+            "prompt_tokens",
+            "completion_tokens",
+            "prompt_tokens_details.cached_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "completion_tokens_details.reasoning_tokens",
+            "total_tokens",
+        ],
+        at,
+        diagnostics,
+    )?;
+    let cached = if details_cached > 0 {
+        details_cached
+    } else {
+        cache_read
+    };
     raw.prompt_tokens = raw.prompt_tokens.saturating_add(prompt);
     raw.completion_tokens = raw.completion_tokens.saturating_add(completion);
-    raw.total_tokens = raw
-        .total_tokens
-        .saturating_add(count_field(usage, "total_tokens"));
+    raw.total_tokens = raw.total_tokens.saturating_add(total);
     raw.cached_tokens = raw.cached_tokens.saturating_add(cached);
     raw.reasoning_tokens = raw.reasoning_tokens.saturating_add(reasoning);
-    Usage {
+    Some(Usage {
         input: prompt.saturating_sub(cached).saturating_sub(cache_write),
         cache_read: cached,
         cache_write,
         output: completion,
         reasoning,
+    })
+}
+
+/// Names an event in diagnostics: `history event <id>`.
+fn event_at(event: &Map<String, Value>) -> String {
+    match event.get("id") {
+        Some(id) => format!("history event {id}"),
+        None => "a history event".to_owned(),
     }
 }
 
@@ -313,7 +360,11 @@ fn convert_observation(
     b: &mut SessionBuilder,
     call_by_action: &HashMap<i64, String>,
 ) {
-    let content = event.get("content").map(text_of).unwrap_or_default();
+    let at = event_at(event);
+    let content = event
+        .get("content")
+        .map(|content| content_text(content, &at, "content", &mut b.diagnostics))
+        .unwrap_or_default();
     let cause = event.get("cause").and_then(Value::as_i64);
     let call_id = cause
         .and_then(|cause| call_by_action.get(&cause).cloned())

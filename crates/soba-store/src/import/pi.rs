@@ -10,9 +10,10 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, count_field, for_each_jsonl_object, message_with,
-    obj_field, str_field, text_of, timestamp_field, timestamp_of, tool_message,
+    Context, KeptTarget, SessionBuilder, count_field, for_each_jsonl_line, message_with, obj_field,
+    odd_content, str_field, text_of, timestamp_field, timestamp_of, tool_message, usage_figures,
 };
+use super::tree::{Node, TreeKeys, branch, parsed_node, raw_node};
 use super::{Format, ImportedSession};
 
 /// Raw usage sums in pi's own names.
@@ -30,7 +31,11 @@ struct RawUsage {
 pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
     let mut diagnostics = Vec::new();
     let mut lines: Vec<(usize, Map<String, Value>)> = Vec::new();
-    for_each_jsonl_object(text, &mut diagnostics, |idx, obj| lines.push((idx, obj)));
+    let mut damaged: Vec<(usize, &str)> = Vec::new();
+    for_each_jsonl_line(text, &mut diagnostics, |idx, line| match line {
+        Ok(obj) => lines.push((idx, obj)),
+        Err(raw) => damaged.push((idx, raw)),
+    });
     let header_pos = lines
         .iter()
         .position(|(_, obj)| str_field(obj, "type") == Some("session"))
@@ -58,7 +63,7 @@ pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, 
         .map(|(_, line)| line)
         .collect();
     let selected = if is_tree {
-        branch_path(body, &mut b)
+        branch_path(body, &damaged, &mut b)
     } else {
         body
     };
@@ -89,52 +94,43 @@ pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, 
     Ok(vec![b.finish()])
 }
 
+/// The keys of pi's tree.
+const PI_TREE: TreeKeys = TreeKeys {
+    id: "id",
+    parent: "parentId",
+    logical_parent: None,
+};
+
 /// Returns the lines on the `parentId` chain from the last entry with an
-/// id, root first (SPEC §3.4). Lines without ids are kept in file order when
-/// no line has one.
+/// id, root first (SPEC §3.4), bridged across `damaged` lines by the shared
+/// tree walk. Lines without ids are kept in file order when no line has one.
 fn branch_path(
     body: Vec<(usize, Map<String, Value>)>,
+    damaged: &[(usize, &str)],
     b: &mut SessionBuilder,
 ) -> Vec<(usize, Map<String, Value>)> {
-    let by_id: HashMap<String, usize> = body
+    // Nodes in file order: the parsed lines (positions into `body`) and the
+    // damaged ones (no position).
+    let mut nodes: Vec<(Node, Option<usize>)> = body
         .iter()
         .enumerate()
-        .filter_map(|(pos, (_, obj))| str_field(obj, "id").map(|id| (id.to_owned(), pos)))
+        .map(|(pos, (line_idx, obj))| (parsed_node(*line_idx, obj, PI_TREE), Some(pos)))
+        .chain(
+            damaged
+                .iter()
+                .map(|(line_idx, raw)| (raw_node(*line_idx, raw, PI_TREE), None)),
+        )
         .collect();
-    let Some(leaf) = body.iter().rposition(|(_, obj)| obj.contains_key("id")) else {
-        return body;
-    };
-    let mut chain = vec![leaf];
-    let mut seen = HashSet::from([leaf]);
-    let mut current = leaf;
-    while let Some(parent) = body[current].1.get("parentId").and_then(Value::as_str) {
-        match by_id.get(parent) {
-            Some(&pos) if seen.insert(pos) => {
-                chain.push(pos);
-                current = pos;
-            }
-            Some(_) => {
-                b.diag(format!(
-                    "line {}: parentId cycle; the branch stops there",
-                    body[current].0 + 1
-                ));
-                break;
-            }
-            None => {
-                b.diag(format!(
-                    "line {}: parentId {parent:?} not found; the branch starts there",
-                    body[current].0 + 1
-                ));
-                break;
-            }
-        }
-    }
-    let off_branch = body.len() - chain.len();
+    nodes.sort_by_key(|(node, _)| node.line_idx);
+    let (nodes, positions): (Vec<Node>, Vec<Option<usize>>) = nodes.into_iter().unzip();
+    let keep: HashSet<usize> = branch(&nodes, None, "parentId", &mut b.diagnostics)
+        .into_iter()
+        .filter_map(|node_pos| positions[node_pos])
+        .collect();
+    let off_branch = body.len() - keep.len();
     if off_branch > 0 {
         b.diag(format!("{off_branch} entries off the current branch (parentId chain from the last entry) skipped"));
     }
-    chain.sort_unstable();
-    let keep: HashSet<usize> = chain.into_iter().collect();
     body.into_iter()
         .enumerate()
         .filter(|(pos, _)| keep.contains(pos))
@@ -186,15 +182,16 @@ fn convert_line(
                 original_id,
                 tokens_before,
                 timestamp,
-                KeptTarget::After(usize::MAX),
+                KeptTarget::Nothing,
             );
             match kept_entry {
                 Some(entry) => b.set_kept(idx, KeptTarget::Entry(entry)),
                 None => {
-                    if kept_line.is_none() {
-                        b.diag(format!("line {line_no}: compaction records no first kept entry; keeping from the next entry"));
+                    match kept_line {
+                        None => b.diag(format!("line {line_no}: compaction records no first kept entry; it keeps nothing verbatim")),
+                        Some(kept) => b.diag(format!("line {line_no}: compaction keeps from line {}, which gave no entry before it; it keeps nothing verbatim", kept + 1)),
                     }
-                    b.set_kept(idx, KeptTarget::After(idx));
+                    b.set_kept(idx, KeptTarget::Nothing);
                 }
             }
         }
@@ -266,12 +263,24 @@ fn convert_message(
         }
         "assistant" => {
             let mut content = Vec::new();
-            for block in message
-                .get("content")
-                .and_then(Value::as_array)
-                .map_or(&[][..], Vec::as_slice)
-            {
+            let at = format!("line {line_no}");
+            let items = match message.get("content") {
+                Some(Value::Array(items)) => items.as_slice(),
+                Some(other) => {
+                    content.extend(
+                        odd_content(other, &at, "message.content", &mut b.diagnostics)
+                            .map(Block::Text),
+                    );
+                    &[][..]
+                }
+                None => &[][..],
+            };
+            for (block_idx, block) in items.iter().enumerate() {
                 let Some(block) = block.as_object() else {
+                    let field = format!("message.content[{block_idx}]");
+                    content.extend(
+                        odd_content(block, &at, &field, &mut b.diagnostics).map(Block::Text),
+                    );
                     continue;
                 };
                 match str_field(block, "type") {
@@ -288,18 +297,19 @@ fn convert_message(
                     )),
                 }
             }
-            let usage = obj_field(message, "usage").map(|usage| {
-                raw.input = raw.input.saturating_add(count_field(usage, "input"));
-                raw.output = raw.output.saturating_add(count_field(usage, "output"));
-                raw.cache_read = raw
-                    .cache_read
-                    .saturating_add(count_field(usage, "cacheRead"));
-                raw.cache_write = raw
-                    .cache_write
-                    .saturating_add(count_field(usage, "cacheWrite"));
-                raw.total_tokens = raw
-                    .total_tokens
-                    .saturating_add(count_field(usage, "totalTokens"));
+            let at = format!("line {line_no}");
+            let usage = obj_field(message, "usage").and_then(|usage| {
+                let [input, output, cache_read, cache_write, total_tokens] = usage_figures(
+                    usage,
+                    ["input", "output", "cacheRead", "cacheWrite", "totalTokens"],
+                    &at,
+                    &mut b.diagnostics,
+                )?;
+                raw.input = raw.input.saturating_add(input);
+                raw.output = raw.output.saturating_add(output);
+                raw.cache_read = raw.cache_read.saturating_add(cache_read);
+                raw.cache_write = raw.cache_write.saturating_add(cache_write);
+                raw.total_tokens = raw.total_tokens.saturating_add(total_tokens);
                 if let Some(cost) = obj_field(usage, "cost")
                     .and_then(|c| c.get("total"))
                     .and_then(Value::as_f64)
@@ -307,13 +317,13 @@ fn convert_message(
                 {
                     raw.cost += cost;
                 }
-                Usage {
-                    input: count_field(usage, "input"),
-                    cache_read: count_field(usage, "cacheRead"),
-                    cache_write: count_field(usage, "cacheWrite"),
-                    output: count_field(usage, "output"),
+                Some(Usage {
+                    input,
+                    cache_read,
+                    cache_write,
+                    output,
                     reasoning: 0,
-                }
+                })
             });
             let model = str_field(message, "model").map(str::to_owned);
             let response_id = str_field(message, "responseId").map(str::to_owned);
@@ -324,7 +334,7 @@ fn convert_message(
             let id = str_field(message, "toolCallId")
                 .unwrap_or_default()
                 .to_owned();
-            let parts = result_parts(message.get("content"));
+            let parts = result_parts(message.get("content"), line_no, &mut b.diagnostics);
             let is_error = message
                 .get("isError")
                 .and_then(Value::as_bool)
@@ -399,12 +409,17 @@ fn tool_call(block: &Map<String, Value>) -> ToolUse {
 
 /// Converts user content (a string or text/image blocks).
 fn user_blocks(content: &Value, b: &mut SessionBuilder, line_no: usize) -> Vec<Block> {
+    let at = format!("line {line_no}");
     match content {
         Value::String(text) => vec![Block::Text(text.clone())],
         Value::Array(blocks) => blocks
             .iter()
-            .filter_map(|block| {
-                let block = block.as_object()?;
+            .enumerate()
+            .filter_map(|(idx, block)| {
+                let Some(block) = block.as_object() else {
+                    let field = format!("content[{idx}]");
+                    return odd_content(block, &at, &field, &mut b.diagnostics).map(Block::Text);
+                };
                 match str_field(block, "type") {
                     Some("text") => Some(Block::Text(
                         str_field(block, "text").unwrap_or_default().to_owned(),
@@ -419,7 +434,10 @@ fn user_blocks(content: &Value, b: &mut SessionBuilder, line_no: usize) -> Vec<B
                 }
             })
             .collect(),
-        _ => Vec::new(),
+        other => odd_content(other, &at, "content", &mut b.diagnostics)
+            .map(Block::Text)
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -433,20 +451,33 @@ fn pi_image(block: &Map<String, Value>) -> Image {
 }
 
 /// Converts tool-result content (text and image blocks, or a string).
-fn result_parts(content: Option<&Value>) -> Vec<ResultPart> {
+fn result_parts(
+    content: Option<&Value>,
+    line_no: usize,
+    diagnostics: &mut Vec<String>,
+) -> Vec<ResultPart> {
+    let at = format!("line {line_no}");
     match content {
+        None => Vec::new(),
         Some(Value::String(text)) => vec![ResultPart::Text(text.clone())],
         Some(Value::Array(blocks)) => blocks
             .iter()
-            .filter_map(|block| {
-                let block = block.as_object()?;
+            .enumerate()
+            .filter_map(|(idx, block)| {
+                let Some(block) = block.as_object() else {
+                    let field = format!("message.content[{idx}]");
+                    return odd_content(block, &at, &field, diagnostics).map(ResultPart::Text);
+                };
                 match str_field(block, "type") {
                     Some("image") => Some(ResultPart::Image(pi_image(block))),
                     _ => str_field(block, "text").map(|text| ResultPart::Text(text.to_owned())),
                 }
             })
             .collect(),
-        _ => Vec::new(),
+        Some(other) => odd_content(other, &at, "message.content", diagnostics)
+            .map(ResultPart::Text)
+            .into_iter()
+            .collect(),
     }
 }
 

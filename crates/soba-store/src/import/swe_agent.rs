@@ -11,8 +11,8 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, SessionBuilder, array_field, count_field, image_from_url, message_with, obj_field,
-    parse_document, str_field, text_of, tool_message,
+    Context, SessionBuilder, array_field, content_text, image_from_url, message_with, obj_field,
+    parse_document, str_field, text_of, tool_message, usage_figures,
 };
 use super::{Format, ImportedSession};
 
@@ -67,7 +67,12 @@ pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, 
         let content = entry.get("content").unwrap_or(&Value::Null);
         match role {
             "system" => {
-                let text = text_of(content);
+                let text = content_text(
+                    content,
+                    &format!("history[{idx}]"),
+                    "content",
+                    &mut b.diagnostics,
+                );
                 if b.system_prompt.is_none() {
                     b.system_prompt = Some(text.clone());
                     b.system_prompt_in_entries = true;
@@ -162,9 +167,16 @@ pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, 
     let stats = info.and_then(|info| obj_field(info, "model_stats"));
     b.usage_raw = json!({ "counting": "run-total", "model_stats": stats.cloned().map_or(Value::Null, Value::Object) });
     if let Some(stats) = stats {
+        let figures = usage_figures(
+            stats,
+            ["tokens_sent", "tokens_received"],
+            "info.model_stats",
+            &mut b.diagnostics,
+        );
+        let [input, output] = figures.unwrap_or_default();
         b.usage_override = Some(Usage {
-            input: count_field(stats, "tokens_sent"),
-            output: count_field(stats, "tokens_received"),
+            input,
+            output,
             ..Usage::default()
         });
     } else {

@@ -190,7 +190,7 @@ fn describe_import(case: &Path, bytes: &[u8]) -> String {
     for (idx, session) in sessions.iter().enumerate() {
         let stats = &session.stats;
         out.push_str(&format!(
-            "{} {:?}: {} entries, {} inferences, {} tool calls, {} results, {} unpaired, {} diagnostics\n",
+            "{} {:?}: {} entries, {} inferences, {} tool calls, {} results, {} unpaired, {} orphan results, {} results before calls, {} moved, {} diagnostics\n",
             session.format,
             session.original_id,
             session.entries.len(),
@@ -198,6 +198,9 @@ fn describe_import(case: &Path, bytes: &[u8]) -> String {
             stats.tool_calls,
             stats.tool_results,
             stats.unpaired_tool_calls,
+            stats.orphan_tool_results,
+            stats.results_before_calls,
+            stats.reordered_tool_results,
             stats.diagnostics.len()
         ));
         for diagnostic in &stats.diagnostics {
@@ -221,6 +224,10 @@ fn describe_import(case: &Path, bytes: &[u8]) -> String {
         drop(writer);
         let log = read_log(&path).expect("readable");
         assert!(log.is_clean(), "{:?}", log.diagnostics());
+        // What `soba show --check` says of the imported session.
+        for problem in soba_store::check::problems(&log) {
+            out.push_str(&format!("  check: {problem}\n"));
+        }
         assert_eq!(
             entries_of(log.entries()),
             session.entries,

@@ -982,3 +982,545 @@ fn garbage_and_hostile_input() {
         "{unknown}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Issue 13: importers neither drop nor invent silently.
+
+/// Writes a session as a SOBA log and returns what `soba show --check`
+/// would report about it (the shared `soba_store::check::problems`).
+fn check_problems(session: &ImportedSession) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("imported.jsonl");
+    let mut writer = soba_store::SessionWriter::create(
+        &path,
+        &crate::support::header("imported"),
+        crate::support::options(3),
+    )
+    .expect("a new session file");
+    for entry in &session.entries {
+        writer
+            .append_entry(entry)
+            .expect("an imported entry is written");
+    }
+    drop(writer);
+    let log = soba_store::read_log(&path).expect("readable");
+    soba_store::check::problems(&log)
+}
+
+fn import_text(text: &str, format: Format) -> ImportedSession {
+    let options = ImportOptions::with_fallback_ms(1_735_689_600_000);
+    let mut sessions =
+        import_as(text.as_bytes(), format, Path::new("t.jsonl"), &options).expect("imports");
+    assert_eq!(sessions.len(), 1);
+    sessions.remove(0)
+}
+
+/// Every text the session keeps: message text and tool-result text.
+fn all_text(s: &ImportedSession) -> String {
+    let mut out = String::new();
+    for message in messages(s) {
+        out.push_str(&message.text());
+        for result in message.tool_results() {
+            out.push_str(&result.text());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A linear pi v3 session: a header, then `n` entries (user, assistant
+/// with a call, tool result, …), each holding the marker `<mK>`.
+fn pi_v3_lines(n: usize) -> Vec<String> {
+    let mut lines = vec![
+        r#"{"type":"session","version":3,"id":"pi-tree","timestamp":"2025-01-01T00:00:00Z","cwd":"/w"}"#
+            .to_owned(),
+    ];
+    for k in 0..n {
+        let parent = if k == 0 {
+            "null".to_owned()
+        } else {
+            format!("\"e{:04}\"", k - 1)
+        };
+        let message = match k % 3 {
+            0 => format!(r#"{{"role":"user","content":"<m{k}> do it"}}"#),
+            1 => format!(
+                r#"{{"role":"assistant","content":[{{"type":"text","text":"<m{k}>"}},{{"type":"toolCall","id":"call{k}","name":"bash","arguments":{{"command":"ls"}}}}],"usage":{{"input":1,"output":2,"cacheRead":0,"cacheWrite":0}}}}"#
+            ),
+            _ => format!(
+                r#"{{"role":"toolResult","toolCallId":"call{}","toolName":"bash","content":[{{"type":"text","text":"<m{k}>"}}],"isError":false}}"#,
+                k - 1
+            ),
+        };
+        lines.push(format!(
+            r#"{{"type":"message","id":"e{k:04}","parentId":{parent},"timestamp":"2025-01-01T00:00:{:02}Z","message":{message}}}"#,
+            k + 1
+        ));
+    }
+    lines
+}
+
+/// A linear Claude Code session of `n` lines in the same pattern.
+fn claude_lines(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|k| {
+            let parent = if k == 0 {
+                "null".to_owned()
+            } else {
+                format!("\"u{:04}\"", k - 1)
+            };
+            let (kind, message) = match k % 3 {
+                0 => ("user", format!(r#"{{"role":"user","content":"<m{k}> do it"}}"#)),
+                1 => (
+                    "assistant",
+                    format!(
+                        r#"{{"id":"msg{k}","model":"m","role":"assistant","content":[{{"type":"text","text":"<m{k}>"}},{{"type":"tool_use","id":"call{k}","name":"Bash","input":{{"command":"ls"}}}}],"usage":{{"input_tokens":1,"output_tokens":2}}}}"#
+                    ),
+                ),
+                _ => (
+                    "user",
+                    format!(
+                        r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"call{}","content":"<m{k}>"}}]}}"#,
+                        k - 1
+                    ),
+                ),
+            };
+            format!(
+                r#"{{"type":"{kind}","uuid":"u{k:04}","parentUuid":{parent},"sessionId":"cc-tree","cwd":"/w","timestamp":"2025-01-01T00:00:{:02}Z","message":{message}}}"#,
+                k + 1
+            )
+        })
+        .collect()
+}
+
+/// How one line is damaged.
+#[derive(Debug, Clone)]
+enum Damage {
+    /// Cut to this fraction (in thousandths) of its length.
+    Truncate(usize),
+    /// Bytes inserted at this fraction (in thousandths) of its length.
+    Garbage(usize, Vec<u8>),
+    /// One field given a value of the wrong type.
+    WrongType(usize),
+}
+
+fn damage_line(line: &str, damage: &Damage) -> Vec<u8> {
+    let at = |permille: usize| {
+        let mut cut = line.len() * permille / 1000;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        cut
+    };
+    match damage {
+        Damage::Truncate(permille) => line.as_bytes()[..at(*permille)].to_vec(),
+        Damage::Garbage(permille, garbage) => {
+            let cut = at(*permille);
+            let mut bytes = line.as_bytes()[..cut].to_vec();
+            bytes.extend(garbage);
+            bytes.extend(&line.as_bytes()[cut..]);
+            bytes
+        }
+        Damage::WrongType(which) => {
+            let keys = [
+                "\"id\":",
+                "\"uuid\":",
+                "\"parentId\":",
+                "\"parentUuid\":",
+                "\"message\":",
+                "\"content\":",
+            ];
+            let present: Vec<&str> = keys.iter().copied().filter(|k| line.contains(k)).collect();
+            let key = present[which % present.len()];
+            line.replacen(key, &format!("{key}[1,2],\"was\":"), 1)
+                .into_bytes()
+        }
+    }
+}
+
+fn damage_strategy() -> impl Strategy<Value = Damage> {
+    let garbage = proptest::collection::vec(
+        proptest::sample::select(vec![
+            0xffu8, 0xfe, b'{', b'}', b'"', b',', b':', b'\\', 0x00, b'[',
+        ]),
+        1..6,
+    );
+    prop_oneof![
+        (0usize..1000).prop_map(Damage::Truncate),
+        (0usize..1000, garbage).prop_map(|(at, bytes)| Damage::Garbage(at, bytes)),
+        (0usize..6).prop_map(Damage::WrongType),
+    ]
+}
+
+/// Imports `lines` with line `damaged` damaged and checks that every other
+/// line's marker survives and the result passes `soba show --check`.
+fn check_one_damaged_line(
+    lines: &[String],
+    damaged: usize,
+    damage: &Damage,
+    format: Format,
+    first_marker_line: usize,
+) {
+    let mut bytes = Vec::new();
+    for (idx, line) in lines.iter().enumerate() {
+        if idx == damaged {
+            bytes.extend(damage_line(line, damage));
+        } else {
+            bytes.extend(line.as_bytes());
+        }
+        bytes.push(b'\n');
+    }
+    let options = ImportOptions::with_fallback_ms(0);
+    let sessions = import_as(&bytes, format, Path::new("t.jsonl"), &options).expect("imports");
+    let text = all_text(&sessions[0]);
+    for idx in first_marker_line..lines.len() {
+        if idx == damaged {
+            continue;
+        }
+        let marker = format!("<m{}>", idx - first_marker_line);
+        prop_assert_eq_like(
+            text.contains(&marker),
+            &marker,
+            &text,
+            &sessions[0].stats.diagnostics,
+        );
+    }
+    let problems = check_problems(&sessions[0]);
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+fn prop_assert_eq_like(found: bool, marker: &str, text: &str, diagnostics: &[String]) {
+    assert!(
+        found,
+        "{marker} lost; kept:\n{text}\ndiagnostics: {diagnostics:?}"
+    );
+}
+
+use proptest::prelude::*;
+
+proptest! {
+    #[test]
+    fn a_pi_v3_tree_with_one_damaged_line_keeps_every_other_message(
+        n in 3usize..12,
+        pick in 0usize..1000,
+        damage in damage_strategy(),
+    ) {
+        let lines = pi_v3_lines(n);
+        // Any entry line (the header is what makes the file pi).
+        let damaged = 1 + pick % n;
+        check_one_damaged_line(&lines, damaged, &damage, Format::PiV3, 1);
+    }
+
+    #[test]
+    fn a_claude_code_chain_with_one_damaged_line_keeps_every_other_message(
+        n in 3usize..12,
+        pick in 0usize..1000,
+        damage in damage_strategy(),
+    ) {
+        let lines = claude_lines(n);
+        check_one_damaged_line(&lines, pick % n, &damage, Format::ClaudeCode, 0);
+    }
+}
+
+#[test]
+fn a_malformed_line_in_a_pi_tree_no_longer_loses_the_task() {
+    let mut lines = pi_v3_lines(6);
+    // Line 3 (entry e0001) is cut mid-way: its id is still readable.
+    lines[2].truncate(60);
+    let s = import_text(&(lines.join("\n") + "\n"), Format::PiV3);
+    let text = all_text(&s);
+    for k in [0, 2, 3, 4, 5] {
+        assert!(text.contains(&format!("<m{k}>")), "<m{k}> lost: {text}");
+    }
+    assert!(
+        s.stats
+            .diagnostics
+            .iter()
+            .any(|d| d.starts_with("line 3: skipped malformed JSON")),
+        "{:?}",
+        s.stats.diagnostics
+    );
+    assert!(
+        !s.stats
+            .diagnostics
+            .iter()
+            .any(|d| d.contains("the branch starts there")),
+        "{:?}",
+        s.stats.diagnostics
+    );
+    // The call of the lost line has its result kept as an observation.
+    assert_eq!(s.stats.orphan_tool_results, 1);
+    assert!(check_problems(&s).is_empty());
+}
+
+#[test]
+fn a_result_directly_before_its_call_is_moved_after_it() {
+    let lines = [
+        r#"{"type":"session","id":"s","timestamp":"2025-01-01T00:00:00Z"}"#,
+        r#"{"type":"message","timestamp":"2025-01-01T00:00:01Z","message":{"role":"user","content":"go"}}"#,
+        r#"{"type":"message","timestamp":"2025-01-01T00:00:02Z","message":{"role":"toolResult","toolCallId":"c1","content":"r1","isError":false}}"#,
+        r#"{"type":"message","timestamp":"2025-01-01T00:00:03Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"bash","arguments":{}}]}}"#,
+        r#"{"type":"message","timestamp":"2025-01-01T00:00:04Z","message":{"role":"assistant","content":[{"type":"text","text":"done"}]}}"#,
+    ];
+    let s = import_text(&(lines.join("\n") + "\n"), Format::PiV1);
+    let roles: Vec<Role> = messages(&s).map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
+    assert_eq!(s.stats.reordered_tool_results, 1);
+    assert_eq!(
+        (s.stats.orphan_tool_results, s.stats.results_before_calls),
+        (0, 0)
+    );
+    assert_eq!(s.stats.unpaired_tool_calls, 0);
+    // The inference follows its moved assistant entry; ids stay in order.
+    assert!(
+        matches!(&s.entries[s.inferences[0].first_entry].body, EntryBody::Message(m) if m.message.role == Role::Assistant && m.message.tool_uses().count() == 1)
+    );
+    let ids: Vec<&str> = s.entries.iter().map(|e| e.id.as_str()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(ids, sorted);
+    assert_eq!(
+        s.stats.diagnostics,
+        ["entry 1: a tool result recorded just before its call (entry 2) was moved after it"]
+    );
+    assert!(check_problems(&s).is_empty());
+}
+
+#[test]
+fn content_of_unexpected_shape_is_kept_with_a_diagnostic() {
+    let lines = [
+        r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"S","message":{"role":"user","content":{"text":"from an object"}}}"#,
+        r#"{"type":"assistant","uuid":"u2","parentUuid":"u1","sessionId":"S","message":{"id":"m1","role":"assistant","content":42}}"#,
+        r#"{"type":"user","uuid":"u3","parentUuid":"u2","sessionId":"S","message":{"role":"user","content":{"kind":"odd"}}}"#,
+        r#"{"type":"user","uuid":"u4","parentUuid":"u3","sessionId":"S","message":{"role":"user","content":["a",7]}}"#,
+    ];
+    let s = import_text(&(lines.join("\n") + "\n"), Format::ClaudeCode);
+    let texts: Vec<String> = messages(&s).map(Message::text).collect();
+    assert_eq!(texts, ["from an object", "42", r#"{"kind":"odd"}"#, "a\n7"]);
+    assert_eq!(
+        s.stats.diagnostics,
+        [
+            "line 1: `message.content` is an object, not text or a list of content blocks; kept its `text`",
+            "line 2: `message.content` is a number, not text or a list of content blocks; kept its JSON as text",
+            "line 3: `message.content` is an object, not text or a list of content blocks; kept its JSON as text",
+            "line 4: `message.content[1]` is a number, not text or a list of content blocks; kept its JSON as text",
+        ]
+    );
+    // The same helper serves pi.
+    let pi = [
+        r#"{"type":"session","id":"s","timestamp":"2025-01-01T00:00:00Z"}"#,
+        r#"{"type":"message","timestamp":"2025-01-01T00:00:01Z","message":{"role":"user","content":{"text":"pi object"}}}"#,
+    ];
+    let s = import_text(&(pi.join("\n") + "\n"), Format::PiV1);
+    assert_eq!(
+        messages(&s).map(Message::text).collect::<Vec<_>>(),
+        ["pi object"]
+    );
+    assert_eq!(
+        s.stats.diagnostics,
+        ["line 2: `content` is an object, not text or a list of content blocks; kept its `text`"]
+    );
+}
+
+#[test]
+fn usage_figures_that_are_not_counts_are_named_and_kept_out_of_calibration() {
+    let usage_line = |uuid: &str, parent: &str, usage: &str| {
+        format!(
+            r#"{{"type":"assistant","uuid":"{uuid}","parentUuid":{parent},"sessionId":"S","message":{{"id":"m-{uuid}","model":"m","role":"assistant","content":[{{"type":"text","text":"x"}}],"usage":{usage}}}}}"#
+        )
+    };
+    let lines = [
+        usage_line("a", "null", r#"{"input_tokens":-3,"output_tokens":1}"#),
+        usage_line("b", "\"a\"", r#"{"input_tokens":2.5,"output_tokens":1}"#),
+        usage_line(
+            "c",
+            "\"b\"",
+            r#"{"input_tokens":18446744073709551616,"output_tokens":1}"#,
+        ),
+        usage_line(
+            "d",
+            "\"c\"",
+            r#"{"input_tokens":10,"output_tokens":"many"}"#,
+        ),
+        usage_line("e", "\"d\"", r#"{"input_tokens":10,"output_tokens":4}"#),
+    ];
+    let s = import_text(&(lines.join("\n") + "\n"), Format::ClaudeCode);
+    let usages: Vec<Option<u64>> = s
+        .inferences
+        .iter()
+        .map(|i| i.usage.map(|u| u.input))
+        .collect();
+    assert_eq!(usages, [None, None, None, None, Some(10)]);
+    assert_eq!(s.stats.usage.input, 10);
+    assert_eq!(s.stats.usage_raw["input_tokens"], 10);
+    let tail = "this usage is not recorded and is kept out of calibration";
+    assert_eq!(
+        s.stats.diagnostics,
+        [
+            format!("line 1: usage field `input_tokens` is -3 (negative); {tail}"),
+            format!("line 2: usage field `input_tokens` is 2.5 (not a whole number); {tail}"),
+            format!(
+                "line 3: usage field `input_tokens` is 1.8446744073709552e+19 (larger than a 64-bit count); {tail}"
+            ),
+            format!("line 4: usage field `output_tokens` is \"many\" (not a number); {tail}"),
+        ]
+    );
+    // The message entries carry no usage either (calibration reads them).
+    let with_usage = messages(&s).filter(|m| m.usage.is_some()).count();
+    assert_eq!(with_usage, 1);
+}
+
+#[test]
+fn a_claude_code_compaction_passes_the_check_and_stores_its_summary_once() {
+    let lines = [
+        r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"S","timestamp":"2025-06-01T10:00:00Z","message":{"role":"user","content":"fix the bug"}}"#,
+        r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"S","timestamp":"2025-06-01T10:00:01Z","message":{"id":"m1","model":"m","role":"assistant","content":[{"type":"text","text":"looking"}]}}"#,
+        r#"{"type":"system","subtype":"compact_boundary","uuid":"c1","parentUuid":null,"logicalParentUuid":"a1","sessionId":"S","timestamp":"2025-06-01T10:05:00Z","compactMetadata":{"trigger":"auto","preTokens":1000}}"#,
+        r#"{"type":"user","uuid":"s1","parentUuid":"c1","isCompactSummary":true,"sessionId":"S","timestamp":"2025-06-01T10:05:01Z","message":{"role":"user","content":"Summary: the bug is in parse()"}}"#,
+        r#"{"type":"assistant","uuid":"a2","parentUuid":"s1","sessionId":"S","timestamp":"2025-06-01T10:05:02Z","message":{"id":"m2","model":"m","role":"assistant","content":[{"type":"text","text":"fixed"}]}}"#,
+    ];
+    let s = import_text(&(lines.join("\n") + "\n"), Format::ClaudeCode);
+    let found = capsules(&s);
+    assert_eq!(found.len(), 1);
+    let (_, capsule) = found[0];
+    assert_eq!(capsule.markdown, "Summary: the bug is in parse()");
+    assert_eq!(capsule.first_kept_entry_id, None);
+    assert_eq!(capsule.tokens_before.get(), 1000);
+    let rendered = soba_core::render::capsule_input(&soba_core::render::CapsuleView::from(capsule));
+    let expected = soba_core::tokens::count_message(
+        &soba_core::tokens::BpeCounter::new(soba_core::Encoding::O200kBase),
+        &Message::user(rendered),
+        soba_core::tokens::DEFAULT_IMAGE_TOKENS,
+    );
+    assert_eq!(capsule.tokens_after, expected.n);
+    assert_eq!(
+        all_text(&s).matches("the bug is in parse()").count(),
+        0,
+        "not repeated as a message"
+    );
+    assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+}
+
+/// One small generated transcript per format, each with a compaction where
+/// the format records one and a result recorded before its call.
+fn generated_fixtures() -> Vec<(&'static str, String)> {
+    let mut pi = pi_v3_lines(6);
+    pi.push(r#"{"type":"compaction","id":"k1","parentId":"e0005","timestamp":"2025-01-01T00:01:00Z","summary":"did things","tokensBefore":900,"firstKeptEntryId":"e0003"}"#.to_owned());
+    pi.push(r#"{"type":"message","id":"k2","parentId":"k1","timestamp":"2025-01-01T00:01:01Z","message":{"role":"toolResult","toolCallId":"nowhere","content":"stray","isError":true}}"#.to_owned());
+    let mut claude = claude_lines(5);
+    claude.push(r#"{"type":"system","subtype":"compact_boundary","uuid":"c1","parentUuid":null,"logicalParentUuid":"u0004","sessionId":"cc-tree","timestamp":"2025-01-01T00:01:00Z"}"#.to_owned());
+    claude.push(r#"{"type":"user","uuid":"s1","parentUuid":"c1","isCompactSummary":true,"sessionId":"cc-tree","timestamp":"2025-01-01T00:01:01Z","message":{"role":"user","content":"Summary"}}"#.to_owned());
+    claude.push(r#"{"type":"user","uuid":"s2","parentUuid":"s1","sessionId":"cc-tree","timestamp":"2025-01-01T00:01:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"call1","content":"late"}]}}"#.to_owned());
+    let chat = r#"{"format":"openai-chat","model":"m","task_id":"T","messages":[
+        {"role":"user","content":"go"},
+        {"role":"tool","tool_call_id":"x1","content":"early"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"x1","type":"function","function":{"name":"Bash","arguments":"{}"}}]},
+        {"role":"system","content":"[compact_boundary] Conversation compacted"},
+        {"role":"user","content":"This session is being continued. Summary: S"},
+        {"role":"tool","tool_call_id":"x9","content":"orphan"}
+    ]}"#;
+    let rollout = [
+        r#"{"timestamp":"2025-09-01T10:00:00Z","type":"session_meta","payload":{"id":"R","cwd":"/w"}}"#,
+        r#"{"timestamp":"2025-09-01T10:00:01Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"go"}]}}"#,
+        r#"{"timestamp":"2025-09-01T10:00:02Z","type":"response_item","payload":{"type":"function_call_output","call_id":"k1","output":"early"}}"#,
+        r#"{"timestamp":"2025-09-01T10:00:03Z","type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{}","call_id":"k1"}}"#,
+        r#"{"timestamp":"2025-09-01T10:00:04Z","type":"compacted","payload":{"message":"codex summary"}}"#,
+        r#"{"timestamp":"2025-09-01T10:00:05Z","type":"response_item","payload":{"type":"function_call_output","call_id":"gone","output":"stray"}}"#,
+    ]
+    .join("\n");
+    let gemini = r#"{"sessionId":"G","messages":[{"id":"1","type":"user","content":"go"},{"id":"2","type":"gemini","content":"ok","tokens":{"input":5,"output":-1},"toolCalls":[{"id":"g1","name":"ls","args":{},"result":[{"functionResponse":{"id":"g1","response":{"output":"a"}}}],"status":"success"}]}]}"#.to_owned();
+    let openhands = r#"{"instance_id":"i","history":[{"id":1,"source":"user","action":"message","args":{"content":"go"}},{"id":3,"source":"environment","observation":"run","content":"orphan","cause":2,"tool_call_metadata":{"tool_call_id":"nowhere"}}]}"#.to_owned();
+    let swe = r#"{"history":[{"role":"system","content":"sys"},{"role":"user","content":"go"},{"role":"tool","content":"early","tool_call_ids":["w1"]},{"role":"assistant","content":"t","tool_calls":[{"id":"w1","type":"function","function":{"name":"bash","arguments":"{}"}}]}],"info":{"model_stats":{"tokens_sent":1.5,"tokens_received":2}}}"#.to_owned();
+    let meta = r#"{"messages":[{"role":"user","content":[{"type":"text","text":"go"}],"_metadata":{"timestamp":"2025-09-01T10:00:00Z"}},{"role":"tool","tool_call_id":"z","content":[{"type":"tool_output","text":"orphan"}],"_metadata":{"timestamp":"2025-09-01T10:00:01Z"}}],"meta":{"session_meta":{"id":"M"},"token_counts":[]}}"#.to_owned();
+    vec![
+        ("pi-v3.jsonl", pi.join("\n") + "\n"),
+        ("claude.jsonl", claude.join("\n") + "\n"),
+        ("chat.json", chat.to_owned()),
+        ("rollout.jsonl", rollout + "\n"),
+        ("gemini.json", gemini),
+        ("openhands.jsonl", openhands + "\n"),
+        ("swe.traj", swe),
+        ("meta.json", meta),
+    ]
+}
+
+#[test]
+fn every_importer_on_every_fixture_passes_the_show_check() {
+    let options = ImportOptions::with_fallback_ms(0);
+    let mut n_checked = 0;
+    let mut failures = Vec::new();
+    let mut inputs: Vec<(String, Vec<u8>)> = generated_fixtures()
+        .into_iter()
+        .map(|(name, text)| (name.to_owned(), text.into_bytes()))
+        .collect();
+    match raw_dir() {
+        Some(raw) => {
+            for rel in [
+                "pi-mono/large-session.jsonl",
+                "pi-mono/before-compaction.jsonl",
+                "swe-agent/marshmallow-code__marshmallow-1867.traj",
+                "swe-agent/pydicom__pydicom-1458.traj",
+                "openhands/output.jsonl",
+                "gemini-cli/session-2026-01-30T06-08-7befeae5.json",
+                "claude-code-openai-chat/develop-1.json",
+                "codex-converted/trajectory-1.json",
+            ] {
+                inputs.push((
+                    rel.to_owned(),
+                    std::fs::read(raw.join(rel)).expect("readable"),
+                ));
+            }
+        }
+        None => println!("the shared traces are absent: only the generated fixtures are checked"),
+    }
+    for (name, bytes) in &inputs {
+        // As detected, then forced through every importer.
+        let detected =
+            import_bytes(bytes, Path::new(name), &options).expect("every fixture imports");
+        let forced = Format::ALL
+            .into_iter()
+            .filter_map(|format| import_as(bytes, format, Path::new(name), &options).ok())
+            .flatten();
+        for session in detected.iter().cloned().chain(forced) {
+            let problems = check_problems(&session);
+            if !problems.is_empty() {
+                failures.push(format!("{name} as {}: {problems:?}", session.format));
+            }
+            n_checked += 1;
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(n_checked >= 8, "{n_checked}");
+}
+
+#[test]
+fn generated_fixtures_report_their_pairing_problems() {
+    let options = ImportOptions::with_fallback_ms(0);
+    let mut found = Vec::new();
+    for (name, text) in generated_fixtures() {
+        for s in import_bytes(text.as_bytes(), Path::new(name), &options).expect("imports") {
+            found.push((
+                name,
+                s.stats.orphan_tool_results,
+                s.stats.results_before_calls,
+                s.stats.reordered_tool_results,
+                s.stats.compactions,
+            ));
+        }
+    }
+    assert_eq!(
+        found,
+        [
+            ("pi-v3.jsonl", 1, 0, 0, 1),
+            ("claude.jsonl", 0, 0, 0, 1),
+            ("chat.json", 1, 0, 1, 1),
+            ("rollout.jsonl", 1, 0, 1, 1),
+            ("gemini.json", 0, 0, 0, 0),
+            ("openhands.jsonl", 1, 0, 0, 0),
+            ("swe.traj", 0, 0, 1, 0),
+            ("meta.json", 1, 0, 0, 0),
+        ]
+    );
+}

@@ -1,0 +1,83 @@
+//! The full validation of a session log behind `soba show --check`, shared
+//! so importers' output can be held to the same rules in tests.
+
+use std::collections::HashSet;
+
+use soba_core::{Block, EntryBody, EntryId};
+
+use crate::reader::SessionLog;
+
+/// Returns every problem `soba show --check` reports: each reader
+/// diagnostic, then each reference the path depends on that does not hold
+/// (a tool result with no earlier call, a capsule keeping from an entry not
+/// before it or rolling up one not in the log, a hygiene entry pruning past
+/// the path, a leaf naming a missing entry), each with its line.
+pub fn problems(log: &SessionLog) -> Vec<String> {
+    let mut problems: Vec<String> = log.diagnostics().iter().map(ToString::to_string).collect();
+    let path = log.path();
+    let mut seen: HashSet<&EntryId> = HashSet::new();
+    let mut calls: HashSet<&str> = HashSet::new();
+    for logged in &path {
+        let entry = &logged.entry;
+        let at = logged.location;
+        match &entry.body {
+            EntryBody::Message(message_entry) => {
+                for block in &message_entry.message.content {
+                    match block {
+                        Block::ToolUse(call) => {
+                            calls.insert(call.id.as_str());
+                        }
+                        Block::ToolResult(result)
+                            if !calls.contains(result.tool_use_id.as_str()) =>
+                        {
+                            problems.push(format!(
+                                "{at}: tool result for call {:?} has no earlier call on the path",
+                                result.tool_use_id
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            EntryBody::Capsule(capsule) => {
+                if let Some(first) = &capsule.first_kept_entry_id
+                    && !seen.contains(first)
+                {
+                    problems.push(format!(
+                        "{at}: capsule {} keeps from {first}, which is not before it on the path",
+                        entry.id
+                    ));
+                }
+                if let Some(previous) = &capsule.previous_capsule_id
+                    && log.entry(previous).is_none()
+                {
+                    problems.push(format!(
+                        "{at}: capsule {} rolls up {previous}, which is not in the log",
+                        entry.id
+                    ));
+                }
+            }
+            EntryBody::Hygiene { pruned_through, .. } if !seen.contains(pruned_through) => {
+                problems.push(format!(
+                    "{at}: hygiene entry {} prunes through {pruned_through}, which is not before it on the path",
+                    entry.id
+                ));
+            }
+            _ => {}
+        }
+        seen.insert(&entry.id);
+    }
+    for logged in log.entries() {
+        // The reader already reports a dangling current leaf.
+        if let EntryBody::Leaf { target } = &logged.entry.body
+            && log.entry(target).is_none()
+            && log.leaf() != Some(target)
+        {
+            problems.push(format!(
+                "{}: leaf entry {} points at {target}, which is not in the log",
+                logged.location, logged.entry.id
+            ));
+        }
+    }
+    problems
+}

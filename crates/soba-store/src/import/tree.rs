@@ -1,0 +1,363 @@
+//! The one mechanism that orders tree-shaped transcripts (pi v3
+//! `id`/`parentId`, Claude Code `uuid`/`parentUuid`): the parent chain from
+//! the last entry, bridged across lines that did not parse so a damaged
+//! line never cuts off what came before it.
+//!
+//! A line that is not valid JSON still usually shows its own id and parent
+//! in its raw text; [`raw_node`] reads them from the top level of the text
+//! (keys nested in the message are ignored). When a parent cannot be found
+//! even so, and the file is linear (every parent that resolves is the entry
+//! just before it in the file), the chain continues in file order.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+/// The parent a node names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Parent {
+    /// `null` or absent: a root.
+    Root,
+    /// This id.
+    Id(String),
+    /// Unreadable (a damaged line, or a value of the wrong type).
+    Unknown,
+}
+
+/// One line of a tree-shaped transcript.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    /// The caller's position of the line (0-based file line).
+    pub line_idx: usize,
+    /// The line's own id, when readable.
+    pub id: Option<String>,
+    /// The parent it names.
+    pub parent: Parent,
+    /// Whether the line did not parse (its id and parent were read from
+    /// the raw text).
+    pub damaged: bool,
+}
+
+/// The key names of a format's tree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TreeKeys {
+    /// The own-id key (`id`, `uuid`).
+    pub id: &'static str,
+    /// The parent key (`parentId`, `parentUuid`).
+    pub parent: &'static str,
+    /// A parent key used when `parent` is null (Claude Code's
+    /// `logicalParentUuid` across a compaction).
+    pub logical_parent: Option<&'static str>,
+}
+
+/// Returns the node of a line that parsed.
+pub(crate) fn parsed_node(line_idx: usize, obj: &Map<String, Value>, keys: TreeKeys) -> Node {
+    let id = obj.get(keys.id).and_then(Value::as_str).map(str::to_owned);
+    // A missing key is damage (every entry of a tree names its parent,
+    // `null` at the root), not a root.
+    let parent_of = |key: &str| match obj.get(key) {
+        Some(Value::Null) => Parent::Root,
+        None => Parent::Unknown,
+        Some(Value::String(id)) => Parent::Id(id.clone()),
+        Some(_) => Parent::Unknown,
+    };
+    let mut parent = parent_of(keys.parent);
+    if parent == Parent::Root
+        && let Some(logical) = keys.logical_parent
+        && obj.get(logical).is_some_and(Value::is_string)
+    {
+        parent = parent_of(logical);
+    }
+    Node {
+        line_idx,
+        id,
+        parent,
+        damaged: false,
+    }
+}
+
+/// Returns the node of a line that did not parse, its id and parent read
+/// from the top level of its raw text.
+pub(crate) fn raw_node(line_idx: usize, raw: &str, keys: TreeKeys) -> Node {
+    let mut wanted = vec![keys.id, keys.parent];
+    wanted.extend(keys.logical_parent);
+    let found = top_level_values(raw, &wanted);
+    let id = match &found[0] {
+        RawValue::Str(id) => Some(id.clone()),
+        _ => None,
+    };
+    let parent_of = |value: &RawValue| match value {
+        RawValue::Null => Parent::Root,
+        RawValue::Str(id) => Parent::Id(id.clone()),
+        RawValue::Missing | RawValue::True | RawValue::Other => Parent::Unknown,
+    };
+    let mut parent = parent_of(&found[1]);
+    if parent == Parent::Root && found.len() > 2 && matches!(found[2], RawValue::Str(_)) {
+        parent = parent_of(&found[2]);
+    }
+    Node {
+        line_idx,
+        id,
+        parent,
+        damaged: true,
+    }
+}
+
+/// Returns whether the raw text of a damaged line sets the top-level
+/// `key` to `true`.
+pub(crate) fn raw_flag(raw: &str, key: &str) -> bool {
+    top_level_values(raw, &[key])[0] == RawValue::True
+}
+
+/// A top-level value read from raw text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RawValue {
+    Missing,
+    Null,
+    Str(String),
+    True,
+    Other,
+}
+
+/// Reads the first top-level occurrence of each key of `keys` from the raw
+/// text of a JSON object that may be truncated or damaged: strings and
+/// nesting are tracked, so keys inside nested objects are not taken.
+fn top_level_values(raw: &str, keys: &[&str]) -> Vec<RawValue> {
+    let bytes = raw.as_bytes();
+    let mut found = vec![RawValue::Missing; keys.len()];
+    let mut depth = 0usize;
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        match bytes[pos] {
+            b'{' | b'[' => {
+                depth += 1;
+                pos += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                pos += 1;
+            }
+            b'"' => {
+                let Some((text, end)) = string_at(raw, pos) else {
+                    break;
+                };
+                pos = end;
+                if depth != 1 {
+                    continue;
+                }
+                let after_key = skip_spaces(bytes, pos);
+                if bytes.get(after_key) != Some(&b':') {
+                    continue;
+                }
+                let value_at = skip_spaces(bytes, after_key + 1);
+                let Some(slot) = keys
+                    .iter()
+                    .position(|key| *key == text)
+                    .filter(|&slot| found[slot] == RawValue::Missing)
+                else {
+                    continue;
+                };
+                found[slot] = match bytes.get(value_at) {
+                    Some(b'"') => match string_at(raw, value_at) {
+                        Some((value, end)) => {
+                            pos = end;
+                            RawValue::Str(value)
+                        }
+                        None => RawValue::Other,
+                    },
+                    Some(b'n') if raw[value_at..].starts_with("null") => RawValue::Null,
+                    Some(b't') if raw[value_at..].starts_with("true") => RawValue::True,
+                    _ => RawValue::Other,
+                };
+            }
+            _ => pos += 1,
+        }
+    }
+    found
+}
+
+/// Reads the JSON string starting at `start` (a `"`); returns its decoded
+/// text and the position after it, `None` when it does not end.
+fn string_at(raw: &str, start: usize) -> Option<(String, usize)> {
+    let bytes = raw.as_bytes();
+    let mut pos = start + 1;
+    while pos < bytes.len() {
+        match bytes[pos] {
+            b'\\' => pos += 2,
+            b'"' => {
+                let literal = &raw[start..=pos];
+                let text = serde_json::from_str::<String>(literal)
+                    .unwrap_or_else(|_| literal[1..literal.len() - 1].to_owned());
+                return Some((text, pos + 1));
+            }
+            _ => pos += 1,
+        }
+    }
+    None
+}
+
+fn skip_spaces(bytes: &[u8], mut pos: usize) -> usize {
+    while bytes.get(pos).is_some_and(u8::is_ascii_whitespace) {
+        pos += 1;
+    }
+    pos
+}
+
+/// Returns the positions (into `nodes`, in file order) of the branch
+/// ending at the last node with an id: its parent chain, bridged across
+/// damaged lines by the ids read from their raw text, else (in a linear
+/// file) by file order. Every node when no node has an id. `leaf`
+/// overrides the last node with an id; `what` names the parent key in
+/// diagnostics.
+pub(crate) fn branch(
+    nodes: &[Node],
+    leaf: Option<usize>,
+    what: &str,
+    diagnostics: &mut Vec<String>,
+) -> Vec<usize> {
+    let Some(leaf) = leaf
+        .filter(|&leaf| leaf < nodes.len())
+        .or_else(|| nodes.iter().rposition(|node| node.id.is_some()))
+    else {
+        return (0..nodes.len()).collect();
+    };
+    let by_id: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, node)| node.id.as_deref().map(|id| (id, pos)))
+        .collect();
+    let resolve = |node: &Node| match &node.parent {
+        Parent::Id(id) => by_id.get(id.as_str()).copied(),
+        _ => None,
+    };
+    // Linear: every parent that resolves is the node just before it, and
+    // only the first node is a root.
+    let linear = nodes
+        .iter()
+        .enumerate()
+        .all(|(pos, node)| match (&node.parent, resolve(node)) {
+            (_, Some(parent)) => parent + 1 == pos,
+            (Parent::Root, None) => pos == 0 || node.damaged,
+            _ => true,
+        });
+    let mut on_path = HashSet::from([leaf]);
+    let mut current = leaf;
+    loop {
+        let node = &nodes[current];
+        let line_no = node.line_idx + 1;
+        let next = match (&node.parent, resolve(node)) {
+            (Parent::Root, _) => break,
+            (_, Some(parent)) => {
+                if node.damaged {
+                    diagnostics.push(format!(
+                        "line {line_no}: its id and {what} were read from the damaged text; the chain goes on through it"
+                    ));
+                }
+                parent
+            }
+            (parent, None) => {
+                let named = match parent {
+                    Parent::Id(id) => format!("{what} {id:?} not found"),
+                    _ => format!("{what} unreadable"),
+                };
+                if linear && current > 0 {
+                    diagnostics.push(format!(
+                        "line {line_no}: {named}; the file is linear, so the chain goes on in file order"
+                    ));
+                    current - 1
+                } else {
+                    diagnostics.push(format!("line {line_no}: {named}; the branch starts there"));
+                    break;
+                }
+            }
+        };
+        if !on_path.insert(next) {
+            diagnostics.push(format!(
+                "line {line_no}: {what} cycle; the branch stops there"
+            ));
+            break;
+        }
+        current = next;
+    }
+    let mut path: Vec<usize> = on_path.into_iter().collect();
+    path.sort_unstable();
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PI: TreeKeys = TreeKeys {
+        id: "id",
+        parent: "parentId",
+        logical_parent: None,
+    };
+
+    #[test]
+    fn raw_text_gives_top_level_ids_only() {
+        let node = raw_node(
+            3,
+            r#"{"type":"message","message":{"content":[{"id":"nested"}]},"id":"a\"b","parentId":"p","x":"#,
+            PI,
+        );
+        assert_eq!(node.id.as_deref(), Some("a\"b"));
+        assert_eq!(node.parent, Parent::Id("p".into()));
+        let cut = raw_node(0, r#"{"type":"message","id":"a","parentId":"p"#, PI);
+        assert_eq!(
+            (cut.id.as_deref(), cut.parent),
+            (Some("a"), Parent::Unknown)
+        );
+        let null = raw_node(0, r#"{"id":"a", "parentId" : null,"#, PI);
+        assert_eq!(null.parent, Parent::Root);
+        assert_eq!(raw_node(0, "garbage", PI).id, None);
+    }
+
+    fn node(line: usize, id: Option<&str>, parent: Parent, damaged: bool) -> Node {
+        Node {
+            line_idx: line,
+            id: id.map(str::to_owned),
+            parent,
+            damaged,
+        }
+    }
+
+    #[test]
+    fn a_linear_file_bridges_an_unreadable_line_by_file_order() {
+        let nodes = [
+            node(1, Some("a"), Parent::Root, false),
+            node(2, Some("b"), Parent::Id("a".into()), false),
+            node(3, None, Parent::Unknown, true),
+            node(4, Some("d"), Parent::Id("c".into()), false),
+        ];
+        let mut diagnostics = Vec::new();
+        assert_eq!(
+            branch(&nodes, None, "parentId", &mut diagnostics),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(
+            diagnostics,
+            [
+                "line 5: parentId \"c\" not found; the file is linear, so the chain goes on in file order",
+                "line 4: parentId unreadable; the file is linear, so the chain goes on in file order"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_branched_file_is_not_bridged_by_order() {
+        let nodes = [
+            node(1, Some("a"), Parent::Root, false),
+            node(2, Some("b"), Parent::Id("a".into()), false),
+            node(3, Some("c"), Parent::Id("a".into()), false),
+            node(4, None, Parent::Unknown, true),
+            node(5, Some("e"), Parent::Id("d".into()), false),
+        ];
+        let mut diagnostics = Vec::new();
+        assert_eq!(branch(&nodes, None, "parentId", &mut diagnostics), [4]);
+        assert_eq!(
+            diagnostics,
+            ["line 6: parentId \"d\" not found; the branch starts there"]
+        );
+    }
+}
