@@ -562,13 +562,45 @@ fn cut_body_end(text: &str, header_end: usize, limit: usize) -> usize {
             next.len() >= FULL_LINE && is_base64(next)
         });
         let opens = content.len() >= MIN_CHUNK || next_is_key_line;
-        if !is_base64(content) || !run.take(content.len(), opens) {
+        if !is_base64(content) {
+            // A line SOBA cut mid-way: its base64 head, then `…`.
+            if let Some(head) = base64_before_cut(content)
+                && run.take(head, head >= MIN_CHUNK)
+            {
+                end = line.start + head;
+            }
+            break;
+        }
+        if !run.take(content.len(), opens) {
             break;
         }
         in_header = false;
         end = line.end;
     }
     end
+}
+
+/// The length of the base64 head of a line that SOBA cut right after it
+/// (`…`, or the inline ` [… N characters omitted …] ` marker).
+fn base64_before_cut(line: &str) -> Option<usize> {
+    let head = line
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        .count();
+    let rest = &line[head..];
+    (head > 0 && (rest.starts_with('…') || rest.starts_with(" [… "))).then_some(head)
+}
+
+/// The length of the base64 tail of a line that SOBA cut right before it
+/// (`…`, or the inline marker ending `…] `).
+fn base64_after_cut(line: &str) -> Option<usize> {
+    let tail = line
+        .bytes()
+        .rev()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        .count();
+    let rest = &line[..line.len() - tail];
+    (tail > 0 && (rest.ends_with('…') || rest.ends_with("…] "))).then_some(tail)
 }
 
 /// Returns the line that ends at the line break just before `line_start`
@@ -630,6 +662,11 @@ fn cut_head_start(text: &str, end_start: usize) -> usize {
     while let Some((line, raw_start)) = line_above(text, cursor) {
         let content = line.text(text);
         if !is_base64(content) {
+            if let Some(tail) = base64_after_cut(content)
+                && (nearest || run.take(tail, true))
+            {
+                start = line.end - tail;
+            }
             break;
         }
         if !nearest && !run.take(content.len(), true) {

@@ -336,6 +336,32 @@ fn cut_private_keys_end_at_their_last_base64_line() {
         "tail:\n[REDACTED:private_key]\nok",
         1,
     );
+    // A line SOBA cut mid-way, with `…` or the inline marker.
+    check(
+        &format!(
+            "Goal:\n-----BEGIN RSA PRIVATE KEY-----\n{}\nMIIEowIBAAKC… (the full text is under Original task)",
+            b64(64)
+        ),
+        "Goal:\n[REDACTED:private_key]… (the full text is under Original task)",
+        1,
+    );
+    check(
+        &format!(
+            "x\n-----BEGIN RSA PRIVATE KEY-----\n{} [… 40 characters omitted …] rest",
+            b64(30)
+        ),
+        "x\n[REDACTED:private_key] [… 40 characters omitted …] rest",
+        1,
+    );
+    check(
+        &format!(
+            "see [… 40 characters omitted …] abcdEFGH0123\n{}\n{}\n-----END PRIVATE KEY-----",
+            b64(64),
+            b64(5)
+        ),
+        "see [… 40 characters omitted …] [REDACTED:private_key]",
+        1,
+    );
     // The omission marker ends a key cut on both sides, and is kept.
     check(
         &format!(
