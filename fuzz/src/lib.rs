@@ -195,7 +195,8 @@ pub fn check_import(data: &[u8]) {
 /// - `check_loadable` agrees with the parser whenever the size checks pass;
 /// - a loaded capsule keeps the text verbatim between its delimiters, and
 ///   the text cannot close the block itself;
-/// - redaction leaves nothing a second pass would redact.
+/// - redaction leaves nothing a second pass would redact, and a file that
+///   parsed parses after redaction with the same sections.
 pub fn check_capsule_file(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let parsed = soba_core::render::parse_capsule_file(&text);
@@ -227,6 +228,24 @@ pub fn check_capsule_file(data: &[u8]) {
         redacted.by_kind.iter().map(|(_, n)| n).sum::<usize>(),
         "redaction counts do not add up"
     );
+    // Redaction replaces only secret spans, so a file that parsed still
+    // parses, with the same sections.
+    if let Ok(file) = &parsed {
+        let headings = |sections: &[soba_core::render::Section]| {
+            sections
+                .iter()
+                .map(|section| section.heading.clone())
+                .collect::<Vec<_>>()
+        };
+        match soba_core::render::parse_capsule_file(&redacted.text) {
+            Ok(after) => assert_eq!(
+                headings(&after.sections),
+                headings(&file.sections),
+                "redaction changed the sections"
+            ),
+            Err(err) => panic!("a capsule file no longer parses once redacted: {err}"),
+        }
+    }
 }
 
 /// Asserts that a loaded capsule renders `text` verbatim inside delimiters

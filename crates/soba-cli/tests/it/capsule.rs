@@ -677,3 +677,129 @@ async fn compact_continues_natively_on_openai_responses_and_survives_its_failure
     assert_eq!(natives.len(), 2);
     assert_eq!(natives[1], None);
 }
+
+/// A base64 line of a key, 64 characters, numbered so no two are alike.
+fn key_line(n: usize) -> String {
+    format!("MIIEow{n:04}IBAAKCAQEAx9Zt0Q+/abcdefghijklmnopqrstuvwxyzABCDEFGHIJ")[..64].to_owned()
+}
+
+/// A session whose first user message pastes a long private key that the
+/// capsule cuts (its original task is kept to 1,000 tokens), and whose
+/// later failing command prints a whole one.
+fn session_with_cut_and_whole_keys(sandbox: &Sandbox) -> String {
+    let pasted: Vec<String> = (0..60).map(key_line).collect();
+    let prose: Vec<String> = (0..400).map(|i| format!("w{i}")).collect();
+    let task = format!(
+        "Deploy with this key:\n-----BEGIN RSA PRIVATE KEY-----\n{}\n(the rest is on the wiki) {}",
+        pasted.join("\n"),
+        prose.join(" ")
+    );
+    let whole_key = format!(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n{}\n{}\nAAAA==\n-----END OPENSSH PRIVATE KEY-----",
+        key_line(900),
+        key_line(901)
+    );
+    let mut lines = vec![
+        json!({"type":"session","id":"pi-keys","timestamp":"2025-02-01T10:00:00.000Z","cwd":"/work/app","provider":"anthropic","modelId":"claude-sonnet-4-5","thinkingLevel":"off"}),
+    ];
+    let usage = json!({"input":10,"output":5,"cacheRead":0,"cacheWrite":0});
+    lines.push(json!({"type":"message","timestamp":"2025-02-01T10:00:01.000Z","message":{"role":"user","content":task,"timestamp":1}}));
+    lines.push(json!({"type":"message","timestamp":"2025-02-01T10:00:02.000Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"bash","arguments":{"command":"ssh-add deploy/id_ed25519"}}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","usage":usage,"stopReason":"toolUse","timestamp":2}}));
+    lines.push(json!({"type":"message","timestamp":"2025-02-01T10:00:03.000Z","message":{"role":"toolResult","toolCallId":"toolu_1","toolName":"bash","content":[{"type":"text","text":format!("bad permissions on key:\n{whole_key}\nexit 1")}],"isError":true,"timestamp":3}}));
+    for turn in 1..6 {
+        let body: Vec<String> = (0..600).map(|i| format!("w{turn}x{i}")).collect();
+        lines.push(json!({"type":"message","timestamp":format!("2025-02-01T10:{turn:02}:01.000Z"),"message":{"role":"user","content":format!("Turn {turn}: {}", body.join(" ")),"timestamp":1}}));
+        lines.push(json!({"type":"message","timestamp":format!("2025-02-01T10:{turn:02}:02.000Z"),"message":{"role":"assistant","content":[{"type":"text","text":format!("Done with turn {turn}.")}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","usage":usage,"stopReason":"stop","timestamp":2}}));
+    }
+    let trace: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let file = sandbox.write("keys.jsonl", &trace);
+    let output = sandbox.run_ok(&["import", file.to_str().unwrap(), "--json"]);
+    let reports: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    reports[0]["sessionId"].as_str().unwrap().to_owned()
+}
+
+/// Issue 13 class 1: a key cut before its END line and a later whole key are
+/// two redactions; every section between them is exported byte for byte,
+/// and the export loads.
+#[test]
+fn a_cut_key_before_a_whole_key_exports_a_capsule_that_loads() {
+    let sandbox = Sandbox::new();
+    let id = session_with_cut_and_whole_keys(&sandbox);
+    let ck = short_ck(compact(&sandbox, &id, &[]).lines().next().unwrap());
+    let exported = sandbox.run_ok(&["capsule", "export", &ck, "k.capsule.md", "--session", &id]);
+    let note = redaction_note(&text(&exported.stdout));
+    let written = std::fs::read_to_string(sandbox.ws.join("k.capsule.md")).unwrap();
+    assert!(!written.contains("MIIEow"), "{written}");
+    let markers = written.matches("[REDACTED:private_key]").count();
+    assert!(markers >= 2, "{written}");
+    assert_eq!(
+        note,
+        format!("{markers} secrets redacted (private_key {markers})")
+    );
+    // The prose after the cut key and the command of the later error stay.
+    assert!(
+        written.contains("(the rest is on the wiki)") || written.contains("characters omitted")
+    );
+    assert!(written.contains("ssh-add deploy/id_ed25519"), "{written}");
+
+    // Section by section: the exported file holds the capsule's own
+    // sections, those without a key unchanged.
+    let log = read_log(session_file(&sandbox)).unwrap();
+    let capsule = log
+        .entries()
+        .iter()
+        .find_map(|logged| match &logged.entry.body {
+            EntryBody::Capsule(capsule) => Some(capsule.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let original = soba_core::render::split_sections(&soba_core::render::sections_markdown(
+        &soba_core::render::CapsuleView::from(&*capsule),
+    ));
+    let parsed = parse_capsule_file(&written).unwrap();
+    let exported_sections: Vec<_> = parsed
+        .sections
+        .iter()
+        .filter(|section| section.heading.is_some())
+        .collect();
+    let original_sections: Vec<_> = original
+        .iter()
+        .filter(|section| section.heading.is_some())
+        .collect();
+    assert_eq!(
+        exported_sections
+            .iter()
+            .map(|s| s.heading.clone())
+            .collect::<Vec<_>>(),
+        original_sections
+            .iter()
+            .map(|s| s.heading.clone())
+            .collect::<Vec<_>>()
+    );
+    let mut with_keys = 0;
+    for (exported, original) in exported_sections.iter().zip(&original_sections) {
+        if original.body.contains("PRIVATE KEY-----") {
+            with_keys += 1;
+            assert!(exported.body.contains("[REDACTED:private_key]"));
+        } else {
+            assert_eq!(
+                exported.body.trim_end(),
+                original.body.trim_end(),
+                "{:?}",
+                original.heading
+            );
+        }
+    }
+    assert!(with_keys >= 2, "keys in {with_keys} sections");
+    assert!(
+        original_sections.len() - with_keys >= 4,
+        "sections between the keys"
+    );
+
+    let loaded = sandbox.run_ok(&["capsule", "load", "k.capsule.md", "--session", &id]);
+    assert!(
+        text(&loaded.stdout).starts_with(&format!("loaded k.capsule.md into session {id} as e_")),
+        "{}",
+        text(&loaded.stdout)
+    );
+}

@@ -7,6 +7,7 @@ mod guard;
 mod input;
 mod plan;
 mod props;
+mod redact;
 mod tokens;
 mod trigger;
 
