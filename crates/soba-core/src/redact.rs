@@ -32,15 +32,20 @@ pub struct Redacted {
 /// The kinds of secret, in priority order: when two candidate spans start
 /// at the same byte and are equally long, the earlier kind names the span
 /// (so `sk-ant-…` is an Anthropic key and not an OpenAI one).
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 16] = [
     "private_key",
     "anthropic_key",
     "openai_key",
     "github_token",
+    "gitlab_token",
     "slack_token",
+    "stripe_key",
+    "huggingface_token",
     "aws_access_key",
     "google_api_key",
+    "google_oauth_token",
     "jwt",
+    "url_password",
     "bearer_token",
     "basic_auth",
     "secret",
@@ -70,8 +75,7 @@ struct Pattern {
 /// `GITHUB_TOKEN`, `api-key`, `AWS_SECRET_ACCESS_KEY`, `SessionToken`. The
 /// name must end there (`tokens: 1234` is no assignment); its closing quote,
 /// JSON-escaped or not, may follow.
-const SECRET_NAME: &str =
-    r#"(?i)(?:pass(?:word|wd)|secret|token|api[_\-]?key|access[_\-]?key|secret[_\-]?key)\\?["']?"#;
+const SECRET_NAME: &str = r#"(?i)(?:pass(?:word|wd)|secret|token|api[_\-]?key|access[_\-]?key|secret[_\-]?key|account[_\-]?key)\\?["']?"#;
 
 /// `:`, `=` or `=>` with spaces or tabs around it, never a line break.
 const ASSIGN: &str = r"[ \t]*(?:=>|[:=])[ \t]*";
@@ -123,6 +127,14 @@ fn unquoted_value(value: &str) -> bool {
     !all_digits && ((n >= 8 && has_digit) || (n >= 16 && !value.contains('.')))
 }
 
+/// A URL password is a secret unless it is a placeholder (`$PASS`,
+/// `{password}`, `<pw>`, `***`) or a marker already.
+fn url_password(value: &str) -> bool {
+    !value.starts_with("[REDACTED:")
+        && !value.starts_with(['$', '{', '<', '*', '%'])
+        && !value.eq_ignore_ascii_case("password")
+}
+
 fn patterns() -> &'static [Pattern] {
     static COMPILED: OnceLock<Vec<Pattern>> = OnceLock::new();
     COMPILED.get_or_init(|| {
@@ -154,9 +166,41 @@ fn patterns() -> &'static [Pattern] {
             ),
             (
                 const { kind("slack_token") },
-                r"\bxox[abp]-[A-Za-z0-9\-]{10,}".into(),
+                r"\bxox[abeoprs]-[A-Za-z0-9\-]{10,}".into(),
                 Take::Whole,
                 any,
+            ),
+            (
+                const { kind("gitlab_token") },
+                r"\bglpat-[A-Za-z0-9_\-]{20,}".into(),
+                Take::Whole,
+                any,
+            ),
+            (
+                const { kind("stripe_key") },
+                r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}".into(),
+                Take::Whole,
+                any,
+            ),
+            (
+                const { kind("huggingface_token") },
+                r"\bhf_[A-Za-z0-9]{30,}".into(),
+                Take::Whole,
+                any,
+            ),
+            (
+                const { kind("google_oauth_token") },
+                r"\bya29\.[A-Za-z0-9_\-]{20,}".into(),
+                Take::Whole,
+                any,
+            ),
+            // The password of `scheme://user:password@host`; the user and
+            // host stay, so the command still reads.
+            (
+                const { kind("url_password") },
+                r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\x22]+:([^\s:/@'\x22]{3,})@[A-Za-z0-9.\-\[]".into(),
+                Take::Group,
+                url_password,
             ),
             (
                 const { kind("aws_access_key") },

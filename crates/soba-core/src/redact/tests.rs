@@ -62,6 +62,32 @@ fn each_token_pattern() {
         1,
     );
     check("xoxb-1234567890-abcdef", "[REDACTED:slack_token]", 1);
+    check("xoxs-1234567890-abcdef", "[REDACTED:slack_token]", 1);
+    check(
+        "STRIPE=sk_live_4eC39HqLyjWDarjtT1zdp7dc.",
+        "STRIPE=[REDACTED:stripe_key].",
+        1,
+    );
+    check(
+        "rk_test_4eC39HqLyjWDarjtT1zdp7dc",
+        "[REDACTED:stripe_key]",
+        1,
+    );
+    check(
+        "token glpat-xxxxxxxxxxxxxxxxxxxx1234 here",
+        "token [REDACTED:gitlab_token] here",
+        1,
+    );
+    check(
+        "hf_abcdefghijklmnopqrstuvwxyzABCDEF1234",
+        "[REDACTED:huggingface_token]",
+        1,
+    );
+    check(
+        "access ya29.a0AfH6SMBx-abcdefghijklmnopqrstuv end",
+        "access [REDACTED:google_oauth_token] end",
+        1,
+    );
     check(
         "aws AKIAIOSFODNN7EXAMPLE.",
         "aws [REDACTED:aws_access_key].",
@@ -196,6 +222,34 @@ fn assignments_keep_the_name_and_quotes() {
         "url?token=[REDACTED:secret]&page=2",
         1,
     );
+}
+
+#[test]
+fn url_passwords_keep_the_user_and_host() {
+    check(
+        "git clone https://deploy:S3cr3tPassw0rd99@git.example.com/repo.git now",
+        "git clone https://deploy:[REDACTED:url_password]@git.example.com/repo.git now",
+        1,
+    );
+    check(
+        "DATABASE_URL=postgres://app:pgS3cretValue77@db:5432/app",
+        "DATABASE_URL=postgres://app:[REDACTED:url_password]@db:5432/app",
+        1,
+    );
+    check(
+        "AccountName=x;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IF/K1==;EndpointSuffix=core",
+        "AccountName=x;AccountKey=[REDACTED:secret];EndpointSuffix=core",
+        1,
+    );
+    for text in [
+        "postgres://app:$PGPASSWORD@db/app",
+        "https://user:{password}@host/",
+        "https://user:password@host/",
+        "see https://example.com:8080/path and ssh://git@host:22",
+        "mailto:someone@example.com",
+    ] {
+        check(text, text, 0);
+    }
 }
 
 #[test]
