@@ -13,6 +13,7 @@ mod plan_traces;
 mod replay;
 mod run;
 mod sessions;
+mod special_files;
 mod support;
 mod tui;
 
