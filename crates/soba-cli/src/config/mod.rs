@@ -214,6 +214,13 @@ impl ConfigError {
             ConfigError::UnknownKey { .. } | ConfigError::WrongType { .. } => {
                 Some("`soba config schema` prints every key with its type".to_owned())
             }
+            ConfigError::Unreadable(soba_store::untrusted::UntrustedReadError::TooLarge {
+                path,
+                ..
+            }) => Some(format!(
+                "a config file holds a few settings: shorten {}",
+                path.display()
+            )),
             ConfigError::Unreadable(err) => Some(format!(
                 "a config file must be a regular JSON file: replace {} with one, or remove it",
                 err.path().display()

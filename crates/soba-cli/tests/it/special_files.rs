@@ -189,10 +189,12 @@ fn config_files_must_be_regular_files() {
         let (code, stderr) = run(&sandbox, &["config", "show"]);
         assert_eq!(code, Some(1), "{stderr}");
         assert!(
-            stderr.starts_with(&format!(
-                "error: {} is larger than 1 MiB, the most soba reads here: use a smaller file\n",
-                path.display()
-            )),
+            stderr
+                == format!(
+                    "error: {} is larger than 1 MiB, the most soba reads here: use a smaller file\nhint: a config file holds a few settings: shorten {}\n",
+                    path.display(),
+                    path.display()
+                ),
             "{stderr}"
         );
         // A dangling link is a missing file, as before.
