@@ -248,10 +248,12 @@ pub fn check_capsule_file(data: &[u8]) {
     }
 }
 
-/// Asserts that a loaded capsule renders `text` verbatim inside delimiters
-/// the text cannot forge, and returns the rendering.
+/// Asserts that a loaded capsule renders its file name line and `text`
+/// verbatim inside delimiters the text cannot forge, and returns the
+/// rendering.
 pub fn assert_delimited(text: &str) -> String {
     let rendered = soba_core::render::loaded_capsule(".soba/capsules/fuzz.capsule.md", text);
+    let file_line = "File: .soba/capsules/fuzz.capsule.md\n\n";
     let Some(end_line) = rendered.lines().last() else {
         panic!("a loaded capsule rendered empty");
     };
@@ -273,7 +275,11 @@ pub fn assert_delimited(text: &str) -> String {
     let end = rendered.rfind(&close);
     match (start, end) {
         (Some(start), Some(end)) if start <= end => {
-            assert_eq!(&rendered[start..end], text.trim_end(), "the text changed")
+            let body = &rendered[start..end];
+            let Some(body) = body.strip_prefix(file_line) else {
+                panic!("the block does not start with the file name: {body:?}");
+            };
+            assert_eq!(body, text.trim_end(), "the text changed")
         }
         // Empty text: the two delimiters share the newline between them.
         (Some(start), Some(end)) if start == end + 1 => assert_eq!(text.trim_end(), ""),

@@ -25,6 +25,7 @@ use soba_provider::registry::ModelInfo;
 use soba_provider::summarizer::{LlmSummarizer, SummarizerChoice, select_summarizer};
 use soba_provider::transport::{HttpConfig, client_for};
 use soba_store::log::{MemoryItem, SessionHeader, SystemMinter, WriterOptions};
+use soba_store::untrusted::UntrustedReadError;
 use tokio::sync::Mutex;
 
 use crate::config::{ConfigError, ProviderConfig};
@@ -233,7 +234,12 @@ pub fn memory_index(root: &Path) -> Vec<MemoryItem> {
     files
         .into_iter()
         .filter_map(|path| {
-            let text = std::fs::read_to_string(&path).ok()?;
+            // A FIFO, device or oversized file is skipped like an unparsable one.
+            let text = soba_store::untrusted::read_untrusted_to_string(
+                &path,
+                render::CAPSULE_FILE_MAX_BYTES as u64,
+            )
+            .ok()?;
             let parsed = render::parse_capsule_file(&text).ok()?;
             let name = path.file_name()?.to_string_lossy().into_owned();
             let id = parsed
@@ -385,6 +391,35 @@ pub fn open_session(
 /// warning rather than filling the context.
 pub const AGENTS_MD_MAX_BYTES: u64 = 1024 * 1024;
 
+/// The largest skill file (`.soba/skills/<name>.md`) soba reads: 1 MiB.
+pub const SKILL_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Reads `AGENTS.md` at the workspace root, else `CLAUDE.md`: its name and
+/// text, `None` when neither exists, or the warning to show when it cannot
+/// be used (not a regular file, over [`AGENTS_MD_MAX_BYTES`], unreadable).
+pub fn read_agents_md(root: &Path) -> Result<Option<(&'static str, String)>, String> {
+    let Some((name, path)) = ["AGENTS.md", "CLAUDE.md"]
+        .iter()
+        .map(|name| (*name, root.join(name)))
+        .find(|(_, path)| path.exists())
+    else {
+        return Ok(None);
+    };
+    match soba_store::untrusted::read_untrusted_to_string(&path, AGENTS_MD_MAX_BYTES) {
+        Ok(text) => Ok(Some((name, text))),
+        Err(UntrustedReadError::TooLarge { .. }) => {
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            Err(format!(
+                "{name} is {size} bytes, over {AGENTS_MD_MAX_BYTES}; it was not added to the context"
+            ))
+        }
+        Err(UntrustedReadError::Io { source, .. }) => Err(format!(
+            "cannot read {name} ({source}); it was not added to the context"
+        )),
+        Err(err) => Err(format!("{err}; it was not added to the context")),
+    }
+}
+
 /// Snapshots `AGENTS.md` at the workspace root, else `CLAUDE.md`, as an
 /// `agents_md` context entry when the path has none yet or the file's hash
 /// changed (SPEC §5): call it at session start and at every turn start.
@@ -394,26 +429,11 @@ pub fn snapshot_agents_md(
     root: &Path,
 ) -> CliResult<(Option<Entry>, Vec<String>)> {
     let mut warnings = Vec::new();
-    let Some((name, path)) = ["AGENTS.md", "CLAUDE.md"]
-        .iter()
-        .map(|name| (*name, root.join(name)))
-        .find(|(_, path)| path.is_file())
-    else {
-        return Ok((None, warnings));
-    };
-    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    if size > AGENTS_MD_MAX_BYTES {
-        warnings.push(format!(
-            "{name} is {size} bytes, over {AGENTS_MD_MAX_BYTES}; it was not added to the context"
-        ));
-        return Ok((None, warnings));
-    }
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(err) => {
-            warnings.push(format!(
-                "cannot read {name} ({err}); it was not added to the context"
-            ));
+    let (name, text) = match read_agents_md(root) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok((None, warnings)),
+        Err(warning) => {
+            warnings.push(warning);
             return Ok((None, warnings));
         }
     };
@@ -750,6 +770,84 @@ mod tests {
         ];
         assert_eq!(session_model(&path).as_deref(), Some("b/y"));
         assert_eq!(session_model(&path[1..2]), None);
+    }
+
+    /// Makes `path` a FIFO.
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Runs `read` on a thread and fails if it does not return in 5 s.
+    fn promptly<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(read());
+        });
+        receiver
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("returned within 5 s")
+    }
+
+    #[test]
+    fn agents_md_must_be_a_regular_file_of_at_most_1_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let agents = root.join("AGENTS.md");
+        let read = |root: &Path| {
+            let root = root.to_path_buf();
+            promptly(move || read_agents_md(&root))
+        };
+        assert_eq!(read(&root), Ok(None));
+        std::fs::write(root.join("CLAUDE.md"), "be brief").unwrap();
+        assert_eq!(read(&root), Ok(Some(("CLAUDE.md", "be brief".to_owned()))));
+        mkfifo(&agents);
+        assert_eq!(
+            read(&root),
+            Err(format!(
+                "{} is a FIFO (named pipe), not a regular file: soba reads only regular files here; copy the content into a file and use that; it was not added to the context",
+                agents.display()
+            ))
+        );
+        std::fs::remove_file(&agents).unwrap();
+        let folder = root.join("folder");
+        std::fs::create_dir_all(&folder).unwrap();
+        for (target, kind) in [
+            (Path::new("/dev/zero"), "a character device"),
+            (folder.as_path(), "a directory"),
+        ] {
+            std::os::unix::fs::symlink(target, &agents).unwrap();
+            let warning = read(&root).unwrap_err();
+            assert!(
+                warning.contains(&format!("is {kind}, not a regular file")),
+                "{warning}"
+            );
+            std::fs::remove_file(&agents).unwrap();
+        }
+        std::os::unix::fs::symlink("/dev/stdin", &agents).unwrap();
+        assert!(read(&root).unwrap_err().contains("not a regular file"));
+        std::fs::remove_file(&agents).unwrap();
+        let big = std::fs::File::create(&agents).unwrap();
+        big.set_len(AGENTS_MD_MAX_BYTES + 1).unwrap();
+        assert_eq!(
+            read(&root),
+            Err("AGENTS.md is 1048577 bytes, over 1048576; it was not added to the context".into())
+        );
+    }
+
+    #[test]
+    fn memory_index_skips_special_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = dir.path().join(".soba/memory");
+        std::fs::create_dir_all(&memory).unwrap();
+        mkfifo(&memory.join("fifo.capsule.md"));
+        std::os::unix::fs::symlink("/dev/zero", memory.join("zero.capsule.md")).unwrap();
+        std::fs::create_dir_all(memory.join("dir.capsule.md")).unwrap();
+        let root = dir.path().to_path_buf();
+        assert_eq!(promptly(move || memory_index(&root)), Vec::new());
     }
 
     #[test]

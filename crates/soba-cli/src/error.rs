@@ -261,6 +261,46 @@ impl From<soba_store::import::ImportError> for CliError {
     }
 }
 
+impl From<soba_store::untrusted::UntrustedReadError> for CliError {
+    fn from(err: soba_store::untrusted::UntrustedReadError) -> Self {
+        use soba_store::untrusted::UntrustedReadError;
+        match &err {
+            UntrustedReadError::Io { source, .. } => CliError::user(format!("{err}: {source}")),
+            _ => CliError::user(err.to_string()),
+        }
+    }
+}
+
+impl From<soba_store::output::OutputPathError> for CliError {
+    fn from(err: soba_store::output::OutputPathError) -> Self {
+        use soba_store::output::OutputPathError;
+        let hint = match &err {
+            OutputPathError::Outside { .. } | OutputPathError::ThroughLink { .. } => {
+                Some("give a path inside the workspace, or an absolute path to write elsewhere")
+            }
+            OutputPathError::Link { .. } => {
+                Some("remove the link or choose another path; soba never follows it")
+            }
+            OutputPathError::Exists { .. } => {
+                Some("pass --force to overwrite it, or choose another path")
+            }
+            OutputPathError::NotRegular { .. } | OutputPathError::NoFileName { .. } => {
+                Some("choose a path naming a file")
+            }
+            _ => None,
+        };
+        let message = match std::error::Error::source(&err) {
+            Some(cause) => format!("{err}: {cause}"),
+            None => err.to_string(),
+        };
+        let cli_error = CliError::user(message);
+        match hint {
+            Some(hint) => cli_error.hint(hint),
+            None => cli_error,
+        }
+    }
+}
+
 impl From<soba_engine::EngineError> for CliError {
     fn from(err: soba_engine::EngineError) -> Self {
         match err {

@@ -468,11 +468,72 @@ pub fn capsule_input(view: &CapsuleView<'_>) -> String {
 // Loaded capsules and the system prompt
 // ---------------------------------------------------------------------------
 
+/// The most characters of a file name [`neutral_label`] keeps in model
+/// input.
+pub const LABEL_MAX_CHARS: usize = 120;
+
+/// Returns `text` (a file name an outsider chose) safe to show inside
+/// model input on one line: control and invisible formatting characters
+/// and line breaks become spaces, brackets and angle brackets become
+/// parentheses (so it cannot close or open a delimiter or a `[…]` marker),
+/// whitespace runs collapse to one space, and it is cut to `max_chars`
+/// characters with `…`.
+pub fn neutral_label(text: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_chars * 4));
+    let mut n_chars = 0usize;
+    let mut pending_space = false;
+    for c in text.chars() {
+        let c = match c {
+            '[' | '<' | '{' => '(',
+            ']' | '>' | '}' => ')',
+            c if c.is_control() || c.is_whitespace() || is_invisible_format(c) => ' ',
+            c => c,
+        };
+        if c == ' ' {
+            pending_space = !out.is_empty();
+            continue;
+        }
+        let extra = usize::from(pending_space);
+        if n_chars + extra + 1 > max_chars {
+            out.push('…');
+            return out;
+        }
+        if pending_space {
+            out.push(' ');
+            n_chars += 1;
+            pending_space = false;
+        }
+        out.push(c);
+        n_chars += 1;
+    }
+    out
+}
+
+/// Returns whether `c` is an invisible formatting character (zero-width,
+/// bidirectional controls, the byte-order mark, soft hyphen) that could
+/// make text read differently from what it holds.
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
 /// Renders a loaded `.capsule.md` (a `capsule_file` context entry) as
-/// delimited untrusted data (`templates/capsule_loaded.md`). The delimiters
-/// carry a tag derived from the text's sha256, so the text cannot contain
-/// (and close) its own block.
+/// delimited untrusted data (`templates/capsule_loaded.md`). The file's
+/// name is chosen by whoever wrote the file, so it goes inside the block,
+/// passed through [`neutral_label`]. The delimiters carry a tag derived
+/// from the text's sha256, so the text cannot contain (and close) its own
+/// block.
 pub fn loaded_capsule(path: &str, text: &str) -> String {
+    let label = neutral_label(path, LABEL_MAX_CHARS);
     let mut salt = 0u32;
     let tag = loop {
         let mut hasher = Sha256::new();
@@ -482,17 +543,14 @@ pub fn loaded_capsule(path: &str, text: &str) -> String {
         }
         let digest = hasher.finalize();
         let tag: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        if !text.contains(&tag) {
+        if !text.contains(&tag) && !label.contains(&tag) {
             break tag;
         }
         salt += 1;
     };
-    // The path is one line of the template: newlines and controls in a
-    // file name are shown escaped, as on a terminal.
-    let path = crate::terminal::sanitize_line(path);
     fill(
         CAPSULE_LOADED_TEMPLATE,
-        &[("path", &path), ("tag", &tag), ("text", text.trim_end())],
+        &[("path", &label), ("tag", &tag), ("text", text.trim_end())],
     )
 }
 

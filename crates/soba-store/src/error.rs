@@ -78,9 +78,27 @@ pub enum StoreError {
         /// The ids that match.
         candidates: Vec<String>,
     },
+    /// A session path names something other than a regular file (a FIFO,
+    /// a device, a directory). Not retryable: give a session file.
+    #[error(transparent)]
+    Unreadable(crate::untrusted::UntrustedReadError),
 }
 
 impl StoreError {
+    /// Wraps a failure to open a session file: an I/O failure stays
+    /// [`StoreError::Io`] (action `open`), anything else is
+    /// [`StoreError::Unreadable`].
+    pub(crate) fn open(err: crate::untrusted::UntrustedReadError) -> Self {
+        match err {
+            crate::untrusted::UntrustedReadError::Io { path, source } => StoreError::Io {
+                action: "open",
+                path,
+                source,
+            },
+            other => StoreError::Unreadable(other),
+        }
+    }
+
     /// Wraps an I/O error with what was being done to which path.
     pub(crate) fn io(
         action: &'static str,

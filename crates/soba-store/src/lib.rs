@@ -10,6 +10,11 @@
 //!   stretch: its cost grows with the live tail, not with the history.
 //! - [`FlightAppender`] and [`read_flight_records`] handle
 //!   `<id>.flight.jsonl`; [`list_sessions`] and [`find_session`] find logs.
+//! - [`untrusted::read_untrusted`] reads any file soba did not write
+//!   (imports, capsule and config files, agent docs): regular files only,
+//!   never blocking on a FIFO, with a size cap enforced while reading;
+//!   [`output::write_output`] writes a file at a path a user or repository
+//!   chose without following links out of the workspace.
 //!
 //! # Wire format
 //!
@@ -92,8 +97,10 @@ pub mod fixtures;
 pub mod flight;
 pub mod import;
 pub mod log;
+pub mod output;
 pub mod reader;
 pub mod resume;
+pub mod untrusted;
 pub mod wire;
 
 pub use error::StoreError;

@@ -340,11 +340,11 @@ impl SessionWriter {
     /// do (SPEC §3.1), so the next append continues the history.
     pub fn open(path: impl AsRef<Path>, options: WriterOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(|err| StoreError::io("open", &path, err))?;
+        let (file, _) = crate::untrusted::open_untrusted_with(
+            &path,
+            OpenOptions::new().read(true).append(true),
+        )
+        .map_err(StoreError::open)?;
         let first = read_first_line(&file).map_err(|err| StoreError::io("read", &path, err))?;
         let not_a_session = |reason: String| StoreError::NotASession {
             path: path.clone(),

@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -321,7 +320,7 @@ pub struct SessionLog {
 /// error; only failing to open or read the file is one.
 pub fn read_log(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|err| StoreError::io("open", path, err))?;
+    let (file, _) = crate::untrusted::open_untrusted(path).map_err(StoreError::open)?;
     SessionLog::from_reader(BufReader::with_capacity(1 << 20, file))
         .map_err(|err| StoreError::io("read", path, err))
 }
@@ -752,7 +751,10 @@ pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, Store
 
 /// Reads only line 1 of a session file; the error says why it is not a header.
 pub fn read_header(path: impl AsRef<Path>) -> Result<SessionHeader, String> {
-    let file = File::open(path.as_ref()).map_err(|err| format!("cannot open: {err}"))?;
+    let (file, _) = crate::untrusted::open_untrusted(path.as_ref()).map_err(|err| match err {
+        crate::untrusted::UntrustedReadError::Io { source, .. } => format!("cannot open: {source}"),
+        other => other.to_string(),
+    })?;
     let first = read_first_line(&file).map_err(|err| format!("cannot read: {err}"))?;
     if !first.terminated {
         return Err(if first.bytes.is_empty() {

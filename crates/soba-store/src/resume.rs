@@ -79,9 +79,9 @@ pub fn resume(path: impl AsRef<Path>) -> Result<Resumed, StoreError> {
 /// Resumes a session: header from line 1, then backwards from the end.
 pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Resumed, StoreError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|err| StoreError::io("open", path, err))?;
+    let (file, metadata) = crate::untrusted::open_untrusted(path).map_err(StoreError::open)?;
     let read_error = |err| StoreError::io("read", path, err);
-    let len = file.metadata().map_err(read_error)?.len();
+    let len = metadata.len();
     let mut resumed = Resumed {
         header: None,
         leaf: None,

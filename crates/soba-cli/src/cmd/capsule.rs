@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,48 +135,20 @@ pub fn redaction_note(rendered: &RenderedCapsuleFile) -> String {
     )
 }
 
-/// Writes `text` to `path`, refusing to overwrite without `force`.
-pub fn write_file(path: &Path, text: &str, force: bool) -> CliResult {
-    if path.exists() && !force {
-        return Err(CliError::user(format!("{} already exists", path.display()))
-            .hint("pass --force to overwrite it, or choose another path"));
-    }
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|err| {
-            CliError::user(format!("cannot create {}", parent.display())).caused_by(err)
-        })?;
-    }
-    std::fs::write(path, text)
-        .map_err(|err| CliError::user(format!("cannot write {}", path.display())).caused_by(err))
+/// Writes `text` to `path` (relative to the workspace `root`, or
+/// absolute), refusing to overwrite without `force`; a path inside the
+/// workspace may not lead out of it through a link, and a link at the
+/// path itself is never followed ([`soba_store::output::write_output`]).
+pub fn write_file(root: &Path, path: &Path, text: &str, force: bool) -> CliResult {
+    soba_store::output::write_output(root, path, text.as_bytes(), force)?;
+    Ok(())
 }
 
 /// Resolves an export path: relative paths must stay inside the
-/// workspace; absolute ones may go anywhere (SPEC §12).
+/// workspace; absolute ones may go anywhere (SPEC §12). Links are checked
+/// when the file is written ([`write_file`]).
 pub(crate) fn export_path(root: &Path, given: &Path) -> CliResult<PathBuf> {
-    if given.is_absolute() {
-        return Ok(given.to_path_buf());
-    }
-    let mut resolved = root.to_path_buf();
-    for component in given.components() {
-        match component {
-            Component::Normal(part) => resolved.push(part),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if resolved == root || !resolved.pop() || !resolved.starts_with(root) {
-                    return Err(CliError::user(format!(
-                        "{} is outside the workspace {}",
-                        given.display(),
-                        root.display()
-                    ))
-                    .hint(
-                        "give a path inside the workspace, or an absolute path to write elsewhere",
-                    ));
-                }
-            }
-            Component::RootDir | Component::Prefix(_) => {}
-        }
-    }
-    Ok(resolved)
+    Ok(soba_store::output::resolve_output(root, given)?)
 }
 
 /// Shows a path relative to the workspace when it is inside it.
@@ -271,9 +243,12 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let described = std::fs::read_to_string(&file)
-                .map_err(|err| err.to_string())
-                .and_then(|text| render::parse_capsule_file(&text).map_err(|err| err.to_string()));
+            let described = soba_store::untrusted::read_untrusted_to_string(
+                &file,
+                render::CAPSULE_FILE_MAX_BYTES as u64,
+            )
+            .map_err(|err| err.to_string())
+            .and_then(|text| render::parse_capsule_file(&text).map_err(|err| err.to_string()));
             match described {
                 Ok(parsed) => out.push_str(&format!(
                     "  {}  {}  {}  {} tokens\n",
@@ -392,7 +367,12 @@ fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: 
         wanted,
         given,
     )?;
-    write_file(&export.file, &export.rendered.text, force)?;
+    write_file(
+        &ctx.workspace.root,
+        &export.file,
+        &export.rendered.text,
+        force,
+    )?;
     let mut stdout = crate::output::stdout();
     writeln!(
         stdout,
@@ -420,22 +400,25 @@ pub(crate) fn load_path(root: &Path, given: &Path) -> PathBuf {
     }
 }
 
-/// Reads a `.capsule.md` as UTF-8, refusing files over 1 MiB before
-/// reading them (SPEC §12).
+/// Reads a `.capsule.md` as UTF-8: a regular file (never a FIFO or a
+/// device) of at most 1 MiB, the cap enforced while reading (SPEC §12).
 pub(crate) fn read_capsule_text(file: &Path) -> CliResult<String> {
-    let metadata = std::fs::metadata(file)
-        .map_err(|err| CliError::user(format!("cannot read {}", file.display())).caused_by(err))?;
-    if metadata.len() > render::CAPSULE_FILE_MAX_BYTES as u64 {
-        return Err(capsule_file_error(
-            file,
-            render::CapsuleFileError::TooLarge {
-                bytes: usize::try_from(metadata.len()).unwrap_or(usize::MAX),
-                max: render::CAPSULE_FILE_MAX_BYTES,
-            },
-        ));
-    }
-    let bytes = std::fs::read(file)
-        .map_err(|err| CliError::user(format!("cannot read {}", file.display())).caused_by(err))?;
+    let max = render::CAPSULE_FILE_MAX_BYTES;
+    let bytes =
+        soba_store::untrusted::read_untrusted(file, max as u64).map_err(|err| match err {
+            soba_store::untrusted::UntrustedReadError::TooLarge { .. } => capsule_file_error(
+                file,
+                render::CapsuleFileError::TooLarge {
+                    bytes: std::fs::metadata(file)
+                        .ok()
+                        .and_then(|metadata| usize::try_from(metadata.len()).ok())
+                        .filter(|&bytes| bytes > max)
+                        .unwrap_or(max + 1),
+                    max,
+                },
+            ),
+            other => CliError::from(other).hint("a capsule file is a regular `.capsule.md` file"),
+        })?;
     String::from_utf8(bytes).map_err(|err| {
         CliError::user(format!(
             "cannot load {}: not UTF-8 text (invalid byte at offset {})",
@@ -555,6 +538,13 @@ pub fn slug(title: &str) -> String {
     }
 }
 
+/// Returns the file-name slug of a title as [`slug`] does, built from the
+/// redacted title: a file name is committed and shared, so a secret in the
+/// title must not reach it.
+pub fn file_slug(title: &str) -> String {
+    slug(&soba_core::redact::redact(title).text)
+}
+
 /// Asks the LLM summarizer for the narrative of `span`, chunk by chunk,
 /// under the per-chunk deadline, then the guards; `Err` says why it failed.
 async fn llm_narrative(
@@ -607,6 +597,8 @@ pub(crate) struct HandoffInput<'a> {
     pub title: &'a str,
     /// Overwrite an existing file.
     pub force: bool,
+    /// The workspace root: the file may not lead out of it.
+    pub root: &'a Path,
     /// `.soba/` of the workspace, where `capsules/` goes.
     pub project_dir: &'a Path,
     /// The session's id and current leaf (front matter).
@@ -751,8 +743,8 @@ pub(crate) async fn create_handoff(input: HandoffInput<'_>) -> CliResult<Handoff
     let file = input
         .project_dir
         .join("capsules")
-        .join(format!("{date}-{}.capsule.md", slug(input.title)));
-    write_file(&file, &rendered.text, input.force)?;
+        .join(format!("{date}-{}.capsule.md", file_slug(input.title)));
+    write_file(input.root, &file, &rendered.text, input.force)?;
     let span_tokens = TokenCount::new(
         input
             .span
@@ -831,6 +823,7 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
     let handoff = engine::runtime()?.block_on(create_handoff(HandoffInput {
         title,
         force,
+        root: &ctx.workspace.root,
         project_dir: &project_dir,
         session: &summary.id,
         leaf: log.leaf().map(EntryId::as_str).unwrap_or_default(),
@@ -882,6 +875,96 @@ mod tests {
         assert_eq!(slug("  "), "capsule");
         assert_eq!(slug("日本語"), "capsule");
         assert_eq!(slug(&"a ".repeat(100)).len(), 59);
+    }
+
+    #[test]
+    fn file_slugs_come_from_the_redacted_title() {
+        assert_eq!(
+            file_slug("Deploy with AKIAIOSFODNN7EXAMPLE today"),
+            "deploy-with-redacted-aws-access-key-today"
+        );
+        assert_eq!(
+            file_slug("Auth refactor: phase 2!"),
+            "auth-refactor-phase-2"
+        );
+    }
+
+    /// Runs `read_capsule_text` (the reader of `soba capsule load` and the
+    /// TUI's `/capsule load`) on a thread, failing if it takes over 5 s.
+    fn read_promptly(file: &Path) -> CliResult<String> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let file = file.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = sender.send(read_capsule_text(&file));
+        });
+        receiver
+            .recv_timeout(Duration::from_secs(5))
+            .expect("read_capsule_text returned within 5 s")
+    }
+
+    #[test]
+    fn capsule_files_must_be_regular_files_of_at_most_1_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.capsule.md");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let err = read_promptly(&fifo).unwrap_err();
+        assert_eq!(
+            err.message,
+            format!(
+                "{} is a FIFO (named pipe), not a regular file: soba reads only regular files here; copy the content into a file and use that",
+                fifo.display()
+            )
+        );
+        assert_eq!(
+            err.hints,
+            ["a capsule file is a regular `.capsule.md` file"]
+        );
+        let folder = dir.path().join("folder.capsule.md");
+        std::fs::create_dir_all(&folder).unwrap();
+        for (name, target, kind) in [
+            (
+                "zero.capsule.md",
+                Path::new("/dev/zero"),
+                "a character device",
+            ),
+            ("dir.capsule.md", folder.as_path(), "a directory"),
+        ] {
+            let link = dir.path().join(name);
+            std::os::unix::fs::symlink(target, &link).unwrap();
+            let err = read_promptly(&link).unwrap_err();
+            assert!(
+                err.message
+                    .starts_with(&format!("{} is {kind}, not a regular file", link.display())),
+                "{}",
+                err.message
+            );
+        }
+        let stdin = dir.path().join("stdin.capsule.md");
+        std::os::unix::fs::symlink("/dev/stdin", &stdin).unwrap();
+        // Whatever the test's stdin is, it is not read: a terminal, pipe or
+        // /dev/null is refused; a regular file would be read (and capped).
+        let _ = read_promptly(&stdin);
+        let big = dir.path().join("big.capsule.md");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(render::CAPSULE_FILE_MAX_BYTES as u64 + 1)
+            .unwrap();
+        let err = read_promptly(&big).unwrap_err();
+        assert_eq!(
+            err.message,
+            format!(
+                "cannot load {}: {}",
+                big.display(),
+                render::CapsuleFileError::TooLarge {
+                    bytes: render::CAPSULE_FILE_MAX_BYTES + 1,
+                    max: render::CAPSULE_FILE_MAX_BYTES
+                }
+            )
+        );
     }
 
     #[test]

@@ -179,7 +179,7 @@ fn save_to_memory(
         .project_dir()
         .join("memory")
         .join(format!("{id}.capsule.md"));
-    write_file(&file, &rendered.text, false)?;
+    write_file(&ctx.workspace.root, &file, &rendered.text, false)?;
     writeln!(
         stdout,
         "saved to Project Memory: .soba/memory/{id}.capsule.md ({} tokens; {})",

@@ -76,11 +76,12 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
     if let Some(html_path) = &args.html {
         let page = replay::chart::html(&report)
             .map_err(|err| CliError::internal(format!("the chart could not be drawn: {err}")))?;
-        std::fs::write(html_path, page).map_err(|err| {
-            CliError::user(format!("cannot write {}", html_path.display()))
-                .caused_by(err)
-                .hint("check that the folder exists and is writable")
+        // A relative path stays inside the current folder even through
+        // links; the file itself is never a link (`write_output`).
+        let here = std::env::current_dir().map_err(|err| {
+            CliError::user("cannot find the current folder for --html").caused_by(err)
         })?;
+        soba_store::output::write_output(&here, html_path, page.as_bytes(), true)?;
     }
     let mut stdout = crate::output::stdout();
     if args.json {

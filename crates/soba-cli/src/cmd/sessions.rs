@@ -140,7 +140,7 @@ pub fn display_time(rfc3339: &str) -> String {
 
 /// Counts the complete, non-blank lines after the header.
 pub fn count_entries(path: &Path) -> u64 {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok((file, _)) = soba_store::untrusted::open_untrusted(path) else {
         return 0;
     };
     let mut reader = BufReader::with_capacity(1 << 20, file);

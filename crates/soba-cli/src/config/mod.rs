@@ -77,6 +77,11 @@ pub enum ConfigError {
         /// Why (shown in the message, so it is not also a source).
         reason: std::io::Error,
     },
+    /// A config file is not a regular file (a FIFO, a device such as
+    /// `/dev/stdin`, a directory) or is larger than
+    /// [`CONFIG_FILE_MAX_BYTES`].
+    #[error(transparent)]
+    Unreadable(soba_store::untrusted::UntrustedReadError),
     /// A config file is not valid UTF-8.
     #[error(
         "{path} is not valid UTF-8 (first invalid byte at offset {valid_up_to}): re-save it as UTF-8"
@@ -233,6 +238,17 @@ impl ConfigError {
             ConfigError::UnknownKey { .. } | ConfigError::WrongType { .. } => {
                 Some("`soba config schema` prints every key with its type".to_owned())
             }
+            ConfigError::Unreadable(soba_store::untrusted::UntrustedReadError::TooLarge {
+                path,
+                ..
+            }) => Some(format!(
+                "a config file holds a few settings: shorten {}",
+                path.display()
+            )),
+            ConfigError::Unreadable(err) => Some(format!(
+                "a config file must be a regular JSON file: replace {} with one, or remove it",
+                err.path().display()
+            )),
             _ => None,
         }
     }
@@ -409,17 +425,24 @@ pub fn load(input: &LoadInput<'_>) -> Result<Loaded, ConfigError> {
     })
 }
 
-/// Reads a config file; a missing file is `None`.
+/// The largest config file soba reads: 1 MiB.
+pub const CONFIG_FILE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Reads a config file (a regular file of at most
+/// [`CONFIG_FILE_MAX_BYTES`], never blocking on a FIFO or device); a
+/// missing file, or a dangling link, is `None`.
 fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, ConfigError> {
-    let bytes = match std::fs::read(path) {
+    use soba_store::untrusted::{UntrustedReadError, read_untrusted};
+    let bytes = match read_untrusted(path, CONFIG_FILE_MAX_BYTES) {
         Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(reason) => {
+        Err(err) if err.is_not_found() => return Ok(None),
+        Err(UntrustedReadError::Io { path, source }) => {
             return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                reason,
+                path,
+                reason: source,
             });
         }
+        Err(err) => return Err(ConfigError::Unreadable(err)),
     };
     parse_object(path, &bytes).map(Some)
 }
@@ -1253,14 +1276,21 @@ mod tests {
     fn an_unreadable_config_file_says_why() {
         let temp = tempfile::tempdir().expect("a temp dir");
         let dir = temp.path();
-        // A directory where the file should be cannot be read as one.
+        // A directory where the file should be is refused without reading.
         let err = read_object(dir).expect_err("a directory");
-        let message = err.to_string();
-        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
-        assert!(
-            message.starts_with(&format!("cannot read {}: ", dir.display()))
-                && message.ends_with("; check that it is a readable file"),
-            "{message}"
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} is a directory, not a regular file: soba reads only regular files here; copy the content into a file and use that",
+                dir.display()
+            )
+        );
+        assert_eq!(
+            err.hint(),
+            Some(format!(
+                "a config file must be a regular JSON file: replace {} with one, or remove it",
+                dir.display()
+            ))
         );
         assert_eq!(
             read_object(&dir.join("missing.json")).expect("missing is fine"),

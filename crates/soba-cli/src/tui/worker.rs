@@ -1054,13 +1054,15 @@ impl Worker {
                 .project_dir()
                 .join("skills")
                 .join(format!("{name}.md"));
-            let text = match std::fs::read_to_string(&file) {
+            let text = match soba_store::untrusted::read_untrusted_to_string(
+                &file,
+                crate::engine::SKILL_MAX_BYTES,
+            ) {
                 Ok(text) => text,
                 Err(err) => {
-                    self.note(format!(
-                        "error: cannot read {}: {err}\nhint: skills are markdown files in .soba/skills/",
-                        file.display()
-                    ));
+                    self.note(cli_note(&CliError::from(err).hint(
+                        "skills are markdown files in .soba/skills/ (regular files)",
+                    )));
                     return;
                 }
             };
@@ -1169,7 +1171,8 @@ impl Worker {
         };
         // The file is written without holding the session.
         let written = prepared.and_then(|export| {
-            capsule_files::write_file(&export.file, &export.rendered.text, force).map(|()| export)
+            capsule_files::write_file(&root, &export.file, &export.rendered.text, force)
+                .map(|()| export)
         });
         match written {
             Ok(export) => self.note(format!(
@@ -1264,6 +1267,7 @@ impl Worker {
         let made = capsule_files::create_handoff(HandoffInput {
             title,
             force,
+            root: &self.launch.ctx.workspace.root,
             project_dir: &project_dir,
             session: &session,
             leaf: &leaf,
@@ -1330,7 +1334,12 @@ impl Worker {
             .project_dir()
             .join("memory")
             .join(format!("{id}.capsule.md"));
-        match capsule_files::write_file(&file, &rendered.text, false) {
+        match capsule_files::write_file(
+            &self.launch.ctx.workspace.root,
+            &file,
+            &rendered.text,
+            false,
+        ) {
             Ok(()) => self.note(format!(
                 "saved to Project Memory: .soba/memory/{id}.capsule.md ({})",
                 capsule_files::redaction_note(&rendered)

@@ -95,6 +95,32 @@ fn install_session(sandbox: &Sandbox, rel: &str) -> (PathBuf, String) {
     (path, id)
 }
 
+/// Makes a file that is not a readable regular file at `path`: `fifo`,
+/// `devZero` or `devStdin` (symlinks), `directory`, or `oversized:<bytes>`
+/// (a sparse regular file).
+fn make_special(path: &Path, kind: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    match kind {
+        "fifo" => {
+            let status = std::process::Command::new("mkfifo")
+                .arg(path)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        "devZero" => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+        "devStdin" => std::os::unix::fs::symlink("/dev/stdin", path).unwrap(),
+        "directory" => std::fs::create_dir_all(path).unwrap(),
+        other => {
+            let bytes: u64 = other
+                .strip_prefix("oversized:")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("unknown special kind {other:?}"));
+            std::fs::File::create(path).unwrap().set_len(bytes).unwrap();
+        }
+    }
+}
+
 /// Runs one CLI case and describes what the binary did.
 fn describe_cli(case_path: &Path) -> String {
     let case: Value =
@@ -122,6 +148,15 @@ fn describe_cli(case_path: &Path) -> String {
             sandbox
                 .env
                 .push((name.clone(), value.as_str().unwrap_or_default().to_owned()));
+        }
+    }
+    // Special files cannot be committed: `special` lists them by path
+    // under `<root>` (`ws/…`, `home/…`) and kind.
+    if let Some(specials) = case.get("special").and_then(Value::as_array) {
+        let root = sandbox.home.parent().unwrap().to_path_buf();
+        for special in specials {
+            let at = root.join(str_field(special, "at").expect("special.at"));
+            make_special(&at, str_field(special, "kind").expect("special.kind"));
         }
     }
     let session = str_field(&case, "session").map(|rel| install_session(&sandbox, rel));
@@ -170,7 +205,8 @@ fn describe_cli(case_path: &Path) -> String {
         })
         .collect();
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = sandbox.run(&arg_refs);
+    // A deadline: a command that would hang (reading a FIFO) fails instead.
+    let output = sandbox.run_within(60, &arg_refs);
     // The sessions folder's name carries a hash of the (random) workspace.
     let sessions = sandbox.sessions_dir().display().to_string();
     let root = sandbox.home.parent().unwrap().display().to_string();

@@ -21,6 +21,7 @@ mod plan_traces;
 mod replay;
 mod run;
 mod sessions;
+mod special_files;
 mod support;
 mod terminal;
 mod tui;

@@ -3,7 +3,8 @@
 //! transcripts, and the shared traces folder.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -53,6 +54,34 @@ impl Sandbox {
 
     pub fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("the soba binary runs")
+    }
+
+    /// Runs with a deadline: fails the test (killing the process) instead of
+    /// hanging when soba does not exit within `seconds`. stdin is a pipe
+    /// held open and never written, so a read of `/dev/stdin` would block.
+    pub fn run_within(&self, seconds: u64, args: &[&str]) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the soba binary runs");
+        let _stdin = child.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        while child
+            .try_wait()
+            .expect("the child can be waited for")
+            .is_none()
+        {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("soba {args:?} did not finish within {seconds} s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().expect("the output is collected")
     }
 
     /// Runs and asserts the exit code, printing both streams on failure.

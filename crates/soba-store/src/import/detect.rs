@@ -38,10 +38,7 @@ impl Detected {
 
 /// Detects the format of the file at `path`.
 pub fn detect_format(path: &Path) -> Result<Detected, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let bytes = super::read_import(path)?;
     detect_bytes(&bytes).ok_or_else(|| super::unknown_or_truncated(&bytes, path))
 }
 

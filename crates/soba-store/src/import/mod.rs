@@ -187,6 +187,11 @@ pub enum ImportError {
         /// The header's `schemaVersion`.
         schema_version: u64,
     },
+    /// The path is not a regular file (a FIFO, a device, a directory given
+    /// where a file is needed) or is larger than [`IMPORT_LIMIT`]. Not
+    /// retryable with the same path.
+    #[error(transparent)]
+    Unreadable(crate::untrusted::UntrustedReadError),
     /// The file has the shape of a format but holds no importable session
     /// (e.g. every line is malformed). Retrying cannot help.
     #[error("{path} looks like {format} but holds no importable session: {reason}")]
@@ -398,10 +403,7 @@ pub struct FileImport {
 /// Entries of sources without timestamps are dated from the file's
 /// modification time. A SOBA session gives [`ImportError::AlreadySoba`].
 pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let bytes = read_import(path)?;
     let fallback_ms = std::fs::metadata(path)
         .and_then(|meta| meta.modified())
         .ok()
@@ -409,6 +411,20 @@ pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
         .and_then(|elapsed| i64::try_from(elapsed.as_millis()).ok())
         .unwrap_or(0);
     import_bytes(&bytes, path, &ImportOptions::with_fallback_ms(fallback_ms))
+}
+
+/// The largest transcript `soba import` reads: 1 GiB.
+pub const IMPORT_LIMIT: u64 = 1 << 30;
+
+/// Reads a transcript to import: a regular file of at most
+/// [`IMPORT_LIMIT`] bytes ([`crate::untrusted::read_untrusted`]).
+pub(crate) fn read_import(path: &Path) -> Result<Vec<u8>, ImportError> {
+    crate::untrusted::read_untrusted(path, IMPORT_LIMIT).map_err(|err| match err {
+        crate::untrusted::UntrustedReadError::Io { path, source } => {
+            ImportError::Io { path, source }
+        }
+        other => ImportError::Unreadable(other),
+    })
 }
 
 /// Imports every session in `bytes`, read from `source` (used in errors,
