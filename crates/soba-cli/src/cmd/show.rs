@@ -388,7 +388,7 @@ pub fn resume_effects(log: &SessionLog) -> Vec<String> {
         hints.push(if n_repaired > 0 {
             "apart from the repaired fields, nothing is lost by resuming it".to_owned()
         } else {
-            "every entry is read; nothing is lost by resuming it".to_owned()
+            "every complete line is read: nothing acknowledged is lost by resuming it".to_owned()
         });
     }
     hints
