@@ -128,7 +128,10 @@ fn round_trip(entry: &soba_core::Entry) {
     };
     assert!(!line.contains('\n'), "an encoded entry spans lines");
     match wire::decode_entry(&line) {
-        Ok(again) => assert_eq!(&again, entry, "the entry does not round-trip:\n{line}"),
+        Ok(again) => assert_eq!(
+            &again.entry, entry,
+            "the entry does not round-trip:\n{line}"
+        ),
         Err(err) => panic!("an encoded entry does not decode: {err}\n{line}"),
     }
 }

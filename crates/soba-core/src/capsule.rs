@@ -24,6 +24,10 @@ pub enum Trigger {
     ContextOverflow,
     /// A compaction another agent made, imported from its transcript.
     Imported,
+    /// A trigger this version does not know, read from a log a newer
+    /// version wrote: neither soft nor forced. The reader reports the name
+    /// it read; this version never makes one.
+    Unknown,
 }
 
 impl Trigger {
@@ -38,6 +42,7 @@ impl Trigger {
             Trigger::User => "user",
             Trigger::ContextOverflow => "context_overflow",
             Trigger::Imported => "imported",
+            Trigger::Unknown => "unknown",
         }
     }
 
@@ -83,6 +88,10 @@ pub enum Quality {
     Full,
     /// A deterministic capsule made after an LLM failure or timeout.
     Degraded,
+    /// A quality this version does not know, read from a log a newer
+    /// version wrote. The reader reports the name it read; this version
+    /// never makes one.
+    Unknown,
 }
 
 impl Quality {
@@ -91,6 +100,7 @@ impl Quality {
         match self {
             Quality::Full => "full",
             Quality::Degraded => "degraded",
+            Quality::Unknown => "unknown",
         }
     }
 

@@ -64,6 +64,16 @@ pub enum EntryBody {
         /// The entry's `type` tag.
         type_name: String,
     },
+    /// An entry whose body does not fit its type (a hand edit, a bad
+    /// writer): a placeholder that keeps the entry's place in the tree, so
+    /// the path through it stays connected, and is ignored like
+    /// [`EntryBody::Unknown`] (no model input, never a capsule boundary).
+    Damaged {
+        /// The entry's `type` tag as read (empty when it had none).
+        type_name: String,
+        /// What does not fit: the field and what is wrong with it.
+        reason: String,
+    },
 }
 
 impl EntryBody {
@@ -79,7 +89,7 @@ impl EntryBody {
             EntryBody::ModelChange { .. } => "model_change",
             EntryBody::ConfigChange { .. } => "config_change",
             EntryBody::Skill(_) => "skill",
-            EntryBody::Unknown { type_name } => type_name,
+            EntryBody::Unknown { type_name } | EntryBody::Damaged { type_name, .. } => type_name,
         }
     }
 }

@@ -451,7 +451,7 @@ pub fn capsule_input(view: &CapsuleView<'_>) -> String {
     };
     let fallback = match view.quality {
         Quality::Degraded => " (fallback used: the summary model failed)",
-        Quality::Full => "",
+        Quality::Full | Quality::Unknown => "",
     };
     fill(
         CAPSULE_INPUT_TEMPLATE,

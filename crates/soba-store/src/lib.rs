@@ -64,8 +64,8 @@
 //! or `cl100k_base`), 4 tokens of message overhead included; `estimated` is
 //! present and true when a block was counted by size.
 //!
-//! **Unknown entry types** are kept: they need the envelope (`type`, a valid
-//! `id`, `parentId`, `timestamp`), keep their raw line
+//! **Unknown entry types** are kept: they need a valid `id` and `parentId`,
+//! keep their raw line
 //! ([`LoggedEntry::raw`]) and read as [`soba_core::EntryBody::Unknown`].
 //!
 //! **The current leaf**, in file order: a `leaf` entry sets it to its
@@ -74,8 +74,14 @@
 //!
 //! **Damage:** a last line without `\n` is torn (an append cut short, never
 //! acknowledged): reported on every read and ignored; the next append writes
-//! `\n` first. Any other line that is not UTF-8, not JSON or not a valid
-//! entry is skipped with a diagnostic. Blank lines are ignored. Nothing is
+//! `\n` first. Any other line that is not UTF-8, not JSON, or whose `id` or
+//! `parentId` cannot be read is skipped with a diagnostic. Every other line
+//! keeps its place in the tree ([`wire::decode_entry`]): unknown enum values
+//! of a capsule's `trigger`/`quality`, a message's `origin` and content
+//! blocks of unknown type are read forward-compatibly, out-of-range figures
+//! are clamped, and a body that does not fit otherwise becomes an
+//! [`soba_core::EntryBody::Damaged`] placeholder (ignored like an unknown
+//! type, never a capsule boundary), each with a diagnostic. Blank lines are ignored. Nothing is
 //! ever rewritten. A torn line that lacked only its newline reads, once the
 //! next append has ended it, as the complete entry it is: on a side branch,
 //! since the writer that ended it took the leaf before it as parent. A line

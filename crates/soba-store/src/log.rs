@@ -386,7 +386,9 @@ impl SessionWriter {
             let Ok(text) = std::str::from_utf8(&line.bytes) else {
                 continue;
             };
-            let Ok(entry) = wire::decode_entry(text) else {
+            // The same tolerant decode as the reader's: a damaged entry it
+            // keeps as a placeholder is the current leaf here too.
+            let Ok(wire::DecodedEntry { entry, .. }) = wire::decode_entry(text) else {
                 continue;
             };
             leaf = Some(match entry.body {
@@ -507,11 +509,12 @@ impl SessionWriter {
 
     /// Writes `entry` and makes `position` the current leaf.
     fn write_entry(&mut self, entry: &Entry, position: EntryId) -> Result<(), StoreError> {
-        if let EntryBody::Unknown { type_name } = &entry.body {
+        if let EntryBody::Unknown { type_name } | EntryBody::Damaged { type_name, .. } = &entry.body
+        {
             return Err(StoreError::Encode {
                 id: entry.id.as_str().to_owned(),
                 reason: format!(
-                    "entries of unknown type {type_name:?} are only kept, never written"
+                    "entries of unknown type or damaged ones ({type_name:?}) are only kept, never written"
                 ),
             });
         }

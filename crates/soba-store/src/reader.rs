@@ -70,10 +70,41 @@ pub enum DiagnosticKind {
         /// The parser's message.
         message: String,
     },
-    /// The line is JSON but not a valid entry; skipped.
+    /// The line is JSON but its place in the tree cannot be read (not an
+    /// object, a second header, no valid `id` or `parentId`); skipped.
     WrongShape {
         /// What is wrong.
         message: String,
+    },
+    /// A field of an entry did not fit its type, and the entry is kept
+    /// with that field repaired: an out-of-range figure clamped, an unknown
+    /// enum value (from a newer writer) read as forward-compatible data, an
+    /// unknown content block left out, a missing timestamp read as none.
+    RepairedField {
+        /// The entry.
+        id: EntryId,
+        /// Its `type`.
+        type_name: String,
+        /// The field, a path into the line; empty for the line as a whole.
+        field: String,
+        /// What was wrong and what was read instead.
+        problem: String,
+    },
+    /// An entry's body does not fit its type. The entry keeps its place in
+    /// the tree as an [`EntryBody::Damaged`] placeholder, so the path
+    /// through it stays connected; the placeholder is left out of the
+    /// model input (a damaged capsule is no capsule: the entries before it
+    /// stay in the model input).
+    DamagedEntry {
+        /// The entry.
+        id: EntryId,
+        /// Its `type` as read (empty when it had none).
+        type_name: String,
+        /// The field that does not fit, a path into the line; empty for the
+        /// line as a whole.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
     },
     /// The line repeats an earlier entry's id; it shadows the earlier one
     /// (resume, reading backwards, meets it first).
@@ -164,6 +195,35 @@ impl fmt::Display for Diagnostic {
             DiagnosticKind::WrongShape { message } => {
                 write!(f, "{at}: not a valid entry ({message}); line skipped")
             }
+            DiagnosticKind::RepairedField {
+                id,
+                type_name,
+                field,
+                problem,
+            } => {
+                write!(f, "{at}: {type_name} entry {id}: ")?;
+                if !field.is_empty() {
+                    write!(f, "`{field}` ")?;
+                }
+                write!(f, "{problem}; the entry is kept")
+            }
+            DiagnosticKind::DamagedEntry {
+                id,
+                type_name,
+                field,
+                problem,
+            } => {
+                if type_name.is_empty() {
+                    write!(f, "{at}: entry {id} has no usable type (")?;
+                } else {
+                    write!(f, "{at}: {type_name} entry {id} is damaged (")?;
+                }
+                if !field.is_empty() {
+                    write!(f, "`{field}`: ")?;
+                }
+                write!(f, "{problem}); ")?;
+                write!(f, "{}", damaged_effect(type_name))
+            }
             DiagnosticKind::DuplicateId { id } => {
                 write!(
                     f,
@@ -217,6 +277,24 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+/// Says what reading does with a damaged entry of `type_name`.
+fn damaged_effect(type_name: &str) -> &'static str {
+    match type_name {
+        "capsule" => {
+            "kept in the tree as a placeholder and not used as a capsule: on a path through it, the entries before it stay in the model input"
+        }
+        "leaf" => {
+            "kept as a placeholder: the rewind it records is not applied, the path goes on through it from its parent"
+        }
+        "message" => {
+            "kept in the tree as a placeholder, so the entries after it stay connected; its content is left out of the model input"
+        }
+        _ => {
+            "kept in the tree as a placeholder, so the entries after it stay connected; it is left out of the model input"
+        }
+    }
+}
+
 /// One good entry with where it was read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoggedEntry {
@@ -224,7 +302,8 @@ pub struct LoggedEntry {
     pub entry: Entry,
     /// Its line.
     pub location: Location,
-    /// The raw JSON line of an entry of unknown type, kept verbatim.
+    /// The raw JSON line of an entry of unknown type or of a damaged one
+    /// ([`EntryBody::Damaged`]), kept verbatim.
     pub raw: Option<String>,
 }
 
@@ -238,8 +317,18 @@ pub(crate) enum LineOutcome {
     Blank,
     /// The session header.
     Header(SessionHeader),
-    /// A good entry (and its raw text if of unknown type).
-    Entry(Entry, Option<String>),
+    /// An entry: its raw text if of unknown type or damaged, and what did
+    /// not fit (one diagnostic per repaired field, or the reason it is a
+    /// placeholder).
+    Entry {
+        /// The entry.
+        entry: Entry,
+        /// Its line, for an unknown or damaged entry.
+        raw: Option<String>,
+        /// [`DiagnosticKind::RepairedField`]s or one
+        /// [`DiagnosticKind::DamagedEntry`].
+        damage: Vec<DiagnosticKind>,
+    },
     /// Damage.
     Damaged(DiagnosticKind),
 }
@@ -293,9 +382,34 @@ pub(crate) fn classify_line(
         }
     }
     match wire::decode_entry(text) {
-        Ok(entry) => {
-            let raw = matches!(entry.body, EntryBody::Unknown { .. }).then(|| text.to_owned());
-            LineOutcome::Entry(entry, raw)
+        Ok(wire::DecodedEntry { entry, issues }) => {
+            let damaged = matches!(entry.body, EntryBody::Damaged { .. });
+            let raw = (damaged || matches!(entry.body, EntryBody::Unknown { .. }))
+                .then(|| text.to_owned());
+            let type_name = entry.body.type_name().to_owned();
+            let damage = issues
+                .into_iter()
+                .map(|issue| {
+                    let (id, type_name) = (entry.id.clone(), type_name.clone());
+                    let (field, problem) = (issue.field, issue.problem);
+                    if damaged {
+                        DiagnosticKind::DamagedEntry {
+                            id,
+                            type_name,
+                            field,
+                            problem,
+                        }
+                    } else {
+                        DiagnosticKind::RepairedField {
+                            id,
+                            type_name,
+                            field,
+                            problem,
+                        }
+                    }
+                })
+                .collect();
+            LineOutcome::Entry { entry, raw, damage }
         }
         Err(DecodeError::Syntax(message)) => {
             LineOutcome::Damaged(DiagnosticKind::InvalidJson { message })
@@ -537,7 +651,12 @@ impl LogBuilder {
         match classify_line(bytes, is_first, &mut self.missing_header) {
             LineOutcome::Blank => {}
             LineOutcome::Header(header) => self.log.header = Some(header),
-            LineOutcome::Entry(entry, raw) => self.push_entry(entry, location, raw),
+            LineOutcome::Entry { entry, raw, damage } => {
+                for kind in damage {
+                    self.push_diagnostic(location, kind);
+                }
+                self.push_entry(entry, location, raw);
+            }
             LineOutcome::Damaged(kind) => self.push_diagnostic(location, kind),
         }
     }

@@ -159,7 +159,15 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
             continue;
         }
         let (entry, raw) = match classify_line(&line.bytes, line.offset == 0, &mut ignored) {
-            LineOutcome::Entry(entry, raw) => (entry, raw),
+            LineOutcome::Entry { entry, raw, damage } => {
+                backward_diagnostics.extend(
+                    damage
+                        .into_iter()
+                        .rev()
+                        .map(|kind| Diagnostic { location, kind }),
+                );
+                (entry, raw)
+            }
             LineOutcome::Damaged(kind) => {
                 backward_diagnostics.push(Diagnostic { location, kind });
                 continue;
@@ -258,7 +266,7 @@ pub(crate) fn settle_backwards(
         if !text.contains(cursor.as_str()) {
             continue;
         }
-        let Ok(entry) = crate::wire::decode_entry(text) else {
+        let Ok(crate::wire::DecodedEntry { entry, .. }) = crate::wire::decode_entry(text) else {
             continue;
         };
         if entry.id != cursor {

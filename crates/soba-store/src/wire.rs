@@ -764,24 +764,95 @@ pub fn encode_entry(entry: &Entry) -> Result<String, StoreError> {
     })
 }
 
-/// Decodes one entry line. Unknown `type`s give [`EntryBody::Unknown`];
-/// a `session` line (a second header) is a shape error.
-pub fn decode_entry(line: &str) -> Result<Entry, DecodeError> {
-    let envelope: Envelope =
-        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))?;
-    if envelope.type_name == HEADER_TYPE {
-        return Err(DecodeError::shape("a session header after line 1"));
+/// One field of an entry line that did not fit its type, and what the
+/// decoder made of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldIssue {
+    /// The field, as a path into the line (`tokensBefore`,
+    /// `content[0].text`); empty when the line as a whole is meant.
+    pub field: String,
+    /// What was wrong, and for a repair what was read instead.
+    pub problem: String,
+}
+
+impl FieldIssue {
+    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        FieldIssue {
+            field: field.into(),
+            problem: problem.into(),
+        }
     }
-    let missing = |field: &str| DecodeError::shape(format!("missing field `{field}`"));
-    let id = parse_id("id", envelope.id.as_deref().ok_or_else(|| missing("id"))?)?;
-    let timestamp = envelope.timestamp.ok_or_else(|| missing("timestamp"))?;
-    let parent_id = envelope
-        .parent_id
-        .as_deref()
-        .map(|parent| parse_id("parentId", parent))
-        .transpose()?;
-    fn body<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, DecodeError> {
-        serde_json::from_str(line).map_err(|err| DecodeError::from_json_line(&err, line))
+}
+
+impl std::fmt::Display for FieldIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.problem)
+        } else {
+            write!(f, "`{}`: {}", self.field, self.problem)
+        }
+    }
+}
+
+/// An entry line decoded tolerantly by [`decode_entry`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedEntry {
+    /// The entry. Its body is [`EntryBody::Damaged`] when the body does not
+    /// fit its type; the entry still keeps its place in the tree.
+    pub entry: Entry,
+    /// What did not fit. For an [`EntryBody::Damaged`] body, the one reason
+    /// it is a placeholder; otherwise the repairs made (an out-of-range
+    /// figure clamped, an unknown enum value read as `unknown`, an unknown
+    /// content block left out), each on an entry that is otherwise intact.
+    pub issues: Vec<FieldIssue>,
+}
+
+/// How many fields of one line the decoder repairs before it gives up and
+/// keeps the entry as a placeholder.
+const MAX_REPAIRS: usize = 32;
+
+/// Decodes one entry line, tolerantly (the one decoder of entry lines: the
+/// full reader, resume and the writer's reopening all use it).
+///
+/// Only a line whose place in the tree cannot be read is an error: not
+/// JSON, not an object, a second header, or no valid `id` or `parentId`.
+/// Everything else gives an entry:
+///
+/// - an unknown `type` reads as [`EntryBody::Unknown`];
+/// - an unknown value of an enum-valued field is forward-compatible data
+///   where the entry stays usable (a capsule's `trigger` and `quality` read
+///   as `unknown`, a message's `origin` as `injected`, a content block of
+///   unknown `type` is left out), with an issue;
+/// - a figure out of range (a negative or fractional token count, a number
+///   beyond what JSON numbers hold) is clamped into range, with an issue;
+/// - a body that does not fit its type in any other way (a wrong JSON type,
+///   a missing field, an unknown `role`) gives an [`EntryBody::Damaged`]
+///   placeholder that keeps the envelope, with the reason;
+/// - a missing or non-string `timestamp` reads as empty, with an issue.
+///
+/// Clean lines take a fast path: they are decoded straight from the text.
+pub fn decode_entry(line: &str) -> Result<DecodedEntry, DecodeError> {
+    if let Some(decoded) = decode_clean(line) {
+        return Ok(decoded);
+    }
+    decode_tolerant(line)
+}
+
+/// Decodes a line that fits its type, straight from the text; `None` when
+/// anything is off (the tolerant path then decides).
+fn decode_clean(line: &str) -> Option<DecodedEntry> {
+    let envelope: Envelope = serde_json::from_str(line).ok()?;
+    if envelope.type_name == HEADER_TYPE {
+        return None;
+    }
+    let id = EntryId::parse(envelope.id.as_deref()?).ok()?;
+    let timestamp = envelope.timestamp?;
+    let parent_id = match envelope.parent_id.as_deref() {
+        Some(parent) => Some(EntryId::parse(parent).ok()?),
+        None => None,
+    };
+    fn body<T: serde::de::DeserializeOwned>(line: &str) -> Option<T> {
+        serde_json::from_str(line).ok()
     }
     let record = match envelope.type_name.as_str() {
         "message" => BodyRecord::Message(body(line)?),
@@ -797,24 +868,392 @@ pub fn decode_entry(line: &str) -> Result<Entry, DecodeError> {
             type_name: envelope.type_name.clone(),
         },
     };
-    Ok(Entry {
-        id,
-        parent_id,
-        timestamp,
-        body: record.into_body()?,
+    let mut issues = Vec::new();
+    let body = record.into_body(&mut issues).ok()?;
+    if !issues.is_empty() {
+        return None;
+    }
+    Some(DecodedEntry {
+        entry: Entry {
+            id,
+            parent_id,
+            timestamp,
+            body,
+        },
+        issues,
     })
 }
 
-fn parse_id(field: &str, text: &str) -> Result<EntryId, DecodeError> {
-    EntryId::parse(text).map_err(|err| DecodeError::shape(format!("`{field}`: {err}")))
+/// The JSON kind of a value, for messages.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Decodes a line that does not fit its type: through a JSON value, field
+/// by field, repairing what can be repaired.
+fn decode_tolerant(line: &str) -> Result<DecodedEntry, DecodeError> {
+    let mut issues = Vec::new();
+    let mut value = match parse_value(line, &mut issues) {
+        Ok(value) => value,
+        Err(DecodeError::Syntax(message)) if message.starts_with("recursion limit exceeded") => {
+            return too_deep(line, &message);
+        }
+        Err(err) => return Err(err),
+    };
+    let Value::Object(object) = &mut value else {
+        return Err(DecodeError::shape(format!(
+            "expected a JSON object, found {}",
+            json_kind(&value)
+        )));
+    };
+    let type_name = match object.get("type") {
+        Some(Value::String(name)) => Ok(name.clone()),
+        Some(other) => Err(FieldIssue::new(
+            "type",
+            format!("expected a string, found {}", json_kind(other)),
+        )),
+        None => Err(FieldIssue::new("type", "missing")),
+    };
+    if type_name.as_deref() == Ok(HEADER_TYPE) {
+        return Err(DecodeError::shape("a session header after line 1"));
+    }
+    let id = match object.get("id") {
+        Some(Value::String(text)) => parse_id("id", text).map_err(into_shape)?,
+        Some(other) => {
+            return Err(DecodeError::shape(format!(
+                "`id`: expected a string, found {}",
+                json_kind(other)
+            )));
+        }
+        None => return Err(DecodeError::shape("missing field `id`")),
+    };
+    let parent_id = match object.get("parentId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(parse_id("parentId", text).map_err(into_shape)?),
+        Some(other) => {
+            return Err(DecodeError::shape(format!(
+                "`parentId`: expected a string or null, found {}",
+                json_kind(other)
+            )));
+        }
+    };
+    let timestamp = match object.get("timestamp") {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => {
+            issues.push(FieldIssue::new(
+                "timestamp",
+                format!(
+                    "expected a string, found {}; read as no time",
+                    json_kind(other)
+                ),
+            ));
+            String::new()
+        }
+        None => {
+            issues.push(FieldIssue::new("timestamp", "missing; read as no time"));
+            String::new()
+        }
+    };
+    let placeholder = |type_name: String, cause: FieldIssue| DecodedEntry {
+        entry: Entry {
+            id: id.clone(),
+            parent_id: parent_id.clone(),
+            timestamp: timestamp.clone(),
+            body: EntryBody::Damaged {
+                type_name,
+                reason: cause.to_string(),
+            },
+        },
+        issues: vec![cause],
+    };
+    let type_name = match type_name {
+        Ok(name) => name,
+        Err(cause) => return Ok(placeholder(String::new(), cause)),
+    };
+    let record = match type_name.as_str() {
+        "message" => record_from_value(&mut value, &mut issues).map(BodyRecord::Message),
+        "context" => record_from_value(&mut value, &mut issues).map(BodyRecord::Context),
+        "capsule" => record_from_value(&mut value, &mut issues)
+            .map(|record| BodyRecord::Capsule(Box::new(record))),
+        "hygiene" => record_from_value(&mut value, &mut issues).map(BodyRecord::Hygiene),
+        "checkpoint" => record_from_value(&mut value, &mut issues).map(BodyRecord::Checkpoint),
+        "leaf" => record_from_value(&mut value, &mut issues).map(BodyRecord::Leaf),
+        "model_change" => record_from_value(&mut value, &mut issues).map(BodyRecord::ModelChange),
+        "config_change" => record_from_value(&mut value, &mut issues).map(BodyRecord::ConfigChange),
+        "skill" => record_from_value(&mut value, &mut issues).map(BodyRecord::Skill),
+        _ => Ok(BodyRecord::Unknown {
+            type_name: type_name.clone(),
+        }),
+    };
+    let body = match record.and_then(|record| record.into_body(&mut issues)) {
+        Ok(body) => body,
+        Err(cause) => return Ok(placeholder(type_name, cause)),
+    };
+    Ok(DecodedEntry {
+        entry: Entry {
+            id,
+            parent_id,
+            timestamp,
+            body,
+        },
+        issues,
+    })
+}
+
+/// Keeps a line nested too deeply to read as a value as a placeholder,
+/// when its envelope can still be read.
+fn too_deep(line: &str, message: &str) -> Result<DecodedEntry, DecodeError> {
+    let too_deep = || DecodeError::Syntax(message.to_owned());
+    let envelope: Envelope = serde_json::from_str(line).map_err(|_| too_deep())?;
+    if envelope.type_name == HEADER_TYPE {
+        return Err(DecodeError::shape("a session header after line 1"));
+    }
+    let id = parse_id("id", envelope.id.as_deref().ok_or_else(too_deep)?).map_err(into_shape)?;
+    let parent_id = match envelope.parent_id.as_deref() {
+        Some(parent) => Some(parse_id("parentId", parent).map_err(into_shape)?),
+        None => None,
+    };
+    let cause = FieldIssue::new(
+        "",
+        "nested more than 128 levels deep, beyond what this version reads",
+    );
+    Ok(DecodedEntry {
+        entry: Entry {
+            id,
+            parent_id,
+            timestamp: envelope.timestamp.unwrap_or_default(),
+            body: EntryBody::Damaged {
+                type_name: envelope.type_name,
+                reason: cause.to_string(),
+            },
+        },
+        issues: vec![cause],
+    })
+}
+
+fn into_shape(issue: FieldIssue) -> DecodeError {
+    DecodeError::Shape(issue.to_string())
+}
+
+/// Parses a line into a JSON value. A number beyond what an `f64` holds
+/// (`1e400`), which serde_json refuses, is read as the largest one of its
+/// sign, with an issue; the field's own check then clamps it.
+fn parse_value(line: &str, issues: &mut Vec<FieldIssue>) -> Result<Value, DecodeError> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(value) => Ok(value),
+        Err(err) if err.is_syntax() && err.to_string().starts_with("number out of range") => {
+            let (clamped, replaced) = clamp_number_literals(line);
+            let value = serde_json::from_str::<Value>(&clamped)
+                .map_err(|err| DecodeError::from_json_line(&err, line))?;
+            for literal in replaced {
+                issues.push(FieldIssue::new(
+                    "",
+                    format!(
+                        "the number {literal} is beyond the range of JSON numbers; read as {}",
+                        if literal.starts_with('-') {
+                            "-1.7976931348623157e+308"
+                        } else {
+                            "1.7976931348623157e+308"
+                        }
+                    ),
+                ));
+            }
+            Ok(value)
+        }
+        Err(err) => Err(DecodeError::from_json_line(&err, line)),
+    }
+}
+
+/// Rewrites number literals outside strings that overflow an `f64` as the
+/// largest finite one of their sign; returns the text and the literals
+/// replaced.
+fn clamp_number_literals(line: &str) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(line.len());
+    let mut replaced = Vec::new();
+    let mut chars = line.char_indices().peekable();
+    let mut in_string = false;
+    let mut escaped = false;
+    while let Some((start, c)) = chars.next() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if c == '"' {
+            in_string = true;
+            out.push(c);
+            continue;
+        }
+        if c == '-' || c.is_ascii_digit() {
+            let mut end = start + c.len_utf8();
+            while let Some(&(idx, next)) = chars.peek() {
+                if next.is_ascii_digit() || matches!(next, '.' | 'e' | 'E' | '+' | '-') {
+                    end = idx + next.len_utf8();
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            let literal = &line[start..end];
+            match literal.parse::<f64>() {
+                Ok(number) if number.is_infinite() => {
+                    out.push_str(if number < 0.0 {
+                        "-1.7976931348623157e308"
+                    } else {
+                        "1.7976931348623157e308"
+                    });
+                    replaced.push(literal.to_owned());
+                }
+                _ => out.push_str(literal),
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    (out, replaced)
+}
+
+/// One step of a path into a JSON value.
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Deserializes a record from `value`, repairing the fields that can be
+/// repaired (each with an issue) and retrying; the error names the field
+/// that does not fit.
+fn record_from_value<T: serde::de::DeserializeOwned>(
+    value: &mut Value,
+    issues: &mut Vec<FieldIssue>,
+) -> Result<T, FieldIssue> {
+    for _ in 0..MAX_REPAIRS {
+        let err = match serde_path_to_error::deserialize::<_, T>(&*value) {
+            Ok(record) => return Ok(record),
+            Err(err) => err,
+        };
+        let mut steps = Vec::new();
+        let mut exact = true;
+        for segment in err.path().iter() {
+            match segment {
+                serde_path_to_error::Segment::Map { key } => steps.push(Step::Key(key.clone())),
+                serde_path_to_error::Segment::Seq { index } => steps.push(Step::Index(*index)),
+                _ => exact = false,
+            }
+        }
+        let field = match err.path().to_string() {
+            path if path == "." => String::new(),
+            path => path,
+        };
+        let message = err.into_inner().to_string();
+        if exact && let Some(problem) = repair(value, &steps, &message) {
+            issues.push(FieldIssue::new(field, problem));
+            continue;
+        }
+        return Err(FieldIssue::new(field, message));
+    }
+    Err(FieldIssue::new(
+        "",
+        format!("more than {MAX_REPAIRS} fields do not fit"),
+    ))
+}
+
+/// Returns the value at `steps` inside `root`.
+fn value_at<'v>(root: &'v mut Value, steps: &[Step]) -> Option<&'v mut Value> {
+    let mut cursor = root;
+    for step in steps {
+        cursor = match (step, cursor) {
+            (Step::Key(key), Value::Object(map)) => map.get_mut(key)?,
+            (Step::Index(index), Value::Array(items)) => items.get_mut(*index)?,
+            _ => return None,
+        };
+    }
+    Some(cursor)
+}
+
+/// Repairs the field at `steps` that failed with `message`, when its class
+/// allows: a figure out of range is clamped into range, an array item of
+/// an unknown `type` (a content block a newer version writes) is left out.
+/// Returns what was done; `None` leaves the failure standing.
+fn repair(root: &mut Value, steps: &[Step], message: &str) -> Option<String> {
+    let target = value_at(root, steps)?;
+    match target {
+        Value::Number(number) => {
+            let shown = number.to_string();
+            let figure = number.as_f64()?;
+            let (clamped, range) = if message.ends_with("expected u64") {
+                let clamped = if figure <= 0.0 {
+                    0
+                } else if figure >= u64::MAX as f64 {
+                    u64::MAX
+                } else {
+                    figure.floor() as u64
+                };
+                (Value::from(clamped), "a whole number from 0 up")
+            } else if message.ends_with("expected i64") {
+                let clamped = if figure <= i64::MIN as f64 {
+                    i64::MIN
+                } else if figure >= i64::MAX as f64 {
+                    i64::MAX
+                } else {
+                    figure.trunc() as i64
+                };
+                (Value::from(clamped), "a whole number")
+            } else {
+                return None;
+            };
+            let problem = format!("{shown} is out of range (expected {range}); read as {clamped}");
+            *target = clamped;
+            Some(problem)
+        }
+        // An array item whose `type` this version does not know (a
+        // content block or result part a newer version writes).
+        Value::String(name)
+            if message.starts_with(&format!("unknown variant `{name}`"))
+                && matches!(steps, [.., Step::Index(_), Step::Key(key)] if key == "type") =>
+        {
+            let name = name.clone();
+            let [parent_steps @ .., Step::Index(index), _] = steps else {
+                return None;
+            };
+            let Value::Array(items) = value_at(root, parent_steps)? else {
+                return None;
+            };
+            items.remove(*index);
+            Some(format!(
+                "unknown type {name:?} (written by a newer soba?); left out"
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn parse_id(field: &str, text: &str) -> Result<EntryId, FieldIssue> {
+    EntryId::parse(text).map_err(|err| FieldIssue::new(field, err.to_string()))
 }
 
 fn parse_name<T>(
     field: &str,
     name: &str,
     parse: impl Fn(&str) -> Option<T>,
-) -> Result<T, DecodeError> {
-    parse(name).ok_or_else(|| DecodeError::shape(format!("unknown `{field}` value {name:?}")))
+) -> Result<T, FieldIssue> {
+    parse(name).ok_or_else(|| FieldIssue::new(field, unknown_value(name)))
+}
+
+/// Says that an enum-valued field holds a name this version does not know.
+fn unknown_value(name: &str) -> String {
+    format!("unknown value {name:?} (written by a newer soba?)")
 }
 
 impl BodyRecord {
@@ -860,15 +1299,24 @@ impl BodyRecord {
             EntryBody::Unknown { type_name } => BodyRecord::Unknown {
                 type_name: type_name.clone(),
             },
+            EntryBody::Damaged { type_name, .. } => {
+                return Err(format!(
+                    "a damaged {type_name:?} entry is a placeholder read from a log, never written"
+                ));
+            }
         })
     }
 
     /// Converts the wire body to the domain body, checking names and ids.
-    pub fn into_body(self) -> Result<EntryBody, DecodeError> {
+    /// Repairs (an unknown enum value read as forward-compatible data) go
+    /// to `issues`; the error is why the body cannot be used at all.
+    pub fn into_body(self, issues: &mut Vec<FieldIssue>) -> Result<EntryBody, FieldIssue> {
         Ok(match self {
-            BodyRecord::Message(record) => EntryBody::Message(record.into_entry()?),
+            BodyRecord::Message(record) => EntryBody::Message(record.into_entry(issues)?),
             BodyRecord::Context(record) => EntryBody::Context(record.into_context()?),
-            BodyRecord::Capsule(record) => EntryBody::Capsule(Box::new(record.into_capsule()?)),
+            BodyRecord::Capsule(record) => {
+                EntryBody::Capsule(Box::new(record.into_capsule(issues)?))
+            }
             BodyRecord::Hygiene(record) => EntryBody::Hygiene {
                 pruned_through: parse_id("prunedThroughEntryId", &record.pruned_through_entry_id)?,
                 reclaimed_tokens: TokenCount::new(record.reclaimed_tokens),
@@ -945,17 +1393,34 @@ impl MessageRecord {
     }
 
     /// Converts the record to a message entry. A count in a vocabulary this
-    /// version does not know is dropped (it would be re-counted anyway).
-    pub fn into_entry(self) -> Result<MessageEntry, DecodeError> {
+    /// version does not know is dropped (it would be re-counted anyway); an
+    /// unknown `origin` reads as `injected` (not a real user message), with
+    /// an issue.
+    pub fn into_entry(self, issues: &mut Vec<FieldIssue>) -> Result<MessageEntry, FieldIssue> {
         let role = parse_name("role", &self.role, Role::parse)?;
         let origin = match &self.origin {
-            Some(name) => parse_name("origin", name, MessageOrigin::parse)?,
+            Some(name) => MessageOrigin::parse(name).unwrap_or_else(|| {
+                issues.push(FieldIssue::new(
+                    "origin",
+                    format!(
+                        "{}; read as \"injected\" (not a real user message)",
+                        unknown_value(name)
+                    ),
+                ));
+                MessageOrigin::Injected
+            }),
             None => MessageOrigin::Typed,
         };
         let content = self
             .content
             .into_iter()
-            .map(BlockRecord::into_block)
+            .enumerate()
+            .map(|(idx, block)| {
+                block.into_block().map_err(|problem| FieldIssue {
+                    field: format!("content[{idx}]"),
+                    ..problem
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let message = Message {
             role,
@@ -1017,7 +1482,7 @@ impl BlockRecord {
 
     /// Converts the record to a block. A non-object `input` is wrapped as
     /// `{"value": …}` with its text kept as the raw input.
-    pub fn into_block(self) -> Result<Block, DecodeError> {
+    pub fn into_block(self) -> Result<Block, FieldIssue> {
         Ok(match self {
             BlockRecord::Text { text } => Block::Text(text),
             BlockRecord::Thinking {
@@ -1080,12 +1545,13 @@ impl ImageRecord {
     }
 
     /// Converts the record to an image; exactly one of `data` and `url` must be set.
-    pub fn into_image(self) -> Result<Image, DecodeError> {
+    pub fn into_image(self) -> Result<Image, FieldIssue> {
         let source = match (self.data, self.url) {
             (Some(data), None) => ImageSource::Data(data),
             (None, Some(url)) => ImageSource::Url(url),
             _ => {
-                return Err(DecodeError::shape(
+                return Err(FieldIssue::new(
+                    "",
                     "an image needs exactly one of `data` and `url`",
                 ));
             }
@@ -1109,7 +1575,7 @@ impl ContextRecord {
     }
 
     /// Converts the record to a context entry.
-    pub fn into_context(self) -> Result<ContextEntry, DecodeError> {
+    pub fn into_context(self) -> Result<ContextEntry, FieldIssue> {
         Ok(ContextEntry {
             source: parse_name("source", &self.source, ContextSource::parse)?,
             path: self.path,
@@ -1237,44 +1703,105 @@ impl CapsuleRecord {
     }
 
     /// Converts the record to a capsule. Skills in `state` are active ones.
-    pub fn into_capsule(self) -> Result<Capsule, DecodeError> {
+    /// What does not fit but leaves the capsule usable is repaired, with an
+    /// issue: an unknown `trigger` or `quality` reads as `unknown`, a
+    /// calibration factor that is not a number, a pinned `AGENTS.md` or a
+    /// checkpoint of unknown kind and an unreadable `previousCapsuleId` or
+    /// `boundaryTruncation` are left out. An unreadable `firstKeptEntryId`
+    /// makes the capsule unusable (its retained tail is unknown).
+    pub fn into_capsule(self, issues: &mut Vec<FieldIssue>) -> Result<Capsule, FieldIssue> {
         let mut calibration = Vec::with_capacity(self.state.calibration.len());
         for (model, factor) in self.state.calibration {
-            let factor = factor.as_f64().ok_or_else(|| {
-                DecodeError::shape(format!("calibration factor of {model} is not a number"))
-            })?;
-            calibration.push((model, factor));
+            match factor.as_f64() {
+                Some(factor) => calibration.push((model, factor)),
+                None => issues.push(FieldIssue::new(
+                    format!("state.calibration.{model}"),
+                    format!(
+                        "expected a number, found {}; left out (the model's factor starts from its seed)",
+                        json_kind(&factor)
+                    ),
+                )),
+            }
         }
-        let pinned_agents_md = self
-            .state
-            .pinned
-            .agents_md
-            .map(ContextRecord::into_context)
-            .transpose()?;
-        let checkpoints = self
-            .local
-            .checkpoints
-            .into_iter()
-            .map(|record| {
-                Ok((
-                    parse_name("kind", &record.kind, CheckpointKind::parse)?,
-                    record.note,
-                ))
-            })
-            .collect::<Result<Vec<_>, DecodeError>>()?;
+        let pinned_agents_md = match self.state.pinned.agents_md.map(ContextRecord::into_context) {
+            Some(Ok(context)) => Some(context),
+            Some(Err(problem)) => {
+                issues.push(FieldIssue::new(
+                    "state.pinned.agentsMd",
+                    format!("{problem}; left out"),
+                ));
+                None
+            }
+            None => None,
+        };
+        let mut checkpoints = Vec::with_capacity(self.local.checkpoints.len());
+        for (idx, record) in self.local.checkpoints.into_iter().enumerate() {
+            match CheckpointKind::parse(&record.kind) {
+                Some(kind) => checkpoints.push((kind, record.note)),
+                None => issues.push(FieldIssue::new(
+                    format!("local.checkpoints[{idx}].kind"),
+                    format!(
+                        "{}; the checkpoint is left out",
+                        unknown_value(&record.kind)
+                    ),
+                )),
+            }
+        }
         let boundary_truncation = match self.boundary_truncation {
-            Some(cut) => Some(BoundaryTruncation {
-                entry_id: parse_id("boundaryTruncation.entryId", &cut.entry_id)?,
-                head_chars: cut.head_chars,
-                tail_chars: cut.tail_chars,
-                omitted_chars: cut.omitted_chars,
-                kept_tokens: TokenCount::new(cut.kept_tokens),
-            }),
+            Some(cut) => match parse_id("boundaryTruncation.entryId", &cut.entry_id) {
+                Ok(entry_id) => Some(BoundaryTruncation {
+                    entry_id,
+                    head_chars: cut.head_chars,
+                    tail_chars: cut.tail_chars,
+                    omitted_chars: cut.omitted_chars,
+                    kept_tokens: TokenCount::new(cut.kept_tokens),
+                }),
+                Err(problem) => {
+                    issues.push(FieldIssue {
+                        problem: format!(
+                            "{}; left out (the first kept message is sent whole)",
+                            problem.problem
+                        ),
+                        ..problem
+                    });
+                    None
+                }
+            },
+            None => None,
+        };
+        let trigger = Trigger::parse(&self.trigger).unwrap_or_else(|| {
+            issues.push(FieldIssue::new(
+                "trigger",
+                format!(
+                    "{}; read as \"unknown\" (neither soft nor forced)",
+                    unknown_value(&self.trigger)
+                ),
+            ));
+            Trigger::Unknown
+        });
+        let quality = Quality::parse(&self.quality).unwrap_or_else(|| {
+            issues.push(FieldIssue::new(
+                "quality",
+                format!("{}; read as \"unknown\"", unknown_value(&self.quality)),
+            ));
+            Quality::Unknown
+        });
+        let previous_capsule_id = match self.previous_capsule_id.as_deref() {
+            Some(id) => match parse_id("previousCapsuleId", id) {
+                Ok(id) => Some(id),
+                Err(problem) => {
+                    issues.push(FieldIssue {
+                        problem: format!("{}; left out", problem.problem),
+                        ..problem
+                    });
+                    None
+                }
+            },
             None => None,
         };
         Ok(Capsule {
-            trigger: parse_name("trigger", &self.trigger, Trigger::parse)?,
-            quality: parse_name("quality", &self.quality, Quality::parse)?,
+            trigger,
+            quality,
             first_kept_entry_id: self
                 .first_kept_entry_id
                 .as_deref()
@@ -1284,11 +1811,7 @@ impl CapsuleRecord {
             tokens_before: TokenCount::new(self.tokens_before),
             tokens_after: TokenCount::new(self.tokens_after),
             summarizer: self.summarizer,
-            previous_capsule_id: self
-                .previous_capsule_id
-                .as_deref()
-                .map(|id| parse_id("previousCapsuleId", id))
-                .transpose()?,
+            previous_capsule_id,
             state: CapsuleState {
                 model: self.state.model,
                 calibration,
@@ -1371,7 +1894,9 @@ mod tests {
     fn check(entry: &Entry, expected_line: &str) {
         let line = encode_entry(entry).expect("encodes");
         assert_eq!(line, expected_line);
-        assert_eq!(&decode_entry(&line).expect("decodes"), entry);
+        let decoded = decode_entry(&line).expect("decodes");
+        assert_eq!(&decoded.entry, entry);
+        assert_eq!(decoded.issues, vec![]);
     }
 
     #[test]
@@ -1541,7 +2066,7 @@ mod tests {
     #[test]
     fn unknown_types_keep_their_envelope() {
         let line = r#"{"type":"bookmark","id":"e_00000000000000000000000000000004","parentId":null,"timestamp":"t","label":"x"}"#;
-        let entry = decode_entry(line).expect("decodes");
+        let entry = decode_entry(line).expect("decodes").entry;
         assert_eq!(
             entry.body,
             EntryBody::Unknown {
@@ -1560,18 +2085,26 @@ mod tests {
             decode_entry("{\"type\":"),
             Err(DecodeError::Syntax(_))
         ));
-        assert!(matches!(decode_entry("[1,2]"), Err(DecodeError::Shape(_))));
-        assert!(matches!(
-            decode_entry(r#"{"type":"leaf","id":"x","timestamp":"t","targetId":"x"}"#),
-            Err(DecodeError::Shape(_))
-        ));
-        let bad_role = r#"{"type":"message","id":"e_00000000000000000000000000000001","timestamp":"t","role":"robot","content":[]}"#;
         assert_eq!(
-            decode_entry(bad_role),
-            Err(DecodeError::Shape("unknown `role` value \"robot\"".into()))
+            decode_entry("[1,2]"),
+            Err(DecodeError::Shape(
+                "expected a JSON object, found an array".into()
+            ))
         );
-        let both = r#"{"type":"message","id":"e_00000000000000000000000000000001","timestamp":"t","role":"user","content":[{"type":"image","mediaType":"image/png"}]}"#;
-        assert!(matches!(decode_entry(both), Err(DecodeError::Shape(_))));
+        assert_eq!(
+            decode_entry(r#"{"type":"leaf","id":"x","timestamp":"t","targetId":"x"}"#),
+            Err(DecodeError::Shape(
+                "`id`: entry id \"x\" has no `ck_` or `e_` prefix".into()
+            ))
+        );
+        assert_eq!(
+            decode_entry(
+                r#"{"type":"message","id":"e_00000000000000000000000000000001","parentId":7}"#
+            ),
+            Err(DecodeError::Shape(
+                "`parentId`: expected a string or null, found a number".into()
+            ))
+        );
         let header = r#"{"type":"session","schemaVersion":1,"id":"s","createdAt":"t","cwd":"/","os":"linux"}"#;
         assert_eq!(
             decode_entry(header),
@@ -1579,10 +2112,189 @@ mod tests {
         );
     }
 
+    const ENVELOPE: &str = r#""id":"e_00000000000000000000000000000001","parentId":"e_00000000000000000000000000000002","timestamp":"t""#;
+
+    /// Decodes `{"type":<type_name>, <envelope>, <body>}`; returns the body
+    /// and the issues as `field: problem`.
+    fn tolerant(type_name: &str, body: &str) -> (EntryBody, Vec<String>) {
+        let line = format!(r#"{{"type":"{type_name}",{ENVELOPE},{body}}}"#);
+        let decoded = decode_entry(&line).expect("keeps the entry");
+        assert_eq!(decoded.entry.id, id(IdKind::Entry, 1));
+        assert_eq!(decoded.entry.parent_id, Some(id(IdKind::Entry, 2)));
+        let issues = decoded.issues.iter().map(ToString::to_string).collect();
+        (decoded.entry.body, issues)
+    }
+
+    fn damaged(type_name: &str, reason: &str) -> EntryBody {
+        EntryBody::Damaged {
+            type_name: type_name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_body_that_does_not_fit_keeps_the_envelope_as_a_placeholder() {
+        let cases = [
+            (
+                "message",
+                r#""role":"robot","content":[]"#,
+                "`role`: unknown value \"robot\" (written by a newer soba?)",
+            ),
+            (
+                "message",
+                r#""role":"user","content":"not an array""#,
+                "`content`: invalid type: string \"not an array\", expected a sequence",
+            ),
+            (
+                "message",
+                r#""role":"user","content":[{"type":"image","mediaType":"image/png"}]"#,
+                "`content[0]`: an image needs exactly one of `data` and `url`",
+            ),
+            ("leaf", r#""other":1"#, "missing field `targetId`"),
+            (
+                "checkpoint",
+                r#""kind":"party","note":"x""#,
+                "`kind`: unknown value \"party\" (written by a newer soba?)",
+            ),
+            ("capsule", r#""trigger":"user""#, "missing field `quality`"),
+        ];
+        for (type_name, body, reason) in cases {
+            let (decoded, issues) = tolerant(type_name, body);
+            assert_eq!(decoded, damaged(type_name, reason), "{body}");
+            assert_eq!(issues, vec![reason.to_owned()], "{body}");
+        }
+        // A line without a string `type` keeps its place too.
+        let line = format!(r#"{{"type":7,{ENVELOPE}}}"#);
+        let decoded = decode_entry(&line).expect("keeps the entry");
+        assert_eq!(
+            decoded.entry.body,
+            damaged("", "`type`: expected a string, found a number")
+        );
+    }
+
+    fn capsule_body(trigger: &str, quality: &str, tokens_before: &str) -> String {
+        format!(
+            concat!(
+                r#""trigger":"{}","quality":"{}","firstKeptEntryId":null,"tokensBefore":{},"tokensAfter":10,"#,
+                r#""summarizer":"deterministic","previousCapsuleId":null,"state":{{"model":"m","autoCompact":true}},"#,
+                r#""narrative":{{}},"local":{{}},"markdown":"md""#
+            ),
+            trigger, quality, tokens_before
+        )
+    }
+
+    #[test]
+    fn unknown_enum_values_of_a_capsule_are_forward_compatible_data() {
+        let (body, issues) = tolerant("capsule", &capsule_body("idle_gap", "excellent", "500"));
+        let EntryBody::Capsule(capsule) = body else {
+            panic!("a capsule: {body:?}")
+        };
+        assert_eq!(capsule.trigger, Trigger::Unknown);
+        assert_eq!(capsule.quality, Quality::Unknown);
+        assert_eq!(capsule.tokens_before, TokenCount::new(500));
+        assert_eq!(capsule.markdown, "md");
+        assert_eq!(
+            issues,
+            vec![
+                "`trigger`: unknown value \"idle_gap\" (written by a newer soba?); read as \"unknown\" (neither soft nor forced)",
+                "`quality`: unknown value \"excellent\" (written by a newer soba?); read as \"unknown\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn out_of_range_figures_are_clamped_on_a_kept_entry() {
+        for (figure, read_as, problem) in [
+            (
+                "-5000",
+                0,
+                "-5000 is out of range (expected a whole number from 0 up); read as 0",
+            ),
+            (
+                "12.7",
+                12,
+                "12.7 is out of range (expected a whole number from 0 up); read as 12",
+            ),
+            (
+                "1e30",
+                u64::MAX,
+                "1e+30 is out of range (expected a whole number from 0 up); read as 18446744073709551615",
+            ),
+        ] {
+            let (body, issues) = tolerant("capsule", &capsule_body("user", "full", figure));
+            let EntryBody::Capsule(capsule) = body else {
+                panic!("a capsule: {body:?}")
+            };
+            assert_eq!(capsule.tokens_before, TokenCount::new(read_as));
+            assert_eq!(issues, vec![format!("`tokensBefore`: {problem}")]);
+        }
+        // Beyond an f64: read as the largest one, then clamped.
+        let (body, issues) = tolerant(
+            "hygiene",
+            r#""prunedThroughEntryId":"e_00000000000000000000000000000002","reclaimedTokens":-1e400"#,
+        );
+        assert_eq!(
+            body,
+            EntryBody::Hygiene {
+                pruned_through: id(IdKind::Entry, 2),
+                reclaimed_tokens: TokenCount::ZERO,
+            }
+        );
+        assert_eq!(
+            issues,
+            vec![
+                "the number -1e400 is beyond the range of JSON numbers; read as -1.7976931348623157e+308",
+                "`reclaimedTokens`: -1.7976931348623157e+308 is out of range (expected a whole number from 0 up); read as 0",
+            ]
+        );
+        // A string that merely contains digits is left alone.
+        assert_eq!(
+            clamp_number_literals(r#"{"a":"1e400","b":1e400}"#),
+            (
+                r#"{"a":"1e400","b":1.7976931348623157e308}"#.to_owned(),
+                vec!["1e400".to_owned()]
+            )
+        );
+    }
+
+    #[test]
+    fn unknown_blocks_are_left_out_and_unknown_origins_read_as_injected() {
+        let (body, issues) = tolerant(
+            "message",
+            r#""role":"user","origin":"voice","content":[{"type":"video","url":"v"},{"type":"text","text":"hi"}],"usage":{"input":-3}"#,
+        );
+        let EntryBody::Message(message) = body else {
+            panic!("a message: {body:?}")
+        };
+        assert_eq!(message.message.content, vec![Block::Text("hi".into())]);
+        assert_eq!(message.message.origin, MessageOrigin::Injected);
+        assert_eq!(message.message.usage.map(|usage| usage.input), Some(0));
+        assert_eq!(
+            issues,
+            vec![
+                "`content[0].type`: unknown type \"video\" (written by a newer soba?); left out",
+                "`usage.input`: -3 is out of range (expected a whole number from 0 up); read as 0",
+                "`origin`: unknown value \"voice\" (written by a newer soba?); read as \"injected\" (not a real user message)",
+            ]
+        );
+        // A missing timestamp reads as none.
+        let line = r#"{"type":"model_change","id":"e_00000000000000000000000000000001","parentId":null,"model":"m"}"#;
+        let decoded = decode_entry(line).expect("keeps the entry");
+        assert_eq!(decoded.entry.timestamp, "");
+        assert_eq!(
+            decoded.entry.body,
+            EntryBody::ModelChange { model: "m".into() }
+        );
+        assert_eq!(
+            decoded.issues,
+            vec![FieldIssue::new("timestamp", "missing; read as no time")]
+        );
+    }
+
     #[test]
     fn developer_role_reads_as_system_and_scalar_input_is_wrapped() {
         let line = r#"{"type":"message","id":"e_00000000000000000000000000000001","timestamp":"t","role":"developer","content":[{"type":"tool_use","id":"c","name":"n","input":3}]}"#;
-        let entry = decode_entry(line).expect("decodes");
+        let entry = decode_entry(line).expect("decodes").entry;
         let EntryBody::Message(message) = entry.body else {
             panic!("a message")
         };

@@ -9,7 +9,7 @@ use soba_core::id::shortest_unique_len;
 use soba_core::terminal::{Line, sanitize_line};
 use soba_core::tokens::group_thousands;
 use soba_core::{EntryBody, EntryId, Usage};
-use soba_store::reader::{LoggedEntry, SessionLog, read_log};
+use soba_store::reader::{DiagnosticKind, LoggedEntry, SessionLog, read_log};
 
 use crate::cli::{GlobalArgs, ShowArgs};
 use crate::context::Context;
@@ -36,14 +36,17 @@ pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
         }
         stdout.flush()?;
         if !problems.is_empty() {
-            return Err(CliError::user(format!(
+            let mut error = CliError::user(format!(
                 "session {} is damaged: {} problem{} in {}",
                 summary.id,
                 problems.len(),
                 if problems.len() == 1 { "" } else { "s" },
                 summary.path.display()
-            ))
-            .hint("damaged lines are skipped when the session is read; nothing is lost by resuming it"));
+            ));
+            for hint in resume_effects(&log) {
+                error = error.hint(hint);
+            }
+            return Err(error);
         }
         writeln!(
             stdout,
@@ -147,6 +150,9 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
             format!("{:?} {}", skill.action, Line(&skill.name)).to_lowercase()
         }
         EntryBody::Unknown { .. } => "(unknown type, kept)".to_owned(),
+        EntryBody::Damaged { reason, .. } => {
+            format!("(damaged, kept as a placeholder: {})", preview(reason))
+        }
     }
 }
 
@@ -301,6 +307,105 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
         ));
     }
     out
+}
+
+/// Says what resuming a damaged log does, one line per effect, and that
+/// nothing is lost only when no line or entry is left out of it.
+pub fn resume_effects(log: &SessionLog) -> Vec<String> {
+    let (mut n_skipped, mut n_repaired, mut n_replaced) = (0usize, 0usize, 0usize);
+    let mut repaired_entries = HashSet::new();
+    let mut placeholders = Vec::new();
+    let (mut torn, mut no_header, mut path_cut) = (false, false, false);
+    for diagnostic in log.diagnostics() {
+        match &diagnostic.kind {
+            DiagnosticKind::EmptyFile | DiagnosticKind::MissingHeader { .. } => no_header = true,
+            DiagnosticKind::TornLine { .. } => torn = true,
+            DiagnosticKind::InvalidUtf8 { .. }
+            | DiagnosticKind::InvalidJson { .. }
+            | DiagnosticKind::WrongShape { .. } => n_skipped += 1,
+            DiagnosticKind::RepairedField { id, .. } => {
+                n_repaired += 1;
+                repaired_entries.insert(id.clone());
+            }
+            DiagnosticKind::DamagedEntry { id, .. } => placeholders.push(id.clone()),
+            DiagnosticKind::DuplicateId { .. } => n_replaced += 1,
+            DiagnosticKind::DanglingParent { .. }
+            | DiagnosticKind::DanglingLeaf { .. }
+            | DiagnosticKind::ParentIsLeaf { .. }
+            | DiagnosticKind::LeafTargetsLeaf { .. } => path_cut = true,
+            _ => {}
+        }
+    }
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut hints = Vec::new();
+    if no_header {
+        hints.push(
+            "line 1 is not a session header, so soba cannot resume this file (soba import reads other agents' logs)"
+                .to_owned(),
+        );
+    }
+    if n_skipped > 0 {
+        hints.push(format!(
+            "{} skipped when the session is read: what {} is lost to resuming",
+            plural(n_skipped, "unreadable line is", "unreadable lines are"),
+            if n_skipped == 1 {
+                "it holds"
+            } else {
+                "they hold"
+            }
+        ));
+    }
+    if !placeholders.is_empty() {
+        let path: HashSet<&EntryId> = log.path().iter().map(|logged| &logged.entry.id).collect();
+        let n_on_path = placeholders.iter().filter(|id| path.contains(id)).count();
+        hints.push(format!(
+            "{} kept as {}: the path through {} stays connected, but {} content is left out of the model input ({} on the current path)",
+            plural(placeholders.len(), "damaged entry is", "damaged entries are"),
+            if placeholders.len() == 1 { "a placeholder" } else { "placeholders" },
+            if placeholders.len() == 1 { "it" } else { "them" },
+            if placeholders.len() == 1 { "its" } else { "their" },
+            n_on_path
+        ));
+    }
+    if n_repaired > 0 {
+        hints.push(format!(
+            "{} repaired as listed: {} kept and used with the values read instead",
+            plural(n_repaired, "field was", "fields were"),
+            plural(repaired_entries.len(), "entry is", "entries are"),
+        ));
+    }
+    if n_replaced > 0 {
+        hints.push(format!(
+            "{} an earlier entry's id and {} it: the earlier line is not used",
+            plural(n_replaced, "line repeats", "lines repeat"),
+            if n_replaced == 1 {
+                "replaces"
+            } else {
+                "replace"
+            }
+        ));
+    }
+    if path_cut {
+        hints.push(format!(
+            "the current path is cut short: resuming continues from the {} of the path shown by soba show --entries (marked *), not from the whole history",
+            plural(log.path().len(), "entry", "entries")
+        ));
+    }
+    if torn {
+        hints.push(
+            "the torn last line was never acknowledged; it is ignored and the next append ends it"
+                .to_owned(),
+        );
+    }
+    if !no_header && n_skipped == 0 && placeholders.is_empty() && n_replaced == 0 && !path_cut {
+        hints.push(if n_repaired > 0 {
+            "apart from the repaired fields, nothing is lost by resuming it".to_owned()
+        } else {
+            "every complete line is read: nothing acknowledged is lost by resuming it".to_owned()
+        });
+    }
+    hints
 }
 
 /// Full validation: every reader diagnostic, plus references the path

@@ -149,6 +149,56 @@ fn check_reports_damage_with_line_numbers_and_exits_1() {
 }
 
 #[test]
+fn check_tells_what_resume_does_with_a_damaged_capsule() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let file = sandbox.session_files().remove(0);
+    let log = soba_store::read_log(&file).unwrap();
+    let leaf = log.leaf().unwrap().clone();
+    let n_path = log.path().len();
+    // A capsule a newer writer wrote (an unknown trigger) whose state is
+    // damaged, then a message under it.
+    let capsule = format!(
+        r#"{{"type":"capsule","id":"ck_0194c2d0e4c07f018000000000000bad","parentId":"{leaf}","timestamp":"t","trigger":"idle_gap","quality":"full","firstKeptEntryId":null,"tokensBefore":-5000,"tokensAfter":10,"summarizer":"deterministic","previousCapsuleId":null,"state":7,"narrative":{{}},"local":{{}},"markdown":"m"}}"#
+    );
+    let message = r#"{"type":"message","id":"e_0194c2d0e4c07f028000000000000bad","parentId":"ck_0194c2d0e4c07f018000000000000bad","timestamp":"t","role":"user","content":[{"type":"text","text":"go on"}]}"#;
+    let mut appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    writeln!(appended, "{capsule}\n{message}").unwrap();
+    drop(appended);
+    let output = sandbox.run(&["show", &id, "--check"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = text(&output.stdout);
+    let line = n_path as u64 + 2;
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        vec![format!(
+            "line {line} (byte {}): capsule entry ck_0194c2d0e4c07f018000000000000bad is damaged (`state`: invalid type: integer `7`, expected struct CapsuleStateRecord); kept in the tree as a placeholder and not used as a capsule: on a path through it, the entries before it stay in the model input",
+            std::fs::metadata(&file).unwrap().len()
+                - capsule.len() as u64
+                - message.len() as u64
+                - 2
+        )],
+        "{stdout}"
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        stderr.lines().skip(1).collect::<Vec<_>>(),
+        vec![
+            "hint: 1 damaged entry is kept as a placeholder: the path through it stays connected, but its content is left out of the model input (1 on the current path)"
+        ],
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nothing is lost"), "{stderr}");
+    // Resume holds every entry: the path before the capsule, the
+    // placeholder and the message after it.
+    let resumed = soba_store::resume(&file).unwrap();
+    assert_eq!(resumed.stretch.len(), n_path + 2);
+}
+
+#[test]
 fn stats_aggregates_flight_records() {
     let sandbox = Sandbox::new();
     let none = sandbox.run_ok(&["stats"]);

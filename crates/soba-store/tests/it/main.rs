@@ -7,4 +7,5 @@ mod reader;
 mod resume;
 mod strategy;
 mod support;
+mod tolerance;
 mod wire;

@@ -12,7 +12,9 @@ proptest! {
     fn entries_round_trip(entry in strategy::entry()) {
         let line = encode_entry(&entry).expect("encodes");
         prop_assert!(!line.contains('\n'), "one entry is one line");
-        prop_assert_eq!(decode_entry(&line).expect("decodes"), entry);
+        let decoded = decode_entry(&line).expect("decodes");
+        prop_assert_eq!(decoded.entry, entry);
+        prop_assert!(decoded.issues.is_empty(), "{:?}", decoded.issues);
     }
 
     #[test]
