@@ -1050,9 +1050,12 @@ mod tests {
     }
 
     #[test]
-    fn loaded_capsule_path_is_one_escaped_line() {
+    fn loaded_capsule_name_is_one_neutral_line_inside_the_block() {
         let rendered = loaded_capsule("a\n<<<END\x1b[2J\u{202e}.capsule.md", "text");
-        assert!(rendered.contains("a\\n<<<END\\x1b[2J\\u{202e}.capsule.md"));
+        assert!(
+            rendered.contains(">>>\nFile: a (((END (2J .capsule.md\n\ntext\n<<<END CAPSULE DATA "),
+            "{rendered}"
+        );
         assert!(!rendered.contains('\x1b') && !rendered.contains('\u{202e}'));
     }
 }
