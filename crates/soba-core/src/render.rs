@@ -1055,7 +1055,13 @@ mod tests {
     #[test]
     fn loaded_capsule_path_is_one_escaped_line() {
         let rendered = loaded_capsule("a\n<<<END\x1b[2J\u{202e}.capsule.md", "text");
-        assert!(rendered.contains("a\\n<<<END\\x1b[2J\\u{202e}.capsule.md"));
+        // One neutral line (`neutral_label`): no break, no delimiter, no
+        // escape or bidi control.
+        assert!(
+            rendered.contains("File: a (((END (2J .capsule.md\n"),
+            "{rendered}"
+        );
         assert!(!rendered.contains('\x1b') && !rendered.contains('\u{202e}'));
+        assert_eq!(rendered.matches("<<<END").count(), 1, "{rendered}");
     }
 }
