@@ -378,12 +378,14 @@ fn end_line() -> &'static Regex {
     })
 }
 
-/// SOBA's own omission marker (`[… 1,234 characters omitted …]`), written
-/// where a long text was cut; a key block may run on across it.
+/// SOBA's own omission markers (`[… 1,234 characters omitted …]`, and the
+/// retention's `[… 900 characters omitted here; … …]`), written where a
+/// long text was cut; a key block may run on across them.
 fn omission_line() -> &'static Regex {
     static OMISSION: OnceLock<Regex> = OnceLock::new();
     OMISSION.get_or_init(|| {
-        Regex::new(r"^\[… [0-9,]+ characters omitted …\]$").expect("constant pattern compiles")
+        Regex::new(r"^\[… [^\[\]\n]*characters omitted[^\[\]\n]*…\]$")
+            .expect("constant pattern compiles")
     })
 }
 
@@ -570,9 +572,19 @@ impl Run {
     }
 }
 
-/// Returns where a block cut before its END line ends: after its last base64
-/// line, reading from `header_end` up to the first line that is no part of
-/// a key body (never beyond `limit`, the next BEGIN line).
+/// Returns where a block cut before its END line ends: after its last line
+/// of key material, reading from `header_end` up to the first line that is
+/// no part of a key body (never beyond `limit`, the next BEGIN line).
+///
+/// Key material is base64 lines of any width (a cut block's lines need not
+/// be equally wide, its first and last may be short), SOBA's omission
+/// markers between them, and a last line SOBA cut with `…` (its base64
+/// head). The block ends before the first other line: prose (spaces
+/// between words, punctuation), a heading, a code fence, a front matter
+/// delimiter, a blank line once the body has begun (unless next to an
+/// omission marker), or a lone word (`Done`) after a line narrower than
+/// a whole key line (a full-width line may be followed by any short last
+/// line).
 fn cut_body_end(text: &str, header_end: usize, limit: usize) -> usize {
     let lines = lines_of(text, header_end, limit);
     let mut end = header_end;
@@ -591,37 +603,56 @@ fn cut_body_end(text: &str, header_end: usize, limit: usize) -> usize {
         return end;
     }
     let mut in_header = true;
-    let mut run = Run::default();
+    // Whether the line before was a whole key line (or an omission
+    // marker), after which any base64 may be the body's last line.
+    let mut after_full = false;
+    let mut after_marker = false;
     for (idx, line) in rest.iter().enumerate() {
         let content = line.text(text);
         if omission_line().is_match(content) {
-            run = Run::default();
+            after_full = true;
+            after_marker = true;
             continue;
         }
-        if in_header && (content.is_empty() || is_armor_header(content)) {
+        if content.is_empty() {
+            let marker_follows = rest[idx + 1..]
+                .iter()
+                .map(|next| next.text(text))
+                .find(|next| !next.is_empty())
+                .is_some_and(|next| omission_line().is_match(next));
+            if in_header || after_marker || marker_follows {
+                continue;
+            }
+            break;
+        }
+        after_marker = false;
+        if in_header && is_armor_header(content) {
             continue;
         }
-        let next_is_key_line = rest.get(idx + 1).is_some_and(|next| {
-            let next = next.text(text);
-            next.len() >= FULL_LINE && is_base64(next)
-        });
-        let opens = content.len() >= MIN_CHUNK || next_is_key_line;
         if !is_base64(content) {
             // A line SOBA cut mid-way: its base64 head, then `…`.
             if let Some(head) = base64_before_cut(content)
-                && run.take(head, head >= MIN_CHUNK)
+                && (after_full || !is_word(&content[..head]))
             {
                 end = line.start + head;
             }
             break;
         }
-        if !run.take(content.len(), opens) {
+        if !after_full && is_word(content) {
             break;
         }
         in_header = false;
+        after_full = content.len() >= FULL_LINE;
         end = line.end;
     }
     end
+}
+
+/// Whether a line is one ordinary word (`Done`, `ok`, `Thanks`): letters
+/// only, lowercase after an optional capital.
+fn is_word(line: &str) -> bool {
+    let mut chars = line.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_lowercase())
 }
 
 /// The length of the base64 head of a line that SOBA cut right after it

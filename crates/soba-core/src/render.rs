@@ -477,8 +477,11 @@ pub const LABEL_MAX_CHARS: usize = 120;
 /// and line breaks become spaces, brackets and angle brackets become
 /// parentheses (so it cannot close or open a delimiter or a `[…]` marker),
 /// whitespace runs collapse to one space, and it is cut to `max_chars`
-/// characters with `…`.
+/// characters with `…`. A secret in it is redacted first
+/// ([`crate::redact::redact`]), so the model never sees it.
 pub fn neutral_label(text: &str, max_chars: usize) -> String {
+    let redacted = crate::redact::redact(text);
+    let text = redacted.text.as_str();
     let mut out = String::with_capacity(text.len().min(max_chars * 4));
     let mut n_chars = 0usize;
     let mut pending_space = false;
@@ -1057,5 +1060,6 @@ mod tests {
             "{rendered}"
         );
         assert!(!rendered.contains('\x1b') && !rendered.contains('\u{202e}'));
+        assert_eq!(rendered.matches("<<<END").count(), 1, "{rendered}");
     }
 }

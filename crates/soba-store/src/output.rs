@@ -8,9 +8,17 @@
 //! creating missing folders, so a symlinked folder in a cloned repository
 //! cannot carry the write elsewhere. An absolute path outside the base is
 //! taken as typed. Whatever the path, its last component must not be a
-//! symbolic link (dangling or not), and the file is created with
-//! `O_EXCL`, or, when overwriting, opened with `O_NOFOLLOW`, so a link
-//! swapped in after the check is not followed either.
+//! symbolic link (dangling or not) or anything but a regular file.
+//!
+//! The bytes never go through an existing inode: they are written to a
+//! temporary sibling created with `O_EXCL`, flushed to disk (`fsync`), and
+//! only then given the final name, by a rename over the old file when
+//! overwriting (atomic replace: a hard link's other names and a link
+//! swapped in after the check keep their bytes) or by a hard link that
+//! fails if a file appeared meanwhile (no clobbering). On any error the
+//! temporary file is removed, so a full disk or a denied write leaves
+//! neither an empty nor a partial file, and an overwritten file keeps its
+//! old content.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -116,6 +124,24 @@ pub fn write_output(
     bytes: &[u8],
     overwrite: bool,
 ) -> Result<PathBuf, OutputPathError> {
+    write_output_with(root, given, bytes, overwrite, write_bytes)
+}
+
+/// How the bytes go into the temporary file (tests inject failures).
+type Writer = fn(&mut File, &[u8]) -> std::io::Result<()>;
+
+fn write_bytes(file: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    file.write_all(bytes)?;
+    file.flush()
+}
+
+fn write_output_with(
+    root: &Path,
+    given: &Path,
+    bytes: &[u8],
+    overwrite: bool,
+    writer: Writer,
+) -> Result<PathBuf, OutputPathError> {
     let path = resolve_output(root, given)?;
     let confined = !given.is_absolute() || path.starts_with(root);
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -173,7 +199,7 @@ pub fn write_output(
             });
         }
     };
-    let file = match existing {
+    match existing {
         Some(metadata) if metadata.file_type().is_symlink() => {
             return Err(OutputPathError::Link { path });
         }
@@ -181,69 +207,123 @@ pub fn write_output(
             return Err(OutputPathError::NotRegular { path });
         }
         Some(_) if !overwrite => return Err(OutputPathError::Exists { path }),
-        Some(_) => open_existing(&real_file, &path)?,
-        None => OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&real_file)
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::AlreadyExists => OutputPathError::Exists { path: path.clone() },
-                _ => OutputPathError::Io {
-                    action: "create",
+        Some(metadata) => {
+            let temp = write_temp(&real_file, bytes, writer, &path, |file| {
+                file.set_permissions(metadata.permissions())
+            })?;
+            // Replaces the directory entry, never the inode behind it: a hard
+            // link's other names and a link swapped in keep their bytes.
+            std::fs::rename(&temp, &real_file).map_err(|source| {
+                remove_quietly(&temp);
+                OutputPathError::Io {
+                    action: "replace",
                     path: path.clone(),
                     source,
-                },
-            })?,
-    };
-    write_all(file, bytes, &path)?;
+                }
+            })?;
+        }
+        None => {
+            let temp = write_temp(&real_file, bytes, writer, &path, |_| Ok(()))?;
+            let published = publish_new(&temp, &real_file, &path);
+            remove_quietly(&temp);
+            published?;
+        }
+    }
     Ok(path)
 }
 
-/// Opens an existing regular file for overwriting without following a
-/// link at its last component, and checks the opened handle.
-fn open_existing(real_file: &Path, path: &Path) -> Result<File, OutputPathError> {
-    let mut options = OpenOptions::new();
-    options.write(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    let file = options.open(real_file).map_err(|source| {
-        #[cfg(unix)]
-        if source.raw_os_error() == Some(libc::ELOOP) {
-            return OutputPathError::Link {
-                path: path.to_path_buf(),
-            };
-        }
-        OutputPathError::Io {
-            action: "open",
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
-    let is_file = file.metadata().is_ok_and(|metadata| metadata.is_file());
-    if !is_file {
-        return Err(OutputPathError::NotRegular {
-            path: path.to_path_buf(),
-        });
-    }
-    file.set_len(0).map_err(|source| OutputPathError::Io {
-        action: "truncate",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(file)
+/// Where a temporary sibling of `real_file` is written: a short hidden
+/// name in the same folder (so a rename is atomic), unique per process.
+fn temp_sibling(real_file: &Path, attempt: u32) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name = format!(".soba-{}-{n}-{attempt}.tmp", std::process::id());
+    real_file.with_file_name(name)
 }
 
-fn write_all(mut file: File, bytes: &[u8], path: &Path) -> Result<(), OutputPathError> {
-    file.write_all(bytes)
-        .and_then(|()| file.flush())
-        .map_err(|source| OutputPathError::Io {
-            action: "write",
+/// Writes `bytes` to a new temporary sibling of `real_file` (created with
+/// `O_EXCL`, so never through a link), applies `prepare`, flushes it to
+/// disk and returns its path. On any error the temporary file is removed,
+/// so a full disk leaves nothing behind.
+fn write_temp(
+    real_file: &Path,
+    bytes: &[u8],
+    writer: Writer,
+    path: &Path,
+    prepare: impl FnOnce(&File) -> std::io::Result<()>,
+) -> Result<PathBuf, OutputPathError> {
+    let mut attempt = 0;
+    let (temp, mut file) = loop {
+        let temp = temp_sibling(real_file, attempt);
+        match OpenOptions::new().write(true).create_new(true).open(&temp) {
+            Ok(file) => break (temp, file),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                attempt += 1;
+            }
+            Err(source) => {
+                return Err(OutputPathError::Io {
+                    action: "create",
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    };
+    let written = prepare(&file)
+        .and_then(|()| writer(&mut file, bytes))
+        .and_then(|()| file.sync_all());
+    drop(file);
+    match written {
+        Ok(()) => Ok(temp),
+        Err(source) => {
+            remove_quietly(&temp);
+            Err(OutputPathError::Io {
+                action: "write",
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+}
+
+/// Gives the complete temporary file its final name without replacing
+/// anything there: a hard link fails if a file appeared meanwhile. Where a
+/// file system has no hard links, a rename after checking the name is
+/// still free is the fallback.
+fn publish_new(temp: &Path, real_file: &Path, path: &Path) -> Result<(), OutputPathError> {
+    let linked = std::fs::hard_link(temp, real_file);
+    let source = match linked {
+        Ok(()) => return Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(OutputPathError::Exists {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(err) => err,
+    };
+    match std::fs::symlink_metadata(real_file) {
+        Ok(_) => Err(OutputPathError::Exists {
+            path: path.to_path_buf(),
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => std::fs::rename(temp, real_file)
+            .map_err(|source| OutputPathError::Io {
+                action: "create",
+                path: path.to_path_buf(),
+                source,
+            }),
+        Err(_) => Err(OutputPathError::Io {
+            action: "create",
             path: path.to_path_buf(),
             source,
-        })
+        }),
+    }
+}
+
+fn remove_quietly(temp: &Path) {
+    // Best effort: the temporary file is ours, and a failure to remove it
+    // must not hide the error that made us remove it.
+    let _ = std::fs::remove_file(temp);
 }
 
 #[cfg(all(test, unix))]
@@ -352,5 +432,113 @@ mod tests {
         std::fs::create_dir_all(rig.root.join("d.md")).expect("dir");
         let err = write_output(&rig.root, Path::new("d.md"), b"x", true).expect_err("dir");
         assert!(matches!(err, OutputPathError::NotRegular { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_overwrite_replaces_the_name_not_the_inode_of_a_hard_link() {
+        let rig = rig();
+        let victim = rig.outside.join("victim.txt");
+        std::fs::write(&victim, b"ORIGINAL").expect("victim");
+        std::fs::hard_link(&victim, rig.root.join("out.md")).expect("hard link");
+        write_output(&rig.root, Path::new("out.md"), b"new", true).expect("overwritten");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"ORIGINAL");
+        assert_eq!(
+            std::fs::read(rig.root.join("out.md")).expect("read"),
+            b"new"
+        );
+        assert_eq!(names(&rig.root), ["out.md"]);
+    }
+
+    fn names(folder: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(folder)
+            .expect("dir")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn half_then_full_disk(file: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+        file.write_all(&bytes[..bytes.len() / 2])?;
+        Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_file_and_keeps_an_old_one() {
+        let rig = rig();
+        let err = write_output_with(
+            &rig.root,
+            Path::new("out/new.md"),
+            b"0123456789",
+            false,
+            half_then_full_disk,
+        )
+        .expect_err("full disk");
+        assert!(
+            matches!(
+                err,
+                OutputPathError::Io {
+                    action: "write",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(names(&rig.root.join("out")), Vec::<String>::new());
+        std::fs::write(rig.root.join("out/old.md"), b"old").expect("old");
+        let err = write_output_with(
+            &rig.root,
+            Path::new("out/old.md"),
+            b"0123456789",
+            true,
+            half_then_full_disk,
+        )
+        .expect_err("full disk");
+        assert!(
+            matches!(
+                err,
+                OutputPathError::Io {
+                    action: "write",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(names(&rig.root.join("out")), ["old.md"]);
+        assert_eq!(
+            std::fs::read(rig.root.join("out/old.md")).expect("read"),
+            b"old"
+        );
+    }
+
+    #[test]
+    fn a_new_file_never_clobbers_and_leaves_no_temporary_file() {
+        let rig = rig();
+        write_output(&rig.root, Path::new("a.md"), b"first", false).expect("written");
+        let err = write_output(&rig.root, Path::new("a.md"), b"second", false).expect_err("exists");
+        assert!(matches!(err, OutputPathError::Exists { .. }), "{err:?}");
+        assert_eq!(
+            std::fs::read(rig.root.join("a.md")).expect("read"),
+            b"first"
+        );
+        assert_eq!(names(&rig.root), ["a.md"]);
+    }
+
+    #[test]
+    fn an_overwrite_keeps_the_old_files_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let rig = rig();
+        let file = rig.root.join("p.md");
+        std::fs::write(&file, b"old").expect("old");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        write_output(&rig.root, Path::new("p.md"), b"new", true).expect("overwritten");
+        let mode = std::fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 }

@@ -387,7 +387,13 @@ fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: 
 
 /// Turns a capsule-file problem into an error naming the file.
 fn capsule_file_error(path: &Path, err: render::CapsuleFileError) -> CliError {
-    CliError::user(format!("cannot load {}: {err}", path.display()))
+    CliError::user(format!("cannot load {}: {err}", shown_name(path)))
+}
+
+/// A capsule file's name as soba shows and records it: whoever named the
+/// file chose it, so a secret in it is redacted like one in its text.
+fn shown_name(path: &Path) -> String {
+    soba_core::redact::redact(&path.display().to_string()).text
 }
 
 /// Resolves a `/capsule load` path: relative to the workspace root unless
@@ -422,7 +428,7 @@ pub(crate) fn read_capsule_text(file: &Path) -> CliResult<String> {
     String::from_utf8(bytes).map_err(|err| {
         CliError::user(format!(
             "cannot load {}: not UTF-8 text (invalid byte at offset {})",
-            file.display(),
+            shown_name(file),
             err.utf8_error().valid_up_to()
         ))
     })
@@ -474,7 +480,8 @@ pub(crate) fn check_capsule_file(
         tokens,
         entry: ContextEntry {
             source: ContextSource::CapsuleFile,
-            path: display_path(root, file),
+            // Recorded and shown redacted (a secret in a file name).
+            path: soba_core::redact::redact(&display_path(root, file)).text,
             sha256: Sha256::digest(text.as_bytes())
                 .iter()
                 .map(|b| format!("{b:02x}"))

@@ -157,6 +157,30 @@ fn export_then_load_gives_the_same_sections() {
 }
 
 #[test]
+fn a_secret_in_a_loaded_file_name_is_neither_shown_nor_recorded() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let ck = short_ck(compact(&sandbox, &id, &[]).lines().next().unwrap());
+    let name = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123.capsule.md";
+    sandbox.run_ok(&["capsule", "export", &ck, name, "--session", &id]);
+    let loaded = sandbox.run_ok(&["capsule", "load", name, "--session", &id]);
+    let stdout = text(&loaded.stdout);
+    assert!(
+        stdout.starts_with(&format!(
+            "loaded [REDACTED:anthropic_key].capsule.md into session {id} as e_"
+        )),
+        "{stdout}"
+    );
+    let log = read_log(session_file(&sandbox)).unwrap();
+    let EntryBody::Context(context) = &log.entries().last().unwrap().entry.body else {
+        panic!("expected a context entry");
+    };
+    assert_eq!(context.path, "[REDACTED:anthropic_key].capsule.md");
+    let raw = std::fs::read_to_string(session_file(&sandbox)).unwrap();
+    assert!(!raw.contains("abcdefghijklmnopqrstuvwxyz0123"));
+}
+
+#[test]
 fn export_never_overwrites_and_stays_in_the_workspace() {
     let sandbox = Sandbox::new();
     let id = session_with(&sandbox, "none");

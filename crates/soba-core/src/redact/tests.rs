@@ -427,6 +427,82 @@ fn cut_private_keys_end_at_their_last_base64_line() {
     );
 }
 
+/// Cut blocks whose lines are not equally wide: every base64 line after
+/// BEGIN is key material, short first and last lines too, up to the first
+/// line that is prose or structure.
+#[test]
+fn cut_keys_of_any_line_width_end_before_the_first_prose_line() {
+    // Short lines, then a line that is no base64 (an original task cut).
+    check(
+        "Task start -----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIcut2ec\nAwEHoUQDQgAE\nTASK-TAIL-KEPT",
+        "Task start [REDACTED:private_key]\nTASK-TAIL-KEPT",
+        1,
+    );
+    // PGP: a blank line after BEGIN, a short body and its checksum.
+    check(
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGcutpgp6\n=abcd\n\n## Done\nKEEP",
+        "[REDACTED:private_key]\n\n## Done\nKEEP",
+        1,
+    );
+    // Narrower, then wider lines (a key pasted from two sources), then
+    // prose on a line of its own.
+    let mut input =
+        String::from("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAcut1\nQmFzZTY0Y3V0\n");
+    for _ in 0..50 {
+        input.push_str("QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n");
+    }
+    input.push_str("HUGE-AFTER\n");
+    check(&input, "[REDACTED:private_key]\nHUGE-AFTER\n", 1);
+    // A blank line ends a begun body; prose after it survives.
+    check(
+        &format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n{}\n\nThanks\n",
+            b64(64),
+            b64(10)
+        ),
+        "[REDACTED:private_key]\n\nThanks\n",
+        1,
+    );
+    // After a whole key line, any short base64 is the last line; after a
+    // narrower one, a lone word is prose.
+    check(
+        &format!("-----BEGIN PRIVATE KEY-----\n{}\nabc\n- x", b64(64)),
+        "[REDACTED:private_key]\n- x",
+        1,
+    );
+    check(
+        "-----BEGIN PRIVATE KEY-----\nMHcCAQEEIcut2ec\nok\n",
+        "[REDACTED:private_key]\nok\n",
+        1,
+    );
+    // The capsule's 250 + 250 cut of an error: the marker and blank lines
+    // around it are inside, the tail lines too, up to the prose.
+    check(
+        &format!(
+            "-----BEGIN RSA PRIVATE KEY-----\n{}\n\n[… 3,000 characters omitted …]\n\n{}\n{}\nerror: bad key",
+            b64(64),
+            b64(33),
+            b64(64)
+        ),
+        "[REDACTED:private_key]\nerror: bad key",
+        1,
+    );
+    // A line cut by `…` after a short one; never a fence, a heading or
+    // front matter.
+    check(
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIcut2ec\nAwEHoUQ…",
+        "[REDACTED:private_key]…",
+        1,
+    );
+    for structure in ["```", "## Goal", "---", "~~~"] {
+        check(
+            &format!("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIcut2ec\n{structure}\nx"),
+            &format!("[REDACTED:private_key]\n{structure}\nx"),
+            1,
+        );
+    }
+}
+
 /// Class 1 of issue 13: a cut key and a later whole one are two spans; what
 /// lies between them survives byte for byte.
 #[test]

@@ -1926,6 +1926,11 @@ fn neutral_labels_are_one_bounded_line_without_delimiters() {
     check("ab cdef", 3, "ab…");
     check("abc", 3, "abc");
     check("", 3, "");
+    check(
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123.capsule.md",
+        120,
+        "(REDACTED:anthropic_key).capsule.md",
+    );
 }
 
 #[test]
