@@ -30,6 +30,8 @@ pub enum ErrorKind {
     Interrupted,
     /// The command was asked to stop with SIGTERM (exit 143).
     Terminated,
+    /// The terminal was closed (SIGHUP, exit 129).
+    HungUp,
 }
 
 /// An error the CLI reports: what went wrong, its cause, and what to do.
@@ -120,6 +122,7 @@ impl CliError {
             ErrorKind::BrokenPipe => 0,
             ErrorKind::Interrupted => 130,
             ErrorKind::Terminated => 143,
+            ErrorKind::HungUp => 129,
         }
     }
 

@@ -5,7 +5,7 @@
 //! Everything is computed from an explicit [`Env`] so tests never read or
 //! touch the real environment.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -15,17 +15,46 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Env {
     vars: BTreeMap<String, String>,
+    /// Variables whose name or value is not UTF-8 (names shown lossily):
+    /// kept so that reading one is an error ([`Env::var`]), never a silent
+    /// "unset".
+    not_utf8: BTreeSet<String>,
+}
+
+/// A variable SOBA reads holds bytes that are not UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {name} is not valid UTF-8: set it to UTF-8 text (or unset it)")]
+pub struct NotUtf8 {
+    /// The variable's name (lossily decoded).
+    pub name: String,
 }
 
 impl Env {
-    /// Captures the process environment (variables that are not UTF-8 are
-    /// left out: no SOBA setting or key can use them).
+    /// Captures the process environment, with every variable that is not
+    /// UTF-8 remembered as such.
     pub fn from_process() -> Self {
-        Env::from_pairs(
-            std::env::vars_os().filter_map(|(name, value): (OsString, OsString)| {
-                Some((name.into_string().ok()?, value.into_string().ok()?))
-            }),
-        )
+        Env::from_os_pairs(std::env::vars_os())
+    }
+
+    /// Builds an environment from raw pairs, as [`Env::from_process`]
+    /// does: a pair whose name or value is not UTF-8 is recorded in
+    /// `not_utf8`.
+    pub fn from_os_pairs(pairs: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        let mut env = Env::default();
+        for (name, value) in pairs {
+            match (name.into_string(), value.into_string()) {
+                (Ok(name), Ok(value)) => {
+                    env.vars.insert(name, value);
+                }
+                (Ok(name), Err(_)) => {
+                    env.not_utf8.insert(name);
+                }
+                (Err(name), _) => {
+                    env.not_utf8.insert(name.to_string_lossy().into_owned());
+                }
+            }
+        }
+        env
     }
 
     /// Builds an environment from pairs (tests pass an explicit map).
@@ -37,10 +66,13 @@ impl Env {
                 .into_iter()
                 .map(|(name, value)| (name.into(), value.into()))
                 .collect(),
+            not_utf8: BTreeSet::new(),
         }
     }
 
-    /// Returns a variable's value; an empty value counts as unset.
+    /// Returns a variable's value; an empty value counts as unset, and so
+    /// does a value that is not UTF-8 (use [`Env::var`] where that must be
+    /// an error).
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars
             .get(name)
@@ -48,12 +80,30 @@ impl Env {
             .filter(|value| !value.is_empty())
     }
 
-    /// Returns every variable whose name starts with `prefix`, sorted.
-    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> {
-        self.vars
+    /// Returns a variable's value as [`Env::get`] does, but a value that
+    /// is not UTF-8 is an error naming the variable — every variable that
+    /// decides a setting, a location or a key is read this way.
+    pub fn var(&self, name: &str) -> Result<Option<&str>, NotUtf8> {
+        if self.not_utf8.contains(name) {
+            return Err(NotUtf8 {
+                name: name.to_owned(),
+            });
+        }
+        Ok(self.get(name))
+    }
+
+    /// Returns every variable whose name starts with `prefix`, sorted; the
+    /// first such variable that is not UTF-8 is an error.
+    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> Result<Vec<(&'a str, &'a str)>, NotUtf8> {
+        if let Some(name) = self.not_utf8.iter().find(|name| name.starts_with(prefix)) {
+            return Err(NotUtf8 { name: name.clone() });
+        }
+        Ok(self
+            .vars
             .iter()
             .filter(move |(name, _)| name.starts_with(prefix))
             .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect())
     }
 }
 
@@ -81,6 +131,9 @@ pub enum PathsError {
         "cannot find a home directory for soba's files: set SOBA_HOME (or HOME, or the XDG_*_HOME variables)"
     )]
     NoHome,
+    /// `SOBA_HOME`, `HOME` or an `XDG_*_HOME` variable is not UTF-8.
+    #[error(transparent)]
+    NotUtf8(#[from] NotUtf8),
 }
 
 /// The workspace: the canonical root and its project slug.
@@ -133,7 +186,7 @@ pub fn project_slug(root: &Path) -> String {
 /// Returns the logs directory: `$SOBA_HOME/logs`, else
 /// `$XDG_STATE_HOME/soba/logs` (SPEC §14.1).
 pub fn logs_dir(env: &Env) -> Result<PathBuf, PathsError> {
-    match env.get("SOBA_HOME") {
+    match env.var("SOBA_HOME")? {
         Some(home) => Ok(PathBuf::from(home).join("logs")),
         None => Ok(BaseDirs::resolve(env)?.state.join("soba").join("logs")),
     }
@@ -163,7 +216,7 @@ impl Locations {
         workspace: &Workspace,
         session_dir: Option<&Path>,
     ) -> Result<Self, PathsError> {
-        let mut locations = match env.get("SOBA_HOME") {
+        let mut locations = match env.var("SOBA_HOME")? {
             Some(home) => {
                 let home = PathBuf::from(home);
                 Locations {
@@ -207,12 +260,12 @@ impl BaseDirs {
     /// from `env`, else the one `etcetera` finds for this user.
     #[cfg(not(windows))]
     fn resolve(env: &Env) -> Result<Self, PathsError> {
-        let home = match env.get("HOME") {
+        let home = match env.var("HOME")? {
             Some(home) => Some(PathBuf::from(home)),
             None => etcetera::home_dir().ok(),
         };
         let dir = |var: &str, default: &str| -> Result<PathBuf, PathsError> {
-            match env.get(var).map(PathBuf::from).filter(|p| p.is_absolute()) {
+            match env.var(var)?.map(PathBuf::from).filter(|p| p.is_absolute()) {
                 Some(path) => Ok(path),
                 None => home
                     .as_ref()
@@ -261,6 +314,43 @@ mod tests {
         );
         assert_eq!(project_slug(Path::new("/home/me/project")), expected);
         assert_eq!(project_slug(Path::new("/")).len(), "root-".len() + 8);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn location_variables_that_are_not_utf8_are_errors_not_unset() {
+        use std::os::unix::ffi::OsStringExt;
+        for name in [
+            "SOBA_HOME",
+            "HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_DATA_HOME",
+            "XDG_STATE_HOME",
+        ] {
+            let env = Env::from_os_pairs([
+                (OsString::from("HOME"), OsString::from("/home/me")),
+                (
+                    OsString::from(name),
+                    OsString::from_vec(b"/tmp/\xfe".to_vec()),
+                ),
+            ]);
+            let err = Locations::resolve(&env, &workspace(), None).expect_err(name);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "environment variable {name} is not valid UTF-8: set it to UTF-8 text (or unset it)"
+                )
+            );
+        }
+        // A variable soba does not read may hold any bytes.
+        let env = Env::from_os_pairs([
+            (OsString::from("SOBA_HOME"), OsString::from("/tmp/sh")),
+            (
+                OsString::from("LS_COLORS"),
+                OsString::from_vec(b"\xff".to_vec()),
+            ),
+        ]);
+        assert!(Locations::resolve(&env, &workspace(), None).is_ok());
     }
 
     #[test]

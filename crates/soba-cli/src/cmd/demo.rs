@@ -51,14 +51,19 @@ fn prepare_dir(args: &DemoArgs) -> CliResult<(PathBuf, Option<tempfile::TempDir>
     }
 }
 
-/// Waits for SIGINT or SIGTERM and returns the error to exit with.
-async fn stop_signal(
-    mut interrupt: tokio::signal::unix::Signal,
-    mut terminate: tokio::signal::unix::Signal,
-) -> CliError {
+/// The signals that stop `soba demo`: SIGINT, SIGTERM and SIGHUP.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+/// Waits for SIGINT, SIGTERM or SIGHUP and returns the error to exit with.
+async fn stop_signal(mut signals: StopSignals) -> CliError {
     let (kind, name) = tokio::select! {
-        _ = interrupt.recv() => (ErrorKind::Interrupted, "interrupted"),
-        _ = terminate.recv() => (ErrorKind::Terminated, "terminated"),
+        _ = signals.interrupt.recv() => (ErrorKind::Interrupted, "interrupted"),
+        _ = signals.terminate.recv() => (ErrorKind::Terminated, "terminated"),
+        _ = signals.hangup.recv() => (ErrorKind::HungUp, "hung up (its terminal was closed)"),
     };
     CliError {
         kind,
@@ -68,26 +73,27 @@ async fn stop_signal(
     }
 }
 
-/// Runs `soba demo`. SIGINT and SIGTERM stop it (exit 130 and 143) after
-/// the temporary directory is removed, as the first line promises; a
-/// `--keep` directory stays.
+/// Runs `soba demo`. SIGINT, SIGTERM and SIGHUP stop it (exit 130, 143
+/// and 129) after the temporary directory is removed, as the first line
+/// promises; a `--keep` directory stays.
 pub fn cmd_demo(args: &DemoArgs) -> CliResult {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|err| CliError::internal("cannot start the async runtime").caused_by(err))?;
     // Installed before the directory exists, so no signal can leave it.
-    let (interrupt, terminate) = {
+    let signals = {
         let _entered = runtime.enter();
         let install = |kind| {
             tokio::signal::unix::signal(kind).map_err(|err| {
                 CliError::internal("cannot install the signal handlers").caused_by(err)
             })
         };
-        (
-            install(tokio::signal::unix::SignalKind::interrupt())?,
-            install(tokio::signal::unix::SignalKind::terminate())?,
-        )
+        StopSignals {
+            interrupt: install(tokio::signal::unix::SignalKind::interrupt())?,
+            terminate: install(tokio::signal::unix::SignalKind::terminate())?,
+            hangup: install(tokio::signal::unix::SignalKind::hangup())?,
+        }
     };
     let (dir, temp) = prepare_dir(args)?;
     let model = soba_engine::demo::demo_model();
@@ -188,7 +194,7 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
     let outcome = runtime.block_on(async {
         tokio::select! {
             summary = soba_engine::demo::run(&dir, args.seed, sink) => Ok(summary),
-            stopped = stop_signal(interrupt, terminate) => Err(stopped),
+            stopped = stop_signal(signals) => Err(stopped),
         }
     });
     let summary = match outcome {

@@ -45,11 +45,13 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     })?;
     let mut sessions: Vec<ImportedSession> = Vec::new();
     let mut n_failed = 0usize;
+    let mut n_skipped = 0usize;
     if metadata.is_dir() {
         for file in import_dir(source)? {
             match file.outcome {
                 FileOutcome::Imported(found) => sessions.extend(found),
                 FileOutcome::Skipped(diagnostic) => {
+                    n_skipped += 1;
                     crate::output::errln!(
                         "{}: {}",
                         crate::output::path(&file.path),
@@ -68,8 +70,9 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         }
         if sessions.is_empty() {
             return Err(CliError::user(format!(
-                "no importable transcript in {}",
-                source.display()
+                "no importable transcript in {}{}",
+                source.display(),
+                skipped_note(n_skipped)
             ))
             .hint(format!(
                 "supported formats: {}",
@@ -129,10 +132,22 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         }
     }
     stdout.flush()?;
+    if n_skipped > 0 {
+        crate::output::errln!("{n_skipped} files skipped (see above)");
+    }
     if n_failed > 0 {
         crate::output::errln!("{n_failed} files could not be imported (see above)");
     }
     Ok(())
+}
+
+/// `" (N files skipped, see above)"`, or nothing when none was.
+fn skipped_note(n_skipped: usize) -> String {
+    if n_skipped == 0 {
+        String::new()
+    } else {
+        format!(" ({n_skipped} files skipped, see above)")
+    }
 }
 
 /// Identifies a source session: its canonical file and original id.

@@ -226,6 +226,9 @@ pub enum ConfigError {
     /// The registry cannot resolve the model.
     #[error("{0}")]
     Registry(#[from] registry::RegistryError),
+    /// A `SOBA_*` or key variable is not UTF-8.
+    #[error(transparent)]
+    EnvNotUtf8(#[from] crate::paths::NotUtf8),
 }
 
 impl ConfigError {
@@ -404,7 +407,7 @@ pub fn load(input: &LoadInput<'_>) -> Result<Loaded, ConfigError> {
         merger.apply_all(out);
     }
     let mut from_env = Vec::new();
-    for (name, value) in input.env.with_prefix("SOBA_") {
+    for (name, value) in input.env.with_prefix("SOBA_")? {
         // An empty variable counts as unset, as for key variables.
         if NON_SETTING_VARS.contains(&name) || value.is_empty() {
             continue;
@@ -1059,7 +1062,7 @@ impl Config {
     pub fn endpoint(&self, provider: &ProviderConfig, env: &Env) -> Result<Endpoint, ConfigError> {
         let mut endpoint = Endpoint::new(provider.base_url.clone());
         if let Some(var) = &provider.api_key_env {
-            let key = env.get(var).ok_or_else(|| ConfigError::MissingKey {
+            let key = env.var(var)?.ok_or_else(|| ConfigError::MissingKey {
                 provider: provider.name.clone(),
                 var: var.clone(),
             })?;
@@ -1184,6 +1187,70 @@ fn insert_path(root: &mut Value, path: &[String], value: Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[cfg(unix)]
+    fn not_utf8_env(name: &str) -> Env {
+        use std::os::unix::ffi::OsStringExt;
+        Env::from_os_pairs([
+            (
+                std::ffi::OsString::from(name),
+                std::ffi::OsString::from_vec(b"anthropic/\xff".to_vec()),
+            ),
+            ("SOBA_LOG".into(), "debug".into()),
+        ])
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_soba_variable_that_is_not_utf8_is_an_error_naming_it() {
+        for name in [
+            "SOBA_MODEL",
+            "SOBA_COMPACTION__KEEP_RECENT_TOKENS",
+            "SOBA_NOT_A_KEY",
+        ] {
+            let env = not_utf8_env(name);
+            let err = load(&LoadInput {
+                env: &env,
+                user_file: Path::new("/nonexistent/soba/config.json"),
+                project_file: None,
+                sets: &[],
+            })
+            .expect_err("not UTF-8");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "environment variable {name} is not valid UTF-8: set it to UTF-8 text (or unset it)"
+                )
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_api_key_variable_that_is_not_utf8_is_an_error_not_missing() {
+        let env = not_utf8_env("ANTHROPIC_API_KEY");
+        let provider = ProviderConfig {
+            name: "anthropic".into(),
+            api: Api::AnthropicMessages,
+            base_url: "https://api.anthropic.com".into(),
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+        };
+        let loaded = load(&LoadInput {
+            env: &Env::default(),
+            user_file: Path::new("/nonexistent/soba/config.json"),
+            project_file: None,
+            sets: &[],
+        })
+        .unwrap();
+        let err = loaded
+            .config
+            .endpoint(&provider, &env)
+            .expect_err("not UTF-8");
+        assert_eq!(
+            err.to_string(),
+            "environment variable ANTHROPIC_API_KEY is not valid UTF-8: set it to UTF-8 text (or unset it)"
+        );
+    }
 
     #[test]
     fn env_names_round_trip() {

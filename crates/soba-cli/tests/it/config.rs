@@ -793,3 +793,42 @@ fn an_environment_value_of_the_wrong_form_names_the_variable() {
         "compaction.auto in environment variable SOBA_COMPACTION__AUTO must be true or false, not \"yes\""
     );
 }
+
+/// A `SOBA_*` variable, `SOBA_HOME` or an API key variable holding bytes
+/// that are not UTF-8 stops the command (exit 1) naming the variable; it is
+/// never read as unset.
+#[cfg(unix)]
+#[test]
+fn variables_that_are_not_utf8_are_errors_naming_them() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"anthropic/\xff");
+    let sandbox = Sandbox::new();
+    for (name, args) in [
+        ("SOBA_MODEL", &["config", "show"][..]),
+        ("SOBA_HOME", &["config", "show"][..]),
+        (
+            "SOBA_COMPACTION__KEEP_RECENT_TOKENS",
+            &[
+                "budget",
+                "--context-window",
+                "200000",
+                "--max-output",
+                "8000",
+            ][..],
+        ),
+        (
+            "ANTHROPIC_API_KEY",
+            &["run", "--model", "anthropic/claude-sonnet-4-5", "hi"][..],
+        ),
+    ] {
+        let output = sandbox.command(args).env(name, bad).output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{name}");
+        assert_eq!(
+            text(&output.stderr),
+            format!(
+                "error: environment variable {name} is not valid UTF-8: set it to UTF-8 text (or unset it)\n"
+            ),
+            "{name}"
+        );
+    }
+}

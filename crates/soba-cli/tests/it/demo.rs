@@ -100,8 +100,12 @@ fn demo_stopped_by(signal: &str, tmp: &std::path::Path) -> (Option<i32>, String)
 }
 
 #[test]
-fn sigterm_and_sigint_remove_the_temporary_directory() {
-    for (signal, code, name) in [("-TERM", 143, "terminated"), ("-INT", 130, "interrupted")] {
+fn sigterm_sigint_and_sighup_remove_the_temporary_directory() {
+    for (signal, code, name) in [
+        ("-TERM", 143, "terminated"),
+        ("-INT", 130, "interrupted"),
+        ("-HUP", 129, "hung up (its terminal was closed)"),
+    ] {
         let root = tempfile::tempdir().unwrap();
         let tmp = root.path().join("tmp");
         std::fs::create_dir_all(&tmp).unwrap();

@@ -114,19 +114,47 @@ fn import_and_replay_refuse_special_files_promptly() {
             "{command}: {stderr}"
         );
     }
-    // A folder of special files imports nothing, at once.
+    // A folder of special files imports nothing, at once, and names each.
     let folder = sandbox.ws.join("traces");
     Hostile::Fifo.make(&folder.join("a.jsonl"));
     Hostile::DevZero.make(&folder.join("b.jsonl"));
     let (code, stderr) = run(&sandbox, &["import", folder.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(
-        stderr.starts_with(&format!(
-            "error: no importable transcript in {}",
-            folder.display()
-        )),
-        "{stderr}"
+    let hint = "hint: supported formats: pi-v1, pi-v3, swe-agent-1, swe-agent-0, openhands, gemini-cli, claude-code-openai-chat, codex-messages-meta, claude-code, codex-rollout";
+    assert_eq!(
+        stderr,
+        format!(
+            "{dir}/a.jsonl: skipped: a FIFO (named pipe), not a regular file (only regular files are imported)\n\
+             {dir}/b.jsonl: skipped: a link to a character device, not a regular file (only regular files are imported)\n\
+             error: no importable transcript in {dir} (2 files skipped, see above)\n{hint}\n",
+            dir = folder.display()
+        )
     );
+}
+
+#[test]
+fn a_folder_import_names_every_special_file_it_skips() {
+    let sandbox = Sandbox::new();
+    let folder = sandbox.ws.join("in");
+    Hostile::Fifo.make(&folder.join("a.jsonl"));
+    sandbox.write("in/b.jsonl", &pi_session("hello"));
+    Hostile::DevZero.make(&folder.join("c.jsonl"));
+    std::os::unix::fs::symlink(sandbox.ws.join("nowhere"), folder.join("d.jsonl")).unwrap();
+    std::os::unix::fs::symlink(&sandbox.ws, folder.join("e")).unwrap();
+    let output = sandbox.run_within(DEADLINE_S, &["import", "in"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr,
+        "in/a.jsonl: skipped: a FIFO (named pipe), not a regular file (only regular files are imported)\n\
+         in/c.jsonl: skipped: a link to a character device, not a regular file (only regular files are imported)\n\
+         in/d.jsonl: skipped: a link whose target does not exist\n\
+         in/e: skipped: a link to a folder (the walk does not follow linked folders)\n\
+         4 files skipped (see above)\n"
+    );
+    let stdout = text(&output.stdout);
+    assert!(stdout.starts_with("in/b.jsonl (pi-v1"), "{stdout}");
+    assert!(stdout.contains("\n1 of 1 sessions written to "), "{stdout}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! parents, normalises timestamps, records inferences and computes the
 //! import statistics.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
@@ -363,6 +363,13 @@ impl SessionBuilder {
     /// made nowhere earlier) is moved after it; every other result with no
     /// earlier call is kept as an `observation` user message (so nothing is
     /// lost and the session passes `soba show --check`) and reported.
+    ///
+    /// Call ids are never merged silently: a call id made twice (in one
+    /// message or again later) is reported with the entries of its calls,
+    /// and each result pairs with the latest call of its id that has no
+    /// result yet (the diagnostic says which); a second result for an
+    /// answered call is kept as an observation and reported with the entry
+    /// of the result it repeats.
     fn check_pairing(&mut self) -> Pairing {
         let mut pairing = Pairing::default();
         let order = self.repair_order(&mut pairing);
@@ -376,21 +383,68 @@ impl SessionBuilder {
                 all_calls.extend(m.message.tool_uses().map(|call| call.id.clone()));
             }
         }
-        let mut seen: HashSet<String> = HashSet::new();
+        // Each call id's latest call (entry index) and, once answered, the
+        // entry of its result.
+        let mut calls: HashMap<String, (usize, Option<usize>)> = HashMap::new();
+        let mut reused: HashSet<String> = HashSet::new();
         for entry_idx in 0..self.entries.len() {
             let Some(message) = message_of(&self.entries[entry_idx]) else {
                 continue;
             };
-            let unpaired: Vec<String> = message
-                .tool_results()
-                .filter(|result| !seen.contains(&result.tool_use_id))
-                .map(|result| result.tool_use_id.clone())
-                .collect();
-            seen.extend(message.tool_uses().map(|call| call.id.clone()));
-            if unpaired.is_empty() {
+            let mut unpaired: Vec<String> = Vec::new();
+            let mut repeats: HashMap<String, usize> = HashMap::new();
+            let mut notes: Vec<String> = Vec::new();
+            let mut paired_here: Vec<String> = Vec::new();
+            let mut pair_notes: Vec<String> = Vec::new();
+            for result in message.tool_results() {
+                let id = &result.tool_use_id;
+                match calls.get_mut(id) {
+                    None => unpaired.push(id.clone()),
+                    Some((_, Some(answered))) => {
+                        repeats.insert(id.clone(), *answered);
+                    }
+                    Some((call_idx, answer @ None)) => {
+                        *answer = Some(entry_idx);
+                        paired_here.push(id.clone());
+                        if reused.contains(id) {
+                            pair_notes.push(format!(
+                                "entry {entry_idx}: the tool result for call {id:?} pairs with the call at entry {call_idx} (the latest call of that id)"
+                            ));
+                        }
+                    }
+                }
+            }
+            let mut in_message: HashSet<&str> = HashSet::new();
+            for call in message.tool_uses() {
+                let id = &call.id;
+                if !in_message.insert(id.as_str()) {
+                    reused.insert(id.clone());
+                    notes.push(format!(
+                        "entry {entry_idx}: call id {id:?} is used by two calls in one message; only one result can pair with them, the model sees the first call, and a second result is kept as an observation"
+                    ));
+                    continue;
+                }
+                if let Some((earlier, _)) = calls.get(id) {
+                    reused.insert(id.clone());
+                    notes.push(format!(
+                        "entry {entry_idx}: call id {id:?} was already used by the call at entry {earlier}; results after entry {entry_idx} pair with this call"
+                    ));
+                }
+                calls.insert(id.clone(), (entry_idx, None));
+            }
+            self.diagnostics.append(&mut notes);
+            if unpaired.is_empty() && repeats.is_empty() {
+                self.diagnostics.append(&mut pair_notes);
                 continue;
             }
-            let observation = observation_of(message);
+            // The whole message becomes an observation: its other results
+            // answer nothing either.
+            for id in paired_here {
+                if let Some((_, answer)) = calls.get_mut(&id) {
+                    *answer = None;
+                }
+            }
+            let observation = observation_of(message, &repeats);
             for id in &unpaired {
                 let (what, counter) = if all_calls.contains(id) {
                     ("is recorded before its call", &mut pairing.before_calls)
@@ -400,6 +454,13 @@ impl SessionBuilder {
                 *counter += 1;
                 self.diagnostics.push(format!(
                     "entry {entry_idx}: the tool result for call {id:?} {what}; kept as an observation message (not a tool result) so the session stays valid"
+                ));
+            }
+            let mut repeats: Vec<(String, usize)> = repeats.into_iter().collect();
+            repeats.sort();
+            for (id, answered) in repeats {
+                self.diagnostics.push(format!(
+                    "entry {entry_idx}: a second tool result for call {id:?}, already answered by the result at entry {answered}; kept as an observation message (not a tool result) so the session stays valid"
                 ));
             }
             if let EntryBody::Message(m) = &mut self.entries[entry_idx].body {
@@ -608,17 +669,23 @@ fn message_of(entry: &Entry) -> Option<&Message> {
 
 /// Rewrites a message whose tool results cannot be paired as a user
 /// message of origin `observation`: each result becomes a text block
-/// naming its call (images kept), other blocks are kept.
-fn observation_of(message: &Message) -> Message {
+/// naming its call (images kept), other blocks are kept. `repeats` maps a
+/// call id already answered to the entry of its result.
+fn observation_of(message: &Message, repeats: &HashMap<String, usize>) -> Message {
     let mut content = Vec::new();
     for block in &message.content {
         match block {
             Block::ToolResult(result) => {
                 let status = if result.is_error { " (error)" } else { "" };
-                content.push(Block::Text(format!(
-                    "[tool result{status} for call {:?}, whose call is not before it in the transcript]",
-                    result.tool_use_id
-                )));
+                let id = &result.tool_use_id;
+                content.push(Block::Text(match repeats.get(id) {
+                    Some(answered) => format!(
+                        "[tool result{status} for call {id:?}, which the result at entry {answered} already answers]"
+                    ),
+                    None => format!(
+                        "[tool result{status} for call {id:?}, whose call is not before it in the transcript]"
+                    ),
+                }));
                 for part in &result.content {
                     content.push(match part {
                         ResultPart::Text(text) => Block::Text(text.clone()),
@@ -725,12 +792,19 @@ pub(crate) fn count_field(obj: &Map<String, Value>, key: &str) -> u64 {
     obj.get(key).and_then(count_of).unwrap_or(0)
 }
 
+/// The largest usage figure one request can plausibly record: 10^12
+/// tokens, far beyond any context window or output limit. A larger figure
+/// (`u64::MAX`, a counter that wrapped, a timestamp in the wrong field) is
+/// implausible and rejected like a negative one.
+pub(crate) const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000_000;
+
 /// Reads usage figures — the one usage parser of every importer. Each of
 /// `keys` (a dotted path into `usage`, e.g.
 /// `prompt_tokens_details.cached_tokens`) must be absent, `null`, a
-/// non-negative integer that fits in 64 bits or a string of digits (read
-/// as 0 when absent). Any other value (negative, fractional, too large, not
-/// a number) gets a diagnostic naming `at` and the field, and the whole
+/// non-negative integer of at most [`MAX_PLAUSIBLE_TOKENS`] or a string of
+/// such digits (read as 0 when absent). Any other value (negative,
+/// fractional, implausibly large, not a number) gets a diagnostic naming
+/// `at` and the field, and the whole
 /// usage object is rejected (`None`): a guessed figure would mislead
 /// calibration, so that inference records no usage.
 pub(crate) fn usage_figures<const N: usize>(
@@ -765,6 +839,15 @@ pub(crate) fn usage_figures<const N: usize>(
 
 /// Reads one usage figure; the error says what is wrong with it.
 fn figure_of(value: Option<&Value>) -> Result<u64, &'static str> {
+    let figure = raw_figure_of(value)?;
+    if figure > MAX_PLAUSIBLE_TOKENS {
+        return Err("implausible: more than 10^12 tokens for one request");
+    }
+    Ok(figure)
+}
+
+/// Reads one usage figure as a 64-bit count, before the plausibility check.
+fn raw_figure_of(value: Option<&Value>) -> Result<u64, &'static str> {
     match value {
         None | Some(Value::Null) => Ok(0),
         Some(Value::Number(number)) => {
@@ -798,8 +881,10 @@ fn figure_of(value: Option<&Value>) -> Result<u64, &'static str> {
 /// one helper of every importer for content that is neither text nor a
 /// list of parts: `null` gives nothing; an object gives its `text` when it
 /// has one, else its JSON; a number or boolean gives its JSON. Every case
-/// but `null` (and a plain string) records a diagnostic naming `at` and
-/// `field`.
+/// but a plain string records a diagnostic naming `at` and `field` (a
+/// `null` too: an empty message must not pass unnoticed; where the source
+/// format allows `null`, such as an OpenAI assistant message that only
+/// makes tool calls, the caller does not pass it here).
 pub(crate) fn odd_content(
     value: &Value,
     at: &str,
@@ -807,7 +892,12 @@ pub(crate) fn odd_content(
     diagnostics: &mut Vec<String>,
 ) -> Option<String> {
     let (kind, kept) = match value {
-        Value::Null => return None,
+        Value::Null => {
+            diagnostics.push(format!(
+                "{at}: `{field}` is null, not text or a list of content blocks; kept as empty content"
+            ));
+            return None;
+        }
         Value::String(text) => return Some(text.clone()),
         Value::Object(obj) => match str_field(obj, "text") {
             Some(text) => ("an object", Some((text.to_owned(), "its `text`"))),
@@ -822,6 +912,30 @@ pub(crate) fn odd_content(
         "{at}: `{field}` is {kind}, not text or a list of content blocks; kept {how}"
     ));
     Some(text)
+}
+
+/// Empty content, for a content field that is missing.
+static NO_CONTENT: Value = Value::String(String::new());
+
+/// Returns `obj[key]`, the content field of a message that must have one;
+/// a missing field gets a diagnostic naming `at` and `field` and reads as
+/// empty content (a `null` is reported later by [`odd_content`]).
+pub(crate) fn content_field<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    at: &str,
+    field: &str,
+    diagnostics: &mut Vec<String>,
+) -> &'a Value {
+    match obj.get(key) {
+        Some(value) => value,
+        None => {
+            diagnostics.push(format!(
+                "{at}: the message has no `{field}`; kept as empty content"
+            ));
+            &NO_CONTENT
+        }
+    }
 }
 
 /// Returns the text of a content value as [`text_of`] does, except that
@@ -1104,5 +1218,136 @@ mod tests {
         assert_eq!(count_of(&json!(-1)), None);
         assert_eq!(count_of(&json!("42")), Some(42));
         assert_eq!(count_of(&json!([1])), None);
+    }
+
+    fn call(id: &str) -> Block {
+        Block::ToolUse(soba_core::ToolUse {
+            id: id.to_owned(),
+            name: "bash".to_owned(),
+            input: soba_core::ToolInput::empty(),
+        })
+    }
+
+    fn roles_and_origins(session: &ImportedSession) -> Vec<(Role, MessageOrigin)> {
+        session
+            .entries
+            .iter()
+            .filter_map(message_of)
+            .map(|m| (m.role, m.origin))
+            .collect()
+    }
+
+    #[test]
+    fn duplicate_call_ids_are_reported_and_never_merged() {
+        let ctx = Context {
+            source: PathBuf::from("/x/a.jsonl"),
+            fallback_ms: 1_000,
+        };
+        let mut b = SessionBuilder::new(Format::PiV1, &ctx, 0);
+        b.push_message(Message::user("go"), None);
+        b.push_message(
+            Message::new(Role::Assistant, vec![call("dup"), call("dup")]),
+            None,
+        );
+        b.push_message(Message::tool_result("dup", "first", false), None);
+        b.push_message(Message::tool_result("dup", "second", false), None);
+        b.push_message(Message::new(Role::Assistant, vec![call("dup")]), None);
+        b.push_message(Message::tool_result("dup", "third", false), None);
+        let session = b.finish();
+        assert_eq!(
+            session.stats.diagnostics,
+            [
+                "entry 1: call id \"dup\" is used by two calls in one message; only one result can pair with them, the model sees the first call, and a second result is kept as an observation",
+                "entry 2: the tool result for call \"dup\" pairs with the call at entry 1 (the latest call of that id)",
+                "entry 3: a second tool result for call \"dup\", already answered by the result at entry 2; kept as an observation message (not a tool result) so the session stays valid",
+                "entry 4: call id \"dup\" was already used by the call at entry 1; results after entry 4 pair with this call",
+                "entry 5: the tool result for call \"dup\" pairs with the call at entry 4 (the latest call of that id)",
+            ]
+        );
+        // Nothing is lost: the repeated result is an observation that
+        // names the result it repeats and keeps its text.
+        assert_eq!(
+            roles_and_origins(&session)[3],
+            (Role::User, MessageOrigin::Observation)
+        );
+        let repeated = message_of(&session.entries[3]).unwrap();
+        assert_eq!(
+            repeated.content,
+            vec![
+                Block::Text(
+                    "[tool result for call \"dup\", which the result at entry 2 already answers]"
+                        .into()
+                ),
+                Block::Text("second".into()),
+            ]
+        );
+        assert_eq!(roles_and_origins(&session)[5].0, Role::Tool);
+    }
+
+    #[test]
+    fn implausible_usage_figures_are_rejected() {
+        let mut diagnostics = Vec::new();
+        let usage = json!({"input_tokens": 1, "output_tokens": 18446744073709551615u64});
+        let figures = usage_figures(
+            usage.as_object().unwrap(),
+            ["input_tokens", "output_tokens"],
+            "line 2",
+            &mut diagnostics,
+        );
+        assert_eq!(figures, None);
+        assert_eq!(
+            diagnostics,
+            [
+                "line 2: usage field `output_tokens` is 18446744073709551615 (implausible: more than 10^12 tokens for one request); this usage is not recorded and is kept out of calibration"
+            ]
+        );
+        let mut diagnostics = Vec::new();
+        let usage = json!({"input_tokens": MAX_PLAUSIBLE_TOKENS, "output_tokens": "1000000000001"});
+        let figures = usage_figures(
+            usage.as_object().unwrap(),
+            ["input_tokens", "output_tokens"],
+            "line 3",
+            &mut diagnostics,
+        );
+        assert_eq!(figures, None);
+        assert_eq!(diagnostics.len(), 1);
+        assert!(
+            diagnostics[0].starts_with(
+                "line 3: usage field `output_tokens` is \"1000000000001\" (implausible"
+            )
+        );
+    }
+
+    #[test]
+    fn null_and_missing_content_are_reported() {
+        let mut diagnostics = Vec::new();
+        assert_eq!(
+            odd_content(&Value::Null, "line 2", "message.content", &mut diagnostics),
+            None
+        );
+        assert_eq!(
+            content_text(&json!([null, "a"]), "line 3", "content", &mut diagnostics),
+            "a"
+        );
+        let message = json!({"role": "user"});
+        let content = content_field(
+            message.as_object().unwrap(),
+            "content",
+            "line 4",
+            "message.content",
+            &mut diagnostics,
+        );
+        assert_eq!(
+            content_text(content, "line 4", "message.content", &mut diagnostics),
+            ""
+        );
+        assert_eq!(
+            diagnostics,
+            [
+                "line 2: `message.content` is null, not text or a list of content blocks; kept as empty content",
+                "line 3: `content[0]` is null, not text or a list of content blocks; kept as empty content",
+                "line 4: the message has no `message.content`; kept as empty content",
+            ]
+        );
     }
 }

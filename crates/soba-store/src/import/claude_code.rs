@@ -17,9 +17,9 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, content_text, count_field, for_each_jsonl_line,
-    image_from_url, is_interrupt_marker, message_with, obj_field, odd_content, parse_document,
-    str_field, text_of, timestamp_field, tool_message, usage_figures,
+    Context, KeptTarget, SessionBuilder, content_field, content_text, count_field,
+    for_each_jsonl_line, image_from_url, is_interrupt_marker, message_with, obj_field, odd_content,
+    parse_document, str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
 use super::swe_agent::openai_tool_call;
 use super::tree::{Node, TreeKeys, branch, parsed_node, raw_flag, raw_node};
@@ -138,11 +138,15 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                 };
                 let is_summary = obj.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
                 let is_meta = obj.get("isMeta").and_then(Value::as_bool) == Some(true);
-                let (blocks, results) = split_user_content(
-                    message.get("content").unwrap_or(&Value::Null),
-                    &format!("line {line_no}"),
+                let at = format!("line {line_no}");
+                let content = content_field(
+                    message,
+                    "content",
+                    &at,
+                    "message.content",
                     &mut b.diagnostics,
                 );
+                let (blocks, results) = split_user_content(content, &at, &mut b.diagnostics);
                 if let Some(boundary) = pending.take() {
                     if is_summary || results.is_empty() {
                         let summary = message_with(Role::User, blocks, MessageOrigin::Summary);
@@ -179,11 +183,14 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                     boundary.close(None, &mut b);
                 }
                 let at = format!("line {line_no}");
-                let blocks = assistant_blocks(
-                    message.get("content").unwrap_or(&Value::Null),
+                let content = content_field(
+                    message,
+                    "content",
                     &at,
+                    "message.content",
                     &mut b.diagnostics,
                 );
+                let blocks = assistant_blocks(content, &at, &mut b.diagnostics);
                 let model = str_field(message, "model").map(str::to_owned);
                 let usage_obj = obj_field(message, "usage");
                 // `Some(None)`: usage recorded but unusable.
@@ -558,7 +565,23 @@ pub(crate) fn import_openai_chat(
         };
         let role = str_field(message, "role").unwrap_or("");
         b.count_record(role);
-        let content = message.get("content").unwrap_or(&Value::Null);
+        // An assistant message that only makes tool calls may have no
+        // content; every other message of a known role must have some.
+        let calls_only = role == "assistant"
+            && message.get("tool_calls").is_some_and(Value::is_array)
+            && message.get("content").is_none_or(Value::is_null);
+        let known = matches!(role, "system" | "developer" | "user" | "assistant" | "tool");
+        let content = if calls_only || !known {
+            &Value::Null
+        } else {
+            content_field(
+                message,
+                "content",
+                &format!("messages[{idx}]"),
+                "content",
+                &mut b.diagnostics,
+            )
+        };
         if role != "assistant" {
             run = None;
         }
@@ -602,8 +625,11 @@ pub(crate) fn import_openai_chat(
             }
             "assistant" => {
                 let at = format!("messages[{idx}]");
-                let mut blocks =
-                    split_thinking(&content_text(content, &at, "content", &mut b.diagnostics));
+                let mut blocks = if calls_only {
+                    Vec::new()
+                } else {
+                    split_thinking(&content_text(content, &at, "content", &mut b.diagnostics))
+                };
                 for call in message
                     .get("tool_calls")
                     .and_then(Value::as_array)

@@ -13,9 +13,9 @@ use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, array_field, content_text, for_each_jsonl_object,
-    image_from_url, message_with, obj_field, parse_document, prompt_of, str_field, text_of,
-    timestamp_field, timestamp_ms, tool_message, usage_figures,
+    Context, KeptTarget, SessionBuilder, array_field, content_field, content_text,
+    for_each_jsonl_object, image_from_url, message_with, obj_field, parse_document, prompt_of,
+    str_field, text_of, timestamp_field, timestamp_ms, tool_message, usage_figures,
 };
 use super::swe_agent::openai_tool_call;
 use super::{Format, ImportedSession};
@@ -260,12 +260,9 @@ pub(crate) fn import_messages_meta(
                 let id = str_field(message, "tool_call_id")
                     .unwrap_or_default()
                     .to_owned();
-                let text = content_text(
-                    message.get("content").unwrap_or(&Value::Null),
-                    &format!("messages[{idx}]"),
-                    "content",
-                    &mut b.diagnostics,
-                );
+                let at = format!("messages[{idx}]");
+                let raw = content_field(message, "content", &at, "content", &mut b.diagnostics);
+                let text = content_text(raw, &at, "content", &mut b.diagnostics);
                 let exit_code = obj_field(message, "metadata")
                     .and_then(|m| m.get("exit_code"))
                     .and_then(Value::as_i64);
@@ -276,12 +273,9 @@ pub(crate) fn import_messages_meta(
                 );
             }
             "user" | "system" | "developer" => {
-                let text = content_text(
-                    message.get("content").unwrap_or(&Value::Null),
-                    &format!("messages[{idx}]"),
-                    "content",
-                    &mut b.diagnostics,
-                );
+                let at = format!("messages[{idx}]");
+                let raw = content_field(message, "content", &at, "content", &mut b.diagnostics);
+                let text = content_text(raw, &at, "content", &mut b.diagnostics);
                 b.push_message(
                     context_message(role, content_blocks(content), &text),
                     timestamp,
@@ -497,12 +491,15 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
                             continue;
                         }
                         run.close();
-                        let text = content_text(
-                            payload.get("content").unwrap_or(&Value::Null),
-                            &format!("line {line_no}"),
+                        let at = format!("line {line_no}");
+                        let raw = content_field(
+                            payload,
+                            "content",
+                            &at,
                             "payload.content",
                             &mut b.diagnostics,
                         );
+                        let text = content_text(raw, &at, "payload.content", &mut b.diagnostics);
                         b.push_message(
                             context_message(role, content_blocks(content), &text),
                             timestamp,

@@ -42,6 +42,7 @@ mod tree;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::untrusted::{FileKind, UntrustedReadError};
 use serde_json::Value;
 use soba_core::{Entry, Usage};
 
@@ -382,8 +383,8 @@ impl ImportedSession {
 pub enum FileOutcome {
     /// The file held these sessions.
     Imported(Vec<ImportedSession>),
-    /// The file was skipped (unknown format, already a SOBA session); the
-    /// text is the diagnostic.
+    /// The file was skipped (unknown format, already a SOBA session, not a
+    /// regular file, a dangling link); the text is the diagnostic.
     Skipped(String),
     /// The file looked importable but failed.
     Failed(ImportError),
@@ -504,8 +505,9 @@ pub fn import_as(
 
 /// Walks `dir` recursively (sorted by name, symlinked folders not followed)
 /// and imports every file, returning one outcome per file in walk order.
-/// Unknown files and SOBA sessions are [`FileOutcome::Skipped`] with a
-/// diagnostic, an unreadable subfolder is [`FileOutcome::Failed`]; only an
+/// Unknown files, SOBA sessions, special files (FIFOs, sockets, devices,
+/// links to them or to folders) and dangling links are
+/// [`FileOutcome::Skipped`] with a diagnostic saying why, an unreadable subfolder is [`FileOutcome::Failed`]; only an
 /// unreadable `dir` itself is an error.
 pub fn import_dir(dir: &Path) -> Result<Vec<FileImport>, ImportError> {
     let mut walked = Vec::new();
@@ -527,6 +529,16 @@ pub fn import_dir(dir: &Path) -> Result<Vec<FileImport>, ImportError> {
                 Err(
                     err @ (ImportError::UnknownFormat { .. } | ImportError::AlreadySoba { .. }),
                 ) => FileOutcome::Skipped(format!("skipped: {err}")),
+                Err(ImportError::Unreadable(UntrustedReadError::NotRegular { kind, .. })) => {
+                    FileOutcome::Skipped(not_regular_note(&path, kind))
+                }
+                Err(ImportError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && std::fs::symlink_metadata(&path)
+                            .is_ok_and(|meta| meta.file_type().is_symlink()) =>
+                {
+                    FileOutcome::Skipped("skipped: a link whose target does not exist".to_owned())
+                }
                 Err(err) => FileOutcome::Failed(err),
             },
         };
@@ -535,9 +547,30 @@ pub fn import_dir(dir: &Path) -> Result<Vec<FileImport>, ImportError> {
     Ok(out)
 }
 
-/// Pushes the regular files under `dir` onto `walked`, depth first, each
-/// folder's children sorted by name; a subfolder that cannot be read is
-/// pushed with its error. Fails only when `dir` itself cannot be read.
+/// The diagnostic of a folder entry that is not a regular file (after
+/// following links): what it is, so nothing in the folder is left out
+/// without a word.
+fn not_regular_note(path: &Path, kind: FileKind) -> String {
+    let link = std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink());
+    match (kind, link) {
+        (FileKind::Directory, true) => {
+            "skipped: a link to a folder (the walk does not follow linked folders)".to_owned()
+        }
+        (kind, true) => format!(
+            "skipped: a link to {kind}, not a regular file (only regular files are imported)"
+        ),
+        (kind, false) => {
+            format!("skipped: {kind}, not a regular file (only regular files are imported)")
+        }
+    }
+}
+
+/// Pushes every entry under `dir` but folders onto `walked` (regular
+/// files, links and special files alike: [`import_dir`] reads each through
+/// [`crate::untrusted`], which refuses all but regular files, and reports
+/// what it skips), depth first, each folder's children sorted by name; a
+/// subfolder that cannot be read is pushed with its error. Fails only when
+/// `dir` itself cannot be read.
 fn collect_files(
     dir: &Path,
     walked: &mut Vec<(PathBuf, Option<std::io::Error>)>,
@@ -554,7 +587,7 @@ fn collect_files(
             if let Err(err) = collect_files(&child, walked) {
                 walked.push((child, Some(err)));
             }
-        } else if meta.is_file() || (meta.file_type().is_symlink() && child.is_file()) {
+        } else {
             walked.push((child, None));
         }
     }

@@ -10,8 +10,9 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, count_field, for_each_jsonl_line, message_with, obj_field,
-    odd_content, str_field, text_of, timestamp_field, timestamp_of, tool_message, usage_figures,
+    Context, KeptTarget, SessionBuilder, content_field, count_field, for_each_jsonl_line,
+    message_with, obj_field, odd_content, str_field, text_of, timestamp_field, timestamp_of,
+    tool_message, usage_figures,
 };
 use super::tree::{Node, TreeKeys, branch, parsed_node, raw_node};
 use super::{Format, ImportedSession};
@@ -252,10 +253,15 @@ fn convert_message(
     b.count_record(role);
     match role {
         "user" => {
-            let content = message
-                .get("content")
-                .map(|c| user_blocks(c, b, line_no))
-                .unwrap_or_default();
+            let at = format!("line {line_no}");
+            let content = content_field(
+                message,
+                "content",
+                &at,
+                "message.content",
+                &mut b.diagnostics,
+            );
+            let content = user_blocks(content, b, line_no);
             b.push_message(
                 message_with(Role::User, content, MessageOrigin::Typed),
                 timestamp,
@@ -273,7 +279,16 @@ fn convert_message(
                     );
                     &[][..]
                 }
-                None => &[][..],
+                None => {
+                    content_field(
+                        message,
+                        "content",
+                        &at,
+                        "message.content",
+                        &mut b.diagnostics,
+                    );
+                    &[][..]
+                }
             };
             for (block_idx, block) in items.iter().enumerate() {
                 let Some(block) = block.as_object() else {
@@ -334,7 +349,15 @@ fn convert_message(
             let id = str_field(message, "toolCallId")
                 .unwrap_or_default()
                 .to_owned();
-            let parts = result_parts(message.get("content"), line_no, &mut b.diagnostics);
+            let at = format!("line {line_no}");
+            let content = content_field(
+                message,
+                "content",
+                &at,
+                "message.content",
+                &mut b.diagnostics,
+            );
+            let parts = result_parts(Some(content), line_no, &mut b.diagnostics);
             let is_error = message
                 .get("isError")
                 .and_then(Value::as_bool)
