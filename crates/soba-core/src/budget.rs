@@ -29,6 +29,7 @@ pub struct Budget {
     base: TokenCount,
     hygiene_limit: TokenCount,
     keep_recent: TokenCount,
+    keep_recent_results: usize,
     soft_gate: TokenCount,
     roi_floor: TokenCount,
     max_tool_result_tokens: TokenCount,
@@ -268,6 +269,7 @@ impl Budget {
             base: TokenCount::new(base),
             hygiene_limit: TokenCount::new(hygiene_limit),
             keep_recent: TokenCount::new(keep_recent),
+            keep_recent_results: config.keep_recent_results,
             soft_gate: TokenCount::new(soft_gate),
             roi_floor: TokenCount::new(roi_floor),
             max_tool_result_tokens: TokenCount::new(max_tool_result_tokens),
@@ -321,6 +323,12 @@ impl Budget {
     /// Returns keepRecent, the verbatim tail's budget.
     pub fn keep_recent(&self) -> TokenCount {
         self.keep_recent
+    }
+
+    /// Returns `keepRecentResults`: the tail may stop before keepRecent
+    /// once it holds this many tool results (0: by tokens alone).
+    pub fn keep_recent_results(&self) -> usize {
+        self.keep_recent_results
     }
 
     /// Returns softGate: every soft trigger needs effective ≥ softGate.

@@ -18,6 +18,16 @@ pub enum Trigger {
     TurnComplete,
     /// Effective tokens at or above autoLimit: soft.
     AutoThreshold,
+    /// The provider's prompt cache expired during an idle gap (longer than
+    /// `cacheTtlSeconds`) and effective is at or above softGate: soft. The
+    /// whole prompt is written again anyway, so compacting now costs no
+    /// extra cache writes.
+    CacheExpired,
+    /// Above softGate, the tokens a compaction would reclaim have grown
+    /// large enough that carrying them costs more in cache reads, at the
+    /// input's growth rate, than the compaction costs: soft. Checked by
+    /// [`crate::plan::pays_off`] after planning.
+    ReadCost,
     /// `/compact`: explicit.
     User,
     /// The provider reported a context overflow: forced.
@@ -39,6 +49,8 @@ impl Trigger {
             Trigger::PlanPivot => "plan_pivot",
             Trigger::TurnComplete => "turn_complete",
             Trigger::AutoThreshold => "auto_threshold",
+            Trigger::CacheExpired => "cache_expired",
+            Trigger::ReadCost => "read_cost",
             Trigger::User => "user",
             Trigger::ContextOverflow => "context_overflow",
             Trigger::Imported => "imported",
@@ -54,6 +66,8 @@ impl Trigger {
             "plan_pivot" => Trigger::PlanPivot,
             "turn_complete" => Trigger::TurnComplete,
             "auto_threshold" => Trigger::AutoThreshold,
+            "cache_expired" => Trigger::CacheExpired,
+            "read_cost" => Trigger::ReadCost,
             "user" => Trigger::User,
             "context_overflow" => Trigger::ContextOverflow,
             "imported" => Trigger::Imported,
@@ -70,6 +84,8 @@ impl Trigger {
                 | Trigger::PlanPivot
                 | Trigger::TurnComplete
                 | Trigger::AutoThreshold
+                | Trigger::CacheExpired
+                | Trigger::ReadCost
         )
     }
 

@@ -147,6 +147,12 @@ impl Ratio {
         u64::try_from(product).unwrap_or(u64::MAX)
     }
 
+    /// Returns `ceil(n × self)`, exactly, saturating.
+    pub fn mul_ceil(self, n: u64) -> u64 {
+        let product = (u128::from(n) * u128::from(self.0)).div_ceil(u128::from(PPM_ONE));
+        u64::try_from(product).unwrap_or(u64::MAX)
+    }
+
     /// Returns `floor(n / self)`, exactly, or `None` for the zero ratio.
     pub fn div_floor(self, n: u64) -> Option<u64> {
         if self.0 == 0 {
@@ -228,6 +234,9 @@ impl Default for SummarizerConfig {
     }
 }
 
+/// `compaction.keepRecentResults` by default.
+pub const DEFAULT_KEEP_RECENT_RESULTS: usize = 5;
+
 /// Every `compaction.*` key of SPEC §14.3; [`Default`] gives the spec's
 /// defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +247,9 @@ pub struct CompactionConfig {
     pub compact_on_turn_complete: bool,
     /// `compactOnMilestone`: checkpoint entries leave an intent.
     pub compact_on_milestone: bool,
+    /// `compactOnReadCost` (true): above softGate, compact when carrying
+    /// the reclaimable tokens costs more in cache reads than compacting.
+    pub compact_on_read_cost: bool,
     /// `minTokensForAutoCompact` (32,000): the soft floor.
     pub min_tokens_for_auto_compact: TokenCount,
     /// `minReclaimableTokens` (12,000): the ROI floor before capping.
@@ -246,6 +258,15 @@ pub struct CompactionConfig {
     pub min_savings_ratio: Ratio,
     /// `keepRecentTokens` (20,000; alias `retentionBudgetTokens`).
     pub keep_recent_tokens: TokenCount,
+    /// `keepRecentResults` (5): the retention walk stops before
+    /// keepRecentTokens once the tail holds this many tool results; 0 keeps
+    /// by tokens alone.
+    pub keep_recent_results: usize,
+    /// `cacheTtlSeconds` (300): the provider's prompt-cache lifetime. After
+    /// an idle gap longer than this the whole prompt is written again
+    /// anyway, so a `cache_expired` compaction costs no extra cache writes;
+    /// 0 turns the trigger off.
+    pub cache_ttl_seconds: u64,
     /// `safetyReserveTokens` (8,192).
     pub safety_reserve_tokens: TokenCount,
     /// `autoCompactThresholdRatio` (0.8).
@@ -280,10 +301,13 @@ impl Default for CompactionConfig {
             auto: true,
             compact_on_turn_complete: true,
             compact_on_milestone: true,
+            compact_on_read_cost: true,
             min_tokens_for_auto_compact: TokenCount::new(32_000),
             min_reclaimable_tokens: TokenCount::new(12_000),
             min_savings_ratio: Ratio::from_ppm(250_000),
             keep_recent_tokens: TokenCount::new(20_000),
+            keep_recent_results: DEFAULT_KEEP_RECENT_RESULTS,
+            cache_ttl_seconds: 300,
             safety_reserve_tokens: TokenCount::new(8_192),
             auto_compact_threshold_ratio: Ratio::from_ppm(800_000),
             timeout_ms: 15_000,
@@ -303,14 +327,17 @@ impl Default for CompactionConfig {
 
 /// The keys [`CompactionConfig::set_key`] accepts, as written under
 /// `compaction` (camelCase; `summarizer.*` dotted), aliases excluded.
-pub const COMPACTION_KEYS: [&str; 21] = [
+pub const COMPACTION_KEYS: [&str; 24] = [
     "auto",
     "compactOnTurnComplete",
     "compactOnMilestone",
+    "compactOnReadCost",
     "minTokensForAutoCompact",
     "minReclaimableTokens",
     "minSavingsRatio",
     "keepRecentTokens",
+    "keepRecentResults",
+    "cacheTtlSeconds",
     "safetyReserveTokens",
     "autoCompactThresholdRatio",
     "timeoutMs",
@@ -416,12 +443,18 @@ impl CompactionConfig {
             "auto" => self.auto = as_bool(key, value)?,
             "compactOnTurnComplete" => self.compact_on_turn_complete = as_bool(key, value)?,
             "compactOnMilestone" => self.compact_on_milestone = as_bool(key, value)?,
+            "compactOnReadCost" => self.compact_on_read_cost = as_bool(key, value)?,
             "minTokensForAutoCompact" => self.min_tokens_for_auto_compact = as_tokens(key, value)?,
             "minReclaimableTokens" => self.min_reclaimable_tokens = as_tokens(key, value)?,
             "minSavingsRatio" => self.min_savings_ratio = as_ratio(key, value)?,
             "keepRecentTokens" | "retentionBudgetTokens" => {
                 self.keep_recent_tokens = as_tokens(key, value)?
             }
+            "keepRecentResults" => {
+                self.keep_recent_results =
+                    usize::try_from(as_u64(key, value)?).unwrap_or(usize::MAX);
+            }
+            "cacheTtlSeconds" => self.cache_ttl_seconds = as_u64(key, value)?,
             "safetyReserveTokens" => self.safety_reserve_tokens = as_tokens(key, value)?,
             "autoCompactThresholdRatio" => {
                 self.auto_compact_threshold_ratio = as_ratio(key, value)?

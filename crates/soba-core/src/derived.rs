@@ -59,6 +59,11 @@ pub struct DerivedState {
     /// The value of `compaction.auto` set by the latest `config_change` on
     /// the path (`/auto-compact`), if any.
     pub auto_compact: Option<bool>,
+    /// The latest capsule's tokensAfter, when the path holds one.
+    pub capsule_tokens_after: Option<TokenCount>,
+    /// Assistant messages (requests answered) since the latest capsule, or
+    /// since the start of the path.
+    pub requests_since_capsule: u64,
 }
 
 impl DerivedState {
@@ -86,6 +91,7 @@ impl DerivedState {
             EntryBody::Message(message_entry) => {
                 let message = &message_entry.message;
                 if message.role == Role::Assistant {
+                    self.requests_since_capsule += 1;
                     self.pending_checkpoints.clear();
                     self.turn_complete = (!message.has_tool_uses()).then(|| entry.id.clone());
                 } else if message.is_real_user() {
@@ -96,6 +102,8 @@ impl DerivedState {
             EntryBody::Capsule(capsule) => {
                 self.pending_checkpoints.clear();
                 self.turn_complete = None;
+                self.capsule_tokens_after = Some(capsule.tokens_after);
+                self.requests_since_capsule = 0;
                 if capsule.trigger.is_soft() {
                     self.turn_soft_capsules.push(SoftCapsule {
                         entry_id: entry.id.clone(),
@@ -118,6 +126,16 @@ impl DerivedState {
             } => self.auto_compact = Some(*auto),
             _ => {}
         }
+    }
+
+    /// Returns how much the input grew per request since the latest capsule
+    /// (or since the start, from zero), given effective tokens now; `None`
+    /// before the first answered request.
+    pub fn growth_per_request(&self, effective: TokenCount) -> Option<TokenCount> {
+        let since = self.capsule_tokens_after.unwrap_or(TokenCount::ZERO);
+        (self.requests_since_capsule > 0).then(|| {
+            TokenCount::new(effective.saturating_sub(since).get() / self.requests_since_capsule)
+        })
     }
 
     /// Returns whether any intent (checkpoint or `turn_complete`) is pending.
@@ -345,6 +363,16 @@ mod tests {
             })
             .map(|idx| path[idx].id.clone());
         derived.turn_start = turn_start.map(|idx| path[idx].id.clone());
+        derived.capsule_tokens_after = last_capsule.and_then(|idx| match &path[idx].body {
+            EntryBody::Capsule(capsule) => Some(capsule.tokens_after),
+            _ => None,
+        });
+        derived.requests_since_capsule = path[last_capsule.map_or(0, |idx| idx + 1)..]
+            .iter()
+            .filter(|entry| {
+                matches!(&entry.body, EntryBody::Message(stored) if stored.message.role == Role::Assistant)
+            })
+            .count() as u64;
         derived.turn_soft_capsules = path[turn_start.map_or(0, |idx| idx + 1)..]
             .iter()
             .filter_map(|entry| match &entry.body {

@@ -119,7 +119,7 @@ pub struct Plan {
     /// The narrative's estimate: min(maxOutputTokens, previous narrative or
     /// 1,500).
     pub narrative_estimate: TokenCount,
-    /// facts + narrative estimate.
+    /// (facts + narrative estimate) × factor, calibrated like the span.
     pub capsule_estimate: TokenCount,
     /// spanTokens − capsuleEstimate (may be negative).
     pub reclaimable: i64,
@@ -246,11 +246,22 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
     let capsule_budget = request.facts_tokens + request.summarizer_max_output_tokens;
     let room = local_room(factor, fit_limit.tokens).saturating_sub(fixed_local + capsule_budget);
 
+    // keepRecent is a calibrated budget like every other figure: the walk
+    // compares local counts, so it walks under the local room keepRecent
+    // leaves (not keepRecent itself, which would keep × factor).
     let walked = retention::walk(
         counter,
         &units,
         &view.messages,
-        budget.keep_recent(),
+        local_room(factor, budget.keep_recent()),
+        // An automatic compaction may stop at the newest results; `/compact`
+        // and the forced triggers keep the whole keepRecent tail (under
+        // budget, `/compact` stays a no-op).
+        if request.trigger.is_soft() {
+            budget.keep_recent_results()
+        } else {
+            0
+        },
         previous_cut,
     );
     let retention = match walked {
@@ -329,7 +340,8 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
             narrative_tokens(counter, capsule.capsule)
         }),
     );
-    let capsule_estimate = request.facts_tokens + narrative_estimate;
+    // The span is calibrated; so must the estimate subtracted from it be.
+    let capsule_estimate = factor.apply(request.facts_tokens + narrative_estimate);
     let reclaimable = i64::try_from(span_tokens.get()).unwrap_or(i64::MAX)
         - i64::try_from(capsule_estimate.get()).unwrap_or(i64::MAX);
     let savings_ppm = match request.effective.get() {
@@ -375,6 +387,43 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
         pre_roi_ok,
         skip,
     })
+}
+
+/// The price of a cache read, relative to an uncached input token, that
+/// [`pays_off`] times `read_cost` compactions by (Anthropic's 0.1; OpenAI's
+/// is 0.1–0.25, which only makes a compaction pay off sooner).
+pub const READ_PRICE: f64 = 0.1;
+/// The price of a cache write (Anthropic's 1.25; OpenAI writes at 1).
+pub const WRITE_PRICE: f64 = 1.25;
+/// The price of a summarizer input token (a smaller model), relative to a
+/// main-model input token.
+pub const SUMMARIZER_PRICE: f64 = 0.33;
+/// The weight of a summarizer output token against an input token.
+pub const SUMMARIZER_OUTPUT_WEIGHT: f64 = 5.0;
+
+/// Returns whether a `read_cost` compaction planned as `plan` pays for
+/// itself when the input grows by `growth` tokens per request.
+///
+/// Compacting costs the rewrite of the capsule and the tail (cache writes)
+/// and the summarizer; not compacting costs a cache read of the
+/// reclaimable tokens on every later request. For an input that grows
+/// linearly and is compacted whenever it pays, the cheapest cycle compacts
+/// once reclaimable ≥ √(2 × growth × cost / readPrice) (the square-root
+/// rule of periodic replacement), which is what this checks.
+pub fn pays_off(plan: &Plan, growth: TokenCount) -> bool {
+    let Ok(reclaimable) = u64::try_from(plan.reclaimable) else {
+        return false;
+    };
+    let rewrite = (plan.capsule_estimate + plan.tail_tokens).get() as f64;
+    let summarizer = SUMMARIZER_PRICE
+        * (plan.span_tokens.get() as f64
+            + SUMMARIZER_OUTPUT_WEIGHT * plan.narrative_estimate.get() as f64);
+    let cost = WRITE_PRICE * rewrite + summarizer;
+    let needed = (2.0 * growth.get().max(1) as f64 * cost / READ_PRICE).sqrt();
+    // Never urgent, so it waits until its estimate clears roiFloor by a
+    // quarter: a summary the post-generation check rejects is paid for.
+    let floor = plan.budget.roi_floor().get();
+    reclaimable as f64 >= needed && reclaimable >= floor + floor / 4
 }
 
 /// The post-generation ROI check (SPEC §8.3).
@@ -519,8 +568,11 @@ impl fmt::Display for Plan {
         )?;
         writeln!(
             f,
-            "  capsule estimate {} = facts {} + narrative {}",
-            self.capsule_estimate, self.facts_tokens, self.narrative_estimate
+            "  capsule estimate {} = (facts {} + narrative {}) × {:.2}",
+            self.capsule_estimate,
+            self.facts_tokens,
+            self.narrative_estimate,
+            self.factor.get()
         )?;
         writeln!(
             f,

@@ -244,15 +244,27 @@ pub fn walk(
     units: &[Unit],
     messages: &[InputMessage<'_>],
     keep_recent: TokenCount,
+    keep_results: usize,
     previous: Option<&BoundaryTruncation>,
 ) -> Option<Retention> {
     let last = units.len().checked_sub(1)?;
+    let results_of = |unit: &Unit| -> usize {
+        messages[unit.messages.clone()]
+            .iter()
+            .map(|message| message.results.len())
+            .sum()
+    };
     let mut remaining = keep_recent.saturating_sub(units[last].tokens);
     let mut tail_tokens = units[last].tokens;
     let mut first_kept = last;
     let mut new_cut = None;
+    let mut kept_results = results_of(&units[last]);
     for idx in (0..last).rev() {
+        if keep_results > 0 && kept_results >= keep_results {
+            break;
+        }
         let unit = &units[idx];
+        kept_results += results_of(unit);
         if unit.tokens <= remaining {
             remaining = remaining.saturating_sub(unit.tokens);
             tail_tokens += unit.tokens;

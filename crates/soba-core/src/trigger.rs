@@ -14,6 +14,7 @@ use crate::capsule::Trigger;
 use crate::config::CompactionConfig;
 use crate::derived::DerivedState;
 use crate::id::EntryId;
+use crate::plan::PostRoi;
 use crate::tokens::TokenCount;
 
 /// The switches that decide whether soft triggers may fire.
@@ -25,6 +26,11 @@ pub struct TriggerConfig {
     pub compact_on_turn_complete: bool,
     /// `compaction.compactOnMilestone` (milestones and plan pivots).
     pub compact_on_milestone: bool,
+    /// `compaction.cacheTtlSeconds` in milliseconds (0: `cache_expired`
+    /// never fires).
+    pub cache_ttl_ms: u64,
+    /// `compaction.compactOnReadCost`: `read_cost` may be chosen.
+    pub compact_on_read_cost: bool,
 }
 
 impl TriggerConfig {
@@ -35,6 +41,8 @@ impl TriggerConfig {
             auto: derived.auto_compact_or(config.auto),
             compact_on_turn_complete: config.compact_on_turn_complete,
             compact_on_milestone: config.compact_on_milestone,
+            cache_ttl_ms: config.cache_ttl_seconds.saturating_mul(1_000),
+            compact_on_read_cost: config.compact_on_read_cost,
         }
     }
 }
@@ -48,6 +56,12 @@ impl TriggerConfig {
 pub struct TurnState {
     /// The turn (its starting real user message) the mark belongs to.
     marked_turn: Option<Option<EntryId>>,
+    /// After a soft capsule the post-generation check rejected: the
+    /// effective tokens the next soft attempt needs (the rejected attempt's
+    /// tokensBefore plus its shortfall), so that a paid-for summary is not
+    /// generated again at nearly the same size. Outlives the turn; cleared
+    /// when a capsule is appended.
+    raised_bar: Option<TokenCount>,
 }
 
 impl TurnState {
@@ -64,6 +78,37 @@ impl TurnState {
         self.marked_turn = Some(turn_start.cloned());
     }
 
+    /// Records a soft capsule the post-generation ROI check rejected
+    /// (`post.ok` false): the soft cap of this turn, and a bar for every
+    /// later soft attempt — effective must grow by at least the shortfall
+    /// (what the capsule missed roiFloor or minSavingsRatio by) first.
+    pub fn mark_soft_rejection(
+        &mut self,
+        turn_start: Option<&EntryId>,
+        post: &PostRoi,
+        budget: &Budget,
+    ) {
+        self.mark_soft_attempt_without_capsule(turn_start);
+        let before = post.tokens_before.get();
+        let by_ratio = budget.min_savings_ratio().mul_ceil(before);
+        let needed = budget.roi_floor().get().max(by_ratio);
+        let reclaimed = u64::try_from(post.reclaimed.max(0)).unwrap_or(0);
+        let shortfall = needed.saturating_sub(reclaimed).max(1);
+        self.raised_bar = Some(TokenCount::new(before.saturating_add(shortfall)));
+    }
+
+    /// Forgets the bar a rejected soft capsule raised: call when a capsule
+    /// is appended.
+    pub fn clear_raised_bar(&mut self) {
+        self.raised_bar = None;
+    }
+
+    /// Returns the effective tokens the next soft attempt needs after a
+    /// rejected soft capsule, if one raised the bar.
+    pub fn raised_bar(&self) -> Option<TokenCount> {
+        self.raised_bar
+    }
+
     /// Returns whether the soft cap is reached in the turn starting at
     /// `turn_start`.
     pub fn is_soft_cap_reached(&self, turn_start: Option<&EntryId>) -> bool {
@@ -75,7 +120,7 @@ impl TurnState {
     /// Forgets a mark left by an earlier turn (call when a turn starts; the
     /// check in [`TurnState::is_soft_cap_reached`] ignores such marks anyway).
     pub fn sync(&mut self, turn_start: Option<&EntryId>) {
-        if !self.is_soft_cap_reached(turn_start) {
+        if self.marked_turn.is_some() && !self.is_soft_cap_reached(turn_start) {
             self.marked_turn = None;
         }
     }
@@ -94,6 +139,9 @@ pub struct PreflightInput<'a> {
     pub derived: &'a DerivedState,
     /// The in-memory soft-cap mark.
     pub turn: &'a TurnState,
+    /// Milliseconds since the previous request was sent, when known (none
+    /// yet in this session: `None`).
+    pub idle_ms: Option<u64>,
 }
 
 /// Why a trigger that fired was not chosen.
@@ -111,6 +159,14 @@ pub enum SkipReason {
     },
     /// A soft attempt of this turn already ended without a capsule.
     SoftCap,
+    /// A soft capsule was rejected after generation, and effective has not
+    /// grown by its shortfall since.
+    BelowRaisedBar {
+        /// Effective tokens.
+        effective: TokenCount,
+        /// The rejected attempt's tokensBefore plus its shortfall.
+        bar: TokenCount,
+    },
     /// A soft capsule was appended this turn and the re-arm rule does not
     /// hold yet: effective must reach max(autoLimit, its tokensAfter +
     /// roiFloor).
@@ -138,6 +194,7 @@ impl SkipReason {
             SkipReason::AutoOff => "auto_off",
             SkipReason::BelowSoftGate { .. } => "below_soft_gate",
             SkipReason::SoftCap => "soft_cap",
+            SkipReason::BelowRaisedBar { .. } => "below_raised_bar",
             SkipReason::NotRearmed { .. } => "not_rearmed",
             SkipReason::Superseded { .. } => "superseded",
         }
@@ -157,6 +214,10 @@ impl fmt::Display for SkipReason {
             SkipReason::SoftCap => {
                 f.write_str("a soft attempt already ended without a capsule this turn")
             }
+            SkipReason::BelowRaisedBar { effective, bar } => write!(
+                f,
+                "effective {effective} < {bar} needed after a rejected soft capsule"
+            ),
             SkipReason::NotRearmed {
                 effective,
                 needed,
@@ -222,17 +283,22 @@ pub fn choose_trigger(input: &PreflightInput<'_>) -> TriggerDecision {
     if input.config.compact_on_turn_complete && input.derived.turn_complete.is_some() {
         fired.push(Trigger::TurnComplete);
     }
+    let ttl = input.config.cache_ttl_ms;
+    if ttl > 0 && input.idle_ms.is_some_and(|idle| idle > ttl) {
+        fired.push(Trigger::CacheExpired);
+    }
     if input.effective >= input.budget.auto_limit() {
         fired.push(Trigger::AutoThreshold);
     }
 
-    let soft_block = soft_block(input);
+    let blocked_soft = soft_block(input, false);
+    let blocked_expired = soft_block(input, true);
     let mut decision = TriggerDecision::default();
     for trigger in fired {
-        let blocked = if trigger.is_soft() {
-            soft_block.clone()
-        } else {
-            None
+        let blocked = match trigger {
+            Trigger::CacheExpired => blocked_expired.clone(),
+            trigger if trigger.is_soft() => blocked_soft.clone(),
+            _ => None,
         };
         match (blocked, decision.chosen) {
             (Some(reason), _) => decision.not_chosen.push(NotChosen { trigger, reason }),
@@ -243,12 +309,22 @@ pub fn choose_trigger(input: &PreflightInput<'_>) -> TriggerDecision {
             (None, None) => decision.chosen = Some(trigger),
         }
     }
+    // `read_cost` is a standing candidate above softGate, not an event: it
+    // is chosen only when nothing else is, and never recorded as skipped
+    // (that would be every request). The planner's pays_off decides it.
+    if decision.chosen.is_none() && input.config.compact_on_read_cost && blocked_expired.is_none() {
+        decision.chosen = Some(Trigger::ReadCost);
+    }
     decision
 }
 
 /// Returns why no soft trigger may be chosen at this preflight, if so; the
-/// same reason holds for every soft trigger.
-fn soft_block(input: &PreflightInput<'_>) -> Option<SkipReason> {
+/// same reason holds for every soft trigger, except that `cache_expired`
+/// and `read_cost` are exempt from the re-arm rule: the rule keeps a turn
+/// from paying for a second rewrite of its prompt soon after a soft
+/// capsule; after an expiry that rewrite happens whatever the policy does,
+/// and `read_cost` fires only when the rewrite is paid back.
+fn soft_block(input: &PreflightInput<'_>, cache_expired: bool) -> Option<SkipReason> {
     let budget = input.budget;
     if !input.config.auto {
         return Some(SkipReason::AutoOff);
@@ -265,7 +341,17 @@ fn soft_block(input: &PreflightInput<'_>) -> Option<SkipReason> {
     {
         return Some(SkipReason::SoftCap);
     }
-    if let Some(capsule) = input.derived.latest_soft_capsule() {
+    if let Some(bar) = input.turn.raised_bar()
+        && input.effective < bar
+    {
+        return Some(SkipReason::BelowRaisedBar {
+            effective: input.effective,
+            bar,
+        });
+    }
+    if let Some(capsule) = input.derived.latest_soft_capsule()
+        && !cache_expired
+    {
         let needed = budget
             .auto_limit()
             .max(capsule.tokens_after + budget.roi_floor());
@@ -305,10 +391,23 @@ mod tests {
         auto: true,
         compact_on_turn_complete: true,
         compact_on_milestone: true,
+        cache_ttl_ms: 300_000,
+        compact_on_read_cost: false,
     };
 
     fn check(
         effective: u64,
+        config: TriggerConfig,
+        derived: &DerivedState,
+        turn: &TurnState,
+        expected: (Option<Trigger>, &[(Trigger, &str)]),
+    ) {
+        check_idle(effective, None, config, derived, turn, expected);
+    }
+
+    fn check_idle(
+        effective: u64,
+        idle_ms: Option<u64>,
         config: TriggerConfig,
         derived: &DerivedState,
         turn: &TurnState,
@@ -321,6 +420,7 @@ mod tests {
             config,
             derived,
             turn,
+            idle_ms,
         });
         let not_chosen: Vec<(Trigger, String)> = decision
             .not_chosen
@@ -578,6 +678,7 @@ mod tests {
             config: ON,
             derived: &derived,
             turn: &TurnState::new(),
+            idle_ms: None,
         });
         assert_eq!(
             decision.not_chosen[0].reason.to_string(),
@@ -586,5 +687,137 @@ mod tests {
                 id(2)
             )
         );
+    }
+
+    fn soft_capsule_at(tokens_after: u64) -> DerivedState {
+        DerivedState {
+            turn_start: Some(id(1)),
+            turn_soft_capsules: vec![SoftCapsule {
+                entry_id: id(2),
+                trigger: Trigger::AutoThreshold,
+                tokens_after: TokenCount::new(tokens_after),
+            }],
+            ..DerivedState::default()
+        }
+    }
+
+    #[test]
+    fn an_idle_gap_beyond_the_cache_lifetime_fires_cache_expired() {
+        let none = DerivedState::default();
+        let turn = TurnState::new();
+        check_idle(
+            40_000,
+            Some(300_001),
+            ON,
+            &none,
+            &turn,
+            (Some(Trigger::CacheExpired), &[]),
+        );
+        check_idle(40_000, Some(300_000), ON, &none, &turn, (None, &[]));
+        check_idle(40_000, None, ON, &none, &turn, (None, &[]));
+        let off = TriggerConfig {
+            cache_ttl_ms: 0,
+            ..ON
+        };
+        check_idle(40_000, Some(10_000_000), off, &none, &turn, (None, &[]));
+        check_idle(
+            31_999,
+            Some(300_001),
+            ON,
+            &none,
+            &turn,
+            (None, &[(Trigger::CacheExpired, "below_soft_gate")]),
+        );
+        // Exempt from the re-arm rule (87,000 needed), not from the soft cap.
+        let rearm = soft_capsule_at(75_000);
+        check_idle(
+            40_000,
+            Some(300_001),
+            ON,
+            &rearm,
+            &turn,
+            (Some(Trigger::CacheExpired), &[]),
+        );
+        let mut capped = TurnState::new();
+        capped.mark_soft_attempt_without_capsule(Some(&id(1)));
+        check_idle(
+            40_000,
+            Some(300_001),
+            ON,
+            &rearm,
+            &capped,
+            (None, &[(Trigger::CacheExpired, "soft_cap")]),
+        );
+    }
+
+    #[test]
+    fn read_cost_is_a_silent_standing_candidate_above_the_soft_gate() {
+        let with = TriggerConfig {
+            compact_on_read_cost: true,
+            ..ON
+        };
+        let none = DerivedState::default();
+        let turn = TurnState::new();
+        check(40_000, with, &none, &turn, (Some(Trigger::ReadCost), &[]));
+        check(31_999, with, &none, &turn, (None, &[]));
+        // Exempt from the re-arm rule; any event trigger goes first.
+        check(
+            40_000,
+            with,
+            &soft_capsule_at(30_000),
+            &turn,
+            (Some(Trigger::ReadCost), &[]),
+        );
+        check(
+            80_000,
+            with,
+            &none,
+            &turn,
+            (Some(Trigger::AutoThreshold), &[]),
+        );
+        let off = TriggerConfig {
+            auto: false,
+            ..with
+        };
+        check(40_000, off, &none, &turn, (None, &[]));
+    }
+
+    #[test]
+    fn a_rejected_soft_capsule_raises_the_bar_by_its_shortfall() {
+        let budget = budget();
+        let mut turn = TurnState::new();
+        // 50,000 before, 40,000 after: reclaimed 10,000 < roiFloor 12,000
+        // and < 25 % (12,500): the shortfall is 2,500.
+        let post = crate::plan::post_roi(
+            Trigger::AutoThreshold,
+            TokenCount::new(50_000),
+            TokenCount::new(40_000),
+            &budget,
+        );
+        assert!(!post.ok);
+        turn.mark_soft_rejection(Some(&id(1)), &post, &budget);
+        assert_eq!(turn.raised_bar(), Some(TokenCount::new(52_500)));
+        // The next turn: the soft cap is gone, the bar is not.
+        let next = DerivedState {
+            turn_start: Some(id(9)),
+            ..DerivedState::default()
+        };
+        turn.sync(Some(&id(9)));
+        let with = TriggerConfig {
+            compact_on_read_cost: true,
+            ..ON
+        };
+        check(52_499, with, &next, &turn, (None, &[]));
+        check(52_500, with, &next, &turn, (Some(Trigger::ReadCost), &[]));
+        check_idle(
+            52_499,
+            Some(300_001),
+            with,
+            &next,
+            &turn,
+            (None, &[(Trigger::CacheExpired, "below_raised_bar")]),
+        );
+        turn.clear_raised_bar();
+        check(40_000, with, &next, &turn, (Some(Trigger::ReadCost), &[]));
     }
 }

@@ -23,11 +23,12 @@ fn session(dir: &std::path::Path) -> SessionCore {
         encoding: Encoding::O200kBase,
         seed: Factor::new(1.0),
     };
-    // No working-set cap and no turn_complete intent: a 200,000-token
+    // No working-set cap, no turn_complete intent and no read_cost: a 200,000-token
     // session is far below every limit, so the preflight has nothing to do.
     let compaction = CompactionConfig {
         max_working_set_tokens: None,
         compact_on_turn_complete: false,
+        compact_on_read_cost: false,
         ..CompactionConfig::default()
     };
     let config = SessionConfig {

@@ -280,6 +280,11 @@ impl BarrierContext {
                 before,
                 core.budget().roi_floor()
             );
+            if trigger.is_soft() {
+                let budget = *core.budget();
+                core.turn
+                    .mark_soft_rejection(snapshot.turn_start.as_ref(), &post, &budget);
+            }
             return Ok(self.finish(
                 &mut core,
                 &snapshot,
@@ -337,6 +342,9 @@ impl BarrierContext {
         if trigger.is_soft() && end.outcome != Outcome::Completed {
             core.turn
                 .mark_soft_attempt_without_capsule(snapshot.turn_start.as_ref());
+        }
+        if end.outcome == Outcome::Completed {
+            core.turn.clear_raised_bar();
         }
         let mut record = self.flight_record(
             core,
@@ -435,12 +443,14 @@ impl BarrierContext {
             ),
             None => {
                 let config = TriggerConfig::resolve(&core.config().compaction, &derived);
+                let idle_ms = core.idle_ms(&(self.clock)());
                 let decision = trigger::choose_trigger(&PreflightInput {
                     effective,
                     budget: core.budget(),
                     config,
                     derived: &derived,
                     turn: &core.turn,
+                    idle_ms,
                 });
                 for skipped in &decision.not_chosen {
                     let mut record = self.flight_record(
@@ -494,6 +504,9 @@ impl BarrierContext {
         };
         let planned = match plan::plan(core.live(), &request) {
             Ok(planned) => planned,
+            // `read_cost` is a standing candidate: a plan that does not
+            // work, is skipped or does not pay is no attempt and no record.
+            Err(_) if chosen == Trigger::ReadCost => return Ok(Err(Preflight::Proceed)),
             Err(err) => {
                 let end = CompactionEnd {
                     operation_id: (self.operation_ids)(),
@@ -522,6 +535,13 @@ impl BarrierContext {
                 return Ok(Err(Preflight::EndTurn(end)));
             }
         };
+        if chosen == Trigger::ReadCost {
+            let growth = derived.growth_per_request(effective);
+            let pays = growth.is_some_and(|growth| plan::pays_off(&planned, growth));
+            if planned.skip.is_some() || !pays {
+                return Ok(Err(Preflight::Proceed));
+            }
+        }
         if let Some(skip) = planned.skip {
             let mut record =
                 self.flight_record(core, Some(chosen), FlightLevel::Compaction, effective);

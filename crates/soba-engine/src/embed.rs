@@ -685,7 +685,7 @@ impl Engine {
                 compaction: compaction.map(Box::new),
             });
         }
-        let core = self.core.lock().await;
+        let mut core = self.core.lock().await;
         let measurement = core.measure();
         let hard_limit = core.budget().hard_limit();
         if measurement.tokens > hard_limit {
@@ -695,6 +695,7 @@ impl Engine {
             });
         }
         let request = build_request(&core, &self.provider_model, &self.tools);
+        core.last_request_at = Some((self.barrier.clock)());
         self.state().last_local = Some(core.live().total_tokens().get());
         Ok(Prepared {
             request,

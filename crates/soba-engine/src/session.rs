@@ -22,7 +22,7 @@ use soba_core::id::ShortIds;
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::tokens::BpeCounter;
 use soba_core::trigger::TurnState;
-use soba_core::{Encoding, Entry, EntryBody, EntryId, Message, TokenCount, TokenCounter};
+use soba_core::{Encoding, Entry, EntryBody, EntryId, Message, Role, TokenCount, TokenCounter};
 use soba_store::flight::{FlightAppender, FlightRecord, flight_path};
 use soba_store::log::{SessionHeader, SessionWriter, WriterOptions};
 use soba_store::reader::{SessionLog, read_log};
@@ -102,6 +102,9 @@ pub struct SessionCore {
     pub turn: TurnState,
     /// The turn (its starting user message) in which hygiene was considered.
     pub hygiene_considered: Option<Option<EntryId>>,
+    /// When the latest request of this process was prepared (RFC 3339),
+    /// for the idle gap the `cache_expired` trigger reads.
+    pub last_request_at: Option<String>,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -185,6 +188,7 @@ impl SessionCore {
             observer: None,
             turn: TurnState::new(),
             hygiene_considered: None,
+            last_request_at: None,
         };
         core.load(stretch);
         Ok(core)
@@ -407,6 +411,28 @@ impl SessionCore {
     /// Returns the calibration factor of the active model on the path.
     pub fn factor(&self) -> Factor {
         self.calibration.factor
+    }
+
+    /// Returns the milliseconds from the previous request to `now` (RFC
+    /// 3339): the latest request prepared in this process, else (a resumed
+    /// session) the newest assistant message on the path. `None` when
+    /// neither is known or a time does not parse.
+    pub fn idle_ms(&self, now: &str) -> Option<u64> {
+        let previous = match &self.last_request_at {
+            Some(at) => at.clone(),
+            None => self.path.iter().rev().find_map(|entry| match &entry.body {
+                EntryBody::Message(message) if message.message.role == Role::Assistant => {
+                    Some(entry.timestamp.clone())
+                }
+                _ => None,
+            })?,
+        };
+        let previous = previous.parse::<jiff::Timestamp>().ok()?;
+        let now = now.parse::<jiff::Timestamp>().ok()?;
+        let ms = now
+            .as_millisecond()
+            .saturating_sub(previous.as_millisecond());
+        u64::try_from(ms).ok()
     }
 
     /// Measures effective tokens now (SPEC §4.2).

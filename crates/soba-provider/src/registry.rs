@@ -93,8 +93,11 @@ pub const BUILTIN_MODELS: &[BuiltinModel] = &[
     model("openai", "o4-mini", 200_000, 100_000),
     model("anthropic", "claude-opus-4-5", 200_000, 64_000),
     model("anthropic", "claude-opus-4-1", 200_000, 32_000),
-    // platform.claude.com/docs/models/sonnet-4-6: 1M window, 128K output.
-    model("anthropic", "claude-sonnet-4-6", 1_000_000, 128_000),
+    // Claude 4.x: the standard window is 200K. The 1M window is an opt-in
+    // beta a user must declare (`models."anthropic/claude-sonnet-4-6"
+    // .contextWindow`); Claude Code sessions on this model compact near
+    // 167K, which only a 200K window explains.
+    model("anthropic", "claude-sonnet-4-6", 200_000, 128_000),
     model("anthropic", "claude-sonnet-4-5", 200_000, 64_000),
     model("anthropic", "claude-sonnet-4", 200_000, 64_000),
     model("anthropic", "claude-haiku-4-5", 200_000, 64_000),

@@ -123,6 +123,9 @@ fn calibration_table(report: &ReplayReport) -> String {
             )),
             (None, None) => out.push_str(&format!("  {}\n", trace.trace)),
         }
+        for warning in &trace.warnings {
+            out.push_str(&format!("    warning: {warning}\n"));
+        }
     }
     out
 }

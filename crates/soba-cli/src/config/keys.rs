@@ -318,6 +318,13 @@ pub const KEYS: &[KeySpec] = &[
         "Milestone and plan-pivot checkpoints leave an intent for the next preflight.",
     ),
     key(
+        "compaction.compactOnReadCost",
+        ValueType::Bool,
+        "true",
+        true,
+        "Above softGate, compact (read_cost) once carrying the reclaimable tokens costs more in cache reads, at the input's growth rate, than the compaction.",
+    ),
+    key(
         "compaction.minTokensForAutoCompact",
         TOKENS,
         "32000",
@@ -344,6 +351,20 @@ pub const KEYS: &[KeySpec] = &[
         "20000",
         true,
         "The verbatim tail kept after a capsule, in tokens (at least 256).",
+    ),
+    key(
+        "compaction.keepRecentResults",
+        TOKENS,
+        "5",
+        true,
+        "The verbatim tail may stop before keepRecentTokens once it holds this many tool results (0: by tokens alone).",
+    ),
+    key(
+        "compaction.cacheTtlSeconds",
+        TOKENS,
+        "300",
+        true,
+        "The provider's prompt-cache lifetime: after a longer idle gap, a cache_expired compaction runs at softGate, since the prompt is written again anyway (0: off).",
     ),
     alias(
         "compaction.retentionBudgetTokens",

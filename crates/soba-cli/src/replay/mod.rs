@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use soba_core::budget::Budget;
 use soba_core::capsule::Trigger;
 use soba_core::config::CompactionConfig;
+use soba_core::tokens::group_thousands;
 use soba_core::{EntryBody, TokenCount, TokenCounter};
 use soba_provider::registry::ModelRegistry;
 use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
@@ -289,10 +290,58 @@ pub fn replay_session(
         policies: output.recorders.iter().map(|r| r.stats.clone()).collect(),
         series: output.recorders.into_iter().map(|r| r.series).collect(),
         skipped: None,
+        warnings: options
+            .window
+            .is_none()
+            .then(|| window_warning(&trace))
+            .flatten()
+            .into_iter()
+            .collect(),
     };
     Ok(TraceOutcome {
         report,
         real_summaries,
+    })
+}
+
+/// Standard context windows, smallest first, for the window a recorded
+/// compaction implies.
+const STANDARD_WINDOWS: [u64; 7] = [
+    32_768, 128_000, 200_000, 256_000, 272_000, 400_000, 1_000_000,
+];
+
+/// Returns a warning when the trace records a compaction far below the
+/// window in use (under half of it): the agent ran with a smaller window,
+/// so the replay's peers would compact too late. The implied window is
+/// the smallest standard one the largest recorded request before a
+/// compaction fits in at 85 % (agents compact near 80–90 %).
+fn window_warning(trace: &Trace) -> Option<String> {
+    let before: u64 = trace
+        .compaction_entries
+        .iter()
+        .filter_map(|&at| {
+            trace
+                .steps
+                .iter()
+                .rev()
+                .find(|step| step.response.end <= at)
+                .and_then(|step| step.usage)
+                .map(|usage| usage.prompt())
+        })
+        .max()?;
+    if before == 0 || before.saturating_mul(2) >= trace.window {
+        return None;
+    }
+    let implied = STANDARD_WINDOWS
+        .into_iter()
+        .find(|&window| before.saturating_mul(100) <= window.saturating_mul(85))?;
+    (implied < trace.window).then(|| {
+        format!(
+            "the trace records a compaction at {} tokens, far below the window {} in use; it implies --window {}",
+            group_thousands(before),
+            group_thousands(trace.window),
+            group_thousands(implied)
+        )
     })
 }
 

@@ -360,7 +360,7 @@ impl PeerRunner {
             let text = Arc::new(ctx.index.text_item(&message_text(&message)));
             self.items[idx] = Item::text(PRUNED_KEY | source as u64, tokens, text, Some(source));
         }
-        self.recorder.stats.hygiene_passes += 1;
+        self.recorder.hygiene();
         true
     }
 

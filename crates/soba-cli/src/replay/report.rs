@@ -38,6 +38,14 @@ pub struct PolicyStats {
     pub rejected_capsules: u64,
     /// Free pruning passes applied (SOBA hygiene, OpenCode prune).
     pub hygiene_passes: u64,
+    /// Prompt tokens read from the cache (the common prefix with the
+    /// previous request), over every request.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens not read from the cache (written to it, or uncached),
+    /// by why the prefix broke: see [`WriteCause`].
+    pub cache_write_tokens: [u64; 4],
+    /// Billed-equivalent tokens of the summarizer attempts alone.
+    pub summarizer_billed: f64,
     /// Requests graded by the probes.
     pub graded: u64,
     /// The sum of graded requests' scores.
@@ -94,6 +102,15 @@ impl PolicyStats {
         self.summarizer_calls += other.summarizer_calls;
         self.rejected_capsules += other.rejected_capsules;
         self.hygiene_passes += other.hygiene_passes;
+        self.cache_read_tokens += other.cache_read_tokens;
+        for (total, more) in self
+            .cache_write_tokens
+            .iter_mut()
+            .zip(other.cache_write_tokens)
+        {
+            *total += more;
+        }
+        self.summarizer_billed += other.summarizer_billed;
         self.graded += other.graded;
         self.recall_sum += other.recall_sum;
         self.recall_min = match (self.recall_min, other.recall_min) {
@@ -148,8 +165,52 @@ impl PolicyStats {
             "summarizerCalls": self.summarizer_calls,
             "rejectedCapsules": self.rejected_capsules,
             "hygienePasses": self.hygiene_passes,
+            "cache": {
+                "readTokens": self.cache_read_tokens,
+                "writeTokens": self.cache_write_tokens.iter().sum::<u64>(),
+                "writeTokensBy": WriteCause::ALL.iter().map(|cause| {
+                    (cause.as_str().to_owned(), json!(self.cache_write_tokens[*cause as usize]))
+                }).collect::<Map<String, Value>>(),
+            },
+            "summarizerBilledTokens": self.summarizer_billed.round() as u64,
             "probes": probes,
         })
+    }
+}
+
+/// Why a request's prompt was not read from the cache past some point:
+/// the split of [`PolicyStats::cache_write_tokens`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteCause {
+    /// The policy compacted before this request.
+    AfterCompaction = 0,
+    /// The policy pruned (SOBA hygiene, OpenCode prune) before it.
+    AfterHygiene = 1,
+    /// The cache lifetime ran out since the previous request: the whole
+    /// prompt is written whatever the policy does.
+    AtExpiry = 2,
+    /// New messages appended to an unchanged prefix, the first request,
+    /// and anything else.
+    Other = 3,
+}
+
+impl WriteCause {
+    /// Every cause, in the order of the `--json` object.
+    pub const ALL: [WriteCause; 4] = [
+        WriteCause::AfterCompaction,
+        WriteCause::AfterHygiene,
+        WriteCause::AtExpiry,
+        WriteCause::Other,
+    ];
+
+    /// Returns the `--json` key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteCause::AfterCompaction => "afterCompaction",
+            WriteCause::AfterHygiene => "afterHygiene",
+            WriteCause::AtExpiry => "atExpiry",
+            WriteCause::Other => "other",
+        }
     }
 }
 
@@ -202,6 +263,9 @@ pub struct TraceReport {
     pub series: Vec<Series>,
     /// Why the trace was skipped, if it was.
     pub skipped: Option<String>,
+    /// What the user should know about how it was replayed (e.g. a
+    /// recorded compaction that implies another window).
+    pub warnings: Vec<String>,
 }
 
 impl TraceReport {
@@ -247,6 +311,7 @@ impl TraceReport {
                 "samples": c.samples,
                 "source": c.source.as_str(),
             })).collect::<Vec<_>>(),
+            "warnings": self.warnings,
             "policies": self.policies.iter().map(PolicyStats::to_json).collect::<Vec<_>>(),
         })
     }

@@ -21,7 +21,7 @@ use soba_core::{Block, Entry, EntryBody, EntryId, Role, TokenCount, TokenCounter
 
 use super::cost::{CostModel, PrefixMessage, common_prefix_local};
 use super::probe::{Item, ProbeIndex, TextItem};
-use super::report::{PolicyStats, Series};
+use super::report::{PolicyStats, Series, WriteCause};
 use super::trace::Trace;
 
 /// Keys of synthetic items (summaries, attachments, truncated messages).
@@ -64,6 +64,8 @@ pub(crate) struct Ctx<'a> {
     pub reads: Vec<FileRead>,
     /// Per step: whether the cache expired since the previous request.
     pub expired: Vec<bool>,
+    /// Per step: milliseconds since the previous recorded request.
+    pub idle_ms: Vec<Option<u64>>,
     summarizer_counts: RefCell<HashMap<u64, u64>>,
     next_key: Cell<u64>,
 }
@@ -127,9 +129,14 @@ impl<'a> Ctx<'a> {
             }
         }
         let mut expired = Vec::with_capacity(trace.steps.len());
+        let mut idle_ms = Vec::with_capacity(trace.steps.len());
         let mut previous: Option<i64> = None;
         for step in &trace.steps {
             expired.push(cost.expired(previous, step.time_ms));
+            idle_ms.push(match (previous, step.time_ms) {
+                (Some(previous), Some(now)) => u64::try_from(now - previous).ok(),
+                _ => None,
+            });
             if step.time_ms.is_some() {
                 previous = step.time_ms;
             }
@@ -144,6 +151,7 @@ impl<'a> Ctx<'a> {
             is_real_user,
             reads,
             expired,
+            idle_ms,
             summarizer_counts: RefCell::new(HashMap::new()),
             next_key: Cell::new(0),
         }
@@ -257,6 +265,8 @@ pub(crate) struct Recorder {
     pub stats: PolicyStats,
     pub series: Series,
     previous: Option<(u64, Vec<PrefixMessage>, String)>,
+    /// What the policy did since its last request, for the write split.
+    cause: Option<WriteCause>,
 }
 
 impl Recorder {
@@ -270,6 +280,7 @@ impl Recorder {
                 compactions: Vec::new(),
             },
             previous: None,
+            cause: None,
         }
     }
 
@@ -314,6 +325,14 @@ impl Recorder {
             ctx.calibrated(step, prefix_local).min(prompt)
         };
         self.stats.billed_equivalent_tokens += ctx.cost.request(prompt, prefix);
+        let cause = if expired {
+            WriteCause::AtExpiry
+        } else {
+            self.cause.unwrap_or(WriteCause::Other)
+        };
+        self.cause = None;
+        self.stats.cache_read_tokens += prefix;
+        self.stats.cache_write_tokens[cause as usize] += prompt - prefix;
         self.stats.add_request(prompt);
         if prompt > ctx.trace.window {
             self.stats.over_window += 1;
@@ -334,12 +353,23 @@ impl Recorder {
         self.stats.summarizer_calls += 1;
         self.stats.summarizer_input_tokens += input;
         self.stats.summarizer_output_tokens += output;
-        self.stats.billed_equivalent_tokens += ctx.cost.summarizer(input, output);
+        let billed = ctx.cost.summarizer(input, output);
+        self.stats.billed_equivalent_tokens += billed;
+        self.stats.summarizer_billed += billed;
+    }
+
+    /// Records a pruning pass (SOBA hygiene, OpenCode prune).
+    pub fn hygiene(&mut self) {
+        self.stats.hygiene_passes += 1;
+        if self.cause.is_none() {
+            self.cause = Some(WriteCause::AfterHygiene);
+        }
     }
 
     /// Records a compaction at `step`.
     pub fn compaction(&mut self, step: usize) {
         self.stats.compactions += 1;
+        self.cause = Some(WriteCause::AfterCompaction);
         if self.series.compactions.last() != Some(&step) {
             self.series.compactions.push(step);
         }
@@ -509,6 +539,27 @@ mod tests {
         turns(&mut script);
         let (billed, sizes) = billed(&script, PolicyKind::None);
         let expected: f64 = sizes.iter().map(|&size| size as f64 * 1.25).sum();
+        assert!((billed - expected).abs() < 1e-6, "{billed} != {expected}");
+    }
+
+    #[test]
+    fn the_cache_lifetime_runs_from_request_to_request() {
+        // Responses 200 s apart never expire the cache by their own times,
+        // but the request of step 2 (its tool result, at 390 s) comes 380 s
+        // after step 1's (at 10 s): a long generation in between.
+        let mut script = Script::new();
+        script.step_ms = 200_000;
+        script.user("task", 500);
+        let first = script.read("src/a.rs", 1_000);
+        let second = script.read("src/b.rs", 1_000);
+        script.answer("ok");
+        script.stamp(first, 10_000);
+        script.stamp(second, 390_000);
+        let (billed, sizes) = billed(&script, PolicyKind::None);
+        let expected = sizes[0] as f64 * 1.25
+            + sizes[0] as f64 * 0.1
+            + (sizes[1] - sizes[0]) as f64 * 1.25
+            + sizes[2] as f64 * 1.25;
         assert!((billed - expected).abs() < 1e-6, "{billed} != {expected}");
     }
 

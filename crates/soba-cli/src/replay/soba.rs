@@ -48,6 +48,10 @@ pub(crate) struct SobaRunner {
     texts: HashMap<u64, Arc<TextItem>>,
     items: Vec<Item>,
     recorder: Recorder,
+    /// Local tokens of the `system`-role entries recorded so far: they are
+    /// part of message 0 of every request (not of SOBA's path), so the
+    /// preflight adds them to what it measures.
+    system_local: u64,
 }
 
 impl SobaRunner {
@@ -77,6 +81,7 @@ impl SobaRunner {
             texts: HashMap::new(),
             items: Vec::new(),
             recorder: Recorder::new("soba", ctx.trace.steps.len()),
+            system_local: 0,
         }
     }
 
@@ -102,7 +107,8 @@ impl SobaRunner {
     /// Returns effective tokens: the calibrated local count of the whole
     /// input, the fitted overhead folded into the system prompt's count.
     fn effective(&self) -> TokenCount {
-        self.factor.apply(self.live.total_tokens())
+        self.factor
+            .apply(self.live.total_tokens() + TokenCount::new(self.system_local))
     }
 
     /// Runs hygiene when due (SPEC §8.1): once per turn, at the first
@@ -117,7 +123,7 @@ impl SobaRunner {
         if let HygieneDecision::Apply(pass) = hygiene::plan_hygiene(&self.live, effective, &config)
         {
             self.push(pass.entry_body(), IdKind::Entry);
-            self.recorder.stats.hygiene_passes += 1;
+            self.recorder.hygiene();
         }
     }
 
@@ -129,6 +135,7 @@ impl SobaRunner {
         chosen: Trigger,
         effective: TokenCount,
         turn_start: &Option<EntryId>,
+        derived_growth: Option<TokenCount>,
     ) {
         let counter = ctx.counter();
         let cwd = ctx.trace.cwd.as_deref();
@@ -168,6 +175,7 @@ impl SobaRunner {
         };
         let planned = match plan::plan(&self.live, &request) {
             Ok(planned) => planned,
+            Err(_) if chosen == Trigger::ReadCost => return,
             Err(_) => {
                 // Fail-closed: a soft trigger proceeds without compacting; a
                 // forced one leaves the input over hardLimit, and the
@@ -181,6 +189,11 @@ impl SobaRunner {
         };
         if planned.skip.is_some() {
             return; // nothing to compact, or a pre-ROI skip: not an attempt
+        }
+        if chosen == Trigger::ReadCost
+            && !derived_growth.is_some_and(|growth| plan::pays_off(&planned, growth))
+        {
+            return; // carrying the span is still cheaper: not an attempt
         }
         let span_ids: HashSet<&EntryId> = planned.span_entry_ids.iter().collect();
         let span: Vec<Entry> = self
@@ -258,14 +271,19 @@ impl SobaRunner {
             body: EntryBody::Capsule(Box::new(capsule)),
         });
         // tokensAfter, measured exactly on the input the capsule gives.
-        let after = self
-            .factor
-            .apply(LiveInput::build(self.setup.clone(), &self.path).total_tokens());
+        let after = self.factor.apply(
+            LiveInput::build(self.setup.clone(), &self.path).total_tokens()
+                + TokenCount::new(self.system_local),
+        );
         let post = plan::post_roi(chosen, effective, after, &self.budget);
         if !post.ok || after > self.budget.hard_limit() {
             self.path.pop();
             if !post.ok {
                 self.recorder.stats.rejected_capsules += 1;
+                if chosen.is_soft() {
+                    self.turn
+                        .mark_soft_rejection(turn_start.as_ref(), &post, &self.budget);
+                }
             }
             if chosen.is_soft() {
                 self.turn
@@ -282,6 +300,7 @@ impl SobaRunner {
         }
         self.trace_idx.push(None);
         self.live.extend(&self.path);
+        self.turn.clear_raised_bar();
         self.capsule_keys.insert(capsule_id, ctx.fresh_key());
         self.recorder.compaction(step);
     }
@@ -366,6 +385,7 @@ impl Runner for SobaRunner {
     }
 
     fn preflight(&mut self, ctx: &Ctx<'_>, step: usize, message0: Message0) {
+        self.system_local = message0.local.saturating_sub(ctx.trace.fixed_local);
         self.live.extend(&self.path);
         let derived = DerivedState::from_path(&self.path);
         let turn_start = derived.turn_start.clone();
@@ -373,15 +393,23 @@ impl Runner for SobaRunner {
         let effective = self.effective();
         self.hygiene(effective, &turn_start);
         let effective = self.effective();
+        let mut config = TriggerConfig::resolve(&self.config, &derived);
+        if config.cache_ttl_ms > 0 {
+            // The provider's cache lifetime is the one the replay prices
+            // by (`--cache-ttl`); cacheTtlSeconds 0 still turns it off.
+            config.cache_ttl_ms = u64::try_from(ctx.cost.ttl_ms).unwrap_or(0);
+        }
         let decision = trigger::choose_trigger(&PreflightInput {
             effective,
             budget: &self.budget,
-            config: TriggerConfig::resolve(&self.config, &derived),
+            config,
             derived: &derived,
             turn: &self.turn,
+            idle_ms: ctx.idle_ms.get(step).copied().flatten(),
         });
         if let Some(chosen) = decision.chosen {
-            self.compact(ctx, step, chosen, effective, &turn_start);
+            let growth = derived.growth_per_request(effective);
+            self.compact(ctx, step, chosen, effective, &turn_start, growth);
         }
         self.refresh_items(ctx);
         let effective = self.effective();
@@ -443,7 +471,11 @@ mod tests {
         script.answer("done");
         let trace = script.trace(100_000, 10_000);
         let at = first_step_at(&trace, 65_446).unwrap();
-        let no_hygiene = config(&[("minHygieneTokens", json!(1_000_000))]);
+        let no_hygiene = config(&[
+            ("minHygieneTokens", json!(1_000_000)),
+            ("compactOnReadCost", json!(false)),
+            ("keepRecentResults", json!(0)),
+        ]);
         with_run(&trace, &soba(), &no_hygiene, |_, _, out| {
             let recorder = &out.recorders[0];
             assert_eq!(recorder.series.compactions[0], at);
@@ -458,6 +490,136 @@ mod tests {
             assert!(recorder.stats.peak_input_tokens < 65_446 + 2_014);
             assert!(recorder.stats.compactions >= 2);
             assert_eq!(recorder.stats.summarizer_calls, recorder.stats.compactions);
+        });
+    }
+
+    /// One long turn of 2,000-token reads: what the soba policy pays and
+    /// where it compacts first.
+    fn long_turn(sets: &[(&str, serde_json::Value)]) -> (f64, usize, u64, f64) {
+        let mut script = Script::new();
+        script.user("task", 1_000);
+        for i in 0..60 {
+            script.read(&format!("src/f{}.rs", i % 8), 2_000);
+        }
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let mut all = vec![("minHygieneTokens", json!(1_000_000))];
+        all.extend(sets.iter().cloned());
+        with_run(&trace, &soba(), &config(&all), |_, _, out| {
+            let recorder = &out.recorders[0];
+            assert_eq!(recorder.stats.rejected_capsules, 0);
+            (
+                recorder.stats.billed_equivalent_tokens,
+                recorder.series.compactions[0],
+                recorder.stats.peak_input_tokens,
+                recorder.stats.recall_mean().unwrap_or(0.0),
+            )
+        })
+    }
+
+    #[test]
+    fn read_cost_compacts_before_auto_limit_once_it_pays_and_costs_less() {
+        let (off, at_auto, _, _) = long_turn(&[("compactOnReadCost", json!(false))]);
+        let (on, at_cost, peak, recall) = long_turn(&[]);
+        // √(2 × 2,014 × cost / 0.1) with a ~5,000-token capsule and tail
+        // is reached near 40,000 tokens, well before autoLimit 65,446.
+        assert!(at_cost < at_auto, "{at_cost} !< {at_auto}");
+        assert!(on < off * 0.9, "{on} !< 0.9 × {off}");
+        assert!(peak < 65_446);
+        assert!(recall > 0.99, "{recall}");
+    }
+
+    #[test]
+    fn the_tail_stops_at_the_newest_results_it_must_keep() {
+        let tail_after = |results: u64| {
+            let mut script = Script::new();
+            script.user("task", 1_000);
+            for i in 0..70 {
+                script.read(&format!("src/f{}.rs", i % 8), 1_000);
+            }
+            script.answer("done");
+            let trace = script.trace(100_000, 10_000);
+            let sets = config(&[
+                ("minHygieneTokens", json!(1_000_000)),
+                ("compactOnReadCost", json!(false)),
+                ("keepRecentResults", json!(results)),
+            ]);
+            with_run(&trace, &soba(), &sets, |_, _, out| {
+                let recorder = &out.recorders[0];
+                let at = recorder.series.compactions[0];
+                (
+                    recorder.series.tokens[at].unwrap(),
+                    recorder.stats.probe_mean(4).unwrap(),
+                )
+            })
+        };
+        let (by_tokens, recent_by_tokens) = tail_after(0);
+        let (by_results, recent_by_results) = tail_after(5);
+        // Five 1,014-token units instead of ~19 under keepRecent 20,000.
+        assert!(
+            by_results + 10_000 < by_tokens,
+            "{by_results} vs {by_tokens}"
+        );
+        assert_eq!(recent_by_tokens, 1.0);
+        assert_eq!(recent_by_results, 1.0);
+    }
+
+    #[test]
+    fn an_expired_cache_compacts_at_the_soft_gate() {
+        let run = |gap_ms: i64| {
+            let mut script = Script::new();
+            script.step_ms = 10_000;
+            script.user("task", 1_000);
+            let mut last = 0;
+            for i in 0..20 {
+                last = script.read(&format!("src/f{}.rs", i % 8), 2_000);
+            }
+            // The request after the 20th read comes after an idle gap.
+            script.stamp(last, 20 * 10_000 + gap_ms);
+            script.read("src/g.rs", 100);
+            script.answer("done");
+            let trace = script.trace(100_000, 10_000);
+            let sets = config(&[
+                ("minHygieneTokens", json!(1_000_000)),
+                ("compactOnReadCost", json!(false)),
+            ]);
+            with_run(&trace, &soba(), &sets, |_, _, out| {
+                let recorder = &out.recorders[0];
+                (
+                    recorder.series.compactions.clone(),
+                    recorder.stats.billed_equivalent_tokens,
+                )
+            })
+        };
+        let (quiet, _) = run(1_000);
+        let (idle, _) = run(400_000);
+        assert!(quiet.is_empty(), "{quiet:?}");
+        assert_eq!(idle, vec![20]);
+    }
+
+    #[test]
+    fn system_messages_count_in_the_preflight() {
+        let mut script = Script::new();
+        script.user("task", 1_000);
+        script.system("rules", 8_000);
+        for i in 0..60 {
+            script.read(&format!("src/f{}.rs", i % 8), 2_000);
+        }
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let sets = config(&[
+            ("minHygieneTokens", json!(1_000_000)),
+            ("compactOnReadCost", json!(false)),
+        ]);
+        with_run(&trace, &soba(), &sets, |_, _, out| {
+            let stats = &out.recorders[0].stats;
+            // Measured on the request sent, system message included: never
+            // above autoLimit plus one 2,014-token step.
+            assert!(
+                stats.peak_input_tokens <= 65_446 + 2_014,
+                "{}",
+                stats.peak_input_tokens
+            );
         });
     }
 

@@ -88,6 +88,13 @@ impl Script {
         });
     }
 
+    /// Records `ms` after the script's epoch as the time of entry `idx`.
+    pub fn stamp(&mut self, idx: usize, ms: i64) {
+        self.entries[idx].timestamp = jiff::Timestamp::from_millisecond(1_700_000_000_000 + ms)
+            .map(|ts| ts.to_string())
+            .unwrap_or_default();
+    }
+
     /// Appends a real user message of `tokens` text tokens; returns its entry.
     pub fn user(&mut self, tag: &str, tokens: u64) -> usize {
         self.push(Message::user(text(tag, tokens)))
@@ -139,6 +146,15 @@ impl Script {
         let idx = self.push(Message::assistant(body));
         self.infer(idx, None);
         idx
+    }
+
+    /// Appends a `system`-role message of `tokens` text tokens (pinned: it
+    /// joins message 0 of every request).
+    pub fn system(&mut self, tag: &str, tokens: u64) -> usize {
+        self.push(Message::new(
+            Role::System,
+            vec![Block::Text(text(tag, tokens))],
+        ))
     }
 
     /// Returns the imported session.

@@ -137,7 +137,10 @@ pub struct Step {
     pub response: Range<usize>,
     /// The recorded usage of the request, if any.
     pub usage: Option<Usage>,
-    /// The response time in Unix milliseconds, when recorded.
+    /// The request time in Unix milliseconds, when recorded: the newest
+    /// entry before the response (the tool result or user message that
+    /// prompted it), else the response's own time. The cache lifetime runs
+    /// from request to request (a long generation does not age it).
     pub time_ms: Option<i64>,
     /// The canonical model name of the request.
     pub model: String,
@@ -391,7 +394,12 @@ impl Trace {
                 pending,
                 response: first..last,
                 usage: inference.usage,
-                time_ms: inference.timestamp.as_deref().and_then(time_ms),
+                time_ms: entries[..first]
+                    .iter()
+                    .rev()
+                    .take(1)
+                    .find_map(|entry| time_ms(&entry.timestamp))
+                    .or_else(|| inference.timestamp.as_deref().and_then(time_ms)),
                 model,
                 starts_turn,
             });

@@ -509,6 +509,63 @@ fn pre_roi_estimates_the_capsule_from_facts_and_narrative() {
 }
 
 #[test]
+fn calibrated_plans_keep_a_calibrated_tail_and_estimate() {
+    // The same session at factor 1.25: keepRecent 20,000 is calibrated, so
+    // the walk keeps 16,000 local tokens (7 units + "next", the 9th cut to
+    // 1,927), not 20,000 local = 25,000 calibrated.
+    let budget = budget(200_000, 32_000, &CompactionConfig::default());
+    let session = roi_session();
+    let live = LiveInput::build(bare_setup(&budget, &[]), &session.path);
+    let request = PlanRequest {
+        factor: Factor::new(1.25),
+        ..request(Trigger::AutoThreshold, tokens(50_107), &budget, 500, 2_000)
+    };
+    let plan = plan::plan(&live, &request).unwrap();
+    assert_eq!(plan.tail_tokens, tokens(20_000));
+    assert_eq!(plan.span_tokens, tokens(30_107));
+    // The estimate subtracted from the calibrated span is calibrated too:
+    // (500 + 1,500) × 1.25.
+    assert_eq!(plan.capsule_estimate, tokens(2_500));
+    assert_eq!(plan.reclaimable, 30_107 - 2_500);
+}
+
+#[test]
+fn automatic_compactions_keep_the_newest_results_not_the_whole_tail() {
+    // Eight batches of one 1,004-token result: keepRecentResults 5 stops
+    // the walk after the newest five, under keepRecent 20,000; `/compact`
+    // keeps the whole tail.
+    let budget = budget(200_000, 32_000, &CompactionConfig::default());
+    let mut session = Session::default();
+    session.user("go");
+    for n in 0..8 {
+        let id = format!("c{n}");
+        session.calls(&[(&id, "read", json!({ "path": format!("f{n}") }))]);
+        session.result(&id, text_of(1_000), false);
+    }
+    let auto = plan_of(&session, &budget, Trigger::AutoThreshold).unwrap();
+    let user = plan_of(&session, &budget, Trigger::User).unwrap();
+    assert_eq!(auto.tail_units, 5);
+    assert_eq!(user.tail_units, 9);
+}
+
+#[test]
+fn read_cost_pays_off_by_the_square_root_rule() {
+    let budget = budget(200_000, 32_000, &CompactionConfig::default());
+    let session = roi_session();
+    let live = LiveInput::build(bare_setup(&budget, &[]), &session.path);
+    let plan = plan::plan(
+        &live,
+        &request(Trigger::ReadCost, tokens(40_085), &budget, 500, 2_000),
+    )
+    .unwrap();
+    // cost = 1.25 × (2,000 + 20,000) + 0.33 × (20,085 + 5 × 1,500)
+    //      = 27,500 + 9,103.05 = 36,603.05; reclaimable 18,085.
+    // √(2 × g × cost / 0.1) ≤ 18,085 ⟺ g ≤ 446.
+    assert!(plan::pays_off(&plan, tokens(446)));
+    assert!(!plan::pays_off(&plan, tokens(447)));
+}
+
+#[test]
 fn post_roi_gates_soft_capsules_only() {
     let budget = budget(200_000, 32_000, &CompactionConfig::default());
     let ok = post_roi(
@@ -583,7 +640,7 @@ fn a_plan_explains_itself() {
       truncation       head 1,913 + tail 1,912 characters kept, 4,175 omitted, 980 tokens
       span             3 entries = 5,032 tokens
       fit              fixed 0 + capsule budget 6,000 + tail 11,000 (6 units) = 17,000 ≤ hardLimit 17,000 (boundary moved later to fit)
-      capsule estimate 2,500 = facts 1,000 + narrative 1,500
+      capsule estimate 2,500 = (facts 1,000 + narrative 1,500) × 1.00
       reclaimable      2,532 tokens (15.7 % of effective)
       pre-ROI          not checked (only soft triggers are)
       outcome          generate the capsule

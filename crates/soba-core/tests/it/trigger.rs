@@ -131,9 +131,15 @@ fn check_with(
     let decision = choose_trigger(&PreflightInput {
         effective: TokenCount::new(effective),
         budget: &budget,
-        config: TriggerConfig::resolve(config, &derived),
+        // The event triggers in SPEC order; read_cost, a standing
+        // candidate above softGate, is checked on its own.
+        config: TriggerConfig {
+            compact_on_read_cost: false,
+            ..TriggerConfig::resolve(config, &derived)
+        },
         derived: &derived,
         turn,
+        idle_ms: None,
     });
     let not_chosen: Vec<(Trigger, &str)> = decision
         .not_chosen

@@ -53,6 +53,11 @@ pub fn small_config() -> CompactionConfig {
         min_hygiene_tokens: TokenCount::new(1_500),
         hygiene_keep_messages: 4,
         timeout_ms: 200,
+        // These tests script exact trigger sequences; read_cost, a standing
+        // candidate above softGate, has tests of its own.
+        compact_on_read_cost: false,
+        // The test clock ticks far apart: no cache_expired either.
+        cache_ttl_seconds: 0,
         ..CompactionConfig::default()
     }
 }
