@@ -26,6 +26,20 @@ fn replay_largest_trace(c: &mut Criterion) {
             report
         })
     });
+    // The issue 14 setting: every peer also at 80,000 (twelve policies),
+    // and SOBA without read_cost as the baseline in the same run.
+    let peers = ReplayOptions {
+        peer_trigger: Some(80_000),
+        ..ReplayOptions::default()
+    };
+    group.bench_function("codex trajectory-1, twelve policies", |b| {
+        b.iter(|| replay::replay_path(&path, &peers).expect("the trace replays"))
+    });
+    let mut baseline = peers.clone();
+    baseline.compaction.compact_on_read_cost = false;
+    group.bench_function("codex trajectory-1, twelve policies, no read_cost", |b| {
+        b.iter(|| replay::replay_path(&path, &baseline).expect("the trace replays"))
+    });
     group.finish();
 }
 

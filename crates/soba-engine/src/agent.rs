@@ -148,8 +148,9 @@ impl Agent {
                 }
             }
             let (request, local, hard_limit, effective, model_id) = {
-                let core = self.barrier.core.lock().await;
+                let mut core = self.barrier.core.lock().await;
                 let request = build_request(&core, &self.provider_model, &self.tools);
+                core.last_request_at = Some((self.barrier.clock)());
                 let local = core.live().total_tokens();
                 (
                     request,

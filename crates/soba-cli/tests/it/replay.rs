@@ -366,3 +366,76 @@ fn bad_options_are_usage_errors() {
     let output = soba(&["replay", "nowhere.jsonl", "--cache", "redis"]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn json_decomposes_every_policys_cost_into_reads_writes_and_the_summarizer() {
+    let Some(dir) = raw_dir() else { return };
+    let file = dir.join("pi-mono/before-compaction.jsonl");
+    let output = soba(&[
+        "replay",
+        file.to_str().unwrap(),
+        "--cache",
+        "anthropic",
+        "--peer-trigger",
+        "80000",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for policy in json["policies"].as_array().unwrap() {
+        let name = policy["name"].as_str().unwrap();
+        let cache = &policy["cache"];
+        let read = cache["readTokens"].as_f64().unwrap();
+        let write = cache["writeTokens"].as_f64().unwrap();
+        let by: f64 = ["afterCompaction", "afterHygiene", "atExpiry", "other"]
+            .iter()
+            .map(|key| cache["writeTokensBy"][key].as_f64().unwrap())
+            .sum();
+        assert_eq!(by, write, "{name}");
+        let summarizer = policy["summarizerBilledTokens"].as_f64().unwrap();
+        let billed = policy["billedEquivalentTokens"].as_f64().unwrap();
+        // Anthropic: reads × 0.1 + writes × 1.25 + the summarizer.
+        let sum = 0.1 * read + 1.25 * write + summarizer;
+        assert!((billed - sum).abs() <= 2.0, "{name}: {billed} != {sum}");
+        let compactions = policy["compactions"].as_u64().unwrap();
+        let after = cache["writeTokensBy"]["afterCompaction"].as_u64().unwrap();
+        assert_eq!(compactions == 0, after == 0, "{name}");
+    }
+}
+
+#[test]
+fn a_recorded_compaction_far_below_the_window_gives_a_warning() {
+    let Some(dir) = raw_dir() else { return };
+    let file = dir.join("pi-mono/before-compaction.jsonl");
+    let run = |sets: &[&str]| {
+        let mut args = vec![
+            "replay",
+            file.to_str().unwrap(),
+            "--policy",
+            "none",
+            "--json",
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        let output = soba(&args);
+        assert_eq!(output.status.code(), Some(0));
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        (
+            json["traces"][0]["window"].as_u64().unwrap(),
+            json["traces"][0]["warnings"].clone(),
+        )
+    };
+    // Claude Opus 4.5's window is 200,000: pi's compaction at 184,915
+    // tokens fits it, no warning.
+    assert_eq!(run(&[]), (200_000, serde_json::json!([])));
+    // Declared 1M, the recorded compaction implies 200,000.
+    let (window, warnings) = run(&[r#"models."anthropic/claude-opus-4-5".contextWindow=1000000"#]);
+    assert_eq!(window, 1_000_000);
+    assert_eq!(
+        warnings,
+        serde_json::json!([
+            "the trace records a compaction at 184,915 tokens, far below the window 1,000,000 in use; it implies --window 200,000"
+        ])
+    );
+}

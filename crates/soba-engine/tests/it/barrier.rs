@@ -367,3 +367,41 @@ async fn resuming_gives_the_same_next_request_as_the_live_session() {
     assert_eq!(resumed.measure().tokens, live_effective);
     drop(dir);
 }
+
+#[tokio::test]
+async fn the_idle_gap_runs_from_the_last_request_or_the_newest_answer() {
+    let h = Harness::start(Options::default()).await;
+    h.push_read("data/file01.txt");
+    h.push_text("done");
+    assert_eq!(h.turn("read one").await, TurnEnd::Completed);
+    let crate::harness::Harness {
+        dir,
+        agent,
+        core,
+        log_path,
+        config,
+        ..
+    } = h;
+    drop(agent);
+    drop(core);
+    // Resumed: no request in this process, so the newest assistant
+    // message's time is the previous request's.
+    let (mut resumed, _) = SessionCore::open(&log_path, config, WriterOptions::default()).unwrap();
+    let answered = resumed
+        .path()
+        .iter()
+        .rev()
+        .find(|entry| {
+            matches!(&entry.body, EntryBody::Message(m) if m.message.role == soba_core::Role::Assistant)
+        })
+        .map(|entry| entry.timestamp.parse::<jiff::Timestamp>().unwrap())
+        .unwrap();
+    let later = |seconds: i64| (answered + jiff::SignedDuration::from_secs(seconds)).to_string();
+    assert_eq!(resumed.idle_ms(&later(301)), Some(301_000));
+    // A request prepared in this process is the reference from then on.
+    resumed.last_request_at = Some(later(1_000));
+    assert_eq!(resumed.idle_ms(&later(1_010)), Some(10_000));
+    // Times that do not parse give no gap (the trigger does not fire).
+    assert_eq!(resumed.idle_ms("yesterday"), None);
+    drop(dir);
+}

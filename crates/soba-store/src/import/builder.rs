@@ -373,6 +373,7 @@ impl SessionBuilder {
     fn check_pairing(&mut self) -> Pairing {
         let mut pairing = Pairing::default();
         let order = self.repair_order(&mut pairing);
+        let order = self.regroup_split_batches(order, &mut pairing);
         self.diagnostics.append(&mut pairing.notes);
         if order.iter().enumerate().any(|(new, &old)| new != old) {
             self.apply_order(&order);
@@ -520,6 +521,76 @@ impl SessionBuilder {
             idx += 1;
         }
         order
+    }
+
+    /// Returns `order` with each parallel batch an agent recorded split
+    /// regrouped: Claude Code writes the calls of one response as
+    /// consecutive assistant messages, one call each, and their results as
+    /// they finish, interleaved with the later calls (`A1 A2 R1 A3 R2 R3`).
+    /// A model input needs each result right after its call, so every
+    /// result is moved after the assistant message of its call
+    /// (`A1 R1 A2 R2 A3 R3`), in the order recorded. A region is a run of
+    /// assistant messages with calls and tool messages whose results all
+    /// answer one call of the run; anything else ends it, untouched.
+    fn regroup_split_batches(&self, order: Vec<usize>, pairing: &mut Pairing) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::with_capacity(order.len());
+        // The open region: its assistant entries with the results placed
+        // after each, and which assistant made each call.
+        let mut region: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut owner: HashMap<&str, usize> = HashMap::new();
+        let mut moved = 0u64;
+        let flush = |region: &mut Vec<(usize, Vec<usize>)>,
+                     owner: &mut HashMap<&str, usize>,
+                     out: &mut Vec<usize>| {
+            for (assistant, results) in region.drain(..) {
+                out.push(assistant);
+                out.extend(results);
+            }
+            owner.clear();
+        };
+        for idx in order {
+            let message = message_of(&self.entries[idx]);
+            let calls: Vec<&str> = message
+                .filter(|m| m.role == Role::Assistant)
+                .map(|m| m.tool_uses().map(|c| c.id.as_str()).collect())
+                .unwrap_or_default();
+            if !calls.is_empty() {
+                let slot = region.len();
+                for call in calls {
+                    owner.insert(call, slot);
+                }
+                region.push((idx, Vec::new()));
+                continue;
+            }
+            let answers: Option<usize> = message
+                .filter(|m| m.role == Role::Tool && m.tool_results().count() > 0)
+                .and_then(|m| {
+                    let mut slots = m
+                        .tool_results()
+                        .map(|r| owner.get(r.tool_use_id.as_str()).copied());
+                    let first = slots.next()??;
+                    slots.all(|slot| slot == Some(first)).then_some(first)
+                });
+            match answers {
+                Some(slot) => {
+                    if slot + 1 != region.len() {
+                        moved += 1;
+                        let (call_entry, _) = region[slot];
+                        pairing.notes.push(format!(
+                            "entry {idx}: a tool result recorded after later calls of its parallel batch was moved after its call (entry {call_entry})"
+                        ));
+                    }
+                    region[slot].1.push(idx);
+                }
+                None => {
+                    flush(&mut region, &mut owner, &mut out);
+                    out.push(idx);
+                }
+            }
+        }
+        flush(&mut region, &mut owner, &mut out);
+        pairing.reordered += moved;
+        out
     }
 
     /// Reorders entry bodies by `order` (`order[new] = old`); ids, parents

@@ -1253,6 +1253,63 @@ fn a_malformed_line_in_a_pi_tree_no_longer_loses_the_task() {
 }
 
 #[test]
+fn a_parallel_batch_split_by_its_recorder_is_regrouped_call_by_call() {
+    // Claude Code's export: one call per assistant message, results
+    // interleaved with the later calls of the same response.
+    let call = |id: &str| {
+        format!(
+            r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"Write","arguments":"{{}}"}}}}]}}"#
+        )
+    };
+    let result =
+        |id: &str| format!(r#"{{"role":"tool","tool_call_id":"{id}","content":"wrote {id}"}}"#);
+    let records = [
+        r#"{"role":"user","content":"go"}"#.to_owned(),
+        call("a"),
+        call("b"),
+        result("a"),
+        call("c"),
+        result("b"),
+        result("c"),
+        r#"{"role":"assistant","content":"done"}"#.to_owned(),
+    ];
+    let text = format!(
+        r#"{{"format":"openai-chat","model":"m","task_id":"T","messages":[{}]}}"#,
+        records.join(",")
+    );
+    let s = import_text(&text, Format::ClaudeCodeOpenAiChat);
+    let order: Vec<String> = messages(&s)
+        .map(
+            |m| match (m.role, m.tool_uses().next(), m.tool_results().next()) {
+                (_, Some(_), _) => {
+                    let ids: Vec<&str> = m.tool_uses().map(|call| call.id.as_str()).collect();
+                    format!("call {}", ids.join("+"))
+                }
+                (_, _, Some(result)) => format!("result {}", result.tool_use_id),
+                (role, _, _) => format!("{role:?}"),
+            },
+        )
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "User",
+            "call a+b",
+            "result a",
+            "result b",
+            "call c",
+            "result c",
+            "Assistant"
+        ]
+    );
+    // The two adjacent calls are one message; b's result, recorded after
+    // c's call, is the one moved.
+    assert_eq!(s.stats.reordered_tool_results, 1);
+    assert_eq!(s.stats.unpaired_tool_calls, 0);
+    assert!(check_problems(&s).is_empty());
+}
+
+#[test]
 fn a_result_directly_before_its_call_is_moved_after_it() {
     let lines = [
         r#"{"type":"session","id":"s","timestamp":"2025-01-01T00:00:00Z"}"#,
