@@ -212,3 +212,23 @@ fn the_user_guides_local_model_snippet_makes_soba_budget_work() {
     );
     assert!(stdout.contains(&window_line), "{stdout}");
 }
+
+#[test]
+fn user_docs_stand_alone_without_the_spec() {
+    // A user's clone has no `../shared/SPEC.md`: no document may send them
+    // there or cite its sections.
+    let mut citations = Vec::new();
+    for name in [
+        "user-guide.md",
+        "embedding.md",
+        "session-log-format.md",
+        "capsule-format.md",
+    ] {
+        for (n, line) in read_doc(name).lines().enumerate() {
+            if line.contains('§') || line.contains("SPEC.md") {
+                citations.push(format!("{name}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(citations.is_empty(), "{citations:#?}");
+}
