@@ -967,8 +967,23 @@ fn is_verification_words(words: &[String]) -> bool {
         "playwright" => first == "test",
         "cypress" => first == "run",
         "php" => args.contains(&"test") || first.ends_with("phpunit"),
+        // A script run through a shell: `sh run_tests.sh`, `bash -e ci.sh`.
+        "sh" | "bash" | "zsh" | "dash" | "ksh" => {
+            !first.is_empty() && !has("-c") && is_script_step(first, &scriptish)
+        }
+        // A script run directly: `./run_tests.sh`, `scripts/check`.
+        script if program.contains('/') || script.ends_with(".sh") => {
+            is_script_step(program, &scriptish)
+        }
         _ => false,
     }
+}
+
+/// Returns whether a script path names a test, build or lint step by its
+/// file name (`run_tests.sh`, `ci/build`, `check.sh`).
+fn is_script_step(path: &str, scriptish: &dyn Fn(&str) -> bool) -> bool {
+    let name = basename(path).to_ascii_lowercase();
+    scriptish(name.trim_end_matches(".sh"))
 }
 
 fn exit_code_head() -> &'static Regex {
@@ -1462,6 +1477,13 @@ mod tests {
             "npx tsc --noEmit",
             "bash -lc 'cargo build'",
             "timeout 600 cargo nextest run",
+            "sh run_tests.sh",
+            "bash -e scripts/ci.sh",
+            "./run_tests.sh",
+            "scripts/check",
+            "cd app && ./build.sh --release",
+            "python -m pytest",
+            "go test ./...",
         ] {
             assert!(is_verification(yes), "{yes}");
         }
@@ -1472,6 +1494,10 @@ mod tests {
             "python reproduce.py",
             "git status",
             "cargo run",
+            "sh deploy.sh",
+            "./start.sh",
+            "bash",
+            "bin/server --port 80",
         ] {
             assert!(!is_verification(no), "{no}");
         }

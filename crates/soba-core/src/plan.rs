@@ -11,6 +11,7 @@ use std::fmt;
 use crate::budget::Budget;
 use crate::calibration::Factor;
 use crate::capsule::{BoundaryTruncation, Capsule, Trigger};
+use crate::entry::{Entry, EntryBody};
 use crate::id::EntryId;
 use crate::input::{InputOrigin, LiveInput};
 use crate::retention::{self, NoFit, Retention};
@@ -387,6 +388,38 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
         pre_roi_ok,
         skip,
     })
+}
+
+/// Returns the entries a plan summarizes, in path order: its span's
+/// messages, and every entry that is not a message or a capsule
+/// (checkpoints, skill changes, hygiene, …) lying before the first kept
+/// entry. Those are never units, so the span's ids do not name them, but
+/// the capsule's facts must see them: a checkpoint recorded in the span
+/// belongs in the capsule's checkpoints.
+pub fn span_entries(region: &[Entry], plan: &Plan) -> Vec<Entry> {
+    let ids: std::collections::HashSet<&EntryId> = plan.span_entry_ids.iter().collect();
+    let mut out = Vec::new();
+    for entry in region {
+        if plan.first_kept_entry_id.as_ref() == Some(&entry.id) {
+            break;
+        }
+        let keep = match &entry.body {
+            EntryBody::Message(_) => ids.contains(&entry.id),
+            EntryBody::Capsule(_) => false,
+            _ => true,
+        };
+        if keep {
+            out.push(entry.clone());
+        }
+    }
+    // A cut straddler is the first kept entry and in the span.
+    if let Some(first) = &plan.first_kept_entry_id
+        && ids.contains(first)
+        && let Some(entry) = region.iter().find(|entry| &entry.id == first)
+    {
+        out.push(entry.clone());
+    }
+    out
 }
 
 /// The price of a cache read, relative to an uncached input token, that

@@ -566,12 +566,7 @@ impl BarrierContext {
             return Ok(Err(Preflight::Proceed));
         }
 
-        let span_ids: HashSet<&EntryId> = planned.span_entry_ids.iter().collect();
-        let span: Vec<Entry> = path
-            .iter()
-            .filter(|entry| span_ids.contains(&entry.id))
-            .cloned()
-            .collect();
+        let span = plan::span_entries(&region, &planned);
         let truncated = planned
             .boundary_truncation
             .as_ref()

@@ -195,13 +195,7 @@ impl SobaRunner {
         {
             return; // carrying the span is still cheaper: not an attempt
         }
-        let span_ids: HashSet<&EntryId> = planned.span_entry_ids.iter().collect();
-        let span: Vec<Entry> = self
-            .path
-            .iter()
-            .filter(|entry| span_ids.contains(&entry.id))
-            .cloned()
-            .collect();
+        let span = plan::span_entries(&self.path[self.live.region_start()..], &planned);
         let truncated = planned
             .boundary_truncation
             .as_ref()

@@ -53,6 +53,35 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
         .count();
     let completed = stdout.matches("Compacted (").count();
     assert_eq!(capsules, completed);
+    // Every capsule records the session's verification command, and each
+    // records every checkpoint summarized before its boundary: they hold
+    // more and more of the session's checkpoints, most of them in the end.
+    let mut checkpoints_seen = 0;
+    let mut recorded = Vec::new();
+    for logged in log.entries() {
+        match &logged.entry.body {
+            soba_core::EntryBody::Checkpoint { .. } => checkpoints_seen += 1,
+            soba_core::EntryBody::Capsule(capsule) => {
+                assert!(
+                    capsule
+                        .local
+                        .verification
+                        .iter()
+                        .any(|v| v.command == "sh run_tests.sh"),
+                    "{}",
+                    capsule.markdown
+                );
+                recorded.push((capsule.local.checkpoints.len(), checkpoints_seen));
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        recorded.windows(2).all(|w| w[0].0 <= w[1].0),
+        "{recorded:?}"
+    );
+    let (last, seen) = *recorded.last().unwrap();
+    assert!(seen >= 8 && last + 2 >= seen, "{recorded:?}");
 }
 
 /// Starts `soba demo` with its temporary directory under `tmp`, waits for

@@ -523,74 +523,93 @@ impl SessionBuilder {
         order
     }
 
-    /// Returns `order` with each parallel batch an agent recorded split
-    /// regrouped: Claude Code writes the calls of one response as
-    /// consecutive assistant messages, one call each, and their results as
-    /// they finish, interleaved with the later calls (`A1 A2 R1 A3 R2 R3`).
-    /// A model input needs each result right after its call, so every
-    /// result is moved after the assistant message of its call
-    /// (`A1 R1 A2 R2 A3 R3`), in the order recorded. A region is a run of
-    /// assistant messages with calls and tool messages whose results all
-    /// answer one call of the run; anything else ends it, untouched.
+    /// Returns `order` with every tool result placed right after the
+    /// assistant message of its call. Claude Code records the calls of one
+    /// response as consecutive assistant messages and their results as
+    /// they finish, interleaved with later calls (`A1 A2 R1 A3 R2 R3`),
+    /// sometimes with a queued user message, a model change or a
+    /// compaction in between; a model input needs each result right after
+    /// its call, and the input would otherwise sweep the late ones.
+    ///
+    /// A tool message whose results all answer open calls of one assistant
+    /// message (each result pairing with the latest call of its id that has
+    /// no result yet) moves to follow it, after that message's earlier
+    /// results; every other entry keeps its place, so nothing ends up
+    /// between an assistant message and its results. A tool message that
+    /// answers calls of two assistant messages, an already answered call or
+    /// no call stays where it is (the pairing check reports it).
     fn regroup_split_batches(&self, order: Vec<usize>, pairing: &mut Pairing) -> Vec<usize> {
-        let mut out: Vec<usize> = Vec::with_capacity(order.len());
-        // The open region: its assistant entries with the results placed
-        // after each, and which assistant made each call.
-        let mut region: Vec<(usize, Vec<usize>)> = Vec::new();
-        let mut owner: HashMap<&str, usize> = HashMap::new();
-        let mut moved = 0u64;
-        let flush = |region: &mut Vec<(usize, Vec<usize>)>,
-                     owner: &mut HashMap<&str, usize>,
-                     out: &mut Vec<usize>| {
-            for (assistant, results) in region.drain(..) {
-                out.push(assistant);
-                out.extend(results);
-            }
-            owner.clear();
-        };
-        for idx in order {
-            let message = message_of(&self.entries[idx]);
-            let calls: Vec<&str> = message
-                .filter(|m| m.role == Role::Assistant)
-                .map(|m| m.tool_uses().map(|c| c.id.as_str()).collect())
-                .unwrap_or_default();
-            if !calls.is_empty() {
-                let slot = region.len();
-                for call in calls {
-                    owner.insert(call, slot);
+        // Pass 1: which assistant entry (by position in `order`) each tool
+        // message follows.
+        let mut open: HashMap<&str, Vec<usize>> = HashMap::new();
+        let mut follows: Vec<Option<usize>> = vec![None; order.len()];
+        let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (pos, &idx) in order.iter().enumerate() {
+            let Some(message) = message_of(&self.entries[idx]) else {
+                continue;
+            };
+            if message.role == Role::Assistant {
+                for call in message.tool_uses() {
+                    open.entry(call.id.as_str()).or_default().push(pos);
                 }
-                region.push((idx, Vec::new()));
                 continue;
             }
-            let answers: Option<usize> = message
-                .filter(|m| m.role == Role::Tool && m.tool_results().count() > 0)
-                .and_then(|m| {
-                    let mut slots = m
-                        .tool_results()
-                        .map(|r| owner.get(r.tool_use_id.as_str()).copied());
-                    let first = slots.next()??;
-                    slots.all(|slot| slot == Some(first)).then_some(first)
-                });
-            match answers {
-                Some(slot) => {
-                    if slot + 1 != region.len() {
-                        moved += 1;
-                        let (call_entry, _) = region[slot];
-                        pairing.notes.push(format!(
-                            "entry {idx}: a tool result recorded after later calls of its parallel batch was moved after its call (entry {call_entry})"
-                        ));
-                    }
-                    region[slot].1.push(idx);
-                }
-                None => {
-                    flush(&mut region, &mut owner, &mut out);
-                    out.push(idx);
+            if message.role != Role::Tool || message.tool_results().count() == 0 {
+                continue;
+            }
+            let owners: Vec<Option<usize>> = message
+                .tool_results()
+                .map(|r| {
+                    open.get(r.tool_use_id.as_str())
+                        .and_then(|calls| calls.last().copied())
+                })
+                .collect();
+            let Some(Some(owner)) = owners.first().copied() else {
+                continue;
+            };
+            if owners.iter().any(|o| *o != Some(owner)) {
+                continue;
+            }
+            for result in message.tool_results() {
+                if let Some(calls) = open.get_mut(result.tool_use_id.as_str()) {
+                    calls.pop();
                 }
             }
+            follows[pos] = Some(owner);
+            groups.entry(owner).or_default().push(pos);
         }
-        flush(&mut region, &mut owner, &mut out);
+        // Pass 2: each assistant entry, then the tool messages that follow
+        // it; everything else in place.
+        let mut out_pos: Vec<usize> = Vec::with_capacity(order.len());
+        for (pos, follow) in follows.iter().enumerate() {
+            if follow.is_some() {
+                continue;
+            }
+            out_pos.push(pos);
+            if let Some(results) = groups.get(&pos) {
+                out_pos.extend(results);
+            }
+        }
+        let mut new_of = vec![0usize; order.len()];
+        for (new, &pos) in out_pos.iter().enumerate() {
+            new_of[pos] = new;
+        }
+        let mut moved = 0u64;
+        for (pos, owner) in follows.iter().enumerate() {
+            let Some(owner) = *owner else { continue };
+            // Moved when an entry that stays in place lay between (results
+            // of other calls, moved away themselves, do not count).
+            let between = (owner + 1..pos).any(|p| follows[p].is_none());
+            if between {
+                moved += 1;
+                pairing.notes.push(format!(
+                    "entry {}: a tool result recorded after other entries was moved right after its call (entry {})",
+                    new_of[pos], new_of[owner]
+                ));
+            }
+        }
         pairing.reordered += moved;
-        out
+        out_pos.into_iter().map(|pos| order[pos]).collect()
     }
 
     /// Reorders entry bodies by `order` (`order[new] = old`); ids, parents

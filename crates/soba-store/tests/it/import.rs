@@ -1581,3 +1581,100 @@ fn generated_fixtures_report_their_pairing_problems() {
         ]
     );
 }
+
+/// The tool-message order after importing an openai-chat export of
+/// `records`, labelled as `A(ids)`, `R(id)`, `Obs`, `U` and `A`.
+fn chat_order(records: &[String]) -> (Vec<String>, u64) {
+    let text = format!(
+        r#"{{"format":"openai-chat","model":"m","task_id":"T","messages":[{}]}}"#,
+        records.join(",")
+    );
+    let s = import_text(&text, Format::ClaudeCodeOpenAiChat);
+    let order = messages(&s)
+        .map(
+            |m| match (m.role, m.tool_uses().next(), m.tool_results().next()) {
+                (_, Some(_), _) => {
+                    let ids: Vec<&str> = m.tool_uses().map(|call| call.id.as_str()).collect();
+                    format!("A({})", ids.join(","))
+                }
+                (_, _, Some(result)) => format!("R({})", result.tool_use_id),
+                (Role::User, _, _) if m.origin == MessageOrigin::Observation => "Obs".to_owned(),
+                (Role::User, _, _) => "U".to_owned(),
+                (role, _, _) => format!("{role:?}"),
+            },
+        )
+        .collect();
+    assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+    (order, s.stats.reordered_tool_results)
+}
+
+#[test]
+fn results_join_their_calls_across_whatever_the_recorder_put_between() {
+    // The hostile shapes a helper found: a stray result, a queued user
+    // message, a duplicate result and a thinking-only message inside a
+    // split batch. Every real result ends right after its call; what does
+    // not answer an open call stays in place, after the batch.
+    let call = |id: &str| {
+        format!(
+            r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"Bash","arguments":"{{}}"}}}}]}}"#
+        )
+    };
+    let result =
+        |id: &str| format!(r#"{{"role":"tool","tool_call_id":"{id}","content":"ok {id}"}}"#);
+    let user = r#"{"role":"user","content":"also check the docs"}"#.to_owned();
+    let text = r#"{"role":"assistant","content":"thinking"}"#.to_owned();
+    let go = r#"{"role":"user","content":"go"}"#.to_owned();
+    let cases: Vec<(Vec<String>, &[&str], u64)> = vec![
+        (
+            vec![
+                go.clone(),
+                call("a"),
+                call("b"),
+                result("a"),
+                call("c"),
+                result("zz"),
+                result("b"),
+                result("c"),
+            ],
+            // b's result moves past c's call, c's past the stray result.
+            &["U", "A(a,b)", "R(a)", "R(b)", "A(c)", "R(c)", "Obs"],
+            2,
+        ),
+        (
+            vec![
+                go.clone(),
+                call("a"),
+                call("b"),
+                user.clone(),
+                result("a"),
+                result("b"),
+            ],
+            &["U", "A(a,b)", "R(a)", "R(b)", "U"],
+            2,
+        ),
+        (
+            vec![
+                go.clone(),
+                call("a"),
+                call("b"),
+                result("a"),
+                call("c"),
+                result("a"),
+                result("b"),
+                result("c"),
+            ],
+            &["U", "A(a,b)", "R(a)", "R(b)", "A(c)", "R(c)", "Obs"],
+            2,
+        ),
+        (
+            vec![go, call("a"), call("b"), result("a"), text, result("b")],
+            &["U", "A(a,b)", "R(a)", "R(b)", "Assistant"],
+            1,
+        ),
+    ];
+    for (records, expected, moved) in cases {
+        let (order, reordered) = chat_order(&records);
+        assert_eq!(order, expected, "{records:?}");
+        assert_eq!(reordered, moved, "{records:?}");
+    }
+}
