@@ -395,10 +395,8 @@ impl Trace {
                 response: first..last,
                 usage: inference.usage,
                 time_ms: entries[..first]
-                    .iter()
-                    .rev()
-                    .take(1)
-                    .find_map(|entry| time_ms(&entry.timestamp))
+                    .last()
+                    .and_then(|entry| time_ms(&entry.timestamp))
                     .or_else(|| inference.timestamp.as_deref().and_then(time_ms)),
                 model,
                 starts_turn,
