@@ -41,6 +41,9 @@ pub struct ModelSetup {
     pub provider: ProviderConfig,
 }
 
+/// The provider of `soba demo`'s scripted model (`demo/scripted`).
+pub const DEMO_PROVIDER: &str = "demo";
+
 impl ModelSetup {
     /// Resolves `id` with the config's `models.*` overrides and finds its
     /// provider.
@@ -50,7 +53,19 @@ impl ModelSetup {
             .registry()
             .resolve(id)
             .map_err(ConfigError::from)?;
-        let provider = ctx.config().provider_for(&info.id, &info.provider)?.clone();
+        let provider = match ctx.config().provider_for(&info.id, &info.provider) {
+            Ok(provider) => provider.clone(),
+            // `soba demo`'s scripted model has no API, but a kept demo
+            // session opens for `soba budget`, `compact` and `capsule`
+            // like any other; `client` refuses to call it.
+            Err(_) if info.provider == DEMO_PROVIDER => ProviderConfig {
+                name: DEMO_PROVIDER.to_owned(),
+                api: Api::OpenAiChat,
+                base_url: String::new(),
+                api_key_env: None,
+            },
+            Err(err) => return Err(err.into()),
+        };
         Ok(ModelSetup { info, provider })
     }
 
@@ -79,6 +94,13 @@ impl ModelSetup {
     /// `apiKeyEnv` variable. (The agent loop records the session's model id
     /// on the assistant messages, not the provider's reported name.)
     pub fn client(&self, ctx: &Context) -> CliResult<Box<dyn ModelClient>> {
+        if self.provider.name == DEMO_PROVIDER && self.provider.base_url.is_empty() {
+            return Err(CliError::user(format!(
+                "model {} is soba demo's scripted model and cannot answer",
+                self.info.id
+            ))
+            .hint("continue the session with a real model: pass --model ID"));
+        }
         let endpoint = ctx.config().endpoint(&self.provider, &ctx.env)?;
         client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
             CliError::internal(format!("cannot build the {} client", self.provider.name))

@@ -1338,7 +1338,11 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 .flat_map(|l| l.latest_instructions.iter().cloned()),
         )
         .collect();
-    let latest_instructions = fill_budget(candidates, config.user_message_budget, counter);
+    let latest_instructions = fill_budget(
+        informative_instructions(candidates),
+        config.user_message_budget,
+        counter,
+    );
 
     let last_assistant_text = last_assistant
         .map(|text| truncate_middle_tokens(text.trim(), LAST_ASSISTANT_TOKENS, counter));
@@ -1357,6 +1361,55 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         plan,
         last_assistant_text,
     }
+}
+
+/// Words a user types only to let the agent go on: a message made of
+/// these alone says nothing the capsule has to keep.
+const GO_ON_WORDS: &[&str] = &[
+    "continue", "go", "on", "ahead", "keep", "going", "proceed", "carry", "next", "resume",
+    "please", "pls", "ok", "okay", "yes", "y", "sure", "thanks", "thank", "you", "do", "it",
+];
+
+/// Returns whether `text` only tells the agent to go on (`continue`,
+/// `go on`, `ok, keep going`, `please proceed.`): at most five words, each
+/// one of [`GO_ON_WORDS`], with at least one that is not a bare
+/// acknowledgement (`yes` alone may answer a question and is kept).
+pub fn is_go_on(text: &str) -> bool {
+    let words: Vec<String> = text
+        .split(|c: char| c.is_whitespace() || c.is_ascii_punctuation())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    !words.is_empty()
+        && words.len() <= 5
+        && words
+            .iter()
+            .all(|word| GO_ON_WORDS.contains(&word.as_str()))
+        && words.iter().any(|word| {
+            matches!(
+                word.as_str(),
+                "continue" | "go" | "keep" | "proceed" | "carry" | "next" | "resume"
+            )
+        })
+}
+
+/// Drops what the latest-instructions budget should not be spent on, newest
+/// first as given: messages that only say to go on ([`is_go_on`]), except
+/// the newest candidate (it tells the model what was asked last), and
+/// repeats of a newer message (compared with whitespace collapsed).
+pub fn informative_instructions(candidates: Vec<String>) -> Vec<String> {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut out = Vec::with_capacity(candidates.len());
+    for (idx, text) in candidates.into_iter().enumerate() {
+        if idx > 0 && is_go_on(&text) {
+            continue;
+        }
+        let key = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if seen.insert(key) {
+            out.push(text);
+        }
+    }
+    out
 }
 
 /// Takes texts newest first while they fit in `budget`; the first that does
@@ -1520,5 +1573,46 @@ mod tests {
         let n = ByteCounter.count_text(&cut).n.get();
         assert!(n <= 300 && n > 290, "{n}");
         assert!(cut.starts_with("word word"));
+    }
+
+    #[test]
+    fn go_on_messages_are_recognised() {
+        for text in [
+            "continue",
+            "Continue.",
+            "go on",
+            "ok, keep going",
+            "please proceed",
+            "Next!",
+        ] {
+            assert!(is_go_on(text), "{text}");
+        }
+        for text in [
+            "yes",
+            "continue with the parser",
+            "go fix the lexer",
+            "",
+            "no, stop",
+        ] {
+            assert!(!is_go_on(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn instructions_skip_go_on_and_repeats_but_keep_the_newest() {
+        let texts = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let got = informative_instructions(texts(&[
+            "continue",
+            "run the tests",
+            "continue",
+            "Use  tabs",
+            "go on",
+            "use tabs",
+            "Use tabs",
+        ]));
+        assert_eq!(
+            got,
+            texts(&["continue", "run the tests", "Use  tabs", "use tabs"])
+        );
     }
 }

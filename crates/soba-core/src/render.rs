@@ -468,6 +468,31 @@ pub fn capsule_input(view: &CapsuleView<'_>) -> String {
 // Loaded capsules and the system prompt
 // ---------------------------------------------------------------------------
 
+/// Returns `text` on one line (whitespace runs collapsed) and at most
+/// `max_chars` characters: a longer text is cut at the last word break
+/// that keeps at least half of it, else mid-word, and ends with `…`.
+pub fn shorten(text: &str, max_chars: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max_chars {
+        return flat;
+    }
+    let keep = max_chars.saturating_sub(1);
+    let cut: String = flat.chars().take(keep).collect();
+    // `cut` is shorter than `flat`: a space right after it is a clean break.
+    let next_is_space = flat.chars().nth(keep) == Some(' ');
+    let at_word = if next_is_space {
+        Some(cut.len())
+    } else {
+        cut.rfind(' ')
+    };
+    let mut out = match at_word {
+        Some(at) if cut[..at].chars().count() * 2 >= keep => cut[..at].trim_end().to_owned(),
+        _ => cut,
+    };
+    out.push('…');
+    out
+}
+
 /// The most characters of a file name [`neutral_label`] keeps in model
 /// input.
 pub const LABEL_MAX_CHARS: usize = 120;
@@ -994,6 +1019,20 @@ pub fn check_loadable(
 mod tests {
     use super::*;
 
+    #[test]
+    fn shorten_cuts_at_a_word_break() {
+        let task = "Add a --json flag to the report command and keep the old text output working";
+        assert_eq!(shorten(task, 200), task);
+        assert_eq!(
+            shorten(task, 40),
+            "Add a --json flag to the report command…"
+        );
+        assert_eq!(shorten("a\n  b   c", 10), "a b c");
+        // No break in the second half: cut mid-word.
+        assert_eq!(shorten("ab cdefghijklmnopqrstuvwxyz", 10), "ab cdefgh…");
+        assert_eq!(shorten("ééééé ééééé", 8), "ééééé…");
+        assert_eq!(shorten("abc", 0), "…");
+    }
     #[test]
     fn fill_is_one_pass() {
         assert_eq!(

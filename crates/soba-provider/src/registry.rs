@@ -109,6 +109,9 @@ pub const BUILTIN_MODELS: &[BuiltinModel] = &[
     model("deepseek", "deepseek-reasoner", 131_072, 65_536),
     model("qwen", "qwen3-coder", 262_144, 65_536),
     model("meta-llama", "llama-4-maverick", 1_048_576, 16_384),
+    // The scripted model of `soba demo` (no API): known so that a kept demo
+    // session opens with `soba budget`, `soba compact` and `soba capsule`.
+    model("demo", "scripted", 200_000, 32_000),
 ];
 
 /// Each family's cheap summarizer model: (family, name at the family's own

@@ -90,7 +90,7 @@ pub fn title_of(capsule: &Capsule, id: &EntryId) -> String {
         .lines()
         .map(|line| line.trim().trim_start_matches(['-', '*', '#', ' ']))
         .find(|line| !line.is_empty() && *line != render::NONE_RECORDED)
-        .map(|line| line.chars().take(80).collect::<String>());
+        .map(|line| render::shorten(line, 80));
     goal.unwrap_or_else(|| format!("{} capsule {}", capsule.trigger.as_str(), id.short_with(4)))
 }
 

@@ -40,15 +40,35 @@ fn prepare_dir(args: &DemoArgs) -> CliResult<(PathBuf, Option<tempfile::TempDir>
             Ok((dir.clone(), None))
         }
         None => {
-            let temp = tempfile::Builder::new()
-                .prefix("soba-demo-")
-                .tempdir()
-                .map_err(|err| {
-                    CliError::internal("cannot create a temporary directory").caused_by(err)
-                })?;
+            let temp = demo_tempdir().map_err(|err| {
+                CliError::internal("cannot create a temporary directory").caused_by(err)
+            })?;
             Ok((temp.path().to_path_buf(), Some(temp)))
         }
     }
+}
+
+/// Creates the demo's temporary directory, `soba-demo-` and six digits.
+/// The path reaches the model input (tool results name files in it), so
+/// its token count must not vary between runs: `o200k_base` splits a run of
+/// digits into groups of three whatever the digits are, while random
+/// letters tokenize differently each time.
+fn demo_tempdir() -> std::io::Result<tempfile::TempDir> {
+    let start = std::process::id() % 1_000_000;
+    let mut last = None;
+    for step in 0..100 {
+        let name = format!("soba-demo-{:06}", (start + step * 7_919) % 1_000_000);
+        match tempfile::Builder::new()
+            .prefix(&name)
+            .rand_bytes(0)
+            .tempdir()
+        {
+            Ok(dir) => return Ok(dir),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => last = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
 }
 
 /// The signals that stop `soba demo`: SIGINT, SIGTERM and SIGHUP.

@@ -245,6 +245,13 @@ fn session_json(session: &ImportedSession, written: &Written) -> Value {
             "cacheWrite": stats.usage.cache_write,
             "reasoning": stats.usage.reasoning,
         },
+        "storedUsage": {
+            "input": stats.stored_usage.input,
+            "output": stats.stored_usage.output,
+            "cacheRead": stats.stored_usage.cache_read,
+            "cacheWrite": stats.stored_usage.cache_write,
+            "reasoning": stats.stored_usage.reasoning,
+        },
         "usageRaw": stats.usage_raw,
         "peakPromptTokens": stats.peak_prompt_tokens,
         "compactions": stats.compactions,
@@ -292,14 +299,25 @@ fn session_text(session: &ImportedSession, written: &Written) -> String {
             n(stats.reordered_tool_results)
         ));
     }
-    out.push_str(&format!(
-        "  usage: input {} · output {} · cache read {} · cache write {} · reasoning {}\n",
-        n(usage.input),
-        n(usage.output),
-        n(usage.cache_read),
-        n(usage.cache_write),
-        n(usage.reasoning)
-    ));
+    let figures = |usage: &soba_core::message::Usage| {
+        format!(
+            "input {} · output {} · cache read {} · cache write {} · reasoning {}",
+            n(usage.input),
+            n(usage.output),
+            n(usage.cache_read),
+            n(usage.cache_write),
+            n(usage.reasoning)
+        )
+    };
+    // The first figure is what `soba show` sums from the stored messages;
+    // the source's own total follows when it counted more.
+    out.push_str(&format!("  usage: {}\n", figures(&stats.stored_usage)));
+    if stats.usage != stats.stored_usage {
+        out.push_str(&format!(
+            "  the source's own total: {} (it counts requests that left no message with usage)\n",
+            figures(usage)
+        ));
+    }
     let peak = stats.peak_prompt_tokens.map_or_else(
         || "unknown".to_owned(),
         |peak| format!("{} tokens", n(peak)),

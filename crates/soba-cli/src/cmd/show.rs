@@ -291,11 +291,12 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
     }
     if usage != Usage::default() {
         out.push_str(&format!(
-            "usage     input {} · output {} · cache read {} · cache write {}\n",
+            "usage     input {} · output {} · cache read {} · cache write {} · reasoning {}\n",
             group_thousands(usage.input),
             group_thousands(usage.output),
             group_thousands(usage.cache_read),
-            group_thousands(usage.cache_write)
+            group_thousands(usage.cache_write),
+            group_thousands(usage.reasoning)
         ));
     }
     let n_diagnostics = log.diagnostics().len();

@@ -279,7 +279,7 @@ pub fn replay_session(
     let report = TraceReport {
         trace: trace.name.clone(),
         format: trace.format.as_str().to_owned(),
-        model: trace.model.clone(),
+        model: trace.model_shown.clone(),
         window: trace.window,
         max_output: trace.max_output,
         cache: Some(trace.cache),

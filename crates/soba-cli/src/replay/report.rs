@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value, json};
 use soba_core::tokens::group_thousands;
+use soba_provider::registry::canonical_name;
 
 use super::cost::CacheMode;
 use super::probe::{PROBE_NAMES, ProbeScores};
@@ -241,7 +242,7 @@ pub struct TraceReport {
     pub trace: String,
     /// The format's name.
     pub format: String,
-    /// The primary model.
+    /// The primary model, as the transcript spells it.
     pub model: String,
     /// The context window.
     pub window: u64,
@@ -283,7 +284,7 @@ impl TraceReport {
     pub fn primary_calibration(&self) -> Option<&ModelCalibration> {
         self.calibration
             .iter()
-            .find(|calibration| calibration.model == self.model)
+            .find(|calibration| calibration.model == canonical_name(&self.model))
             .or(self.calibration.first())
     }
 

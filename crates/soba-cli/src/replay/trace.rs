@@ -199,6 +199,9 @@ pub struct Trace {
     pub cwd: Option<String>,
     /// The primary model (most requests), canonical, or `unknown`.
     pub model: String,
+    /// The primary model as the transcript spells it (`gpt-5.3-codex`), for
+    /// reports.
+    pub model_shown: String,
     /// The context window.
     pub window: u64,
     /// The maximum output of every request.
@@ -289,17 +292,22 @@ impl Trace {
             .model
             .clone()
             .unwrap_or_else(|| "unknown".to_owned());
-        // The primary model: the one answering most requests.
-        let mut per_model: BTreeMap<String, usize> = BTreeMap::new();
+        // The primary model: the one answering most requests, counted by
+        // canonical name and shown as the transcript first spelled it
+        // (`gpt-5.3-codex`, not `gpt-5-3-codex`).
+        let mut per_model: BTreeMap<String, (usize, &str)> = BTreeMap::new();
         for inference in &session.inferences {
             let model = inference.model.as_deref().unwrap_or(&recorded_model);
-            *per_model.entry(canonical_name(model)).or_default() += 1;
+            per_model
+                .entry(canonical_name(model))
+                .or_insert((0, model))
+                .0 += 1;
         }
-        let model = per_model
+        let (model, model_shown) = per_model
             .iter()
-            .max_by_key(|(name, n)| (**n, std::cmp::Reverse((*name).clone())))
-            .map(|(name, _)| name.clone())
-            .unwrap_or_else(|| canonical_name(&recorded_model));
+            .max_by_key(|(name, (n, _))| (*n, std::cmp::Reverse((*name).clone())))
+            .map(|(name, (_, spelled))| (name.clone(), (*spelled).to_owned()))
+            .unwrap_or_else(|| (canonical_name(&recorded_model), recorded_model.clone()));
         let resolved = registry
             .resolve(&recorded_model)
             .ok()
@@ -429,6 +437,7 @@ impl Trace {
             format: session.format,
             cwd: session.cwd,
             model,
+            model_shown,
             window,
             max_output,
             cache,

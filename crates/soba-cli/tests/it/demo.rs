@@ -82,6 +82,86 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
     );
     let (last, seen) = *recorded.last().unwrap();
     assert!(seen >= 8 && last + 2 >= seen, "{recorded:?}");
+    // The latest instructions are not spent on "continue": only the newest
+    // may be one (the scenario types it at every feature's second turn).
+    for logged in log.entries() {
+        if let soba_core::EntryBody::Capsule(capsule) = &logged.entry.body {
+            let instructions = &capsule.local.latest_instructions;
+            assert!(
+                instructions
+                    .iter()
+                    .skip(1)
+                    .all(|text| !soba_core::facts::is_go_on(text)),
+                "{instructions:?}"
+            );
+        }
+    }
+
+    // The kept session works with the commands the guide names: the demo
+    // model is known, and its capsules are built deterministically (the
+    // demo model has no API).
+    let soba = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_soba"))
+            .args(args)
+            .arg("--session-dir")
+            .arg(dir.join("sessions"))
+            .current_dir(dir.join("workspace"))
+            .env("SOBA_HOME", keep.path().join("home"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "soba {args:?}: {text}");
+        text
+    };
+    let id = sessions[0]
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let budget = soba(&["budget", "--session", &id]);
+    assert!(budget.contains("159,808"), "{budget}");
+    let created = soba(&["capsule", "create", "handoff"]);
+    assert!(created.contains(".soba/capsules/"), "{created}");
+    let compacted = soba(&["compact"]);
+    assert!(compacted.contains("Compacted (user)"), "{compacted}");
+}
+
+/// The same seed gives the same session: two runs print the same token
+/// counts (the temporary directory's name, which tool results quote, keeps
+/// one token count whatever its digits).
+#[test]
+fn two_demo_runs_give_the_same_counts() {
+    let home = tempfile::tempdir().unwrap();
+    let strip = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|line| {
+                line.split_whitespace()
+                    .filter(|word| {
+                        !word.starts_with("ck_")
+                            && !word.contains("soba-demo-")
+                            && !word.contains(".jsonl")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    let run = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_soba"))
+            .arg("demo")
+            .env("SOBA_HOME", home.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        strip(&String::from_utf8_lossy(&output.stdout))
+    };
+    let (first, second) = (run(), run());
+    assert!(first.iter().any(|line| line.contains("Compacted (")));
+    assert_eq!(first, second);
 }
 
 /// Starts `soba demo` with its temporary directory under `tmp`, waits for

@@ -46,6 +46,10 @@ fn check_counts(report: &Value, expected: &Value) {
     }
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn pi_large_session_matches_sources_md() {
     let Some(raw) = raw_dir() else { return };
@@ -78,6 +82,10 @@ fn pi_large_session_matches_sources_md() {
     );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn codex_export_matches_sources_md() {
     let Some(raw) = raw_dir() else { return };
@@ -111,8 +119,32 @@ fn codex_export_matches_sources_md() {
     let id = reports[0]["sessionId"].as_str().unwrap();
     let check = sandbox.run_ok(&["show", id, "--check"]);
     assert!(text(&check.stdout).starts_with(&format!("session {id} is valid")));
+    // `soba show` sums the usage on the stored messages: the import's
+    // storedUsage. Two interrupted inferences left no usage on a message,
+    // so the source's cumulative total is higher.
+    let stored = &reports[0]["storedUsage"];
+    assert_eq!(stored["input"], 13_494_675);
+    assert_eq!(stored["output"], 191_927);
+    let show = text(&sandbox.run_ok(&["show", id]).stdout);
+    assert!(
+        show.contains("usage     input 13,494,675 · output 191,927 · cache read 26,484,096"),
+        "{show}"
+    );
+    let plain = text(&sandbox.run_ok(&["import", file.to_str().unwrap()]).stdout);
+    assert!(
+        plain.contains("  usage: input 13,494,675 · output 191,927"),
+        "{plain}"
+    );
+    assert!(
+        plain.contains("  the source's own total: input 13,915,828 · output 195,227"),
+        "{plain}"
+    );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn pi_compactions_are_counted() {
     let Some(raw) = raw_dir() else { return };
@@ -125,6 +157,10 @@ fn pi_compactions_are_counted() {
     );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn the_whole_traces_folder_imports() {
     let Some(raw) = raw_dir() else { return };

@@ -248,6 +248,10 @@ fn mean(values: &[u64]) -> u64 {
     }
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn planning_succeeds_on_every_trace_and_capsules_name_every_modified_file() {
     let raw = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/raw");

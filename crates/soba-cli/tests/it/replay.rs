@@ -51,6 +51,10 @@ fn soba(args: &[&str]) -> Output {
         .expect("the soba binary runs")
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn every_shared_trace_replays_under_every_policy() {
     let Some(dir) = raw_dir() else { return };
@@ -113,6 +117,10 @@ fn error_figures(mut errors: Vec<f64>) -> (f64, f64) {
     (median, errors.last().copied().unwrap_or(0.0))
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn none_reproduces_recorded_prompt_sizes_of_pi_and_codex() {
     let Some(dir) = raw_dir() else { return };
@@ -171,6 +179,10 @@ fn none_reproduces_recorded_prompt_sizes_of_pi_and_codex() {
     }
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn codex_trace_first_compaction_is_found_from_usage() {
     let Some(dir) = raw_dir() else { return };
@@ -186,8 +198,15 @@ fn codex_trace_first_compaction_is_found_from_usage() {
     assert_eq!(trace.steps[step].usage.map(|u| u.prompt()), Some(15_784));
     assert_eq!(trace.window, 258_400);
     assert_eq!(trace.max_output, 32_000);
+    // Matched by canonical name, shown as the transcript spells it.
+    assert_eq!(trace.model, "gpt-5-3-codex-bak");
+    assert_eq!(trace.model_shown, "gpt-5.3-codex-bak");
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn a_single_file_with_an_unknown_model_needs_a_window() {
     let Some(dir) = raw_dir() else { return };
@@ -237,6 +256,10 @@ fn a_single_file_with_an_unknown_model_needs_a_window() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("window 128,000"));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn a_folder_lists_unreplayable_traces_as_skipped_and_exits_zero() {
     let Some(dir) = raw_dir() else { return };
@@ -329,6 +352,10 @@ fn a_folder_lists_unreplayable_traces_as_skipped_and_exits_zero() {
     assert!(page.contains("<svg"));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn peer_trigger_adds_peer_variants() {
     let Some(dir) = raw_dir() else { return };
@@ -367,6 +394,10 @@ fn bad_options_are_usage_errors() {
     assert_eq!(output.status.code(), Some(2));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn json_decomposes_every_policys_cost_into_reads_writes_and_the_summarizer() {
     let Some(dir) = raw_dir() else { return };
@@ -403,6 +434,10 @@ fn json_decomposes_every_policys_cost_into_reads_writes_and_the_summarizer() {
     }
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn a_recorded_compaction_far_below_the_window_gives_a_warning() {
     let Some(dir) = raw_dir() else { return };

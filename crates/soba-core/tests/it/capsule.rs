@@ -2047,6 +2047,10 @@ fn span_from_chat(messages: &[Value]) -> Span {
     span
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn claude_code_trace_files_modified_match_the_ground_truth() {
     let Some(dir) = traces_dir() else { return };
@@ -2092,6 +2096,10 @@ fn claude_code_trace_files_modified_match_the_ground_truth() {
     assert!(truth.iter().all(|path| rendered.contains(path.as_str())));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn codex_trace_files_modified_match_the_ground_truth() {
     let Some(dir) = traces_dir() else { return };

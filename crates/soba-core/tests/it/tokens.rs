@@ -8,6 +8,10 @@ use soba_core::Encoding;
 use soba_core::bpe::fast;
 use soba_core::tokens::pieces;
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn fast_counter_equals_tiktoken_on_the_shared_corpus() {
     let raw = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/raw");

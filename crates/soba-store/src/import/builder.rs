@@ -703,6 +703,9 @@ impl SessionBuilder {
             match &entry.body {
                 EntryBody::Message(m) => {
                     stats.entries += 1;
+                    if let Some(usage) = &m.message.usage {
+                        stats.stored_usage.add(usage);
+                    }
                     for block in &m.message.content {
                         match block {
                             Block::ToolUse(call) => call_ids.push(call.id.as_str()),

@@ -276,6 +276,10 @@ pub struct ImportStats {
     /// Normalised usage totals (SPEC §4.2); for cumulative counters, the
     /// last value normalised.
     pub usage: Usage,
+    /// The sum of the usage stored on the imported messages: what `soba
+    /// show` reports. Below `usage` when the source counted requests that
+    /// left no message with usage (interrupted turns, a cumulative counter).
+    pub stored_usage: Usage,
     /// The source's own usage names and meanings: raw sums, or the last
     /// value of cumulative counters, plus `"counting"` saying which.
     pub usage_raw: Value,

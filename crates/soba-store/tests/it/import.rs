@@ -170,6 +170,10 @@ fn unpaired_per_message(s: &ImportedSession) -> Vec<usize> {
     counts
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn pi_large_session() {
     let Some(mut sessions) = import_raw("pi-mono/large-session.jsonl") else {
@@ -232,6 +236,10 @@ fn pi_large_session() {
     assert_eq!(s.stats.records.values().sum::<u64>(), 914 + 1 + 103);
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn pi_before_compaction() {
     let Some(mut sessions) = import_raw("pi-mono/before-compaction.jsonl") else {
@@ -351,6 +359,10 @@ fn pi_before_compaction() {
     );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn swe_agent_one_x() {
     let Some(mut sessions) = import_raw("swe-agent/marshmallow-code__marshmallow-1867.traj") else {
@@ -394,6 +406,10 @@ fn swe_agent_one_x() {
     assert_eq!(first_call.input.str_arg("command"), Some("ls -F"));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn swe_agent_zero_x() {
     let Some(mut sessions) = import_raw("swe-agent/pydicom__pydicom-1458.traj") else {
@@ -464,6 +480,10 @@ fn swe_agent_zero_x() {
     assert_eq!(calls[11].input.str_arg("command"), Some("submit"));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn openhands_instances() {
     let Some(sessions) = import_raw("openhands/output.jsonl") else {
@@ -577,6 +597,10 @@ fn openhands_instances() {
     assert_eq!((all_calls, all_results), (105, 103));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn gemini_cli() {
     let Some(mut sessions) = import_raw("gemini-cli/session-2026-01-30T06-08-7befeae5.json") else {
@@ -623,6 +647,10 @@ fn gemini_cli() {
     );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn claude_code_openai_chat_export() {
     let Some(mut sessions) = import_raw("claude-code-openai-chat/develop-1.json") else {
@@ -708,6 +736,10 @@ fn claude_code_openai_chat_export() {
     );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn codex_messages_meta() {
     let Some(mut sessions) = import_raw("codex-converted/trajectory-1.json") else {
@@ -809,6 +841,10 @@ fn codex_messages_meta() {
     );
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn folder_walk_is_sorted_and_skips_unknown_files() {
     let Some(raw) = raw_dir() else { return };
@@ -919,6 +955,10 @@ fn folder_walk_reports_unknown_and_soba_files() {
     assert!(err.to_string().contains("already a soba session"));
 }
 
+#[cfg_attr(
+    not(shared_traces),
+    ignore = "needs ../shared/traces beside the repository"
+)]
 #[test]
 fn damaged_real_files_never_panic() {
     let Some(raw) = raw_dir() else { return };
