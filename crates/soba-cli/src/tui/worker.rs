@@ -1717,6 +1717,104 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closed_port_shows_the_retry_then_cancels() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut rig = rig_with(|config| {
+            config["providers"]["fake"]["baseUrl"] = json!(format!("http://127.0.0.1:{port}"));
+        })
+        .await;
+        rig.send(Action::StartTurn("hello?".into()));
+        let seen = rig
+            .until("a retry", |r| matches!(r, UiEvent::Retrying(_)))
+            .await;
+        let Some(UiEvent::Retrying(line)) = seen.last() else {
+            unreachable!("until returned on a retry")
+        };
+        assert!(
+            line.starts_with("retrying in ") && line.contains(" (attempt 2 of 5): "),
+            "{line}"
+        );
+        assert!(line.ends_with("connection refused"), "{line}");
+        rig.send(Action::Cancel);
+        rig.until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mentioned_files_are_attached_and_shown_as_one_line() {
+        let mut rig = rig().await;
+        std::fs::write(rig.dir.path().join("ws/notes.md"), "alpha\nbeta\n").expect("a file");
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Read it.")),
+        );
+        rig.send(Action::StartTurn("summarize @notes.md and @nope.md".into()));
+        let seen = rig
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert!(
+            note_texts(&seen)
+                .contains(&"@nope.md not attached: no such file in the workspace".to_owned()),
+            "{seen:#?}"
+        );
+        let history = seen
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                UiEvent::History(items) => Some(items.clone()),
+                _ => None,
+            })
+            .expect("a history");
+        use crate::tui::state::HistoryItem;
+        assert_eq!(
+            history[1..3],
+            [
+                HistoryItem::User("summarize @notes.md and @nope.md".into()),
+                HistoryItem::Event("@notes.md (2 lines attached)".into()),
+            ]
+        );
+        let request = rig.server.requests().pop().expect("a request");
+        let sent = request.body.to_string();
+        assert!(sent.contains("alpha\\nbeta"), "{sent}");
+        assert!(
+            sent.contains("<attached-file path=\\\"notes.md\\\" lines=2"),
+            "{sent}"
+        );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_model_picker_hides_models_without_a_key() {
+        let mut rig = rig().await;
+        rig.send(Action::Command(SlashCommand::Model(None)));
+        let seen = rig
+            .until("the picker", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::Picker(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::Picker(picker))) = seen.last() else {
+            unreachable!("until returned on a picker")
+        };
+        let keys: Vec<&str> = picker.items.iter().map(|item| item.key.as_str()).collect();
+        assert!(keys.contains(&"fake/test-model"), "{keys:?}");
+        assert!(
+            keys.iter().all(|key| !key.starts_with("anthropic/")
+                && !key.starts_with("openai/")
+                && !key.starts_with("openrouter/")),
+            "{keys:?}"
+        );
+        let note = picker.note.as_deref().unwrap_or_default();
+        assert!(note.contains(" more models hidden: set "), "{note}");
+        assert!(note.contains("ANTHROPIC_API_KEY"), "{note}");
+        assert_eq!(picker.items[picker.selected].key, "fake/test-model");
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cancelling_a_turn_during_a_barrier_appends_nothing() {
         let mut rig = rig().await;
         rig.approved_turn().await;
