@@ -116,12 +116,18 @@ impl Agent {
         text: &str,
         cancel: &CancellationToken,
     ) -> Result<TurnEnd, EngineError> {
-        let entry = self
-            .barrier
-            .core
-            .lock()
-            .await
-            .append_message(Message::user(text))?;
+        self.run_turn_message(Message::user(text), cancel).await
+    }
+
+    /// Runs one user turn from a real user message built by the host, e.g.
+    /// the typed text followed by attached files as further text blocks;
+    /// otherwise as [`Agent::run_turn`].
+    pub async fn run_turn_message(
+        &self,
+        message: Message,
+        cancel: &CancellationToken,
+    ) -> Result<TurnEnd, EngineError> {
+        let entry = self.barrier.core.lock().await.append_message(message)?;
         self.emit(EngineEvent::TurnStarted { entry_id: entry.id });
         let end = self.steps(cancel).await?;
         self.emit(EngineEvent::TurnEnded { end: end.clone() });
@@ -166,10 +172,20 @@ impl Agent {
                 )));
             }
             let events = self.barrier.events.clone();
-            let mut on_event = move |event: StreamEvent| {
-                if let StreamEvent::TextDelta(text) = event {
-                    events(EngineEvent::TextDelta { text });
-                }
+            let mut on_event = move |event: StreamEvent| match event {
+                StreamEvent::TextDelta(text) => events(EngineEvent::TextDelta { text }),
+                StreamEvent::Retrying {
+                    attempt,
+                    max_attempts,
+                    delay,
+                    reason,
+                } => events(EngineEvent::Retrying {
+                    attempt,
+                    max_attempts,
+                    delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    reason,
+                }),
+                _ => {}
             };
             let cancellation = TokenCancellation(cancel);
             let response = tokio::select! {

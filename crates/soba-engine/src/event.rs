@@ -175,6 +175,18 @@ pub enum EngineEvent {
         /// Its output size in bytes.
         bytes: usize,
     },
+    /// A provider request failed before any content and is sent again
+    /// after a wait (SPEC §10.1).
+    Retrying {
+        /// The attempt that comes next (2 is the first retry).
+        attempt: u32,
+        /// The most attempts there will be.
+        max_attempts: u32,
+        /// The wait before it, in milliseconds.
+        delay_ms: u64,
+        /// Why the last attempt failed, one line.
+        reason: String,
+    },
     /// Something the user should know (silent truncation, a fallback).
     Warning {
         /// The message.
@@ -252,6 +264,15 @@ impl EngineEvent {
             } => {
                 json!({"type": "tool_result", "name": name, "call": call, "isError": is_error, "bytes": bytes})
             }
+            EngineEvent::Retrying {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+            } => json!({
+                "type": "retry", "attempt": attempt, "maxAttempts": max_attempts,
+                "delayMs": delay_ms, "reason": reason,
+            }),
             EngineEvent::Warning { message } => json!({"type": "warning", "message": message}),
             EngineEvent::TurnEnded { end } => {
                 let (outcome, reason) = match end {
@@ -263,6 +284,30 @@ impl EngineEvent {
                 json!({"type": "turn_end", "outcome": outcome, "reason": reason})
             }
         }
+    }
+}
+
+impl EngineEvent {
+    /// Returns a retry as one status line, e.g. `retrying in 4 s (attempt
+    /// 2 of 5): connection refused`; `None` for other events.
+    pub fn retry_line(&self) -> Option<String> {
+        let EngineEvent::Retrying {
+            attempt,
+            max_attempts,
+            delay_ms,
+            reason,
+        } = self
+        else {
+            return None;
+        };
+        let wait = if *delay_ms < 1_000 {
+            format!("{delay_ms} ms")
+        } else {
+            format!("{} s", (delay_ms + 500) / 1_000)
+        };
+        Some(format!(
+            "retrying in {wait} (attempt {attempt} of {max_attempts}): {reason}"
+        ))
     }
 }
 
@@ -304,6 +349,29 @@ mod tests {
         let degraded =
             end(Outcome::Completed, Some(Quality::Degraded)).result_line(|id| id.short_with(4));
         assert!(degraded.ends_with(" · fallback used"));
+    }
+
+    #[test]
+    fn a_retry_reads_as_one_line() {
+        let retry = |delay_ms| EngineEvent::Retrying {
+            attempt: 2,
+            max_attempts: 5,
+            delay_ms,
+            reason: "connection refused".into(),
+        };
+        assert_eq!(
+            retry(4_100).retry_line().as_deref(),
+            Some("retrying in 4 s (attempt 2 of 5): connection refused")
+        );
+        assert_eq!(
+            retry(900).retry_line().as_deref(),
+            Some("retrying in 900 ms (attempt 2 of 5): connection refused")
+        );
+        assert_eq!(retry(900).to_json()["type"], "retry");
+        assert_eq!(
+            EngineEvent::TextDelta { text: "x".into() }.retry_line(),
+            None
+        );
     }
 
     #[test]

@@ -151,6 +151,19 @@ pub enum StreamEvent {
     },
     /// The usage reported so far (a running total: replace, do not add).
     Usage(soba_core::Usage),
+    /// An attempt failed before any content and the request is sent again
+    /// after `delay` (SPEC §10.1); nothing of the failed attempt was
+    /// emitted.
+    Retrying {
+        /// The attempt that comes next (2 is the first retry).
+        attempt: u32,
+        /// The most attempts the policy makes.
+        max_attempts: u32,
+        /// The wait before it.
+        delay: std::time::Duration,
+        /// Why the last attempt failed, one line (e.g. `connection refused`).
+        reason: String,
+    },
     /// The response is complete.
     Done {
         /// Why the model stopped.

@@ -141,6 +141,17 @@ impl From<ProviderError> for AttemptError {
 }
 
 impl Transient {
+    /// Says in one line why the attempt failed, for a retry notice.
+    fn reason(&self) -> String {
+        match self {
+            Transient::Status { status: 429, .. } => "rate limited (HTTP 429)".to_owned(),
+            Transient::Status { status, .. } => format!("HTTP {status}"),
+            Transient::Connect(source) => root_cause(source.as_ref()),
+            Transient::Dropped(_) => "the connection dropped before the response".to_owned(),
+            Transient::Stream(error) => error.to_string(),
+        }
+    }
+
     fn into_error(self, url: &str, attempts: u32, retry_after: Option<Duration>) -> ProviderError {
         match self {
             Transient::Status { status: 429, body } => ProviderError::RateLimited {
@@ -164,6 +175,25 @@ impl Transient {
     }
 }
 
+/// Returns the innermost cause of `error`, lowercased at the start and
+/// without an `(os error N)` suffix: `connection refused`.
+fn root_cause(error: &(dyn StdError + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    let text = cause.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_owned(),
+        _ => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
 /// Counts attempts and sleeps between them.
 struct Retrier<'a> {
     policy: &'a RetryPolicy,
@@ -178,6 +208,7 @@ impl Retrier<'_> {
         &mut self,
         error: AttemptError,
         cancel: &dyn Cancellation,
+        on_retry: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<(), ProviderError> {
         let (failure, retry_after) = match error {
             AttemptError::Fatal(error) => return Err(error),
@@ -198,6 +229,12 @@ impl Retrier<'_> {
             delay_ms = delay.as_millis() as u64,
             "retrying provider request"
         );
+        on_retry(StreamEvent::Retrying {
+            attempt: self.attempts + 1,
+            max_attempts: self.policy.max_retries + 1,
+            delay,
+            reason: failure.reason(),
+        });
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(ProviderError::Cancelled),
@@ -267,7 +304,7 @@ impl Transport {
                     });
                     return Ok(response);
                 }
-                Err(error) => retrier.backoff(error, cancel).await?,
+                Err(error) => retrier.backoff(error, cancel, on_event).await?,
             }
         }
     }
@@ -298,7 +335,7 @@ impl Transport {
             };
             match outcome {
                 Ok(text) => return Ok(text),
-                Err(error) => retrier.backoff(error, cancel).await?,
+                Err(error) => retrier.backoff(error, cancel, &mut |_| {}).await?,
             }
         }
     }

@@ -158,7 +158,9 @@ pub fn usage(name: &str) -> String {
 pub fn help_text() -> String {
     let mut text = String::from(
         "Enter sends (queued while a turn runs) · Alt-Enter new line · Esc or Ctrl-C cancels the turn · \
-         Ctrl-C twice within 2 s quits · PgUp/PgDn scroll\n",
+         Ctrl-C twice within 2 s quits · PgUp/PgDn scroll\n\
+         Tab completes /commands and @paths · @path attaches a workspace file · \
+         Up/Down recall what you sent · Ctrl-O shows tool output · Ctrl-U clears the line\n",
     );
     for (_, usage, help) in COMMANDS {
         text.push_str(&format!("{usage}\n    {help}\n"));
@@ -471,6 +473,21 @@ mod tests {
             "{line}: usage {:?} lacks {usage_contains:?}",
             err.usage
         );
+    }
+
+    #[test]
+    fn help_names_the_keys() {
+        let help = help_text();
+        for key in [
+            "Tab",
+            "@path",
+            "Up/Down",
+            "Ctrl-O",
+            "PgUp/PgDn",
+            "Alt-Enter",
+        ] {
+            assert!(help.contains(key), "{key} in {help}");
+        }
     }
 
     #[test]

@@ -6,16 +6,21 @@
 //! executes slash commands.
 
 pub mod command;
+pub mod completion;
+pub mod history;
+pub mod mention;
+pub mod preview;
 pub mod render;
 pub mod state;
 pub mod view;
 pub(crate) mod worker;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossterm::event::{self, Event};
+use crossterm::event::{self, Event, KeyCode};
 use ratatui::DefaultTerminal;
 use soba_engine::tool::{ApprovalPolicy, ToolConfig, ToolError, ToolRegistry, Workspace};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -24,11 +29,23 @@ use crate::cli::{AgentArgs, GlobalArgs};
 use crate::context::Context;
 use crate::engine;
 use crate::error::{CliError, CliResult};
+use history::HistoryFile;
 use state::{Action, AppState, UiEvent};
 use worker::{Launch, Start, Worker};
 
 /// How often the key thread checks whether the UI has gone.
 const KEY_POLL: Duration = Duration::from_millis(100);
+/// How long the `@` completion list is reused before the workspace is
+/// walked again.
+const FILE_INDEX_TTL: Duration = Duration::from_secs(10);
+
+/// What the UI loop itself reads and writes: the input history file and
+/// the workspace walked for `@` completion.
+struct UiFiles {
+    history: HistoryFile,
+    root: PathBuf,
+    indexed_at: Option<Instant>,
+}
 
 /// Maps a tool-subsystem configuration error: a bad `--allow` is a usage
 /// error, anything from config a configuration error.
@@ -71,6 +88,11 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         .with_bash_timeout_ms(ctx.config().bash_timeout_ms)
         .map_err(tool_error)?;
     let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
+    let files = UiFiles {
+        history: HistoryFile::in_dir(&ctx.locations.sessions_dir),
+        root: workspace.root().to_path_buf(),
+        indexed_at: None,
+    };
     let launch = Launch {
         ctx,
         model_flag: args.model.clone(),
@@ -94,7 +116,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     let result = runtime.block_on(async {
         let worker_task =
             tokio::spawn(worker.run(action_rx, internal_rx, notes, start == Start::Pick));
-        let result = ui_loop(&mut terminal, ui_rx, action_tx).await;
+        let result = ui_loop(&mut terminal, ui_rx, action_tx, files).await;
         // The worker cancels a running turn and stops once the UI's action
         // channel is closed.
         let _ = worker_task.await;
@@ -129,10 +151,24 @@ fn spawn_key_reader(stop: Arc<AtomicBool>) -> UnboundedReceiver<Event> {
     rx
 }
 
-/// Applies one terminal event to the state.
-fn on_terminal_event(state: &mut AppState, event: Event) -> Vec<Action> {
+/// Applies one terminal event to the state; a Tab on an `@` mention first
+/// refreshes the workspace's file list when it is older than
+/// [`FILE_INDEX_TTL`].
+fn on_terminal_event(state: &mut AppState, files: &mut UiFiles, event: Event) -> Vec<Action> {
     match event {
-        Event::Key(key) => state.on_key(key, Instant::now()),
+        Event::Key(key) => {
+            if key.code == KeyCode::Tab
+                && state.overlay.is_none()
+                && state.wants_file_index()
+                && files
+                    .indexed_at
+                    .is_none_or(|at| at.elapsed() > FILE_INDEX_TTL)
+            {
+                state.files = mention::file_index(&files.root);
+                files.indexed_at = Some(Instant::now());
+            }
+            state.on_key(key, Instant::now())
+        }
         Event::Paste(text) => {
             state.on_paste(&text);
             Vec::new()
@@ -147,17 +183,23 @@ async fn ui_loop(
     terminal: &mut DefaultTerminal,
     mut reports: UnboundedReceiver<UiEvent>,
     actions: UnboundedSender<Action>,
+    mut files: UiFiles,
 ) -> CliResult {
     let stop = Arc::new(AtomicBool::new(false));
     let mut keys = spawn_key_reader(stop.clone());
     let mut state = AppState::default();
+    let (input_history, note) = files.history.load();
+    state.input_history = input_history;
+    if let Some(note) = note {
+        state.notes.push((0, note));
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let outcome = loop {
         if let Err(err) = terminal.draw(|frame| render::render(frame, &state)) {
             break Err(CliError::internal("cannot draw the terminal").caused_by(err));
         }
         let mut pending = tokio::select! {
-            Some(event) = keys.recv() => on_terminal_event(&mut state, event),
+            Some(event) = keys.recv() => on_terminal_event(&mut state, &mut files, event),
             report = reports.recv() => match report {
                 Some(report) => state.apply(report),
                 None => break Ok(()),
@@ -170,6 +212,10 @@ async fn ui_loop(
                 Vec::new()
             }
         };
+        let submitted = state.input_history.take_unsaved();
+        if let Some(note) = files.history.append(&submitted) {
+            state.notes.push((state.history.len(), note));
+        }
         // Apply whatever else is already waiting before drawing again, so a
         // burst of streamed text costs one frame.
         while let Ok(report) = reports.try_recv() {

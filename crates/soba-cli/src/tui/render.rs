@@ -20,7 +20,10 @@ use soba_core::terminal::{self, Line as SafeLine};
 use soba_core::tokens::group_thousands;
 use unicode_width::UnicodeWidthChar;
 
-use super::state::{Activity, AppState, HistoryItem, Overlay, Picker, RewindPlan};
+use super::preview::{DiffKind, DiffLine};
+use super::state::{
+    Activity, AppState, ApprovalView, HistoryItem, Overlay, Picker, RewindPlan, ToolOutput,
+};
 
 /// Below this width the sidebar is hidden and the context figure moves to
 /// the conversation's title.
@@ -152,14 +155,24 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
                 }
                 lines.push(Line::default());
             }
-            HistoryItem::Tool { line, is_error } => {
+            HistoryItem::Tool {
+                line,
+                is_error,
+                output,
+            } => {
                 let style = if *is_error {
                     Style::default().fg(Color::Red)
                 } else {
                     Style::default().fg(Color::Blue)
                 };
-                let row = truncate_to(&format!("  ▸ {line}"), width);
+                let marker = if state.expand_tools { "▾" } else { "▸" };
+                let row = truncate_to(&format!("  {marker} {line}"), width);
                 lines.push(Line::from(Span::styled(row, style)));
+                if state.expand_tools
+                    && let Some(output) = output
+                {
+                    lines.extend(output_lines(output, width));
+                }
             }
             HistoryItem::Event(text) => {
                 for (n, row) in wrap(text, width.saturating_sub(4)).into_iter().enumerate() {
@@ -191,6 +204,34 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
     }
     while lines.last().is_some_and(|line| line.spans.is_empty()) {
         lines.pop();
+    }
+    lines
+}
+
+/// Returns a tool result's lines as the expanded view shows them, under
+/// a `│` gutter, wrapped and escaped.
+fn output_lines(output: &ToolOutput, width: usize) -> Vec<Line<'static>> {
+    let gutter = Span::styled("    │ ", dim());
+    let mut lines = Vec::new();
+    for text in &output.lines {
+        for row in wrap(text, width.saturating_sub(6)) {
+            lines.push(Line::from(vec![gutter.clone(), Span::raw(row)]));
+        }
+    }
+    if output.lines.is_empty() {
+        lines.push(Line::from(vec![
+            gutter.clone(),
+            Span::styled("(no output)", dim()),
+        ]));
+    }
+    if output.more_lines > 0 {
+        lines.push(Line::from(vec![
+            gutter,
+            Span::styled(
+                format!("… {} more lines", group_thousands(output.more_lines as u64)),
+                dim(),
+            ),
+        ]));
     }
     lines
 }
@@ -294,13 +335,22 @@ fn render_sidebar(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
             Span::styled(format!("{:<9}", "source"), dim()),
             Span::raw(terminal::sanitize_line(&side.source).into_owned()),
         ]),
+    ];
+    if let Some(note) = &side.source_note {
+        lines.extend(
+            wrap(&format!("({note})"), width)
+                .into_iter()
+                .map(|row| Line::from(Span::styled(row, dim()))),
+        );
+    }
+    lines.extend([
         Line::from(vec![
             Span::styled("auto-compact ", dim()),
             Span::raw(if side.auto_compact { "on" } else { "off" }),
         ]),
         Line::default(),
         Line::from(Span::styled("last compaction", dim())),
-    ];
+    ]);
     match &side.last_compaction {
         Some(text) => lines.extend(wrap(text, width).into_iter().map(Line::from)),
         None => lines.push(Line::from("(none)")),
@@ -323,6 +373,11 @@ fn render_status(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
             Style::default()
                 .fg(Color::Yellow)
                 .add_modifier(Modifier::BOLD),
+        ))
+    } else if let Some(retry) = &state.retry {
+        Line::from(Span::styled(
+            truncate_to(&format!(" {retry}"), width),
+            Style::default().fg(Color::Yellow),
         ))
     } else if let Some(result) = &state.result_line {
         let color = if result.warn {
@@ -348,7 +403,9 @@ fn render_input(
     cursor: (usize, usize),
 ) {
     let title = match state.activity {
-        Activity::Idle => " message · /help ".to_owned(),
+        Activity::Idle => {
+            " message · /help · Tab completes · ↑↓ history · Ctrl-O tool output ".to_owned()
+        }
         Activity::Turn => " message · turn running: Enter queues, Esc cancels ".to_owned(),
         Activity::Compact => " message · compacting: Enter queues, Esc cancels ".to_owned(),
     };
@@ -398,6 +455,19 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
                     ))
                 })
                 .collect();
+            let scope_rows = wrap(
+                &format!("always: {}", view.scope),
+                text_width.saturating_sub(4),
+            )
+            .len();
+            if !view.preview.is_empty() {
+                // What fits: the box minus its borders, the summary, two
+                // blank lines and the keys.
+                let room =
+                    (area.height as usize).saturating_sub(2 + lines.len() + 2 + 2 + scope_rows + 1);
+                lines.push(Line::default());
+                lines.extend(preview_lines(view, text_width, room));
+            }
             lines.push(Line::default());
             lines.push(key_line("y", "run once"));
             for (n, row) in wrap(
@@ -440,6 +510,28 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
     frame.render_widget(Paragraph::new(lines).block(block), rect);
 }
 
+/// Returns the approval preview's lines: `-` red, `+` green, context
+/// plain, notes dim; cut to `room` lines with "… N more lines".
+fn preview_lines(view: &ApprovalView, width: usize, room: usize) -> Vec<Line<'static>> {
+    if room == 0 {
+        return Vec::new();
+    }
+    let shown = super::preview::bound(view.preview.clone(), room);
+    shown
+        .iter()
+        .map(|DiffLine { kind, text }| {
+            let (mark, style) = match kind {
+                DiffKind::Context => (' ', Style::default()),
+                DiffKind::Removed => ('-', Style::default().fg(Color::Red)),
+                DiffKind::Added => ('+', Style::default().fg(Color::Green)),
+                DiffKind::Note => (' ', dim().add_modifier(Modifier::ITALIC)),
+            };
+            let row = truncate_to(&format!("{mark} {}", text.replace('\t', "    ")), width);
+            Line::from(Span::styled(row, style))
+        })
+        .collect()
+}
+
 fn key_line(key: &str, text: &str) -> Line<'static> {
     Line::from(vec![
         Span::styled(
@@ -453,7 +545,11 @@ fn key_line(key: &str, text: &str) -> Line<'static> {
 }
 
 fn picker_lines(picker: &Picker, width: usize, height: u16) -> (String, Vec<Line<'static>>) {
-    let room = (height as usize).saturating_sub(4).max(1);
+    let note_rows = picker
+        .note
+        .as_ref()
+        .map_or(0, |note| wrap(note, width).len());
+    let room = (height as usize).saturating_sub(4 + note_rows).max(1);
     let first = (picker.selected + 1).saturating_sub(room);
     let mut lines: Vec<Line<'static>> = picker
         .items
@@ -482,6 +578,13 @@ fn picker_lines(picker: &Picker, width: usize, height: u16) -> (String, Vec<Line
         .collect();
     if picker.items.is_empty() {
         lines.push(Line::from("(nothing to choose)"));
+    }
+    if let Some(note) = &picker.note {
+        lines.extend(
+            wrap(note, width)
+                .into_iter()
+                .map(|row| Line::from(Span::styled(row, dim()))),
+        );
     }
     lines.push(Line::from(Span::styled(
         "↑/↓ choose · Enter select · Esc close",

@@ -10,6 +10,9 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use soba_engine::tool::ApprovalDecision;
 
 use super::command::{self, SlashCommand};
+use super::completion;
+use super::history::InputHistory;
+use super::preview::DiffLine;
 
 /// A second Ctrl-C within this long exits (SPEC §11.2).
 pub const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
@@ -27,10 +30,22 @@ pub enum HistoryItem {
         line: String,
         /// Whether the result is an error.
         is_error: bool,
+        /// The result's text, shown when tool output is expanded (Ctrl-O).
+        output: Option<ToolOutput>,
     },
     /// A non-message entry worth showing: a capsule, a checkpoint, a model,
     /// skill or setting change, a loaded capsule file, a hygiene pass.
     Event(String),
+}
+
+/// A tool result's text as the expanded view shows it: its first lines,
+/// raw (the renderer escapes them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolOutput {
+    /// The first lines.
+    pub lines: Vec<String>,
+    /// How many lines follow them.
+    pub more_lines: usize,
 }
 
 /// The sidebar's figures (SPEC §11.2, §13).
@@ -40,6 +55,8 @@ pub struct Sidebar {
     pub effective: u64,
     /// `provider_usage` or `estimated`.
     pub source: String,
+    /// Why the figure is estimated although a response reported usage.
+    pub source_note: Option<String>,
     /// hardLimit.
     pub hard_limit: u64,
     /// softLimit.
@@ -52,6 +69,8 @@ pub struct Sidebar {
     pub auto_compact: bool,
     /// The last compaction on the path, one line.
     pub last_compaction: Option<String>,
+    /// The full id of the latest capsule on the path.
+    pub latest_capsule: Option<String>,
 }
 
 /// The header: what is running where.
@@ -70,6 +89,9 @@ pub struct ResultLine {
     pub text: String,
     /// Whether a fallback was used (or the compaction did not complete).
     pub warn: bool,
+    /// The full id of the capsule it reports, when one was made: the line
+    /// goes once that capsule is no longer on the path (a rewind).
+    pub capsule: Option<String>,
 }
 
 /// What the engine is doing.
@@ -93,6 +115,8 @@ pub struct ApprovalView {
     pub summary: String,
     /// What `a` would approve.
     pub scope: String,
+    /// What a file change would do: a diff, or a new file's first lines.
+    pub preview: Vec<DiffLine>,
 }
 
 /// What a picker chooses.
@@ -126,6 +150,8 @@ pub struct Picker {
     pub items: Vec<PickerItem>,
     /// The highlighted choice.
     pub selected: usize,
+    /// One line under the choices (e.g. how many were left out and why).
+    pub note: Option<String>,
 }
 
 /// A rewind waiting for confirmation.
@@ -208,6 +234,55 @@ impl InputLine {
         }
     }
 
+    /// Returns whether the cursor is on the first line of the text.
+    pub fn is_on_first_line(&self) -> bool {
+        !self.text[..self.byte_at(self.cursor)].contains('\n')
+    }
+
+    /// Returns whether the cursor is on the last line of the text.
+    pub fn is_on_last_line(&self) -> bool {
+        !self.text[self.byte_at(self.cursor)..].contains('\n')
+    }
+
+    /// Returns the (start, length) in characters of every line.
+    fn lines(&self) -> Vec<(usize, usize)> {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for line in self.text.split('\n') {
+            let len = line.chars().count();
+            lines.push((start, len));
+            start += len + 1;
+        }
+        lines
+    }
+
+    /// Moves the cursor one line up or down, keeping its column where the
+    /// line is long enough.
+    fn move_line(&mut self, up: bool) {
+        let lines = self.lines();
+        let Some(row) = lines.iter().rposition(|(start, _)| *start <= self.cursor) else {
+            return;
+        };
+        let target = if up {
+            row.checked_sub(1)
+        } else {
+            Some(row + 1)
+        };
+        let Some((start, len)) = target.and_then(|target| lines.get(target)) else {
+            return;
+        };
+        let column = self.cursor - lines[row].0;
+        self.cursor = start + column.min(*len);
+    }
+
+    fn line_up(&mut self) {
+        self.move_line(true);
+    }
+
+    fn line_down(&mut self) {
+        self.move_line(false);
+    }
+
     fn delete_word(&mut self) {
         let chars: Vec<char> = self.text.chars().collect();
         let mut start = self.cursor;
@@ -275,6 +350,9 @@ pub enum UiEvent {
     Approval(ApprovalView),
     /// Put this text in the input box (a rewound user message).
     SetInput(String),
+    /// The provider request failed and is retried, e.g. `retrying in 4 s
+    /// (attempt 2 of 5): connection refused`.
+    Retrying(String),
 }
 
 /// Everything the TUI shows; [`super::render::render`] is a pure function of it.
@@ -308,6 +386,14 @@ pub struct AppState {
     pub scroll: usize,
     /// When Ctrl-C was last pressed (not rendered).
     pub last_ctrl_c: Option<Instant>,
+    /// Whether tool results are shown in full (Ctrl-O).
+    pub expand_tools: bool,
+    /// The provider retry in progress, one line.
+    pub retry: Option<String>,
+    /// Lines submitted in this workspace, for Up/Down.
+    pub input_history: InputHistory,
+    /// The workspace's files, for `@` completion.
+    pub files: Vec<String>,
 }
 
 impl AppState {
@@ -327,6 +413,7 @@ impl AppState {
         if line.is_empty() {
             return Vec::new();
         }
+        self.input_history.record(&line);
         if command::is_command(&line) {
             match command::parse(&line) {
                 Err(err) => {
@@ -402,7 +489,13 @@ impl AppState {
     /// input sent when a turn ends).
     pub fn apply(&mut self, event: UiEvent) -> Vec<Action> {
         match event {
-            UiEvent::Header(header) => self.header = header,
+            UiEvent::Header(header) => {
+                if header.session != self.header.session {
+                    // Another session: the last one's result line is not about it.
+                    self.result_line = None;
+                }
+                self.header = header;
+            }
             UiEvent::History(items) => {
                 self.history = items;
                 let len = self.history.len();
@@ -410,10 +503,26 @@ impl AppState {
                     *anchor = (*anchor).min(len);
                 }
             }
-            UiEvent::Sidebar(sidebar) => self.sidebar = sidebar,
-            UiEvent::Delta(text) => self.streaming.push_str(&text),
-            UiEvent::StepDone => self.streaming.clear(),
+            UiEvent::Sidebar(sidebar) => {
+                if let Some(line) = &self.result_line
+                    && line.capsule.is_some()
+                    && line.capsule != sidebar.latest_capsule
+                {
+                    // A rewind left the capsule the line reports.
+                    self.result_line = None;
+                }
+                self.sidebar = sidebar;
+            }
+            UiEvent::Delta(text) => {
+                self.retry = None;
+                self.streaming.push_str(&text);
+            }
+            UiEvent::StepDone => {
+                self.retry = None;
+                self.streaming.clear();
+            }
             UiEvent::BarrierStarted { idle } => {
+                self.retry = None;
                 self.barrier = Some((0, idle));
                 self.result_line = None;
             }
@@ -428,6 +537,7 @@ impl AppState {
             }
             UiEvent::Finished(reason) => {
                 self.activity = Activity::Idle;
+                self.retry = None;
                 self.streaming.clear();
                 self.barrier = None;
                 if matches!(self.overlay, Some(Overlay::Approval(_))) {
@@ -442,6 +552,7 @@ impl AppState {
             UiEvent::Overlay(overlay) => self.overlay = Some(overlay),
             UiEvent::Approval(view) => self.overlay = Some(Overlay::Approval(view)),
             UiEvent::SetInput(text) => self.input.set(&text),
+            UiEvent::Retrying(text) => self.retry = Some(text),
         }
         Vec::new()
     }
@@ -479,6 +590,27 @@ impl AppState {
                 self.input.take();
             }
             KeyCode::Char('w') if ctrl => self.input.delete_word(),
+            KeyCode::Char('o') if ctrl => {
+                self.expand_tools = !self.expand_tools;
+                self.hint = Some(if self.expand_tools {
+                    "tool output shown in full (Ctrl-O folds it again)".to_owned()
+                } else {
+                    "tool output folded (Ctrl-O shows it)".to_owned()
+                });
+            }
+            KeyCode::Tab => self.complete(),
+            KeyCode::Up if self.input.is_on_first_line() => {
+                if let Some(text) = self.input_history.older(&self.input.text) {
+                    self.input.set(&text);
+                }
+            }
+            KeyCode::Down if self.input.is_on_last_line() && self.input_history.is_walking() => {
+                if let Some(text) = self.input_history.newer() {
+                    self.input.set(&text);
+                }
+            }
+            KeyCode::Up => self.input.line_up(),
+            KeyCode::Down => self.input.line_down(),
             KeyCode::Char(ch) if !ctrl => self.input.insert(&ch.to_string()),
             KeyCode::Backspace => self.input.backspace(),
             KeyCode::Delete => self.input.delete(),
@@ -491,6 +623,31 @@ impl AppState {
             _ => {}
         }
         Vec::new()
+    }
+
+    /// Completes the word before the cursor (Tab): a command name, or an
+    /// `@path` from [`AppState::files`].
+    fn complete(&mut self) {
+        let at = self.input.byte_at(self.input.cursor);
+        let Some(done) = completion::complete(&self.input.text, at, &self.files) else {
+            return;
+        };
+        let start_chars = self.input.text[..done.replace.start].chars().count();
+        self.input
+            .text
+            .replace_range(done.replace.clone(), &done.with);
+        self.input.cursor = start_chars + done.with.chars().count();
+        self.hint = done.hint;
+    }
+
+    /// Returns whether the word before the cursor is an `@` mention (the
+    /// UI refreshes [`AppState::files`] before a Tab there).
+    pub fn wants_file_index(&self) -> bool {
+        let before = &self.input.text[..self.input.byte_at(self.input.cursor)];
+        before
+            .rsplit(char::is_whitespace)
+            .next()
+            .is_some_and(|word| word.starts_with('@'))
     }
 
     /// Handles pasted text (bracketed paste): inserted as typed, newlines kept.
@@ -733,6 +890,7 @@ mod tests {
             tool: "bash".into(),
             summary: "cargo test".into(),
             scope: "bash commands starting with `cargo` this session".into(),
+            preview: Vec::new(),
         };
         for (code, decision) in [
             (KeyCode::Char('y'), ApprovalDecision::Once),
@@ -771,6 +929,7 @@ mod tests {
         let line = ResultLine {
             text: "Compacted (user): 9,000 → 2,000 tokens (−78%) · ck_7f3a".into(),
             warn: false,
+            capsule: None,
         };
         state.apply(UiEvent::BarrierEnded(line.clone()));
         assert_eq!(state.barrier, None);
@@ -818,6 +977,7 @@ mod tests {
                 },
             ],
             selected: 0,
+            note: None,
         })));
         let now = Instant::now();
         state.on_key(key(KeyCode::Down), now);
@@ -840,5 +1000,168 @@ mod tests {
         assert_eq!(state.notes, [(2, "after b".to_owned())]);
         state.apply(UiEvent::History(vec![]));
         assert_eq!(state.notes, [(0, "after b".to_owned())]);
+    }
+
+    fn typed_keys(state: &mut AppState, text: &str) {
+        for ch in text.chars() {
+            state.on_key(key(KeyCode::Char(ch)), Instant::now());
+        }
+    }
+
+    #[test]
+    fn up_and_down_walk_the_input_history_and_restore_the_draft() {
+        let mut state = AppState {
+            input_history: InputHistory::new(vec!["first".into(), "second".into()]),
+            ..AppState::default()
+        };
+        typed(&mut state, "third");
+        state.apply(UiEvent::Finished(None));
+        typed_keys(&mut state, "dra");
+        let now = Instant::now();
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.text, "third");
+        state.on_key(key(KeyCode::Up), now);
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.text, "first");
+        // The oldest entry stays.
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.text, "first");
+        state.on_key(key(KeyCode::Down), now);
+        assert_eq!(state.input.text, "second");
+        state.on_key(key(KeyCode::Down), now);
+        state.on_key(key(KeyCode::Down), now);
+        assert_eq!(state.input.text, "dra");
+        // Not walking: Down does nothing.
+        state.on_key(key(KeyCode::Down), now);
+        assert_eq!(state.input.text, "dra");
+        assert_eq!(
+            state.input_history.take_unsaved(),
+            ["third"],
+            "submitted lines are handed to the file"
+        );
+    }
+
+    #[test]
+    fn up_and_down_move_between_lines_of_a_multi_line_input_first() {
+        let mut state = AppState {
+            input_history: InputHistory::new(vec!["old".into()]),
+            ..AppState::default()
+        };
+        state.input.set("one\ntwo long\nthree");
+        let now = Instant::now();
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.cursor, "one\ntwo l".chars().count());
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.cursor, 3);
+        state.on_key(key(KeyCode::Down), now);
+        state.on_key(key(KeyCode::Down), now);
+        assert_eq!(state.input.text, "one\ntwo long\nthree");
+        state.on_key(key(KeyCode::Up), now);
+        state.on_key(key(KeyCode::Up), now);
+        // On the first line: the history.
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.text, "old");
+        state.on_key(key(KeyCode::Down), now);
+        assert_eq!(state.input.text, "one\ntwo long\nthree");
+        // An overlay takes the arrows.
+        state.overlay = Some(Overlay::ConfirmRewind(RewindPlan {
+            leaf: "e_1".into(),
+            restore_input: None,
+            lines: Vec::new(),
+        }));
+        state.on_key(key(KeyCode::Up), now);
+        assert_eq!(state.input.text, "one\ntwo long\nthree");
+    }
+
+    #[test]
+    fn tab_completes_commands_and_mentions() {
+        let mut state = AppState {
+            files: vec!["src/main.rs".into(), "src/map.rs".into()],
+            ..AppState::default()
+        };
+        typed_keys(&mut state, "/com");
+        state.on_key(key(KeyCode::Tab), Instant::now());
+        assert_eq!(state.input.text, "/compact ");
+        assert_eq!(state.input.cursor, 9);
+        state.input.set("/c");
+        state.on_key(key(KeyCode::Tab), Instant::now());
+        assert_eq!(state.input.text, "/c");
+        assert_eq!(
+            state.hint.as_deref(),
+            Some("/compact  /capsule  /checkpoint")
+        );
+        state.input.set("fix @src/ma now");
+        state.input.cursor = "fix @src/ma".chars().count();
+        assert!(state.wants_file_index());
+        state.on_key(key(KeyCode::Tab), Instant::now());
+        assert_eq!(state.hint.as_deref(), Some("src/main.rs  src/map.rs"));
+        state.on_key(key(KeyCode::Char('i')), Instant::now());
+        state.on_key(key(KeyCode::Tab), Instant::now());
+        assert_eq!(state.input.text, "fix @src/main.rs  now");
+        assert_eq!(state.hint, None);
+        assert!(!state.wants_file_index());
+    }
+
+    #[test]
+    fn ctrl_o_toggles_tool_output() {
+        let mut state = AppState::default();
+        state.on_key(ctrl('o'), Instant::now());
+        assert!(state.expand_tools);
+        state.on_key(ctrl('o'), Instant::now());
+        assert!(!state.expand_tools);
+        assert!(state.input.text.is_empty());
+    }
+
+    #[test]
+    fn the_result_line_goes_with_its_session_or_its_capsule() {
+        let line = ResultLine {
+            text: "Compacted (user): 9,000 → 2,000 tokens (−78%) · ck_7f3a".into(),
+            warn: false,
+            capsule: Some("ck_7f3a".into()),
+        };
+        let header = |session: &str| Header {
+            model: "m".into(),
+            session: session.into(),
+        };
+        let sidebar = |capsule: Option<&str>| Sidebar {
+            latest_capsule: capsule.map(str::to_owned),
+            ..Sidebar::default()
+        };
+        let mut state = AppState::default();
+        state.apply(UiEvent::Header(header("aaaa")));
+        state.apply(UiEvent::BarrierEnded(line.clone()));
+        state.apply(UiEvent::Sidebar(sidebar(Some("ck_7f3a"))));
+        state.apply(UiEvent::Header(header("aaaa")));
+        assert_eq!(state.result_line, Some(line.clone()));
+        // A rewind before the capsule.
+        state.apply(UiEvent::Sidebar(sidebar(None)));
+        assert_eq!(state.result_line, None);
+        // /resume or a new session.
+        state.apply(UiEvent::BarrierEnded(line.clone()));
+        state.apply(UiEvent::Header(header("bbbb")));
+        assert_eq!(state.result_line, None);
+        // A line without a capsule stays until the next barrier.
+        let skipped = ResultLine {
+            capsule: None,
+            ..line
+        };
+        state.apply(UiEvent::BarrierEnded(skipped.clone()));
+        state.apply(UiEvent::Sidebar(sidebar(None)));
+        assert_eq!(state.result_line, Some(skipped));
+    }
+
+    #[test]
+    fn a_retry_shows_until_the_response_streams() {
+        let mut state = AppState::default();
+        typed(&mut state, "work");
+        state.apply(UiEvent::Retrying(
+            "retrying in 1 s (attempt 2 of 5): connection refused".into(),
+        ));
+        assert!(state.retry.is_some());
+        state.apply(UiEvent::Delta("Hi".into()));
+        assert_eq!(state.retry, None);
+        state.apply(UiEvent::Retrying("retrying".into()));
+        state.apply(UiEvent::Finished(Some("turn failed".into())));
+        assert_eq!(state.retry, None);
     }
 }

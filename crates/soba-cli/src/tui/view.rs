@@ -12,7 +12,44 @@ use soba_core::{Block, ContextSource, Entry, EntryBody, EntryId, Quality, Role};
 use soba_engine::agent::describe_call;
 use soba_engine::session::SessionCore;
 
-use super::state::{HistoryItem, PickerItem, RewindPlan, Sidebar};
+use super::mention;
+use super::state::{HistoryItem, PickerItem, RewindPlan, Sidebar, ToolOutput};
+
+/// The most lines of one tool result the expanded view shows.
+pub const MAX_OUTPUT_LINES: usize = 200;
+/// The most characters of one line of tool output kept for the view.
+const MAX_OUTPUT_LINE_CHARS: usize = 1_000;
+
+/// Returns the first [`MAX_OUTPUT_LINES`] lines of a tool result.
+pub fn tool_output(text: &str) -> ToolOutput {
+    let mut lines = Vec::new();
+    let mut more_lines = 0;
+    for line in text.lines() {
+        if lines.len() < MAX_OUTPUT_LINES {
+            lines.push(line.chars().take(MAX_OUTPUT_LINE_CHARS).collect());
+        } else {
+            more_lines += 1;
+        }
+    }
+    ToolOutput { lines, more_lines }
+}
+
+/// Returns what the user typed in a real user message: its text blocks
+/// without the files `@path` mentions attached.
+pub fn typed_text(message: &soba_core::Message) -> String {
+    let mut out = String::new();
+    for block in &message.content {
+        if let Block::Text(text) = block
+            && mention::parse_attachment(text).is_none()
+        {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(text);
+        }
+    }
+    out
+}
 
 /// Returns the number of random hex digits that keeps every id of the
 /// session distinct (at least 4, SPEC §3.1).
@@ -71,7 +108,17 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                 let message = &stored.message;
                 match message.role {
                     Role::User if message.is_real_user() => {
-                        items.push(HistoryItem::User(message.text()));
+                        items.push(HistoryItem::User(typed_text(message)));
+                        for block in &message.content {
+                            if let Block::Text(text) = block
+                                && let Some((path, n_lines)) = mention::parse_attachment(text)
+                            {
+                                items.push(HistoryItem::Event(format!(
+                                    "@{path} ({n_lines} line{} attached)",
+                                    if n_lines == 1 { "" } else { "s" }
+                                )));
+                            }
+                        }
                     }
                     Role::Assistant => {
                         let text = message.text();
@@ -87,6 +134,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                             items.push(HistoryItem::Tool {
                                 line: tool_line(&description, &call.name, None, running),
                                 is_error: false,
+                                output: None,
                             });
                         }
                     }
@@ -105,6 +153,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                                         running,
                                     ),
                                     is_error: result.is_error,
+                                    output: Some(tool_output(&text)),
                                 };
                             }
                         }
@@ -194,13 +243,55 @@ pub fn last_compaction(path: &[Entry], short: usize) -> Option<String> {
     })
 }
 
+/// Returns why the measurement is `estimated` although a response on the
+/// path reported usage (the rules of `soba_core::calibration::measure`):
+/// `None` when it is not estimated or no response reported usage.
+pub fn estimated_because(
+    path: &[Entry],
+    model: &str,
+    factor: soba_core::calibration::Factor,
+) -> Option<&'static str> {
+    let (idx, last) = path
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(idx, entry)| match &entry.body {
+            EntryBody::Message(stored) if stored.message.role == Role::Assistant => {
+                Some((idx, &stored.message))
+            }
+            _ => None,
+        })?;
+    let usage = last.usage.filter(|usage| usage.prompt() > 0)?;
+    if !path[idx + 1..]
+        .iter()
+        .all(|entry| matches!(entry.body, EntryBody::Message(_)))
+    {
+        return Some("the context changed since the last response");
+    }
+    if last.model.as_deref() != Some(model) {
+        return Some("the last response came from another model");
+    }
+    if last
+        .request_tokens_local
+        .is_some_and(|local| factor.reveals_truncation(usage.prompt(), local))
+    {
+        return Some("the reported prompt is under 80% of the local count");
+    }
+    None
+}
+
 /// Returns the sidebar figures of a session now.
 pub fn sidebar(core: &SessionCore) -> Sidebar {
     let measurement = core.measure();
     let budget = core.budget();
+    let estimated = measurement.source == soba_core::calibration::MeasurementSource::Estimated;
     Sidebar {
         effective: measurement.tokens.get(),
         source: measurement.source.as_str().to_owned(),
+        source_note: estimated
+            .then(|| estimated_because(core.path(), core.model_id(), core.factor()))
+            .flatten()
+            .map(str::to_owned),
         hard_limit: budget.hard_limit().get(),
         soft_limit: budget.soft_limit().get(),
         auto_limit: budget.auto_limit().get(),
@@ -209,7 +300,86 @@ pub fn sidebar(core: &SessionCore) -> Sidebar {
             .derived()
             .auto_compact_or(core.config().compaction.auto),
         last_compaction: last_compaction(core.path(), core.short_id_len()),
+        latest_capsule: core.path().iter().rev().find_map(|entry| {
+            matches!(entry.body, EntryBody::Capsule(_)).then(|| entry.id.as_str().to_owned())
+        }),
     }
+}
+
+/// Whether a model can be used now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelAccess {
+    /// Its provider needs no key, or the key is set.
+    Ready,
+    /// Its provider's key variable is not set.
+    NeedsKey(String),
+    /// Its provider is not configured.
+    NoProvider,
+}
+
+/// Returns whether model `id` can be used with this configuration and
+/// environment: its provider is configured and its key variable, if it
+/// needs one, is set.
+pub fn model_access(ctx: &crate::context::Context, id: &str) -> ModelAccess {
+    let Ok(info) = ctx.config().registry().resolve(id) else {
+        return ModelAccess::NoProvider;
+    };
+    let Ok(provider) = ctx.config().provider_for(&info.id, &info.provider) else {
+        return ModelAccess::NoProvider;
+    };
+    match &provider.api_key_env {
+        Some(var) if ctx.env.get(var).is_none() => ModelAccess::NeedsKey(var.clone()),
+        _ => ModelAccess::Ready,
+    }
+}
+
+/// Returns the `/model` picker's choices: the usable models (the current
+/// one marked), and a note saying how many were left out and why.
+pub fn model_choices(
+    ids: &[String],
+    current: &str,
+    access: impl Fn(&str) -> ModelAccess,
+) -> (Vec<PickerItem>, Option<String>) {
+    let mut items = Vec::new();
+    let mut missing_keys: Vec<String> = Vec::new();
+    let mut n_hidden = 0;
+    for id in ids {
+        let usable = match access(id) {
+            ModelAccess::Ready => true,
+            ModelAccess::NeedsKey(var) => {
+                if !missing_keys.contains(&var) {
+                    missing_keys.push(var);
+                }
+                false
+            }
+            ModelAccess::NoProvider => false,
+        };
+        if !usable && id != current {
+            n_hidden += 1;
+            continue;
+        }
+        items.push(PickerItem {
+            label: if id == current {
+                format!("{id}  (current)")
+            } else {
+                id.clone()
+            },
+            key: id.clone(),
+        });
+    }
+    let note = (n_hidden > 0).then(|| {
+        let mut note = format!(
+            "{n_hidden} more model{} hidden: ",
+            if n_hidden == 1 { "" } else { "s" }
+        );
+        if missing_keys.is_empty() {
+            note.push_str("their providers are not configured");
+        } else {
+            note.push_str(&format!("set {} to use them", missing_keys.join(" or ")));
+        }
+        note
+    });
+    (items, note)
 }
 
 /// Returns the `/budget` text: every limit of SPEC §4.3, effective tokens
@@ -394,7 +564,7 @@ pub fn plan_rewind(
                         .to_owned(),
                 );
             };
-            let text = stored.message.text();
+            let text = typed_text(&stored.message);
             (
                 parent,
                 Some(text.clone()),
@@ -588,17 +758,26 @@ mod tests {
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
                     line: "bash: cargo test (exit 1, 2.4 KB)".into(),
-                    is_error: true
+                    is_error: true,
+                    output: Some(ToolOutput {
+                        lines: vec!["x".repeat(1_000), "exit code 1".into()],
+                        more_lines: 0
+                    }),
                 },
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
                     line: "read_file: src/lib.rs (12 B)".into(),
-                    is_error: false
+                    is_error: false,
+                    output: Some(ToolOutput {
+                        lines: vec!["fn main() {}".into()],
+                        more_lines: 0
+                    }),
                 },
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
                     line: "write_file: a.txt (no result recorded)".into(),
-                    is_error: false
+                    is_error: false,
+                    output: None,
                 },
             ]
         );
@@ -607,7 +786,8 @@ mod tests {
             running.last(),
             Some(&HistoryItem::Tool {
                 line: "write_file: a.txt (running…)".into(),
-                is_error: false
+                is_error: false,
+                output: None,
             })
         );
     }
@@ -667,5 +847,66 @@ mod tests {
         );
         assert!(find_entry(&path, "e_ffff").is_err());
         assert_eq!(path_to(&path, &path[1].id).len(), 2);
+    }
+
+    #[test]
+    fn tool_output_is_bounded() {
+        let text: String = (0..250).map(|n| format!("{n}\n")).collect();
+        let output = tool_output(&text);
+        assert_eq!(output.lines.len(), MAX_OUTPUT_LINES);
+        assert_eq!(output.more_lines, 50);
+    }
+
+    #[test]
+    fn attachments_show_as_one_line_and_are_not_restored_by_a_rewind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("notes.md"), "a\nb\nc\n").expect("file");
+        let workspace = soba_engine::tool::Workspace::new(dir.path()).expect("workspace");
+        let attached = mention::attach(&workspace, "read @notes.md please");
+        let path = vec![entry(1, None, message(attached.message.clone()))];
+        assert_eq!(
+            history_items(&path, 4, false),
+            [
+                HistoryItem::User("read @notes.md please".into()),
+                HistoryItem::Event("@notes.md (3 lines attached)".into()),
+            ]
+        );
+        assert_eq!(typed_text(&attached.message), "read @notes.md please");
+        assert!(attached.message.text().contains("a\nb\nc"));
+    }
+
+    #[test]
+    fn the_model_picker_offers_usable_models_and_says_what_it_hid() {
+        let ids: Vec<String> = [
+            "anthropic/claude-sonnet-4-5",
+            "openai/gpt-5",
+            "openai/gpt-5-mini",
+            "ollama/llama3",
+            "nowhere/x",
+        ]
+        .iter()
+        .map(|id| (*id).to_owned())
+        .collect();
+        let access = |id: &str| match id.split('/').next() {
+            Some("anthropic" | "ollama") => ModelAccess::Ready,
+            Some("openai") => ModelAccess::NeedsKey("OPENAI_API_KEY".into()),
+            _ => ModelAccess::NoProvider,
+        };
+        let (items, note) = model_choices(&ids, "openai/gpt-5", access);
+        let labels: Vec<&str> = items.iter().map(|item| item.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "anthropic/claude-sonnet-4-5",
+                "openai/gpt-5  (current)",
+                "ollama/llama3"
+            ]
+        );
+        assert_eq!(
+            note.as_deref(),
+            Some("2 more models hidden: set OPENAI_API_KEY to use them")
+        );
+        let (_, note) = model_choices(&ids[..1], "", access);
+        assert_eq!(note, None);
     }
 }

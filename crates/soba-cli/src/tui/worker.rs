@@ -75,6 +75,8 @@ pub struct Launch {
 pub struct ChannelApprover {
     ui: UnboundedSender<UiEvent>,
     pending: Arc<StdMutex<Option<oneshot::Sender<ApprovalDecision>>>>,
+    /// Where a file change's preview reads the current file.
+    workspace: Workspace,
 }
 
 impl Approver for ChannelApprover {
@@ -83,6 +85,11 @@ impl Approver for ChannelApprover {
             tool: request.tool().to_owned(),
             summary: request.summary(),
             scope: request.session_scope(),
+            preview: super::preview::approval_preview(
+                &self.workspace,
+                request.tool(),
+                request.input(),
+            ),
         };
         let (answer, wait) = oneshot::channel();
         *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
@@ -322,6 +329,7 @@ impl Worker {
                 Arc::new(ChannelApprover {
                     ui: self.ui.clone(),
                     pending: self.pending_approval.clone(),
+                    workspace: self.launch.workspace.clone(),
                 }),
             )),
         };
@@ -517,6 +525,11 @@ impl Worker {
             }
             Err(err) => self.note(cli_note(&err)),
         }
+        // `@path` mentions attach the files they name.
+        let attached = super::mention::attach(&self.launch.workspace, &text);
+        for note in attached.notes {
+            self.note(note);
+        }
         let agent = live.agent.clone();
         let cancel = CancellationToken::new();
         self.running = Some(Running {
@@ -526,7 +539,7 @@ impl Worker {
         });
         let internal = self.internal.clone();
         tokio::spawn(async move {
-            let result = agent.run_turn(&text, &cancel).await;
+            let result = agent.run_turn_message(attached.message, &cancel).await;
             let _ = internal.send(Internal::Done(result.map(Finished::Turn)));
         });
     }
@@ -587,6 +600,11 @@ impl Worker {
                 self.refresh().await;
             }
             EngineEvent::Warning { message } => self.note(format!("warning: {message}")),
+            EngineEvent::Retrying { .. } => {
+                if let Some(line) = event.retry_line() {
+                    self.send(UiEvent::Retrying(line));
+                }
+            }
             EngineEvent::TurnEnded { .. } => {}
         }
     }
@@ -613,7 +631,11 @@ impl Worker {
         };
         let text = end.result_line(|id| id.short_with(short));
         let warn = end.outcome != Outcome::Completed || end.quality == Some(Quality::Degraded);
-        self.send(UiEvent::BarrierEnded(ResultLine { text, warn }));
+        self.send(UiEvent::BarrierEnded(ResultLine {
+            text,
+            warn,
+            capsule: end.checkpoint_id.as_ref().map(|id| id.as_str().to_owned()),
+        }));
         if self.rewound_in_barrier {
             self.rewound_in_barrier = false;
             if end.outcome == Outcome::Completed
@@ -789,6 +811,7 @@ impl Worker {
                         purpose: PickerPurpose::Rewind,
                         items,
                         selected: 0,
+                        note: None,
                     })));
                 }
                 return;
@@ -897,6 +920,7 @@ impl Worker {
             purpose: PickerPurpose::Resume,
             items,
             selected: 0,
+            note: None,
         })));
     }
 
@@ -963,23 +987,19 @@ impl Worker {
                 ids.push(id);
             }
         }
-        let selected = ids.iter().position(|id| *id == current).unwrap_or(0);
-        let items = ids
-            .into_iter()
-            .map(|id| PickerItem {
-                label: if id == current {
-                    format!("{id}  (current)")
-                } else {
-                    id.clone()
-                },
-                key: id,
-            })
-            .collect();
+        let (items, note) = view::model_choices(&ids, &current, |id| {
+            view::model_access(&self.launch.ctx, id)
+        });
+        let selected = items
+            .iter()
+            .position(|item| item.key == current)
+            .unwrap_or(0);
         self.send(UiEvent::Overlay(Overlay::Picker(Picker {
             title: "Switch model".to_owned(),
             purpose: PickerPurpose::Model,
             items,
             selected,
+            note,
         })));
     }
 
@@ -1651,6 +1671,146 @@ mod tests {
                 "model fake/test-model".into()
             )])
         );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sidebar_uses_the_provider_usage_after_a_turn() {
+        let mut rig = rig_with(|config| {
+            config["compaction"]["compactOnTurnComplete"] = json!(true);
+        })
+        .await;
+        let usage = soba_core::Usage {
+            input: 1_234,
+            output: 5,
+            ..soba_core::Usage::default()
+        };
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(
+                Dialect::Chat,
+                &Reply::text("Looking.")
+                    .with_tool_call("c1", "list_files", json!({}))
+                    .with_usage(usage),
+            ),
+        );
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Hello.").with_usage(usage)),
+        );
+        rig.send(Action::StartTurn("hi".into()));
+        let seen = rig
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        let sidebar = seen
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                UiEvent::Sidebar(sidebar) => Some(sidebar.clone()),
+                _ => None,
+            })
+            .expect("a sidebar");
+        assert_eq!(sidebar.source, "provider_usage", "{sidebar:?}");
+        // The reported prompt plus the answer as it will be re-sent.
+        assert!(sidebar.effective > 1_234, "{sidebar:?}");
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closed_port_shows_the_retry_then_cancels() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut rig = rig_with(|config| {
+            config["providers"]["fake"]["baseUrl"] = json!(format!("http://127.0.0.1:{port}"));
+        })
+        .await;
+        rig.send(Action::StartTurn("hello?".into()));
+        let seen = rig
+            .until("a retry", |r| matches!(r, UiEvent::Retrying(_)))
+            .await;
+        let Some(UiEvent::Retrying(line)) = seen.last() else {
+            unreachable!("until returned on a retry")
+        };
+        assert!(
+            line.starts_with("retrying in ") && line.contains(" (attempt 2 of 5): "),
+            "{line}"
+        );
+        assert!(line.ends_with("connection refused"), "{line}");
+        rig.send(Action::Cancel);
+        rig.until("the end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mentioned_files_are_attached_and_shown_as_one_line() {
+        let mut rig = rig().await;
+        std::fs::write(rig.dir.path().join("ws/notes.md"), "alpha\nbeta\n").expect("a file");
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Read it.")),
+        );
+        rig.send(Action::StartTurn("summarize @notes.md and @nope.md".into()));
+        let seen = rig
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert!(
+            note_texts(&seen)
+                .contains(&"@nope.md not attached: no such file in the workspace".to_owned()),
+            "{seen:#?}"
+        );
+        let history = seen
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                UiEvent::History(items) => Some(items.clone()),
+                _ => None,
+            })
+            .expect("a history");
+        use crate::tui::state::HistoryItem;
+        assert_eq!(
+            history[1..3],
+            [
+                HistoryItem::User("summarize @notes.md and @nope.md".into()),
+                HistoryItem::Event("@notes.md (2 lines attached)".into()),
+            ]
+        );
+        let request = rig.server.requests().pop().expect("a request");
+        let sent = request.body.to_string();
+        assert!(sent.contains("alpha\\nbeta"), "{sent}");
+        assert!(
+            sent.contains("<attached-file path=\\\"notes.md\\\" lines=2"),
+            "{sent}"
+        );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_model_picker_hides_models_without_a_key() {
+        let mut rig = rig().await;
+        rig.send(Action::Command(SlashCommand::Model(None)));
+        let seen = rig
+            .until("the picker", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::Picker(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::Picker(picker))) = seen.last() else {
+            unreachable!("until returned on a picker")
+        };
+        let keys: Vec<&str> = picker.items.iter().map(|item| item.key.as_str()).collect();
+        assert!(keys.contains(&"fake/test-model"), "{keys:?}");
+        assert!(
+            keys.iter().all(|key| !key.starts_with("anthropic/")
+                && !key.starts_with("openai/")
+                && !key.starts_with("openrouter/")),
+            "{keys:?}"
+        );
+        let note = picker.note.as_deref().unwrap_or_default();
+        assert!(note.contains(" more models hidden: set "), "{note}");
+        assert!(note.contains("ANTHROPIC_API_KEY"), "{note}");
+        assert_eq!(picker.items[picker.selected].key, "fake/test-model");
         rig.quit().await;
     }
 

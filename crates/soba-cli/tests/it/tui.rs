@@ -5,9 +5,11 @@
 
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
+use soba_cli::tui::preview::{self, DiffKind, DiffLine};
 use soba_cli::tui::render;
 use soba_cli::tui::state::{
-    Activity, AppState, ApprovalView, Header, HistoryItem, Overlay, ResultLine, RewindPlan, Sidebar,
+    Activity, AppState, ApprovalView, Header, HistoryItem, Overlay, Picker, PickerItem,
+    PickerPurpose, ResultLine, RewindPlan, Sidebar, ToolOutput,
 };
 
 /// Draws `state` on a `width × height` test terminal and returns the
@@ -51,18 +53,22 @@ fn working() -> AppState {
             HistoryItem::Tool {
                 line: "bash: cargo test -p parser (exit 1, 2.3 KB)".into(),
                 is_error: true,
+                output: None,
             },
             HistoryItem::Tool {
                 line: "read_file: src/lexer.rs (14.2 KB)".into(),
                 is_error: false,
+                output: None,
             },
             HistoryItem::Tool {
                 line: "edit_file: src/lexer.rs (41 B)".into(),
                 is_error: false,
+                output: None,
             },
             HistoryItem::Tool {
                 line: "bash: cargo test -p parser (exit 0, 1.1 KB)".into(),
                 is_error: false,
+                output: None,
             },
             HistoryItem::Assistant(
                 "Fixed: `next_token` stopped one byte early at end of input. All 48 parser tests pass now.".into(),
@@ -78,6 +84,7 @@ fn working() -> AppState {
             hygiene_limit: 50_000,
             auto_compact: true,
             last_compaction: Some("ck_7f3a auto_threshold: 41,210 → 23,480 (−43%)".into()),
+            ..Sidebar::default()
         },
         ..AppState::default()
     }
@@ -137,6 +144,7 @@ fn result_line_frame() {
     state.result_line = Some(ResultLine {
         text: "Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_7f3a".into(),
         warn: false,
+        capsule: None,
     });
     let screen = frame(&state, 110, 30);
     assert_eq!(
@@ -156,6 +164,7 @@ fn degraded_result_frame() {
         text: "Compacted (hard_limit): 170,004 → 21,300 tokens (−87%) · ck_9b21 · fallback used"
             .into(),
         warn: true,
+        capsule: None,
     });
     let screen = frame(&state, 110, 30);
     assert!(screen.contains("· fallback used\n"), "{screen}");
@@ -169,6 +178,7 @@ fn approval_prompt_frame() {
         tool: "bash".into(),
         summary: "cargo test -p parser && cargo fmt --check".into(),
         scope: "bash commands starting with `cargo` this session".into(),
+        preview: Vec::new(),
     }));
     insta::assert_snapshot!("approval", frame(&state, 110, 30));
 }
@@ -222,6 +232,7 @@ fn escapes_in_tool_output_are_drawn_escaped() {
         HistoryItem::Tool {
             line: format!("bash: cat {hostile}"),
             is_error: false,
+            output: None,
         },
         HistoryItem::Assistant(format!("out {hostile}\r\nnext")),
     ];
@@ -245,6 +256,137 @@ fn escapes_in_tool_output_are_drawn_escaped() {
     assert!(screen.contains("  next"), "{screen}");
     assert!(screen.contains("soba · m\\x1b]52;c;"), "{screen}");
     assert!(screen.contains("paste\\x1b[2J"), "{screen}");
+}
+
+/// An `edit_file` approval shows the diff it would make, escaped, cut to
+/// the box with "… N more lines".
+#[test]
+fn edit_approval_shows_a_diff() {
+    let old: String = (1..=60).map(|n| format!("    line {n}\n")).collect();
+    let new = old
+        .replace("    line 10\n", "    line ten\n    \x1b[2Jinjected\n")
+        .replace("    line 40\n", "");
+    let mut lines = vec![DiffLine {
+        kind: DiffKind::Note,
+        text: "the first of 2 changes".into(),
+    }];
+    lines.extend(preview::diff(&old, &new, preview::MAX_PREVIEW_LINES));
+    let mut state = running();
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "edit_file".into(),
+        summary: "src/lexer.rs".into(),
+        scope: "every edit_file call this session".into(),
+        preview: lines,
+    }));
+    let screen = frame(&state, 110, 30);
+    assert!(screen.contains("-     line 10"), "{screen}");
+    assert!(screen.contains("+     \\x1b[2Jinjected"), "{screen}");
+    assert!(screen.contains(" more lines"), "{screen}");
+    insta::assert_snapshot!("approval_diff", screen);
+    // A tall box shows it all.
+    let tall = frame(&state, 110, 40);
+    assert!(tall.contains("-     line 40"), "{tall}");
+    assert!(!tall.contains(" more lines"), "{tall}");
+    // Tiny terminals do not panic.
+    for (width, height) in [(30, 8), (12, 6), (80, 7)] {
+        frame(&state, width, height);
+    }
+}
+
+/// A new file's approval shows its first lines.
+#[test]
+fn write_approval_of_a_new_file_shows_its_first_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = soba_engine::tool::Workspace::new(dir.path()).unwrap();
+    let content: String = (1..=40).map(|n| format!("fn f{n}() {{}}\n")).collect();
+    let preview = preview::approval_preview(
+        &workspace,
+        "write_file",
+        &soba_core::ToolInput::from_value(
+            serde_json::json!({"path": "src/new.rs", "content": content}),
+        ),
+    );
+    let mut state = running();
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "write_file".into(),
+        summary: "src/new.rs".into(),
+        scope: "every write_file call this session".into(),
+        preview,
+    }));
+    let screen = frame(&state, 110, 30);
+    assert!(screen.contains("new file, 40 lines"), "{screen}");
+    assert!(screen.contains("+ fn f1() {}"), "{screen}");
+    insta::assert_snapshot!("approval_new_file", screen);
+}
+
+/// Ctrl-O shows every tool result under its line, escaped and bounded.
+#[test]
+fn expanded_tool_output_frame() {
+    let mut state = working();
+    let bash = state
+        .history
+        .iter_mut()
+        .find(|item| matches!(item, HistoryItem::Tool { is_error: true, .. }))
+        .unwrap();
+    if let HistoryItem::Tool { output, .. } = bash {
+        *output = Some(ToolOutput {
+            lines: vec![
+                "running 48 tests".into(),
+                "test lexer::eof ... FAILED \x1b[31mred\x1b[0m".into(),
+                "exit code 1".into(),
+            ],
+            more_lines: 1_204,
+        });
+    }
+    state.expand_tools = true;
+    let screen = frame(&state, 110, 40);
+    assert!(
+        screen.contains("▾ bash: cargo test -p parser (exit 1, 2.3 KB)"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("│ test lexer::eof ... FAILED \\x1b[31mred\\x1b[0m"),
+        "{screen}"
+    );
+    assert!(screen.contains("│ … 1,204 more lines"), "{screen}");
+    insta::assert_snapshot!("expanded_tools", screen);
+    state.expand_tools = false;
+    let folded = frame(&state, 110, 40);
+    assert!(!folded.contains("running 48 tests"), "{folded}");
+}
+
+/// A provider retry shows in the status line while the turn waits.
+#[test]
+fn retry_status_frame() {
+    let mut state = running();
+    state.retry = Some("retrying in 4 s (attempt 2 of 5): connection refused".into());
+    let screen = frame(&state, 110, 30);
+    assert!(
+        screen.contains("\n retrying in 4 s (attempt 2 of 5): connection refused\n"),
+        "{screen}"
+    );
+}
+
+/// The `/model` picker says how many models it left out and why; the
+/// sidebar says why a figure is estimated.
+#[test]
+fn model_picker_note_and_estimated_reason() {
+    let mut state = working();
+    state.sidebar.source = "estimated".into();
+    state.sidebar.source_note = Some("the context changed since the last response".into());
+    state.overlay = Some(Overlay::Picker(Picker {
+        title: "Switch model".into(),
+        purpose: PickerPurpose::Model,
+        items: vec![PickerItem {
+            key: "anthropic/claude-sonnet-4-5".into(),
+            label: "anthropic/claude-sonnet-4-5  (current)".into(),
+        }],
+        selected: 0,
+        note: Some(
+            "9 more models hidden: set OPENAI_API_KEY or OPENROUTER_API_KEY to use them".into(),
+        ),
+    }));
+    insta::assert_snapshot!("model_picker", frame(&state, 110, 30));
 }
 
 #[test]
@@ -388,11 +530,17 @@ mod e2e {
         }
     }
 
-    /// A main-model answer whose reported prompt is the request's size in
-    /// bytes / 4, so calibration stays near 1.
+    /// A main-model answer whose reported prompt is the BPE count of the
+    /// request body, so calibration stays near 1 and the usage is
+    /// plausible (bytes / 4 under-counts digit-dense output such as `seq`'s,
+    /// which the calibration rightly takes for silent truncation).
     fn answer(reply: Reply, frame_delay: Duration) -> Script {
         Script::Compute(Arc::new(move |request| {
-            let prompt = request.body.to_string().len() as u64 / 4;
+            use soba_core::tokens::{BpeCounter, Encoding, TokenCounter};
+            let prompt = BpeCounter::new(Encoding::O200kBase)
+                .count_text(&request.body.to_string())
+                .n
+                .get();
             Script::stream(
                 Dialect::Chat,
                 &reply.clone().with_usage(Usage {
@@ -525,6 +673,24 @@ mod e2e {
         tmux.wait_text("live", "Done counting: 1 to 3000.");
         let screen = tmux.wait_text("live", "message · /help");
         assert!(screen.contains("▸ bash: seq 1 3000 (exit 0, "), "{screen}");
+        // Each response carried usage: the sidebar's figure is based on it.
+        assert!(screen.contains("source   provider_usage"), "{screen}");
+        // Ctrl-O shows the tool's output, bounded; PageUp scrolls to it.
+        tmux.keys("live", &["C-o"]);
+        tmux.wait_for("live", "the expanded output", |screen| {
+            screen.contains("│ 200\n") || screen.contains("│ 200 ")
+        });
+        tmux.wait_text("live", "more lines");
+        tmux.keys("live", &["PageUp"]);
+        tmux.keys("live", &["PageUp"]);
+        tmux.wait_for("live", "the output scrolled up", |screen| {
+            !screen.contains("Done counting") && screen.contains("│ 170 ")
+        });
+        tmux.keys("live", &["C-o"]);
+        tmux.keys("live", &["PageDown", "PageDown"]);
+        tmux.wait_for("live", "folded tool output", |screen| {
+            !screen.contains("more lines") && screen.contains("Done counting: 1 to 3000.")
+        });
 
         // Turn 2 starts with a turn_complete barrier; type while it runs.
         tmux.type_text("live", "summarize them");
@@ -564,6 +730,11 @@ mod e2e {
             conversation(screen) == conversation(&before_quit)
         });
         assert_eq!(conversation(&resumed), conversation(&before_quit));
+        // The input history came along: Up recalls the last line sent.
+        tmux.keys("resumed", &["Up"]);
+        tmux.wait_text("resumed", "│/compact keep the numbers");
+        tmux.keys("resumed", &["Up"]);
+        tmux.wait_text("resumed", "│and then stop");
         tmux.keys("resumed", &["C-c"]);
         tmux.keys("resumed", &["C-c"]);
         tmux.wait_text("resumed", "soba-exited-0");

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use soba_provider::ProviderError;
 use soba_provider::client::Api;
 use soba_provider::fake::{Dialect, FakeServer, Reply, Script, StreamEnd};
+use soba_provider::request::StreamEvent;
 
 use crate::common::{client, fast_config, run_plain, simple_request};
 
@@ -20,9 +21,23 @@ async fn rate_limit_with_retry_after_then_success() {
     ));
     let client = client(&server, Api::AnthropicMessages, fast_config());
     let started = Instant::now();
-    let (result, _) = run_plain(client.as_ref(), &simple_request()).await;
+    let (result, events) = run_plain(client.as_ref(), &simple_request()).await;
     let elapsed = started.elapsed();
     assert_eq!(result.unwrap().message.text(), "after the wait");
+    // The wait is told to the listener before it starts.
+    let retries: Vec<&StreamEvent> = events
+        .iter()
+        .filter(|event| matches!(event, StreamEvent::Retrying { .. }))
+        .collect();
+    assert_eq!(
+        retries,
+        [&StreamEvent::Retrying {
+            attempt: 2,
+            max_attempts: fast_config().retry.max_retries + 1,
+            delay: Duration::from_secs(1),
+            reason: "rate limited (HTTP 429)".into(),
+        }]
+    );
     // The 10 ms base delay would have retried at once: retry-after won.
     assert!(
         elapsed >= Duration::from_secs(1),
