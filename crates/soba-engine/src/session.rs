@@ -513,6 +513,12 @@ impl SessionCore {
     /// target outside the live stretch is looked up in the file, and the
     /// new stretch is read back from it (SPEC §3.3: a rewind to an early
     /// entry may cost O(file)).
+    ///
+    /// Settings are the user's, not the conversation's: when the new path
+    /// holds another `/auto-compact` setting than the old one (the rewind
+    /// went to before a `config_change`), the old setting is appended again
+    /// as a `config_change` right after the `leaf` entry. Returns the `leaf`
+    /// entry.
     pub fn rewind(&mut self, target: EntryId) -> Result<Entry, EngineError> {
         let known = match self.index.get(&target) {
             Some(&idx) => !matches!(self.path[idx].body, EntryBody::Leaf { .. }),
@@ -525,7 +531,17 @@ impl SessionCore {
                 "no entry {target} in this session to rewind to"
             )));
         }
-        self.append(EntryBody::Leaf { target })
+        let before = self.derived.auto_compact;
+        let leaf = self.append(EntryBody::Leaf { target })?;
+        if self.derived.auto_compact != before {
+            // A session that never set one follows the configuration: the
+            // value in force before the rewind is what the user had.
+            let kept = before.unwrap_or(self.config.compaction.auto);
+            self.append(EntryBody::ConfigChange {
+                auto_compact: Some(kept),
+            })?;
+        }
+        Ok(leaf)
     }
 
     /// Writes a flight record, if this session keeps them.

@@ -1655,6 +1655,46 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rewind_keeps_auto_compact_off() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        rig.send(Action::Command(SlashCommand::AutoCompact(false)));
+        rig.send(Action::Command(SlashCommand::Rewind(Some(
+            RewindTarget::Nth(1),
+        ))));
+        let seen = rig
+            .until("a confirmation", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::ConfirmRewind(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::ConfirmRewind(plan))) = seen.last() else {
+            unreachable!("until returned on a confirmation")
+        };
+        rig.send(Action::Rewind(plan.clone()));
+        let seen = rig
+            .until(
+                "the rewind note",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
+            )
+            .await;
+        drop(seen);
+        let seen = rig
+            .until("the sidebar", |r| matches!(r, UiEvent::Sidebar(_)))
+            .await;
+        let Some(UiEvent::Sidebar(sidebar)) = seen.last() else {
+            unreachable!("until returned on a sidebar")
+        };
+        assert!(!sidebar.auto_compact);
+        let types = rig.log_types();
+        assert_eq!(
+            &types[types.len() - 2..],
+            ["leaf", "config_change"],
+            "{types:?}"
+        );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cancelling_a_turn_during_a_barrier_appends_nothing() {
         let mut rig = rig().await;
         rig.approved_turn().await;
