@@ -544,6 +544,21 @@ impl SessionCore {
         Ok(leaf)
     }
 
+    /// Closes the session, removing its log and flight records when the
+    /// log holds nothing of the user's (only what opening a session
+    /// writes): a session opened and left unused leaves no file. A log
+    /// with any message is never removed
+    /// ([`SessionWriter::close_removing_if_unused`]). Returns whether it
+    /// was removed.
+    pub fn close_removing_if_unused(self) -> Result<bool, EngineError> {
+        // The flight appender's handle goes first; the writer's lock is
+        // held until the check and the removal are done.
+        drop(self.flight);
+        self.writer
+            .close_removing_if_unused()
+            .map_err(EngineError::Store)
+    }
+
     /// Writes a flight record, if this session keeps them.
     pub fn flight(&mut self, record: &FlightRecord) {
         if let Some(flight) = &mut self.flight {

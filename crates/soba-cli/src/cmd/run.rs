@@ -328,6 +328,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     match end {
         TurnEnd::Completed => {
             crate::output::errln!("completed · {in_session}");
+            crate::output::errln!(
+                "{}",
+                crate::context::resume_hint(&ctx.locations.sessions_dir, session_id.as_str())
+            );
             Ok(())
         }
         TurnEnd::Failed(reason) => Err(CliError::user(format!(

@@ -71,6 +71,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         .with_bash_timeout_ms(ctx.config().bash_timeout_ms)
         .map_err(tool_error)?;
     let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
+    let sessions_dir = ctx.locations.sessions_dir.clone();
     let launch = Launch {
         ctx,
         model_flag: args.model.clone(),
@@ -97,12 +98,16 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         let result = ui_loop(&mut terminal, ui_rx, action_tx).await;
         // The worker cancels a running turn and stops once the UI's action
         // channel is closed.
-        let _ = worker_task.await;
-        result
+        let closed = worker_task.await.ok().flatten();
+        (result, closed)
     });
+    let (result, closed) = result;
     #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
     ratatui::restore();
+    if let Some(closed) = closed.filter(|closed| !closed.removed) {
+        crate::output::errln!("{}", crate::context::resume_hint(&sessions_dir, &closed.id));
+    }
     result
 }
 

@@ -54,6 +54,16 @@ pub enum Start {
     Pick,
 }
 
+/// How the worker left the session it had open when the UI quit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closed {
+    /// The session id.
+    pub id: String,
+    /// The session was unused (nothing typed, nothing done) and its file
+    /// was removed.
+    pub removed: bool,
+}
+
 /// Everything resolved once at launch.
 pub struct Launch {
     /// Configuration, workspace and locations.
@@ -393,7 +403,7 @@ impl Worker {
         mut internal: UnboundedReceiver<Internal>,
         start_notes: Vec<String>,
         pick_at_start: bool,
-    ) {
+    ) -> Option<Closed> {
         self.refresh().await;
         for note in start_notes {
             self.note(note);
@@ -415,6 +425,29 @@ impl Worker {
             }
         }
         self.shutdown(&mut internal).await;
+        self.close_session().await
+    }
+
+    /// Closes the open session; an unused one (nothing but what opening it
+    /// wrote) is removed, so opening `soba` and leaving leaves no file.
+    /// Returns `None` when no session was open.
+    async fn close_session(&mut self) -> Option<Closed> {
+        let Live { core, agent, .. } = self.live.take()?;
+        drop(agent);
+        let id = core.lock().await.header().id.as_str().to_owned();
+        // A task still holding the session (a turn that did not stop in
+        // time) has appended a message: nothing to remove then.
+        let Ok(core) = Arc::try_unwrap(core) else {
+            return Some(Closed { id, removed: false });
+        };
+        let removed = match core.into_inner().close_removing_if_unused() {
+            Ok(removed) => removed,
+            Err(err) => {
+                tracing::warn!("the unused session {id} was not removed: {err}");
+                false
+            }
+        };
+        Some(Closed { id, removed })
     }
 
     /// Cancels a running turn and waits (briefly) for it to end, so nothing
@@ -870,7 +903,11 @@ impl Worker {
                 label: "(a new session)".to_owned(),
             });
         }
-        for summary in sessions.iter().filter(|summary| summary.problem.is_none()) {
+        // Unused sessions (left by a crash or an older version) are not
+        // worth resuming.
+        for summary in sessions.iter().filter(|summary| {
+            summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
+        }) {
             items.push(PickerItem {
                 key: summary.path.display().to_string(),
                 label: format!(
@@ -910,10 +947,23 @@ impl Worker {
                     self.note("finish or cancel the running turn before switching sessions");
                     return;
                 }
-                let current = match &self.live {
+                let mut current = match &self.live {
                     Some(live) => Some(live.core.lock().await.log_path().to_path_buf()),
                     None => None,
                 };
+                if current.as_deref() == Some(Path::new(&key)) {
+                    self.note("that session is already open");
+                    return;
+                }
+                // Leaving an unused session removes it; there is nothing to
+                // go back to then.
+                if self
+                    .close_session()
+                    .await
+                    .is_some_and(|closed| closed.removed)
+                {
+                    current = None;
+                }
                 let opened = if key.is_empty() {
                     self.open_new()
                 } else {
@@ -1369,7 +1419,7 @@ mod tests {
         dir: tempfile::TempDir,
         actions: UnboundedSender<Action>,
         reports: UnboundedReceiver<UiEvent>,
-        task: tokio::task::JoinHandle<()>,
+        task: tokio::task::JoinHandle<Option<Closed>>,
     }
 
     const SUMMARY: &str = "## Goal\nCount the numbers.\n## Constraints\n(none)\n## Done\nListed them.\n## In progress\n(none)\n\
@@ -1529,12 +1579,34 @@ mod tests {
                 .collect()
         }
 
-        async fn quit(self) {
+        async fn quit(self) -> Option<Closed> {
+            self.quit_keeping_files().await.0
+        }
+
+        /// Quits and hands back the temporary directory, so the files can
+        /// be looked at afterwards.
+        async fn quit_keeping_files(self) -> (Option<Closed>, tempfile::TempDir) {
             drop(self.actions);
-            tokio::time::timeout(Duration::from_secs(5), self.task)
+            let closed = tokio::time::timeout(Duration::from_secs(5), self.task)
                 .await
                 .expect("the worker stops when the UI is gone")
                 .expect("the worker does not panic");
+            (closed, self.dir)
+        }
+
+        /// Returns the session logs of the rig's workspace.
+        fn session_logs(&self) -> Vec<PathBuf> {
+            let dir = self.dir.path().join("home").join("sessions");
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|project| project.ok())
+                .flat_map(|project| std::fs::read_dir(project.path()).into_iter().flatten())
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| path.display().to_string().ends_with(".jsonl"))
+                .collect();
+            logs.sort();
+            logs
         }
     }
 
@@ -1652,6 +1724,51 @@ mod tests {
             )])
         );
         rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leaving_an_unused_session_removes_it_and_a_used_one_stays() {
+        // Opened and left: the log and its flight file are removed.
+        let mut unused = rig().await;
+        unused.send(Action::Command(SlashCommand::AutoCompact(false)));
+        unused
+            .until(
+                "the setting",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("auto-compact off")),
+            )
+            .await;
+        let logs = unused.session_logs();
+        assert_eq!(logs.len(), 2, "the log and its flight file");
+        let (closed, _dir) = unused.quit_keeping_files().await;
+        assert!(closed.expect("a session was open").removed);
+        assert!(logs.iter().all(|log| !log.exists()), "{logs:?}");
+
+        // A session with a message is kept.
+        let mut used = rig().await;
+        used.approved_turn().await;
+        let logs = used.session_logs();
+        let (closed, _dir) = used.quit_keeping_files().await;
+        assert!(!closed.expect("a session was open").removed);
+        assert!(logs.iter().all(|log| log.exists()));
+
+        // Switching away from an unused session removes it too.
+        let mut switching = rig().await;
+        let before = switching.session_logs();
+        // The header of the start, then the one of the new session.
+        switching
+            .until("the header", |r| matches!(r, UiEvent::Header(_)))
+            .await;
+        switching.send(Action::Picked(PickerPurpose::Resume, String::new()));
+        switching
+            .until("the new header", |r| matches!(r, UiEvent::Header(_)))
+            .await;
+        let after = switching.session_logs();
+        assert!(
+            before.iter().all(|log| !after.contains(log)),
+            "{before:?} {after:?}"
+        );
+        assert_eq!(after.len(), 2, "{after:?}");
+        switching.quit().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,9 +66,20 @@ async fn a_tool_needing_approval_is_refused_without_auto_approve() {
         stderr.contains(&format!("tool write_file: note.txt → {DENIAL}")),
         "{stderr}"
     );
+    let lines: Vec<&str> = stderr.lines().collect();
     assert!(
-        last_line(&stderr).starts_with("completed · session "),
+        lines[lines.len() - 2].starts_with("completed · session "),
         "{stderr}"
+    );
+    // The last line says how to come back.
+    let id = lines[lines.len() - 2].trim_start_matches("completed · session ");
+    assert_eq!(
+        last_line(&stderr),
+        format!(
+            "session {}… saved — resume with `soba -c` (or `soba -r {}`)",
+            &id[..8],
+            &id[..8]
+        )
     );
     assert!(!sandbox.ws.join("note.txt").exists());
     let requests = server.requests();
@@ -240,6 +251,58 @@ async fn configuration_errors_exit_1_before_any_request() {
     assert!(server.requests().is_empty());
 }
 
+/// An unused session (opened and left before anything was said, e.g. by
+/// a crash or an older version) is newer than the real one: `-c` passes
+/// over it, and `soba sessions` hides it unless `--all`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_passes_over_unused_sessions() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    for _ in 0..2 {
+        server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    }
+    let first = run(&sandbox, &["hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let real = sandbox.session_files();
+    assert_eq!(real.len(), 1);
+    let unused = sandbox
+        .sessions_dir()
+        .join("0194c2d0-e4c0-7000-8000-000000000001.jsonl");
+    std::fs::write(
+        &unused,
+        "{\"type\":\"session\",\"schemaVersion\":1,\"id\":\"0194c2d0-e4c0-7000-8000-000000000001\",\"createdAt\":\"2030-01-01T00:00:00.000Z\",\"cwd\":\"/w\",\"os\":\"linux\",\"memory\":[]}\n\
+         {\"type\":\"model_change\",\"id\":\"e_0194c2d0e4c070018000000000000001\",\"parentId\":null,\"timestamp\":\"2030-01-01T00:00:00.000Z\",\"model\":\"fake/test-model\"}\n",
+    )
+    .unwrap();
+    let second = run(&sandbox, &["-c", "again"]).await;
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    let log = soba_store::reader::read_log(&real[0]).unwrap();
+    let users = log
+        .path()
+        .iter()
+        .filter(|logged| matches!(&logged.entry.body, soba_core::EntryBody::Message(m) if m.message.is_real_user()))
+        .count();
+    assert_eq!(users, 2, "the turn ran in the session with a message");
+    assert_eq!(
+        soba_store::reader::read_log(&unused)
+            .unwrap()
+            .entries()
+            .len(),
+        1
+    );
+
+    let listed = text(&sandbox.run_ok(&["sessions"]).stdout);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    assert!(!listed.contains("0194c2d0"), "{listed}");
+    assert_eq!(
+        last_line(&listed),
+        "(1 unused session not shown: opened and left without a message; --all lists them)"
+    );
+    let all = text(&sandbox.run_ok(&["sessions", "--all"]).stdout);
+    assert_eq!(all.lines().count(), 3, "{all}");
+    assert!(all.contains("0194c2d0"), "{all}");
+}
+
 #[test]
 fn no_model_exits_1_with_the_spec_message() {
     let sandbox = Sandbox::new();
@@ -307,9 +370,10 @@ async fn resume_runs_in_the_same_session_and_agents_md_is_snapshotted_on_change(
     }
     let first = run(&sandbox, &["hello"]).await;
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
-    let id = last_line(&text(&first.stderr))
-        .rsplit(' ')
-        .next()
+    let first_stderr = text(&first.stderr);
+    let id = first_stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("completed · session "))
         .unwrap()
         .to_owned();
     assert!(body(&server.requests()[0]).contains("make check"));
@@ -389,7 +453,7 @@ async fn native_continuation_and_the_barrier_lines_off_a_terminal() {
         "{stderr:?}"
     );
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(lines.len(), 3, "{stderr}");
     assert!(
         lines[0].starts_with("Compacted (turn_complete): "),
         "{stderr}"
