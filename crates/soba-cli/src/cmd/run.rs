@@ -239,19 +239,26 @@ pub fn cmd_run(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     })
 }
 
+/// Prints an error's hints (the onboarding of a missing model or key) as
+/// lines of their own before it, so the error stays the last line.
+fn guide_first(mut err: CliError) -> CliError {
+    for hint in err.hints.drain(..) {
+        crate::output::errln!("hint: {hint}");
+    }
+    err
+}
+
 fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     let _logs = crate::logging::init(&ctx.env);
     ctx.print_warnings();
-    let resolved = ctx
-        .config()
-        .resolve_model(args.model.as_deref(), &ctx.env)?;
+    let resolved = engine::resolve_model(&ctx, args.model.as_deref()).map_err(guide_first)?;
     let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
     let budget = setup.budget(&ctx)?;
     for warning in budget.warnings() {
         crate::output::errln!("warning: {warning}");
     }
-    let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx)?);
+    let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx).map_err(guide_first)?);
     let mut notes = Vec::new();
     let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
     for note in notes {

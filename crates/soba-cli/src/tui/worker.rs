@@ -244,10 +244,11 @@ impl Worker {
                 // Resolve the model now so a missing key fails before the
                 // terminal is taken over; the session is chosen in the UI.
                 let ctx = &self.launch.ctx;
-                let resolved = ctx
-                    .config()
-                    .resolve_model(self.launch.model_flag.as_deref(), &ctx.env)?;
-                ModelSetup::resolve(ctx, &resolved.id)?.budget(ctx)?;
+                let resolved = engine::resolve_model(ctx, self.launch.model_flag.as_deref())?;
+                let setup = ModelSetup::resolve(ctx, &resolved.id)?;
+                setup.budget(ctx)?;
+                // The key too: the client reads it.
+                setup.client(ctx)?;
                 Ok(Vec::new())
             }
         }
@@ -260,10 +261,7 @@ impl Worker {
     }
 
     fn open_new(&mut self) -> CliResult<Vec<String>> {
-        let ctx = &self.launch.ctx;
-        let resolved = ctx
-            .config()
-            .resolve_model(self.launch.model_flag.as_deref(), &ctx.env)?;
+        let resolved = engine::resolve_model(&self.launch.ctx, self.launch.model_flag.as_deref())?;
         let setup = self.setup_for(&resolved.id)?;
         self.live = None;
         let core = engine::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;

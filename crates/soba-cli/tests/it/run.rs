@@ -219,8 +219,8 @@ async fn configuration_errors_exit_1_before_any_request() {
     let output = run(&sandbox, &["hello"]).await;
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
-        text(&output.stderr),
-        "error: FAKE_KEY is not set: export the API key of provider fake in FAKE_KEY\n"
+        last_line(&text(&output.stderr)),
+        "error: FAKE_KEY is not set: export the API key of provider fake in FAKE_KEY"
     );
     // A model the registry does not know needs its window.
     let sandbox = sandbox_for(&server, json!({}));
@@ -303,17 +303,75 @@ async fn continue_passes_over_unused_sessions() {
     assert!(all.contains("0194c2d0"), "{all}");
 }
 
-#[test]
-fn no_model_exits_1_with_the_spec_message() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_model_exits_1_with_an_onboarding_that_works() {
     let sandbox = Sandbox::new();
     let output = sandbox.run(&["run", "hello"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(text(&output.stdout), "");
+    let stderr = text(&output.stderr);
+    // The onboarding first, one hint a line; the reason stays the last line.
     assert_eq!(
-        text(&output.stderr),
-        "error: no model configured: set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, or pass --model ollama/<name>; soba demo and soba replay work offline\n"
+        last_line(&stderr),
+        "error: no model configured: set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, or pass --model ollama/<name>; soba demo and soba replay work offline"
     );
+    let hints: Vec<&str> = stderr.lines().filter(|l| l.starts_with("hint: ")).collect();
+    assert_eq!(hints.len(), 5, "{stderr}");
+    assert!(
+        hints[0].contains("ANTHROPIC_API_KEY") && hints[0].contains("SOBA_MODEL"),
+        "{stderr}"
+    );
+    let config_file = sandbox.home.join("config.json");
+    assert!(
+        hints[1].contains(&format!("your config file is {} ", config_file.display())),
+        "{stderr}"
+    );
+    assert!(hints[4].contains("`soba demo` runs"), "{stderr}");
     assert!(sandbox.session_files().is_empty());
+
+    // What it says about local servers works: the llama.cpp config as the
+    // user config, and the Ollama flags, each resolve a model.
+    let llama = hints[3]
+        .split("put ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(" in the config file"))
+        .expect("the llama.cpp config");
+    // llama-server answers on its port; the fake server stands in for it.
+    let server = FakeServer::start().await.unwrap();
+    server.push(Script::stream(
+        Dialect::Chat,
+        &Reply::text("Hello from llama.cpp."),
+    ));
+    std::fs::write(
+        &config_file,
+        llama.replace("http://localhost:8080/v1", &server.url()),
+    )
+    .unwrap();
+    let answered = run(&sandbox, &["hello"]).await;
+    assert_eq!(
+        answered.status.code(),
+        Some(0),
+        "{}",
+        text(&answered.stderr)
+    );
+    assert_eq!(text(&answered.stdout), "Hello from llama.cpp.\n");
+    std::fs::remove_file(&config_file).unwrap();
+    let flags = hints[2]
+        .split("ollama serve): soba ")
+        .nth(1)
+        .expect("the Ollama flags");
+    assert_eq!(
+        flags,
+        r#"--model ollama/qwen3-coder --set 'models."ollama/qwen3-coder".contextWindow=32768'"#
+    );
+    let budget = sandbox.run(&[
+        "budget",
+        "--model",
+        "ollama/qwen3-coder",
+        "--set",
+        r#"models."ollama/qwen3-coder".contextWindow=32768"#,
+    ]);
+    assert_eq!(budget.status.code(), Some(0), "{}", text(&budget.stderr));
 }
 
 #[cfg(unix)]
