@@ -515,10 +515,10 @@ impl SessionCore {
     /// entry may cost O(file)).
     ///
     /// Settings are the user's, not the conversation's: when the new path
-    /// holds another `/auto-compact` setting than the old one (the rewind
-    /// went to before a `config_change`), the old setting is appended again
-    /// as a `config_change` right after the `leaf` entry. Returns the `leaf`
-    /// entry.
+    /// holds another `/auto-compact` setting than the old one, or lacks
+    /// some of its "always" approvals (the rewind went to before a
+    /// `config_change`), they are appended again as one `config_change`
+    /// right after the `leaf` entry. Returns the `leaf` entry.
     pub fn rewind(&mut self, target: EntryId) -> Result<Entry, EngineError> {
         let known = match self.index.get(&target) {
             Some(&idx) => !matches!(self.path[idx].body, EntryBody::Leaf { .. }),
@@ -531,14 +531,27 @@ impl SessionCore {
                 "no entry {target} in this session to rewind to"
             )));
         }
-        let before = self.derived.auto_compact;
+        let before_auto = self.derived.auto_compact;
+        let before_grants = self.derived.approvals.clone();
         let leaf = self.append(EntryBody::Leaf { target })?;
-        if self.derived.auto_compact != before {
-            // A session that never set one follows the configuration: the
-            // value in force before the rewind is what the user had.
-            let kept = before.unwrap_or(self.config.compaction.auto);
+        // A session that never set one follows the configuration: the value
+        // in force before the rewind is what the user had.
+        let auto_compact = (self.derived.auto_compact != before_auto)
+            .then(|| before_auto.unwrap_or(self.config.compaction.auto));
+        // "Always" approvals are never revoked by moving the leaf: the new
+        // path gets every grant of both.
+        let after_grants = self.derived.approvals.clone().unwrap_or_default();
+        let approvals = before_grants
+            .filter(|before| !after_grants.covers_all(before))
+            .map(|before| {
+                let mut all = after_grants;
+                all.extend(&before);
+                all
+            });
+        if auto_compact.is_some() || approvals.is_some() {
             self.append(EntryBody::ConfigChange {
-                auto_compact: Some(kept),
+                auto_compact,
+                approvals,
             })?;
         }
         Ok(leaf)

@@ -280,6 +280,12 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         crate::output::errln!("warning: {warning}");
     }
     let session_id = core.header().id.clone();
+    // A resumed session's "always" answers still hold (SPEC §11.1: they
+    // last as long as the session).
+    let approvals = Arc::new(Approvals::non_interactive(policy.clone()));
+    if let Some(recorded) = core.derived().approvals {
+        approvals.restore(&recorded);
+    }
     tracing::info!(
         session = %session_id,
         model = %setup.info.id,
@@ -304,7 +310,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         barrier: engine::barrier(core, sink, summarizer),
         model: client,
         tools,
-        approvals: Arc::new(Approvals::non_interactive(policy)),
+        approvals,
         tool_context: ToolContext::new(workspace, tool_config, CancellationToken::new()),
         provider_model: setup.info.wire_model.clone(),
     };

@@ -333,6 +333,11 @@ impl Worker {
                 }),
             )),
         };
+        // The grants the log recorded (a resumed session's "always"
+        // answers) count as made in this run.
+        if let Some(recorded) = core.derived().approvals {
+            approvals.restore(&recorded);
+        }
         self.approvals = Some((log, approvals.clone()));
         let shown = match core.full_path() {
             Ok(path) => path,
@@ -779,6 +784,7 @@ impl Worker {
         if self
             .append(EntryBody::ConfigChange {
                 auto_compact: Some(on),
+                approvals: None,
             })
             .await
             .is_some()
@@ -1431,6 +1437,17 @@ mod tests {
     async fn rig_with(patch: impl FnOnce(&mut serde_json::Value)) -> Rig {
         let server = FakeServer::start().await.expect("the fake server starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
+        rig_at(server, dir, &Start::New, patch)
+    }
+
+    /// A rig in `dir` (a workspace and home made before, or new) opening
+    /// the session `start` names.
+    fn rig_at(
+        server: FakeServer,
+        dir: tempfile::TempDir,
+        start: &Start,
+        patch: impl FnOnce(&mut serde_json::Value),
+    ) -> Rig {
         let home = dir.path().join("home");
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&home).expect("home");
@@ -1473,7 +1490,7 @@ mod tests {
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
         let (actions, action_rx) = mpsc::unbounded_channel();
         let mut worker = Worker::new(launch, ui_tx, internal_tx);
-        let notes = worker.open_start(&Start::New).expect("a new session opens");
+        let notes = worker.open_start(start).expect("the session opens");
         let task = tokio::spawn(worker.run(action_rx, internal_rx, notes, false));
         Rig {
             server,
@@ -1584,12 +1601,19 @@ mod tests {
         /// Quits and hands back the temporary directory, so the files can
         /// be looked at afterwards.
         async fn quit_keeping_files(self) -> (Option<Closed>, tempfile::TempDir) {
+            let (closed, dir, _) = self.quit_keeping_all().await;
+            (closed, dir)
+        }
+
+        /// Quits and hands back the directory and the fake server, for a
+        /// rig that resumes the session.
+        async fn quit_keeping_all(self) -> (Option<Closed>, tempfile::TempDir, FakeServer) {
             drop(self.actions);
             let closed = tokio::time::timeout(Duration::from_secs(5), self.task)
                 .await
                 .expect("the worker stops when the UI is gone")
                 .expect("the worker does not panic");
-            (closed, self.dir)
+            (closed, self.dir, self.server)
         }
 
         /// Returns the session logs of the rig's workspace.
@@ -1767,6 +1791,87 @@ mod tests {
         );
         assert_eq!(after.len(), 2, "{after:?}");
         switching.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn always_approvals_survive_resume_and_rewind() {
+        let mut first = rig().await;
+        first.server.push_for(
+            "/chat/completions",
+            Script::stream(
+                Dialect::Chat,
+                &Reply::text("Counting.").with_tool_call(
+                    "c1",
+                    "bash",
+                    json!({"command": "seq 1 3"}),
+                ),
+            ),
+        );
+        first.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Done.")),
+        );
+        first.send(Action::StartTurn("count".into()));
+        first
+            .until("an approval prompt", |r| matches!(r, UiEvent::Approval(_)))
+            .await;
+        first.send(Action::Approve(ApprovalDecision::AlwaysForSession));
+        first
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        let types = first.log_types();
+        assert!(types.contains(&"config_change".to_owned()), "{types:?}");
+        let (_, dir, server) = first.quit_keeping_all().await;
+
+        // `-c`: the same command runs without a prompt, also after a rewind
+        // to before the grant.
+        let mut resumed = rig_at(server, dir, &Start::Continue, |_| {});
+        resumed.send(Action::Command(SlashCommand::Rewind(Some(
+            RewindTarget::Nth(1),
+        ))));
+        let seen = resumed
+            .until("a confirmation", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::ConfirmRewind(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::ConfirmRewind(plan))) = seen.last() else {
+            unreachable!("until returned on a confirmation")
+        };
+        resumed.send(Action::Rewind(plan.clone()));
+        resumed
+            .until(
+                "the rewind note",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
+            )
+            .await;
+        resumed.server.push_for(
+            "/chat/completions",
+            Script::stream(
+                Dialect::Chat,
+                &Reply::text("Again.").with_tool_call("c2", "bash", json!({"command": "seq 1 5"})),
+            ),
+        );
+        resumed.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Done again.")),
+        );
+        resumed.send(Action::StartTurn("count again".into()));
+        let seen = resumed
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert!(
+            !seen.iter().any(|r| matches!(r, UiEvent::Approval(_))),
+            "{seen:#?}"
+        );
+        assert_eq!(seen.last(), Some(&UiEvent::Finished(None)));
+        let requests = resumed.server.requests();
+        let last = requests.last().expect("requests");
+        assert!(
+            last.body.to_string().contains("4\\n5"),
+            "the command ran: {}",
+            last.body
+        );
+        resumed.quit().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -251,6 +251,57 @@ async fn configuration_errors_exit_1_before_any_request() {
     assert!(server.requests().is_empty());
 }
 
+/// An "always" answer the TUI recorded in the session holds when
+/// `soba run --resume` continues it: the command runs without approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_keeps_the_sessions_always_approvals() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    let first = run(&sandbox, &["hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let log = sandbox.session_files().remove(0);
+    // What the TUI appends after `a` on `echo …`.
+    {
+        let mut writer =
+            soba_store::SessionWriter::open(&log, soba_store::WriterOptions::default()).unwrap();
+        writer
+            .append(soba_core::EntryBody::ConfigChange {
+                auto_compact: None,
+                approvals: Some(soba_core::ApprovalGrants {
+                    tools: Default::default(),
+                    bash_words: ["echo".to_owned()].into_iter().collect(),
+                }),
+            })
+            .unwrap();
+    }
+    let echo = |id: &str, command: &str| {
+        Script::stream(
+            Dialect::Chat,
+            &Reply::text("Running.").with_tool_call(id, "bash", json!({"command": command})),
+        )
+    };
+    server.push(echo("call_1", "echo granted"));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Done.")));
+    let id = log.file_stem().unwrap().to_string_lossy().into_owned();
+    let second = run(&sandbox, &["--resume", &id, "say it"]).await;
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("tool bash: echo granted → ok ("),
+        "{stderr}"
+    );
+    // Another first word is still refused.
+    server.push(echo("call_2", "rm -rf x"));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Done.")));
+    let third = run(&sandbox, &["--resume", &id, "remove it"]).await;
+    let stderr = text(&third.stderr);
+    assert!(
+        stderr.contains(&format!("tool bash: rm -rf x → {DENIAL}")),
+        "{stderr}"
+    );
+}
+
 /// An unused session (opened and left before anything was said, e.g. by
 /// a crash or an older version) is newer than the real one: `-c` passes
 /// over it, and `soba sessions` hides it unless `--all`.

@@ -272,6 +272,7 @@ async fn the_core_keeps_the_live_stretch_and_resumes_to_the_same_state() {
         .await
         .append(EntryBody::ConfigChange {
             auto_compact: Some(false),
+            approvals: None,
         })
         .unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -419,6 +420,7 @@ async fn a_rewind_keeps_the_auto_compact_setting() {
         .await
         .append(EntryBody::ConfigChange {
             auto_compact: Some(false),
+            approvals: None,
         })
         .unwrap();
     h.push_text("second answer");
