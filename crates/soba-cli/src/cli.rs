@@ -179,6 +179,9 @@ pub struct SessionsArgs {
     /// Print one JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// List unused sessions too (opened and left without a message).
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `soba show <session>`.

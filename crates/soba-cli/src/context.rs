@@ -4,9 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use soba_store::reader::{SessionSummary, find_session, list_sessions};
+use soba_store::reader::{SessionSummary, find_session, has_content, list_sessions};
 
 use crate::cli::GlobalArgs;
+use crate::cmd::sessions::MIN_SHORT_SESSION;
 use crate::config::{self, LoadInput, Loaded};
 use crate::error::{CliError, CliResult};
 use crate::paths::{Env, Locations, Workspace};
@@ -70,7 +71,9 @@ impl Context {
     }
 
     /// Finds a session: a path to a session file, an id or id prefix in
-    /// the workspace's sessions folder, or (with `None`) the most recent one.
+    /// the workspace's sessions folder, or (with `None`) the most recent one
+    /// that holds something of the user's (an unused session, left by a
+    /// crash or an older version, is passed over).
     pub fn select_session(&self, wanted: Option<&str>) -> CliResult<SessionSummary> {
         let dir = &self.locations.sessions_dir;
         match wanted {
@@ -83,13 +86,28 @@ impl Context {
             }
             None => list_sessions(dir)?
                 .into_iter()
-                .find(|summary| summary.problem.is_none())
+                .find(|summary| summary.problem.is_none() && has_content(&summary.path))
                 .ok_or_else(|| {
                     CliError::user(format!("no sessions in {}", dir.display()))
                         .hint("start one with `soba run \"<prompt>\"`, import one with `soba import`, or pass --session ID")
                 }),
         }
     }
+}
+
+/// Returns the line printed when a session is left: its shortest unique id
+/// prefix among the sessions of `dir` and how to resume it.
+pub fn resume_hint(dir: &Path, id: &str) -> String {
+    let ids: Vec<String> = list_sessions(dir)
+        .map(|sessions| sessions.into_iter().map(|summary| summary.id).collect())
+        .unwrap_or_default();
+    let mut ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    if !ids.contains(&id) {
+        ids.push(id);
+    }
+    let len = crate::cmd::sessions::shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
+    let short: String = id.chars().take(len).collect();
+    format!("session {short}… saved — resume with `soba -c` (or `soba -r {short}`)")
 }
 
 /// Describes a session file given by path.

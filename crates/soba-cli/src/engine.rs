@@ -101,12 +101,66 @@ impl ModelSetup {
             ))
             .hint("continue the session with a real model: pass --model ID"));
         }
-        let endpoint = ctx.config().endpoint(&self.provider, &ctx.env)?;
+        let endpoint = ctx
+            .config()
+            .endpoint(&self.provider, &ctx.env)
+            .map_err(|err| with_onboarding(ctx, err))?;
         client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
             CliError::internal(format!("cannot build the {} client", self.provider.name))
                 .caused_by(err)
         })
     }
+}
+
+/// The llama.cpp lines of the onboarding: a user config for `llama-server`
+/// on its default port, checked by the CLI tests against the loader.
+pub const LLAMA_CPP_CONFIG: &str = r#"{"providers": {"llamacpp": {"api": "openai-chat", "baseUrl": "http://localhost:8080/v1", "apiKeyEnv": null}}, "models": {"llamacpp/local": {"contextWindow": 32768, "maxOutputTokens": 4096}}, "model": "llamacpp/local"}"#;
+
+/// The Ollama line of the onboarding (flags only, no config file).
+pub const OLLAMA_FLAGS: &str =
+    r#"--model ollama/qwen3-coder --set 'models."ollama/qwen3-coder".contextWindow=32768'"#;
+
+/// Returns the short onboarding shown when there is no model to talk to
+/// or its key is missing: what to set, where the config file is, how to
+/// use a local server, and what runs offline. Each item is one hint.
+pub fn onboarding(ctx: &Context) -> Vec<String> {
+    vec![
+        "to get started, export an API key: ANTHROPIC_API_KEY (uses anthropic/claude-sonnet-4-5), \
+         OPENAI_API_KEY (openai/gpt-5) or OPENROUTER_API_KEY; or name a model with \
+         SOBA_MODEL=provider/model or --model provider/model"
+            .to_owned(),
+        format!(
+            "your config file is {} (JSON; \"model\": \"provider/model\" picks one for good; keys are never read from it)",
+            ctx.locations.user_config.display()
+        ),
+        format!(
+            "a local OpenAI-compatible server needs no key. Ollama (http://localhost:11434/v1; \
+             start it with OLLAMA_CONTEXT_LENGTH=32768 ollama serve): soba {OLLAMA_FLAGS}"
+        ),
+        format!(
+            "llama.cpp (llama-server -m model.gguf -c 32768 --port 8080): put {LLAMA_CPP_CONFIG} in the config file"
+        ),
+        "`soba demo` runs the whole engine offline, no key needed".to_owned(),
+    ]
+}
+
+/// Adds the onboarding to a missing model or key; other configuration
+/// errors convert as usual.
+pub fn with_onboarding(ctx: &Context, err: ConfigError) -> CliError {
+    let onboard = matches!(err, ConfigError::NoModel | ConfigError::MissingKey { .. });
+    let mut cli_error = CliError::from(err);
+    if onboard {
+        cli_error.hints.extend(onboarding(ctx));
+    }
+    cli_error
+}
+
+/// Resolves the conversation model (`--model`, `SOBA_MODEL`, the config,
+/// the first key set); with none, the error carries the onboarding.
+pub fn resolve_model(ctx: &Context, flag: Option<&str>) -> CliResult<crate::config::ResolvedModel> {
+    ctx.config()
+        .resolve_model(flag, &ctx.env)
+        .map_err(|err| with_onboarding(ctx, err))
 }
 
 /// Turns an impossible budget into a configuration error naming the model.

@@ -161,6 +161,9 @@ pub struct CapsuleState {
     /// its configuration: a path resumed from the retained tail gets it
     /// back from here (SPEC §3.3, §6.2).
     pub auto_compact_override: Option<bool>,
+    /// The "always" approvals in force on the path, `None` when the session
+    /// made none: a path resumed from the retained tail keeps them.
+    pub approvals: Option<crate::entry::ApprovalGrants>,
     /// Active skills with their snapshotted text.
     pub skills: Vec<SkillEntry>,
     /// The latest `agents_md` context on the path.

@@ -6,7 +6,7 @@
 //! A path is a slice of entries in root → leaf order.
 
 use crate::capsule::Trigger;
-use crate::entry::{CheckpointKind, Entry, EntryBody};
+use crate::entry::{ApprovalGrants, CheckpointKind, Entry, EntryBody};
 use crate::id::EntryId;
 use crate::message::Role;
 use crate::tokens::TokenCount;
@@ -59,6 +59,9 @@ pub struct DerivedState {
     /// The value of `compaction.auto` set by the latest `config_change` on
     /// the path (`/auto-compact`), if any.
     pub auto_compact: Option<bool>,
+    /// The "always" approvals set by the latest `config_change` (or
+    /// capsule state) on the path that records them, if any.
+    pub approvals: Option<ApprovalGrants>,
     /// The latest capsule's tokensAfter, when the path holds one.
     pub capsule_tokens_after: Option<TokenCount>,
     /// Assistant messages (requests answered) since the latest capsule, or
@@ -114,6 +117,9 @@ impl DerivedState {
                 if let Some(auto) = capsule.state.auto_compact_override {
                     self.auto_compact = Some(auto);
                 }
+                if let Some(approvals) = &capsule.state.approvals {
+                    self.approvals = Some(approvals.clone());
+                }
             }
             EntryBody::Checkpoint { kind, .. } => {
                 self.pending_checkpoints.push(PendingCheckpoint {
@@ -122,8 +128,16 @@ impl DerivedState {
                 })
             }
             EntryBody::ConfigChange {
-                auto_compact: Some(auto),
-            } => self.auto_compact = Some(*auto),
+                auto_compact,
+                approvals,
+            } => {
+                if let Some(auto) = auto_compact {
+                    self.auto_compact = Some(*auto);
+                }
+                if let Some(approvals) = approvals {
+                    self.approvals = Some(approvals.clone());
+                }
+            }
             _ => {}
         }
     }
@@ -337,10 +351,21 @@ mod tests {
                     if let Some(auto) = capsule.state.auto_compact_override {
                         derived.auto_compact = Some(auto);
                     }
+                    if let Some(approvals) = &capsule.state.approvals {
+                        derived.approvals = Some(approvals.clone());
+                    }
                 }
                 EntryBody::ConfigChange {
-                    auto_compact: Some(auto),
-                } => derived.auto_compact = Some(*auto),
+                    auto_compact,
+                    approvals,
+                } => {
+                    if let Some(auto) = auto_compact {
+                        derived.auto_compact = Some(*auto);
+                    }
+                    if let Some(approvals) = approvals {
+                        derived.approvals = Some(approvals.clone());
+                    }
+                }
                 _ => {}
             }
         }
@@ -400,6 +425,7 @@ mod tests {
                 let mut overriding = capsule(n, Trigger::User, n as u64);
                 if let EntryBody::Capsule(capsule) = &mut overriding.body {
                     capsule.state.auto_compact_override = Some(n.is_multiple_of(2));
+                    capsule.state.approvals = n.is_multiple_of(3).then(ApprovalGrants::default);
                 }
                 overriding
             }
@@ -407,6 +433,10 @@ mod tests {
                 n,
                 EntryBody::ConfigChange {
                     auto_compact: (!n.is_multiple_of(3)).then_some(n.is_multiple_of(2)),
+                    approvals: n.is_multiple_of(5).then(|| ApprovalGrants {
+                        tools: Default::default(),
+                        bash_words: [format!("cmd{n}")].into_iter().collect(),
+                    }),
                 },
             ),
         }
@@ -443,9 +473,16 @@ mod tests {
             2,
             EntryBody::ConfigChange {
                 auto_compact: Some(false),
+                approvals: None,
             },
         );
-        let unrelated = entry(3, EntryBody::ConfigChange { auto_compact: None });
+        let unrelated = entry(
+            3,
+            EntryBody::ConfigChange {
+                auto_compact: None,
+                approvals: None,
+            },
+        );
         let derived = DerivedState::from_path(&[user(1), off, unrelated]);
         assert!(!derived.auto_compact_or(true));
         assert!(DerivedState::from_path(&[user(1)]).auto_compact_or(true));

@@ -1,6 +1,8 @@
 //! Session-log entries as the domain sees them (the wire format lives in
 //! `soba-store`).
 
+use std::collections::BTreeSet;
+
 use crate::capsule::Capsule;
 use crate::id::EntryId;
 use crate::message::Message;
@@ -52,10 +54,14 @@ pub enum EntryBody {
         /// The new model id (`provider/model`).
         model: String,
     },
-    /// A runtime setting changed (`/auto-compact on|off`).
+    /// A runtime setting changed (`/auto-compact on|off`, an "always"
+    /// approval).
     ConfigChange {
         /// The new value of `compaction.auto`, when this change sets it.
         auto_compact: Option<bool>,
+        /// Every "always" approval of the session from here on, when this
+        /// change sets them (a superset of the previous ones).
+        approvals: Option<ApprovalGrants>,
     },
     /// A skill was activated or deactivated; its text is snapshotted.
     Skill(SkillEntry),
@@ -91,6 +97,36 @@ impl EntryBody {
             EntryBody::Skill(_) => "skill",
             EntryBody::Unknown { type_name } | EntryBody::Damaged { type_name, .. } => type_name,
         }
+    }
+}
+
+/// The "always" answers a session gave to approval prompts: tools that
+/// run without asking, and first words of `bash` commands that do. They
+/// are the user's settings, like `/auto-compact`: recorded in
+/// `config_change` entries and capsule states, kept across a rewind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApprovalGrants {
+    /// Tools approved for every call (`write_file`, `edit_file`).
+    pub tools: BTreeSet<String>,
+    /// First words of `bash` commands approved (`cargo`, `make`).
+    pub bash_words: BTreeSet<String>,
+}
+
+impl ApprovalGrants {
+    /// Returns whether nothing is granted.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty() && self.bash_words.is_empty()
+    }
+
+    /// Returns whether every grant of `other` is also one of these.
+    pub fn covers_all(&self, other: &ApprovalGrants) -> bool {
+        other.tools.is_subset(&self.tools) && other.bash_words.is_subset(&self.bash_words)
+    }
+
+    /// Adds every grant of `other`.
+    pub fn extend(&mut self, other: &ApprovalGrants) {
+        self.tools.extend(other.tools.iter().cloned());
+        self.bash_words.extend(other.bash_words.iter().cloned());
     }
 }
 

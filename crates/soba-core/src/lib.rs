@@ -32,7 +32,9 @@ pub mod trigger;
 pub mod unit;
 
 pub use capsule::{Capsule, CapsuleState, Quality, Trigger};
-pub use entry::{CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry};
+pub use entry::{
+    ApprovalGrants, CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry,
+};
 pub use id::{EntryId, IdError, IdKind};
 pub use message::{
     Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolResult,

@@ -252,6 +252,18 @@ impl Agent {
                         note: note.clone(),
                     })?;
                 }
+                // An "always" answer is a setting of the session: recorded
+                // after the result, so `-c` restores it.
+                let grants = self.approvals.grants();
+                let recorded = core.derived().approvals.unwrap_or_default();
+                if !recorded.covers_all(&grants) {
+                    let mut all = recorded;
+                    all.extend(&grants);
+                    core.append(EntryBody::ConfigChange {
+                        auto_compact: None,
+                        approvals: Some(all),
+                    })?;
+                }
                 drop(core);
                 self.emit(EngineEvent::ToolResult {
                     name: call.name.clone(),

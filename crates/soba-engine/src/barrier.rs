@@ -595,6 +595,7 @@ impl BarrierContext {
             calibration: vec![(core.model_id().to_owned(), factor.get())],
             auto_compact: derived.auto_compact_or(compaction.auto),
             auto_compact_override: derived.auto_compact,
+            approvals: derived.approvals.clone(),
             skills: pinned.skills,
             pinned_agents_md: pinned.agents_md,
             pinned_system: pinned.system_messages,

@@ -513,6 +513,12 @@ impl SessionCore {
     /// target outside the live stretch is looked up in the file, and the
     /// new stretch is read back from it (SPEC §3.3: a rewind to an early
     /// entry may cost O(file)).
+    ///
+    /// Settings are the user's, not the conversation's: when the new path
+    /// holds another `/auto-compact` setting than the old one, or lacks
+    /// some of its "always" approvals (the rewind went to before a
+    /// `config_change`), they are appended again as one `config_change`
+    /// right after the `leaf` entry. Returns the `leaf` entry.
     pub fn rewind(&mut self, target: EntryId) -> Result<Entry, EngineError> {
         let known = match self.index.get(&target) {
             Some(&idx) => !matches!(self.path[idx].body, EntryBody::Leaf { .. }),
@@ -525,7 +531,45 @@ impl SessionCore {
                 "no entry {target} in this session to rewind to"
             )));
         }
-        self.append(EntryBody::Leaf { target })
+        let before_auto = self.derived.auto_compact;
+        let before_grants = self.derived.approvals.clone();
+        let leaf = self.append(EntryBody::Leaf { target })?;
+        // A session that never set one follows the configuration: the value
+        // in force before the rewind is what the user had.
+        let auto_compact = (self.derived.auto_compact != before_auto)
+            .then(|| before_auto.unwrap_or(self.config.compaction.auto));
+        // "Always" approvals are never revoked by moving the leaf: the new
+        // path gets every grant of both.
+        let after_grants = self.derived.approvals.clone().unwrap_or_default();
+        let approvals = before_grants
+            .filter(|before| !after_grants.covers_all(before))
+            .map(|before| {
+                let mut all = after_grants;
+                all.extend(&before);
+                all
+            });
+        if auto_compact.is_some() || approvals.is_some() {
+            self.append(EntryBody::ConfigChange {
+                auto_compact,
+                approvals,
+            })?;
+        }
+        Ok(leaf)
+    }
+
+    /// Closes the session, removing its log and flight records when the
+    /// log holds nothing of the user's (only what opening a session
+    /// writes): a session opened and left unused leaves no file. A log
+    /// with any message is never removed
+    /// ([`SessionWriter::close_removing_if_unused`]). Returns whether it
+    /// was removed.
+    pub fn close_removing_if_unused(self) -> Result<bool, EngineError> {
+        // The flight appender's handle goes first; the writer's lock is
+        // held until the check and the removal are done.
+        drop(self.flight);
+        self.writer
+            .close_removing_if_unused()
+            .map_err(EngineError::Store)
     }
 
     /// Writes a flight record, if this session keeps them.

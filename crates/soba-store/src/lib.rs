@@ -45,12 +45,12 @@
 //! |---|---|
 //! | `message` | `role` (`system`, `user`, `assistant`, `tool`; `developer` reads as `system`), `origin`? (`injected`, `demonstration`, `observation`, `summary`, `marker`; absent = typed), `content` (blocks), `model`?, `usage`? `{input,cacheRead,cacheWrite,output,reasoning}`, `requestTokensLocal`?, `tokens`? `{encoding,n,estimated?}` |
 //! | `context` | `source` (`capsule_file`, `agents_md`), `path`, `sha256`, `text` |
-//! | `capsule` | `trigger`, `quality`, `firstKeptEntryId` (or `null`), `boundaryTruncation`? `{entryId,headChars,tailChars,omittedChars,keptTokens}`, `tokensBefore`, `tokensAfter`, `summarizer`, `previousCapsuleId` (or `null`), `state` `{model, calibration:{<model>:factor}, autoCompact, autoCompactOverride?, skills:[{name,sha256,text}], pinned:{agentsMd:{source,path,sha256,text}\|null, system:[text]}}`, `instructions`?, `native`? `{provider,model,endpointFingerprint,item}`, `overflow`? `{statedPrompt,requestTokensLocal}`, `imported`? `{agent,originalId}`, `narrative` `{goal,constraints,done,inProgress,pending,decisions,blockers,nextSteps}`, `earlierNarrative`?, `local` `{originalTask,latestInstructions,filesRead,filesReadMore,filesModified,verification:[{command,passed,exitCode?}],unresolvedErrors,checkpoints:[{kind,note}],activeSkills}`, `markdown` |
+//! | `capsule` | `trigger`, `quality`, `firstKeptEntryId` (or `null`), `boundaryTruncation`? `{entryId,headChars,tailChars,omittedChars,keptTokens}`, `tokensBefore`, `tokensAfter`, `summarizer`, `previousCapsuleId` (or `null`), `state` `{model, calibration:{<model>:factor}, autoCompact, autoCompactOverride?, approvals?, skills:[{name,sha256,text}], pinned:{agentsMd:{source,path,sha256,text}\|null, system:[text]}}`, `instructions`?, `native`? `{provider,model,endpointFingerprint,item}`, `overflow`? `{statedPrompt,requestTokensLocal}`, `imported`? `{agent,originalId}`, `narrative` `{goal,constraints,done,inProgress,pending,decisions,blockers,nextSteps}`, `earlierNarrative`?, `local` `{originalTask,latestInstructions,filesRead,filesReadMore,filesModified,verification:[{command,passed,exitCode?}],unresolvedErrors,checkpoints:[{kind,note}],activeSkills}`, `markdown` |
 //! | `hygiene` | `prunedThroughEntryId`, `reclaimedTokens` |
 //! | `checkpoint` | `kind` (`milestone`, `plan_pivot`), `note` |
 //! | `leaf` | `targetId` |
 //! | `model_change` | `model` |
-//! | `config_change` | `autoCompact`? |
+//! | `config_change` | `autoCompact`?, `approvals`? (`{"tools","bashWords"}`: every "always" approval from here on) |
 //! | `skill` | `name`, `action` (`activate`, `deactivate`), `sha256`, `text` |
 //!
 //! Content blocks carry their own `type`: `{"type":"text","text"}`,

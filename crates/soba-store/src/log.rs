@@ -425,6 +425,31 @@ impl SessionWriter {
         &self.session
     }
 
+    /// Closes the log. When it holds nothing of the user's (only what
+    /// opening a session writes, see [`crate::reader::has_content`]), the
+    /// file and its flight records (`<id>.flight.jsonl` beside it) are
+    /// removed first. The file is read while the lock is still held, so
+    /// nothing another writer appended can be missed, and a log with any
+    /// message is never removed. Returns whether it was removed.
+    pub fn close_removing_if_unused(self) -> Result<bool, StoreError> {
+        if crate::reader::has_content(&self.path) {
+            return Ok(false);
+        }
+        std::fs::remove_file(&self.path)
+            .map_err(|err| StoreError::io("remove", &self.path, err))?;
+        if let Some(dir) = self.path.parent() {
+            let flight = crate::flight::flight_path(dir, &self.session);
+            match std::fs::remove_file(&flight) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(StoreError::io("remove", flight, err)),
+            }
+        }
+        // Dropping the file handle releases the lock.
+        drop(self);
+        Ok(true)
+    }
+
     /// Returns the session file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -887,6 +887,61 @@ pub fn read_header(path: impl AsRef<Path>) -> Result<SessionHeader, String> {
     wire::decode_header(text).map_err(|err| err.to_string())
 }
 
+/// Returns whether a session log holds anything of the user's: an entry
+/// other than the ones SOBA writes when it opens a session (`model_change`,
+/// `config_change` and an `agents_md` snapshot). A session without one was
+/// opened and left before anything was said; `soba -c` and the session
+/// lists pass over it, and the TUI removes it when it leaves it.
+///
+/// Reads line by line after the header and stops at the first such entry,
+/// so a session with a message costs its first few lines. Errs towards
+/// keeping: a file that cannot be read, a line that is not a JSON object
+/// with a `type` (a torn or damaged line included) and an entry of a type
+/// this version does not know all count as content.
+pub fn has_content(path: impl AsRef<Path>) -> bool {
+    /// The fields of a line that say whether it is content.
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default)]
+        source: Option<String>,
+    }
+    let Ok((file, _)) = crate::untrusted::open_untrusted(path.as_ref()) else {
+        return true;
+    };
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut line_no = 0usize;
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
+        line_no += 1;
+        if line_no == 1 {
+            // The header: whether it is valid is `read_header`'s question.
+            continue;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(peek) = serde_json::from_slice::<Peek>(&line) else {
+            return true;
+        };
+        let opening = match peek.kind.as_str() {
+            "model_change" | "config_change" => true,
+            "context" => peek.source.as_deref() == Some("agents_md"),
+            _ => false,
+        };
+        if !opening {
+            return true;
+        }
+    }
+}
+
 /// Finds the session whose id is `prefix` or starts with it.
 pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummary, StoreError> {
     let dir = dir.as_ref();
@@ -1112,5 +1167,45 @@ mod tests {
         assert!(log.is_clean(), "{:?}", log.diagnostics());
         assert_eq!(log.leaf(), Some(&entry_id(1)));
         assert_eq!(log.path().len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod content_tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"session","schemaVersion":1,"id":"0194c2d0-e4c0-7000-8000-000000000001","createdAt":"2025-01-01T00:00:00.000Z","cwd":"/w","os":"linux","memory":[]}"#;
+    const MODEL: &str = r#"{"type":"model_change","id":"e_0194c2d0e4c070018000000000000001","parentId":null,"timestamp":"t","model":"fake/m"}"#;
+    const AGENTS: &str = r#"{"type":"context","id":"e_0194c2d0e4c070028000000000000001","parentId":null,"timestamp":"t","source":"agents_md","path":"AGENTS.md","sha256":"00","text":"x"}"#;
+    const SETTING: &str = r#"{"type":"config_change","id":"e_0194c2d0e4c070038000000000000001","parentId":null,"timestamp":"t","autoCompact":false}"#;
+    const MESSAGE: &str = r#"{"type":"message","id":"e_0194c2d0e4c070048000000000000001","parentId":null,"timestamp":"t","role":"user","content":[{"type":"text","text":"hi"}]}"#;
+    const LOADED: &str = r#"{"type":"context","id":"e_0194c2d0e4c070058000000000000001","parentId":null,"timestamp":"t","source":"capsule_file","path":"a.capsule.md","sha256":"00","text":"x"}"#;
+
+    /// Writes `text` as a session file and says whether it has content.
+    fn check(text: &str, expected: bool) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, text).expect("the file is written");
+        assert_eq!(has_content(&path), expected, "{text}");
+    }
+
+    #[test]
+    fn only_what_opening_a_session_writes_is_no_content() {
+        check(&format!("{HEADER}\n"), false);
+        check(
+            &format!("{HEADER}\n{MODEL}\n{AGENTS}\n\n{SETTING}\n"),
+            false,
+        );
+        check(&format!("{HEADER}\n{MODEL}\n{MESSAGE}\n"), true);
+        check(&format!("{HEADER}\n{MODEL}\n{LOADED}\n"), true);
+        check(
+            &format!("{HEADER}\n{MODEL}\n{{\"type\":\"future_kind\"}}\n"),
+            true,
+        );
+        // A torn or damaged line may have been a message: it is content.
+        check(&format!("{HEADER}\n{MODEL}\n{{\"type\":\"mess"), true);
+        check(&format!("{HEADER}\nnot json\n"), true);
+        // A file that cannot be read is never called empty.
+        assert!(has_content("/nonexistent/soba/session.jsonl"));
     }
 }

@@ -10,7 +10,7 @@ use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
     OverflowRecord, Verification,
 };
-use soba_core::entry::{SkillAction, SkillEntry, StoredTokens};
+use soba_core::entry::{ApprovalGrants, SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
     Block, Capsule, CapsuleState, CheckpointKind, ContextEntry, ContextSource, Encoding, Entry,
     EntryBody, EntryId, Image, ImageSource, Message, MessageEntry, MessageOrigin, Quality,
@@ -517,6 +517,9 @@ pub struct CapsuleStateRecord {
     /// The `/auto-compact` setting on the path, when one was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compact_override: Option<bool>,
+    /// The "always" approvals on the path, when any were made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalGrantsRecord>,
     /// Active skills.
     #[serde(default)]
     pub skills: Vec<StateSkillRecord>,
@@ -683,6 +686,38 @@ pub struct ConfigChangeRecord {
     /// The new `compaction.auto`, when this change sets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compact: Option<bool>,
+    /// Every "always" approval from here on, when this change sets them.
+    /// Added in a later version: readers that do not know it ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalGrantsRecord>,
+}
+
+/// The session's "always" approvals: `{"tools": [...], "bashWords": [...]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalGrantsRecord {
+    /// Tools approved for every call.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// First words of approved `bash` commands.
+    #[serde(default)]
+    pub bash_words: Vec<String>,
+}
+
+impl ApprovalGrantsRecord {
+    fn from_grants(grants: &ApprovalGrants) -> Self {
+        ApprovalGrantsRecord {
+            tools: grants.tools.iter().cloned().collect(),
+            bash_words: grants.bash_words.iter().cloned().collect(),
+        }
+    }
+
+    fn into_grants(self) -> ApprovalGrants {
+        ApprovalGrants {
+            tools: self.tools.into_iter().collect(),
+            bash_words: self.bash_words.into_iter().collect(),
+        }
+    }
 }
 
 /// A `skill` entry's body.
@@ -1285,11 +1320,13 @@ impl BodyRecord {
             EntryBody::ModelChange { model } => BodyRecord::ModelChange(ModelChangeRecord {
                 model: model.clone(),
             }),
-            EntryBody::ConfigChange { auto_compact } => {
-                BodyRecord::ConfigChange(ConfigChangeRecord {
-                    auto_compact: *auto_compact,
-                })
-            }
+            EntryBody::ConfigChange {
+                auto_compact,
+                approvals,
+            } => BodyRecord::ConfigChange(ConfigChangeRecord {
+                auto_compact: *auto_compact,
+                approvals: approvals.as_ref().map(ApprovalGrantsRecord::from_grants),
+            }),
             EntryBody::Skill(skill) => BodyRecord::Skill(SkillRecord {
                 name: skill.name.clone(),
                 action: skill_action_name(skill.action).to_owned(),
@@ -1333,6 +1370,7 @@ impl BodyRecord {
             },
             BodyRecord::ConfigChange(record) => EntryBody::ConfigChange {
                 auto_compact: record.auto_compact,
+                approvals: record.approvals.map(ApprovalGrantsRecord::into_grants),
             },
             BodyRecord::Skill(record) => EntryBody::Skill(SkillEntry {
                 name: record.name,
@@ -1626,6 +1664,10 @@ impl CapsuleRecord {
                 calibration,
                 auto_compact: state.auto_compact,
                 auto_compact_override: state.auto_compact_override,
+                approvals: state
+                    .approvals
+                    .as_ref()
+                    .map(ApprovalGrantsRecord::from_grants),
                 skills: state
                     .skills
                     .iter()
@@ -1817,6 +1859,7 @@ impl CapsuleRecord {
                 calibration,
                 auto_compact: self.state.auto_compact,
                 auto_compact_override: self.state.auto_compact_override,
+                approvals: self.state.approvals.map(ApprovalGrantsRecord::into_grants),
                 skills: self
                     .state
                     .skills
@@ -2026,8 +2069,21 @@ mod tests {
             (
                 EntryBody::ConfigChange {
                     auto_compact: Some(false),
+                    approvals: None,
                 },
                 r#""autoCompact":false}"#,
+            ),
+            (
+                EntryBody::ConfigChange {
+                    auto_compact: None,
+                    approvals: Some(ApprovalGrants {
+                        tools: ["write_file".to_owned()].into_iter().collect(),
+                        bash_words: ["cargo".to_owned(), "make".to_owned()]
+                            .into_iter()
+                            .collect(),
+                    }),
+                },
+                r#""approvals":{"tools":["write_file"],"bashWords":["cargo","make"]}}"#,
             ),
             (
                 EntryBody::Skill(SkillEntry {

@@ -9,7 +9,7 @@ mod demo;
 mod import;
 mod replay;
 mod run;
-mod sessions;
+pub(crate) mod sessions;
 mod show;
 mod stats;
 

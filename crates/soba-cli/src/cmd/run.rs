@@ -239,19 +239,26 @@ pub fn cmd_run(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     })
 }
 
+/// Prints an error's hints (the onboarding of a missing model or key) as
+/// lines of their own before it, so the error stays the last line.
+fn guide_first(mut err: CliError) -> CliError {
+    for hint in err.hints.drain(..) {
+        crate::output::errln!("hint: {hint}");
+    }
+    err
+}
+
 fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     let _logs = crate::logging::init(&ctx.env);
     ctx.print_warnings();
-    let resolved = ctx
-        .config()
-        .resolve_model(args.model.as_deref(), &ctx.env)?;
+    let resolved = engine::resolve_model(&ctx, args.model.as_deref()).map_err(guide_first)?;
     let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
     let budget = setup.budget(&ctx)?;
     for warning in budget.warnings() {
         crate::output::errln!("warning: {warning}");
     }
-    let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx)?);
+    let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx).map_err(guide_first)?);
     let mut notes = Vec::new();
     let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
     for note in notes {
@@ -273,6 +280,12 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         crate::output::errln!("warning: {warning}");
     }
     let session_id = core.header().id.clone();
+    // A resumed session's "always" answers still hold (SPEC §11.1: they
+    // last as long as the session).
+    let approvals = Arc::new(Approvals::non_interactive(policy.clone()));
+    if let Some(recorded) = core.derived().approvals {
+        approvals.restore(&recorded);
+    }
     tracing::info!(
         session = %session_id,
         model = %setup.info.id,
@@ -297,7 +310,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         barrier: engine::barrier(core, sink, summarizer),
         model: client,
         tools,
-        approvals: Arc::new(Approvals::non_interactive(policy)),
+        approvals,
         tool_context: ToolContext::new(workspace, tool_config, CancellationToken::new()),
         provider_model: setup.info.wire_model.clone(),
     };
@@ -328,6 +341,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     match end {
         TurnEnd::Completed => {
             crate::output::errln!("completed · {in_session}");
+            crate::output::errln!(
+                "{}",
+                crate::context::resume_hint(&ctx.locations.sessions_dir, session_id.as_str())
+            );
             Ok(())
         }
         TurnEnd::Failed(reason) => Err(CliError::user(format!(

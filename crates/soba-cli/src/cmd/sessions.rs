@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use soba_core::terminal::sanitize_line;
-use soba_store::reader::{SessionSummary, list_sessions};
+use soba_store::reader::{SessionSummary, has_content, list_sessions};
 
 use crate::cli::{GlobalArgs, SessionsArgs};
 use crate::context::Context;
@@ -21,7 +21,15 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     ctx.print_warnings();
     let dir = &ctx.locations.sessions_dir;
-    let sessions = list_sessions(dir)?;
+    let listed = list_sessions(dir)?;
+    let n_listed = listed.len();
+    // Unused sessions (opened and left before anything was said) are
+    // hidden unless asked for; an unreadable header is always shown.
+    let sessions: Vec<SessionSummary> = listed
+        .into_iter()
+        .filter(|summary| args.all || summary.problem.is_some() || has_content(&summary.path))
+        .collect();
+    let n_hidden = n_listed - sessions.len();
     let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
     let short_len = shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
     let mut stdout = crate::output::stdout();
@@ -38,6 +46,7 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
                     "bytes": summary.size,
                     "cwd": summary.cwd,
                     "problem": summary.problem,
+                    "hasContent": has_content(&summary.path),
                 })
             })
             .collect();
@@ -47,6 +56,9 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
     }
     if sessions.is_empty() {
         writeln!(stdout, "no sessions in {}", crate::output::path(dir))?;
+        if n_hidden > 0 {
+            writeln!(stdout, "{}", hidden_note(n_hidden))?;
+        }
         writeln!(
             stdout,
             "start one with `soba run \"<prompt>\"` or import one with `soba import <file>`"
@@ -54,7 +66,17 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
         return Ok(stdout.flush()?);
     }
     stdout.write_all(table(&sessions, short_len).as_bytes())?;
+    if n_hidden > 0 {
+        writeln!(stdout, "{}", hidden_note(n_hidden))?;
+    }
     Ok(stdout.flush()?)
+}
+
+fn hidden_note(n_hidden: usize) -> String {
+    format!(
+        "({n_hidden} unused session{} not shown: opened and left without a message; --all lists them)",
+        if n_hidden == 1 { "" } else { "s" }
+    )
 }
 
 fn table(sessions: &[SessionSummary], short_len: usize) -> String {

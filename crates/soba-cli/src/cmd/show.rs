@@ -142,10 +142,21 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
         EntryBody::Checkpoint { kind, note } => format!("{} {}", kind.as_str(), preview(note)),
         EntryBody::Leaf { target } => format!("→ {}", short(target, short_len)),
         EntryBody::ModelChange { model } => sanitize_line(model).into_owned(),
-        EntryBody::ConfigChange { auto_compact } => match auto_compact {
-            Some(on) => format!("autoCompact {}", if *on { "on" } else { "off" }),
-            None => String::new(),
-        },
+        EntryBody::ConfigChange {
+            auto_compact,
+            approvals,
+        } => {
+            let mut parts = Vec::new();
+            if let Some(on) = auto_compact {
+                parts.push(format!("autoCompact {}", if *on { "on" } else { "off" }));
+            }
+            if let Some(grants) = approvals {
+                let mut names: Vec<String> = grants.tools.iter().cloned().collect();
+                names.extend(grants.bash_words.iter().map(|word| format!("bash {word}")));
+                parts.push(format!("approvals {}", Line(&names.join(", "))));
+            }
+            parts.join(" · ")
+        }
         EntryBody::Skill(skill) => {
             format!("{:?} {}", skill.action, Line(&skill.name)).to_lowercase()
         }

@@ -243,6 +243,7 @@ impl SobaRunner {
                 calibration: vec![(ctx.trace.model.clone(), self.factor.get())],
                 auto_compact: self.config.auto,
                 auto_compact_override: None,
+                approvals: None,
                 skills: pinned.skills,
                 pinned_agents_md: pinned.agents_md,
                 pinned_system: pinned.system_messages,

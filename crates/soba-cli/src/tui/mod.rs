@@ -93,6 +93,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         root: workspace.root().to_path_buf(),
         indexed_at: None,
     };
+    let sessions_dir = ctx.locations.sessions_dir.clone();
     let launch = Launch {
         ctx,
         model_flag: args.model.clone(),
@@ -119,12 +120,16 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         let result = ui_loop(&mut terminal, ui_rx, action_tx, files).await;
         // The worker cancels a running turn and stops once the UI's action
         // channel is closed.
-        let _ = worker_task.await;
-        result
+        let closed = worker_task.await.ok().flatten();
+        (result, closed)
     });
+    let (result, closed) = result;
     #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
     ratatui::restore();
+    if let Some(closed) = closed.filter(|closed| !closed.removed) {
+        crate::output::errln!("{}", crate::context::resume_hint(&sessions_dir, &closed.id));
+    }
     result
 }
 

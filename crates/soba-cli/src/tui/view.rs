@@ -189,6 +189,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
             }
             EntryBody::ConfigChange {
                 auto_compact: Some(on),
+                ..
             } => {
                 let state = if *on { "on" } else { "off" };
                 items.push(HistoryItem::Event(format!("auto-compact {state}")));

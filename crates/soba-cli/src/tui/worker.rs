@@ -54,6 +54,16 @@ pub enum Start {
     Pick,
 }
 
+/// How the worker left the session it had open when the UI quit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closed {
+    /// The session id.
+    pub id: String,
+    /// The session was unused (nothing typed, nothing done) and its file
+    /// was removed.
+    pub removed: bool,
+}
+
 /// Everything resolved once at launch.
 pub struct Launch {
     /// Configuration, workspace and locations.
@@ -241,10 +251,11 @@ impl Worker {
                 // Resolve the model now so a missing key fails before the
                 // terminal is taken over; the session is chosen in the UI.
                 let ctx = &self.launch.ctx;
-                let resolved = ctx
-                    .config()
-                    .resolve_model(self.launch.model_flag.as_deref(), &ctx.env)?;
-                ModelSetup::resolve(ctx, &resolved.id)?.budget(ctx)?;
+                let resolved = engine::resolve_model(ctx, self.launch.model_flag.as_deref())?;
+                let setup = ModelSetup::resolve(ctx, &resolved.id)?;
+                setup.budget(ctx)?;
+                // The key too: the client reads it.
+                setup.client(ctx)?;
                 Ok(Vec::new())
             }
         }
@@ -257,10 +268,7 @@ impl Worker {
     }
 
     fn open_new(&mut self) -> CliResult<Vec<String>> {
-        let ctx = &self.launch.ctx;
-        let resolved = ctx
-            .config()
-            .resolve_model(self.launch.model_flag.as_deref(), &ctx.env)?;
+        let resolved = engine::resolve_model(&self.launch.ctx, self.launch.model_flag.as_deref())?;
         let setup = self.setup_for(&resolved.id)?;
         self.live = None;
         let core = engine::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;
@@ -333,6 +341,11 @@ impl Worker {
                 }),
             )),
         };
+        // The grants the log recorded (a resumed session's "always"
+        // answers) count as made in this run.
+        if let Some(recorded) = core.derived().approvals {
+            approvals.restore(&recorded);
+        }
         self.approvals = Some((log, approvals.clone()));
         let shown = match core.full_path() {
             Ok(path) => path,
@@ -401,7 +414,7 @@ impl Worker {
         mut internal: UnboundedReceiver<Internal>,
         start_notes: Vec<String>,
         pick_at_start: bool,
-    ) {
+    ) -> Option<Closed> {
         self.refresh().await;
         for note in start_notes {
             self.note(note);
@@ -423,6 +436,29 @@ impl Worker {
             }
         }
         self.shutdown(&mut internal).await;
+        self.close_session().await
+    }
+
+    /// Closes the open session; an unused one (nothing but what opening it
+    /// wrote) is removed, so opening `soba` and leaving leaves no file.
+    /// Returns `None` when no session was open.
+    async fn close_session(&mut self) -> Option<Closed> {
+        let Live { core, agent, .. } = self.live.take()?;
+        drop(agent);
+        let id = core.lock().await.header().id.as_str().to_owned();
+        // A task still holding the session (a turn that did not stop in
+        // time) has appended a message: nothing to remove then.
+        let Ok(core) = Arc::try_unwrap(core) else {
+            return Some(Closed { id, removed: false });
+        };
+        let removed = match core.into_inner().close_removing_if_unused() {
+            Ok(removed) => removed,
+            Err(err) => {
+                tracing::warn!("the unused session {id} was not removed: {err}");
+                false
+            }
+        };
+        Some(Closed { id, removed })
     }
 
     /// Cancels a running turn and waits (briefly) for it to end, so nothing
@@ -770,6 +806,7 @@ impl Worker {
         if self
             .append(EntryBody::ConfigChange {
                 auto_compact: Some(on),
+                approvals: None,
             })
             .await
             .is_some()
@@ -893,7 +930,11 @@ impl Worker {
                 label: "(a new session)".to_owned(),
             });
         }
-        for summary in sessions.iter().filter(|summary| summary.problem.is_none()) {
+        // Unused sessions (left by a crash or an older version) are not
+        // worth resuming.
+        for summary in sessions.iter().filter(|summary| {
+            summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
+        }) {
             items.push(PickerItem {
                 key: summary.path.display().to_string(),
                 label: format!(
@@ -934,10 +975,23 @@ impl Worker {
                     self.note("finish or cancel the running turn before switching sessions");
                     return;
                 }
-                let current = match &self.live {
+                let mut current = match &self.live {
                     Some(live) => Some(live.core.lock().await.log_path().to_path_buf()),
                     None => None,
                 };
+                if current.as_deref() == Some(Path::new(&key)) {
+                    self.note("that session is already open");
+                    return;
+                }
+                // Leaving an unused session removes it; there is nothing to
+                // go back to then.
+                if self
+                    .close_session()
+                    .await
+                    .is_some_and(|closed| closed.removed)
+                {
+                    current = None;
+                }
                 let opened = if key.is_empty() {
                     self.open_new()
                 } else {
@@ -1389,7 +1443,7 @@ mod tests {
         dir: tempfile::TempDir,
         actions: UnboundedSender<Action>,
         reports: UnboundedReceiver<UiEvent>,
-        task: tokio::task::JoinHandle<()>,
+        task: tokio::task::JoinHandle<Option<Closed>>,
     }
 
     const SUMMARY: &str = "## Goal\nCount the numbers.\n## Constraints\n(none)\n## Done\nListed them.\n## In progress\n(none)\n\
@@ -1403,6 +1457,17 @@ mod tests {
     async fn rig_with(patch: impl FnOnce(&mut serde_json::Value)) -> Rig {
         let server = FakeServer::start().await.expect("the fake server starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
+        rig_at(server, dir, &Start::New, patch)
+    }
+
+    /// A rig in `dir` (a workspace and home made before, or new) opening
+    /// the session `start` names.
+    fn rig_at(
+        server: FakeServer,
+        dir: tempfile::TempDir,
+        start: &Start,
+        patch: impl FnOnce(&mut serde_json::Value),
+    ) -> Rig {
         let home = dir.path().join("home");
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&home).expect("home");
@@ -1445,7 +1510,7 @@ mod tests {
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
         let (actions, action_rx) = mpsc::unbounded_channel();
         let mut worker = Worker::new(launch, ui_tx, internal_tx);
-        let notes = worker.open_start(&Start::New).expect("a new session opens");
+        let notes = worker.open_start(start).expect("the session opens");
         let task = tokio::spawn(worker.run(action_rx, internal_rx, notes, false));
         Rig {
             server,
@@ -1549,12 +1614,41 @@ mod tests {
                 .collect()
         }
 
-        async fn quit(self) {
+        async fn quit(self) -> Option<Closed> {
+            self.quit_keeping_files().await.0
+        }
+
+        /// Quits and hands back the temporary directory, so the files can
+        /// be looked at afterwards.
+        async fn quit_keeping_files(self) -> (Option<Closed>, tempfile::TempDir) {
+            let (closed, dir, _) = self.quit_keeping_all().await;
+            (closed, dir)
+        }
+
+        /// Quits and hands back the directory and the fake server, for a
+        /// rig that resumes the session.
+        async fn quit_keeping_all(self) -> (Option<Closed>, tempfile::TempDir, FakeServer) {
             drop(self.actions);
-            tokio::time::timeout(Duration::from_secs(5), self.task)
+            let closed = tokio::time::timeout(Duration::from_secs(5), self.task)
                 .await
                 .expect("the worker stops when the UI is gone")
                 .expect("the worker does not panic");
+            (closed, self.dir, self.server)
+        }
+
+        /// Returns the session logs of the rig's workspace.
+        fn session_logs(&self) -> Vec<PathBuf> {
+            let dir = self.dir.path().join("home").join("sessions");
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|project| project.ok())
+                .flat_map(|project| std::fs::read_dir(project.path()).into_iter().flatten())
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| path.display().to_string().ends_with(".jsonl"))
+                .collect();
+            logs.sort();
+            logs
         }
     }
 
@@ -1811,6 +1905,172 @@ mod tests {
         assert!(note.contains(" more models hidden: set "), "{note}");
         assert!(note.contains("ANTHROPIC_API_KEY"), "{note}");
         assert_eq!(picker.items[picker.selected].key, "fake/test-model");
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leaving_an_unused_session_removes_it_and_a_used_one_stays() {
+        // Opened and left: the log and its flight file are removed.
+        let mut unused = rig().await;
+        unused.send(Action::Command(SlashCommand::AutoCompact(false)));
+        unused
+            .until(
+                "the setting",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("auto-compact off")),
+            )
+            .await;
+        let logs = unused.session_logs();
+        assert_eq!(logs.len(), 2, "the log and its flight file");
+        let (closed, _dir) = unused.quit_keeping_files().await;
+        assert!(closed.expect("a session was open").removed);
+        assert!(logs.iter().all(|log| !log.exists()), "{logs:?}");
+
+        // A session with a message is kept.
+        let mut used = rig().await;
+        used.approved_turn().await;
+        let logs = used.session_logs();
+        let (closed, _dir) = used.quit_keeping_files().await;
+        assert!(!closed.expect("a session was open").removed);
+        assert!(logs.iter().all(|log| log.exists()));
+
+        // Switching away from an unused session removes it too.
+        let mut switching = rig().await;
+        let before = switching.session_logs();
+        // The header of the start, then the one of the new session.
+        switching
+            .until("the header", |r| matches!(r, UiEvent::Header(_)))
+            .await;
+        switching.send(Action::Picked(PickerPurpose::Resume, String::new()));
+        switching
+            .until("the new header", |r| matches!(r, UiEvent::Header(_)))
+            .await;
+        let after = switching.session_logs();
+        assert!(
+            before.iter().all(|log| !after.contains(log)),
+            "{before:?} {after:?}"
+        );
+        assert_eq!(after.len(), 2, "{after:?}");
+        switching.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn always_approvals_survive_resume_and_rewind() {
+        let mut first = rig().await;
+        first.server.push_for(
+            "/chat/completions",
+            Script::stream(
+                Dialect::Chat,
+                &Reply::text("Counting.").with_tool_call(
+                    "c1",
+                    "bash",
+                    json!({"command": "seq 1 3"}),
+                ),
+            ),
+        );
+        first.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Done.")),
+        );
+        first.send(Action::StartTurn("count".into()));
+        first
+            .until("an approval prompt", |r| matches!(r, UiEvent::Approval(_)))
+            .await;
+        first.send(Action::Approve(ApprovalDecision::AlwaysForSession));
+        first
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        let types = first.log_types();
+        assert!(types.contains(&"config_change".to_owned()), "{types:?}");
+        let (_, dir, server) = first.quit_keeping_all().await;
+
+        // `-c`: the same command runs without a prompt, also after a rewind
+        // to before the grant.
+        let mut resumed = rig_at(server, dir, &Start::Continue, |_| {});
+        resumed.send(Action::Command(SlashCommand::Rewind(Some(
+            RewindTarget::Nth(1),
+        ))));
+        let seen = resumed
+            .until("a confirmation", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::ConfirmRewind(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::ConfirmRewind(plan))) = seen.last() else {
+            unreachable!("until returned on a confirmation")
+        };
+        resumed.send(Action::Rewind(plan.clone()));
+        resumed
+            .until(
+                "the rewind note",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
+            )
+            .await;
+        resumed.server.push_for(
+            "/chat/completions",
+            Script::stream(
+                Dialect::Chat,
+                &Reply::text("Again.").with_tool_call("c2", "bash", json!({"command": "seq 1 5"})),
+            ),
+        );
+        resumed.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Done again.")),
+        );
+        resumed.send(Action::StartTurn("count again".into()));
+        let seen = resumed
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert!(
+            !seen.iter().any(|r| matches!(r, UiEvent::Approval(_))),
+            "{seen:#?}"
+        );
+        assert_eq!(seen.last(), Some(&UiEvent::Finished(None)));
+        let requests = resumed.server.requests();
+        let last = requests.last().expect("requests");
+        assert!(
+            last.body.to_string().contains("4\\n5"),
+            "the command ran: {}",
+            last.body
+        );
+        resumed.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rewind_keeps_auto_compact_off() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        rig.send(Action::Command(SlashCommand::AutoCompact(false)));
+        rig.send(Action::Command(SlashCommand::Rewind(Some(
+            RewindTarget::Nth(1),
+        ))));
+        let seen = rig
+            .until("a confirmation", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::ConfirmRewind(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::ConfirmRewind(plan))) = seen.last() else {
+            unreachable!("until returned on a confirmation")
+        };
+        rig.send(Action::Rewind(plan.clone()));
+        let seen = rig
+            .until(
+                "the rewind note",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
+            )
+            .await;
+        drop(seen);
+        let seen = rig
+            .until("the sidebar", |r| matches!(r, UiEvent::Sidebar(_)))
+            .await;
+        let Some(UiEvent::Sidebar(sidebar)) = seen.last() else {
+            unreachable!("until returned on a sidebar")
+        };
+        assert!(!sidebar.auto_compact);
+        let types = rig.log_types();
+        assert_eq!(
+            &types[types.len() - 2..],
+            ["leaf", "config_change"],
+            "{types:?}"
+        );
         rig.quit().await;
     }
 

@@ -66,9 +66,20 @@ async fn a_tool_needing_approval_is_refused_without_auto_approve() {
         stderr.contains(&format!("tool write_file: note.txt → {DENIAL}")),
         "{stderr}"
     );
+    let lines: Vec<&str> = stderr.lines().collect();
     assert!(
-        last_line(&stderr).starts_with("completed · session "),
+        lines[lines.len() - 2].starts_with("completed · session "),
         "{stderr}"
+    );
+    // The last line says how to come back.
+    let id = lines[lines.len() - 2].trim_start_matches("completed · session ");
+    assert_eq!(
+        last_line(&stderr),
+        format!(
+            "session {}… saved — resume with `soba -c` (or `soba -r {}`)",
+            &id[..8],
+            &id[..8]
+        )
     );
     assert!(!sandbox.ws.join("note.txt").exists());
     let requests = server.requests();
@@ -208,8 +219,8 @@ async fn configuration_errors_exit_1_before_any_request() {
     let output = run(&sandbox, &["hello"]).await;
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
-        text(&output.stderr),
-        "error: FAKE_KEY is not set: export the API key of provider fake in FAKE_KEY\n"
+        last_line(&text(&output.stderr)),
+        "error: FAKE_KEY is not set: export the API key of provider fake in FAKE_KEY"
     );
     // A model the registry does not know needs its window.
     let sandbox = sandbox_for(&server, json!({}));
@@ -240,17 +251,178 @@ async fn configuration_errors_exit_1_before_any_request() {
     assert!(server.requests().is_empty());
 }
 
-#[test]
-fn no_model_exits_1_with_the_spec_message() {
+/// An "always" answer the TUI recorded in the session holds when
+/// `soba run --resume` continues it: the command runs without approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_keeps_the_sessions_always_approvals() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    let first = run(&sandbox, &["hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let log = sandbox.session_files().remove(0);
+    // What the TUI appends after `a` on `echo …`.
+    {
+        let mut writer =
+            soba_store::SessionWriter::open(&log, soba_store::WriterOptions::default()).unwrap();
+        writer
+            .append(soba_core::EntryBody::ConfigChange {
+                auto_compact: None,
+                approvals: Some(soba_core::ApprovalGrants {
+                    tools: Default::default(),
+                    bash_words: ["echo".to_owned()].into_iter().collect(),
+                }),
+            })
+            .unwrap();
+    }
+    let echo = |id: &str, command: &str| {
+        Script::stream(
+            Dialect::Chat,
+            &Reply::text("Running.").with_tool_call(id, "bash", json!({"command": command})),
+        )
+    };
+    server.push(echo("call_1", "echo granted"));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Done.")));
+    let id = log.file_stem().unwrap().to_string_lossy().into_owned();
+    let second = run(&sandbox, &["--resume", &id, "say it"]).await;
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("tool bash: echo granted → ok ("),
+        "{stderr}"
+    );
+    // Another first word is still refused.
+    server.push(echo("call_2", "rm -rf x"));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Done.")));
+    let third = run(&sandbox, &["--resume", &id, "remove it"]).await;
+    let stderr = text(&third.stderr);
+    assert!(
+        stderr.contains(&format!("tool bash: rm -rf x → {DENIAL}")),
+        "{stderr}"
+    );
+}
+
+/// An unused session (opened and left before anything was said, e.g. by
+/// a crash or an older version) is newer than the real one: `-c` passes
+/// over it, and `soba sessions` hides it unless `--all`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_passes_over_unused_sessions() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    for _ in 0..2 {
+        server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    }
+    let first = run(&sandbox, &["hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let real = sandbox.session_files();
+    assert_eq!(real.len(), 1);
+    let unused = sandbox
+        .sessions_dir()
+        .join("0194c2d0-e4c0-7000-8000-000000000001.jsonl");
+    std::fs::write(
+        &unused,
+        "{\"type\":\"session\",\"schemaVersion\":1,\"id\":\"0194c2d0-e4c0-7000-8000-000000000001\",\"createdAt\":\"2030-01-01T00:00:00.000Z\",\"cwd\":\"/w\",\"os\":\"linux\",\"memory\":[]}\n\
+         {\"type\":\"model_change\",\"id\":\"e_0194c2d0e4c070018000000000000001\",\"parentId\":null,\"timestamp\":\"2030-01-01T00:00:00.000Z\",\"model\":\"fake/test-model\"}\n",
+    )
+    .unwrap();
+    let second = run(&sandbox, &["-c", "again"]).await;
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    let log = soba_store::reader::read_log(&real[0]).unwrap();
+    let users = log
+        .path()
+        .iter()
+        .filter(|logged| matches!(&logged.entry.body, soba_core::EntryBody::Message(m) if m.message.is_real_user()))
+        .count();
+    assert_eq!(users, 2, "the turn ran in the session with a message");
+    assert_eq!(
+        soba_store::reader::read_log(&unused)
+            .unwrap()
+            .entries()
+            .len(),
+        1
+    );
+
+    let listed = text(&sandbox.run_ok(&["sessions"]).stdout);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    assert!(!listed.contains("0194c2d0"), "{listed}");
+    assert_eq!(
+        last_line(&listed),
+        "(1 unused session not shown: opened and left without a message; --all lists them)"
+    );
+    let all = text(&sandbox.run_ok(&["sessions", "--all"]).stdout);
+    assert_eq!(all.lines().count(), 3, "{all}");
+    assert!(all.contains("0194c2d0"), "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_model_exits_1_with_an_onboarding_that_works() {
     let sandbox = Sandbox::new();
     let output = sandbox.run(&["run", "hello"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(text(&output.stdout), "");
+    let stderr = text(&output.stderr);
+    // The onboarding first, one hint a line; the reason stays the last line.
     assert_eq!(
-        text(&output.stderr),
-        "error: no model configured: set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, or pass --model ollama/<name>; soba demo and soba replay work offline\n"
+        last_line(&stderr),
+        "error: no model configured: set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, or pass --model ollama/<name>; soba demo and soba replay work offline"
     );
+    let hints: Vec<&str> = stderr.lines().filter(|l| l.starts_with("hint: ")).collect();
+    assert_eq!(hints.len(), 5, "{stderr}");
+    assert!(
+        hints[0].contains("ANTHROPIC_API_KEY") && hints[0].contains("SOBA_MODEL"),
+        "{stderr}"
+    );
+    let config_file = sandbox.home.join("config.json");
+    assert!(
+        hints[1].contains(&format!("your config file is {} ", config_file.display())),
+        "{stderr}"
+    );
+    assert!(hints[4].contains("`soba demo` runs"), "{stderr}");
     assert!(sandbox.session_files().is_empty());
+
+    // What it says about local servers works: the llama.cpp config as the
+    // user config, and the Ollama flags, each resolve a model.
+    let llama = hints[3]
+        .split("put ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(" in the config file"))
+        .expect("the llama.cpp config");
+    // llama-server answers on its port; the fake server stands in for it.
+    let server = FakeServer::start().await.unwrap();
+    server.push(Script::stream(
+        Dialect::Chat,
+        &Reply::text("Hello from llama.cpp."),
+    ));
+    std::fs::write(
+        &config_file,
+        llama.replace("http://localhost:8080/v1", &server.url()),
+    )
+    .unwrap();
+    let answered = run(&sandbox, &["hello"]).await;
+    assert_eq!(
+        answered.status.code(),
+        Some(0),
+        "{}",
+        text(&answered.stderr)
+    );
+    assert_eq!(text(&answered.stdout), "Hello from llama.cpp.\n");
+    std::fs::remove_file(&config_file).unwrap();
+    let flags = hints[2]
+        .split("ollama serve): soba ")
+        .nth(1)
+        .expect("the Ollama flags");
+    assert_eq!(
+        flags,
+        r#"--model ollama/qwen3-coder --set 'models."ollama/qwen3-coder".contextWindow=32768'"#
+    );
+    let budget = sandbox.run(&[
+        "budget",
+        "--model",
+        "ollama/qwen3-coder",
+        "--set",
+        r#"models."ollama/qwen3-coder".contextWindow=32768"#,
+    ]);
+    assert_eq!(budget.status.code(), Some(0), "{}", text(&budget.stderr));
 }
 
 #[cfg(unix)]
@@ -307,9 +479,10 @@ async fn resume_runs_in_the_same_session_and_agents_md_is_snapshotted_on_change(
     }
     let first = run(&sandbox, &["hello"]).await;
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
-    let id = last_line(&text(&first.stderr))
-        .rsplit(' ')
-        .next()
+    let first_stderr = text(&first.stderr);
+    let id = first_stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("completed · session "))
         .unwrap()
         .to_owned();
     assert!(body(&server.requests()[0]).contains("make check"));
@@ -389,7 +562,7 @@ async fn native_continuation_and_the_barrier_lines_off_a_terminal() {
         "{stderr:?}"
     );
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(lines.len(), 3, "{stderr}");
     assert!(
         lines[0].starts_with("Compacted (turn_complete): "),
         "{stderr}"

@@ -664,6 +664,14 @@ mod e2e {
         }
 
         let tmux = Tmux::new();
+        // Opened and left without a word: no file stays, no resume hint.
+        tmux.start("unused", &soba_command(&sandbox, ""));
+        tmux.wait_text("unused", "message · /help");
+        tmux.keys("unused", &["C-c"]);
+        tmux.keys("unused", &["C-c"]);
+        let left = tmux.wait_text("unused", "soba-exited-0");
+        assert!(!left.contains("saved —"), "{left}");
+        assert!(sandbox.session_files().is_empty());
         tmux.start("live", &soba_command(&sandbox, ""));
         tmux.wait_text("live", "message · /help");
         tmux.type_text("live", "list the numbers");
@@ -723,7 +731,21 @@ mod e2e {
         // Quit with Ctrl-C twice, then resume the same session.
         tmux.keys("live", &["C-c"]);
         tmux.keys("live", &["C-c"]);
-        tmux.wait_text("live", "soba-exited-0");
+        let left = tmux.wait_text("live", "soba-exited-0");
+        // The terminal is restored, then one line says how to come back.
+        let hint = left
+            .lines()
+            .find(|line| line.starts_with("session "))
+            .unwrap_or_default()
+            .trim_end();
+        assert!(
+            regex::Regex::new(
+                r"^session [0-9a-f]{8}… saved — resume with `soba -c` \(or `soba -r [0-9a-f]{8}`\)$"
+            )
+            .unwrap()
+            .is_match(hint),
+            "{left}"
+        );
         tmux.start("resumed", &soba_command(&sandbox, "-c"));
         tmux.wait_text("resumed", "message · /help");
         let resumed = tmux.wait_for("resumed", "the same history", |screen| {

@@ -104,6 +104,7 @@ impl PathBuilder {
     fn auto_compact(self, on: bool) -> Self {
         self.push(EntryBody::ConfigChange {
             auto_compact: Some(on),
+            approvals: None,
         })
     }
 }

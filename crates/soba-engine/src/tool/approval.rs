@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use soba_core::ToolInput;
+use soba_core::{ApprovalGrants, ToolInput};
 
 use super::{Tool, ToolError};
 
@@ -259,6 +259,26 @@ impl Approvals {
             }
             ApprovalDecision::Deny => ApprovalVerdict::Denied(USER_DENIAL.to_owned()),
         }
+    }
+
+    /// Returns the session's "always" grants so far, for the log.
+    pub fn grants(&self) -> ApprovalGrants {
+        let grants = self.lock();
+        ApprovalGrants {
+            tools: grants.tools.clone(),
+            bash_words: grants.bash_words.clone(),
+        }
+    }
+
+    /// Adds grants a session recorded earlier (its `config_change`
+    /// entries), so a resumed session asks again only about what it never
+    /// approved for good.
+    pub fn restore(&self, recorded: &ApprovalGrants) {
+        let mut grants = self.lock();
+        grants.tools.extend(recorded.tools.iter().cloned());
+        grants
+            .bash_words
+            .extend(recorded.bash_words.iter().cloned());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Grants> {

@@ -272,6 +272,7 @@ async fn the_core_keeps_the_live_stretch_and_resumes_to_the_same_state() {
         .await
         .append(EntryBody::ConfigChange {
             auto_compact: Some(false),
+            approvals: None,
         })
         .unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -403,4 +404,54 @@ async fn the_core_keeps_the_live_stretch_and_resumes_to_the_same_state() {
     assert!(again.rewind(missing).is_err());
     assert_eq!(std::fs::metadata(&log_path).unwrap().len(), before);
     drop(dir);
+}
+
+/// Settings are the user's, not the conversation's: a rewind to before an
+/// `/auto-compact off` appends the setting again after its `leaf` entry,
+/// and a rewind that keeps the setting appends the `leaf` entry alone.
+#[tokio::test]
+async fn a_rewind_keeps_the_auto_compact_setting() {
+    let h = Harness::start(Options::default()).await;
+    h.push_text("first answer");
+    assert_eq!(h.turn("first").await, TurnEnd::Completed);
+    let first_answer = h.core.lock().await.leaf().cloned().unwrap();
+    h.core
+        .lock()
+        .await
+        .append(EntryBody::ConfigChange {
+            auto_compact: Some(false),
+            approvals: None,
+        })
+        .unwrap();
+    h.push_text("second answer");
+    assert_eq!(h.turn("second").await, TurnEnd::Completed);
+    let mut core = h.core.lock().await;
+    core.rewind(first_answer.clone()).unwrap();
+    assert!(!core.derived().auto_compact_or(true));
+    let parent_of_setting = core.path().last().and_then(|e| e.parent_id.clone());
+    let setting = core.leaf().cloned().unwrap();
+    drop(core);
+    let types: Vec<String> = h
+        .logged_entries()
+        .iter()
+        .map(|entry| entry.body.type_name().to_owned())
+        .collect();
+    assert_eq!(
+        types[types.len() - 2..],
+        ["leaf", "config_change"],
+        "{types:?}"
+    );
+    assert_eq!(parent_of_setting, Some(first_answer.clone()));
+    // A rewind whose target path holds the same setting appends the leaf
+    // alone.
+    let n_before = types.len();
+    h.core.lock().await.rewind(setting).unwrap();
+    let types: Vec<String> = h
+        .logged_entries()
+        .iter()
+        .map(|entry| entry.body.type_name().to_owned())
+        .collect();
+    assert_eq!(types.len(), n_before + 1);
+    assert_eq!(types.last().map(String::as_str), Some("leaf"));
+    assert!(!h.core.lock().await.derived().auto_compact_or(true));
 }

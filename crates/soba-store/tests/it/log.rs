@@ -48,6 +48,7 @@ fn appends_chain_parents_and_track_the_leaf() {
     let branch = writer
         .append(EntryBody::ConfigChange {
             auto_compact: Some(true),
+            approvals: None,
         })
         .expect("appends");
     assert_eq!(branch.parent_id.as_ref(), Some(&first.id));

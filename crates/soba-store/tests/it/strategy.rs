@@ -285,6 +285,12 @@ fn capsule_state() -> impl Strategy<Value = CapsuleState> {
                     calibration: calibration.into_iter().collect(),
                     auto_compact,
                     auto_compact_override,
+                    // Grants in a capsule round-trip like the override; a
+                    // fixed value keeps the strategy's tuple small.
+                    approvals: auto_compact_override.map(|_| soba_core::ApprovalGrants {
+                        tools: ["write_file".to_owned()].into_iter().collect(),
+                        bash_words: ["cargo".to_owned()].into_iter().collect(),
+                    }),
                     skills,
                     pinned_agents_md,
                     pinned_system,
@@ -411,7 +417,18 @@ pub fn body() -> impl Strategy<Value = EntryBody> {
         (checkpoint_kind(), text()).prop_map(|(kind, note)| EntryBody::Checkpoint { kind, note }),
         entry_id().prop_map(|target| EntryBody::Leaf { target }),
         text().prop_map(|model| EntryBody::ModelChange { model }),
-        option::of(any::<bool>()).prop_map(|auto_compact| EntryBody::ConfigChange { auto_compact }),
+        (
+            option::of(any::<bool>()),
+            option::of((
+                proptest::collection::btree_set("[a-z_]{1,8}", 0..3),
+                proptest::collection::btree_set("[a-z.-]{1,8}", 0..3),
+            ))
+        )
+            .prop_map(|(auto_compact, approvals)| EntryBody::ConfigChange {
+                auto_compact,
+                approvals: approvals
+                    .map(|(tools, bash_words)| soba_core::ApprovalGrants { tools, bash_words }),
+            }),
         skill(prop_oneof![
             Just(SkillAction::Activate),
             Just(SkillAction::Deactivate)
