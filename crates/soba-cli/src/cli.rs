@@ -222,7 +222,8 @@ pub struct CompactArgs {
     #[arg(long, value_name = "ID")]
     pub model: Option<String>,
     /// Instructions for the summary, e.g. "keep the API decisions".
-    #[arg(value_name = "INSTRUCTIONS", trailing_var_arg = true)]
+    /// Options may come after it (`soba compact "keep the API" --save`).
+    #[arg(value_name = "INSTRUCTIONS")]
     pub instructions: Vec<String>,
 }
 
@@ -347,4 +348,32 @@ pub struct BudgetArgs {
     /// models.<id>.contextWindow|maxOutputTokens|tokenizer=VALUE.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub set: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn compact_options_may_follow_the_instructions() {
+        let cli = Cli::try_parse_from([
+            "soba",
+            "compact",
+            "focus on tests",
+            "--save",
+            "--session-dir",
+            "/tmp/s",
+        ])
+        .unwrap();
+        let Some(Command::Compact(args)) = cli.command else {
+            panic!("not compact");
+        };
+        assert!(args.save);
+        assert_eq!(args.instructions, ["focus on tests"]);
+        assert_eq!(
+            cli.global.session_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/s"))
+        );
+    }
 }

@@ -310,6 +310,8 @@ pub fn memory_index(root: &Path) -> Vec<MemoryItem> {
     files
         .into_iter()
         .filter_map(|path| {
+            // A link out of the workspace is skipped like an unparsable file.
+            let path = inside_workspace(root, path.strip_prefix(root).ok()?).ok()?;
             // A FIFO, device or oversized file is skipped like an unparsable one.
             let text = soba_store::untrusted::read_untrusted_to_string(
                 &path,
@@ -470,17 +472,29 @@ pub const AGENTS_MD_MAX_BYTES: u64 = 1024 * 1024;
 /// The largest skill file (`.soba/skills/<name>.md`) soba reads: 1 MiB.
 pub const SKILL_MAX_BYTES: u64 = 1024 * 1024;
 
+/// Resolves `rel`, a file SOBA reads on its own (`AGENTS.md`, a skill, a
+/// Project Memory capsule), under the workspace root, refusing a path or a
+/// symlink that leads outside it, as the file tools do: a cloned
+/// repository's `AGENTS.md -> ~/.aws/credentials` must not reach the model.
+pub fn inside_workspace(root: &Path, rel: &Path) -> Result<PathBuf, String> {
+    soba_engine::tool::Workspace::new(root)
+        .and_then(|workspace| workspace.resolve(rel))
+        .map_err(|err| err.to_string())
+}
+
 /// Reads `AGENTS.md` at the workspace root, else `CLAUDE.md`: its name and
 /// text, `None` when neither exists, or the warning to show when it cannot
 /// be used (not a regular file, over [`AGENTS_MD_MAX_BYTES`], unreadable).
 pub fn read_agents_md(root: &Path) -> Result<Option<(&'static str, String)>, String> {
-    let Some((name, path)) = ["AGENTS.md", "CLAUDE.md"]
+    let Some((name, _)) = ["AGENTS.md", "CLAUDE.md"]
         .iter()
         .map(|name| (*name, root.join(name)))
         .find(|(_, path)| path.exists())
     else {
         return Ok(None);
     };
+    let path = inside_workspace(root, Path::new(name))
+        .map_err(|why| format!("{why}; {name} was not added to the context"))?;
     match soba_store::untrusted::read_untrusted_to_string(&path, AGENTS_MD_MAX_BYTES) {
         Ok(text) => Ok(Some((name, text))),
         Err(UntrustedReadError::TooLarge { .. }) => {
@@ -891,21 +905,32 @@ mod tests {
         std::fs::remove_file(&agents).unwrap();
         let folder = root.join("folder");
         std::fs::create_dir_all(&folder).unwrap();
-        for (target, kind) in [
-            (Path::new("/dev/zero"), "a character device"),
-            (folder.as_path(), "a directory"),
+        std::os::unix::fs::symlink(&folder, &agents).unwrap();
+        let warning = read(&root).unwrap_err();
+        assert!(
+            warning.contains("is a directory, not a regular file"),
+            "{warning}"
+        );
+        std::fs::remove_file(&agents).unwrap();
+        // A link out of the workspace is refused before it is read: a
+        // device, or a secret a cloned repository points at.
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("credentials");
+        std::fs::write(&secret, "aws_secret_access_key = wJalr").unwrap();
+        for target in [
+            Path::new("/dev/zero"),
+            Path::new("/dev/stdin"),
+            secret.as_path(),
         ] {
             std::os::unix::fs::symlink(target, &agents).unwrap();
             let warning = read(&root).unwrap_err();
             assert!(
-                warning.contains(&format!("is {kind}, not a regular file")),
+                warning.contains("outside the workspace root")
+                    && warning.ends_with("; AGENTS.md was not added to the context"),
                 "{warning}"
             );
             std::fs::remove_file(&agents).unwrap();
         }
-        std::os::unix::fs::symlink("/dev/stdin", &agents).unwrap();
-        assert!(read(&root).unwrap_err().contains("not a regular file"));
-        std::fs::remove_file(&agents).unwrap();
         let big = std::fs::File::create(&agents).unwrap();
         big.set_len(AGENTS_MD_MAX_BYTES + 1).unwrap();
         assert_eq!(

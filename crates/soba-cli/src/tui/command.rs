@@ -142,7 +142,7 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     (
         "quit",
         "/quit",
-        "leave soba (also Ctrl-C twice, or Ctrl-D on an empty line)",
+        "leave soba (also /exit, Ctrl-C twice, or Ctrl-D on an empty line)",
     ),
 ];
 

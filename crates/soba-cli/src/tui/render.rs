@@ -446,20 +446,36 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
     let text_width = width.saturating_sub(2) as usize;
     let (title, lines): (String, Vec<Line<'static>>) = match overlay {
         Overlay::Approval(view) => {
-            let mut lines: Vec<Line<'static>> = wrap(&view.summary, text_width.saturating_sub(2))
-                .into_iter()
-                .map(|row| {
-                    Line::from(Span::styled(
-                        format!("  {row}"),
-                        Style::default().add_modifier(Modifier::BOLD),
-                    ))
-                })
-                .collect();
             let scope_rows = wrap(
                 &format!("always: {}", view.scope),
                 text_width.saturating_sub(4),
             )
             .len();
+            // The keys always show; the command gets what is left, with its
+            // blank runs folded and its last lines kept, so nothing can hide
+            // below the box.
+            let summary_room = (area.height as usize)
+                .saturating_sub(2 + 1 + 2 + scope_rows + 1)
+                .max(3);
+            let mut lines: Vec<Line<'static>> = summary_rows(
+                wrap(&view.summary, text_width.saturating_sub(2)),
+                summary_room,
+            )
+            .into_iter()
+            .map(|(row, marker)| {
+                if marker {
+                    Line::from(Span::styled(
+                        format!("  {row}"),
+                        Style::default().fg(Color::Yellow),
+                    ))
+                } else {
+                    Line::from(Span::styled(
+                        format!("  {row}"),
+                        Style::default().add_modifier(Modifier::BOLD),
+                    ))
+                }
+            })
+            .collect();
             if !view.preview.is_empty() {
                 // What fits: the box minus its borders, the summary, two
                 // blank lines and the keys.
@@ -508,6 +524,44 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
             Style::default().add_modifier(Modifier::BOLD),
         ));
     frame.render_widget(Paragraph::new(lines).block(block), rect);
+}
+
+/// Folds the rows of an approval's command to at most `room`: each run of
+/// two or more blank rows becomes one `⋯ N blank lines` marker, and a
+/// command still too long keeps its first and last rows around a
+/// `⋯ N more lines` marker (the end of a command is where something would
+/// hide). Returns each row and whether it is a marker.
+pub(crate) fn summary_rows(rows: Vec<String>, room: usize) -> Vec<(String, bool)> {
+    let mut folded: Vec<(String, bool)> = Vec::with_capacity(rows.len());
+    let mut blank = 0usize;
+    let flush = |folded: &mut Vec<(String, bool)>, blank: &mut usize| {
+        match *blank {
+            0 => {}
+            1 => folded.push((String::new(), false)),
+            n => folded.push((format!("⋯ {n} blank lines"), true)),
+        }
+        *blank = 0;
+    };
+    for row in rows {
+        if row.trim().is_empty() {
+            blank += 1;
+        } else {
+            flush(&mut folded, &mut blank);
+            folded.push((row, false));
+        }
+    }
+    flush(&mut folded, &mut blank);
+    if folded.len() <= room {
+        return folded;
+    }
+    let room = room.max(3);
+    let tail = (room - 1) / 2;
+    let head = room - 1 - tail;
+    let hidden = folded.len() - head - tail;
+    let mut out: Vec<(String, bool)> = folded[..head].to_vec();
+    out.push((format!("⋯ {hidden} more lines"), true));
+    out.extend_from_slice(&folded[folded.len() - tail..]);
+    out
 }
 
 /// Returns the approval preview's lines: `-` red, `+` green, context
@@ -715,6 +769,27 @@ pub fn input_layout(text: &str, cursor: usize, width: usize) -> (Vec<String>, (u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_rows_fold_blank_runs_and_keep_the_end() {
+        let rows = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            summary_rows(rows(&["a", "", "b", "", "", "", "c"]), 10),
+            [
+                ("a".to_owned(), false),
+                (String::new(), false),
+                ("b".to_owned(), false),
+                ("⋯ 3 blank lines".to_owned(), true),
+                ("c".to_owned(), false),
+            ]
+        );
+        let long: Vec<String> = (0..10).map(|n| format!("l{n}")).collect();
+        let shown: Vec<String> = summary_rows(long, 5)
+            .into_iter()
+            .map(|(row, _)| row)
+            .collect();
+        assert_eq!(shown, ["l0", "l1", "⋯ 6 more lines", "l8", "l9"]);
+    }
 
     #[test]
     fn wrap_keeps_words_and_newlines() {

@@ -1027,7 +1027,11 @@ impl Worker {
         };
         let config = self.launch.ctx.config();
         let mut ids: Vec<String> = config.models.keys().cloned().collect();
-        for model in soba_provider::registry::BUILTIN_MODELS {
+        // `soba demo`'s scripted model answers nowhere else.
+        for model in soba_provider::registry::BUILTIN_MODELS
+            .iter()
+            .filter(|model| model.provider != engine::DEMO_PROVIDER)
+        {
             let provider = match model.provider {
                 "openai" | "anthropic" => model.provider,
                 _ => "openrouter",
@@ -1062,10 +1066,17 @@ impl Worker {
             self.note("/model waits until the turn ends");
             return;
         }
-        let setup = match self.setup_for(id) {
+        // Everything the new model needs (limits, its key, its client) is
+        // checked before the log says anything: a switch that cannot work
+        // leaves the session, its model and its conversation as they are.
+        let setup = match self
+            .setup_for(id)
+            .and_then(|setup| setup.client(&self.launch.ctx).map(|_| setup))
+        {
             Ok(setup) => setup,
             Err(err) => {
                 self.note(cli_note(&err));
+                self.note("the model was not changed");
                 return;
             }
         };
@@ -1073,6 +1084,7 @@ impl Worker {
             return;
         };
         let path = live.core.lock().await.log_path().to_path_buf();
+        let previous = live.setup.info.id.clone();
         if live.setup.info.id == setup.info.id {
             self.note(format!("already using {}", setup.info.id));
             return;
@@ -1098,7 +1110,17 @@ impl Worker {
                 }
                 self.note(format!("model {}", setup.info.id));
             }
-            Err(err) => self.note(cli_note(&err)),
+            Err(err) => {
+                self.note(cli_note(&err));
+                // Back to the model that worked, in the same session.
+                let flag = self.launch.model_flag.replace(previous.clone());
+                let restored = self.open_path(&path);
+                self.launch.model_flag = flag;
+                match restored {
+                    Ok(_) => self.note(format!("still on {previous}")),
+                    Err(err) => self.note(cli_note(&err)),
+                }
+            }
         }
         self.refresh().await;
     }
@@ -1128,6 +1150,18 @@ impl Worker {
                 .project_dir()
                 .join("skills")
                 .join(format!("{name}.md"));
+            let root = &self.launch.ctx.workspace.root;
+            let file = match file
+                .strip_prefix(root)
+                .map_err(|err| err.to_string())
+                .and_then(|rel| crate::engine::inside_workspace(root, rel))
+            {
+                Ok(file) => file,
+                Err(why) => {
+                    self.note(format!("skill {name} was not activated: {why}"));
+                    return;
+                }
+            };
             let text = match soba_store::untrusted::read_untrusted_to_string(
                 &file,
                 crate::engine::SKILL_MAX_BYTES,
@@ -2071,6 +2105,39 @@ mod tests {
             ["leaf", "config_change"],
             "{types:?}"
         );
+        rig.quit().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_model_switch_that_cannot_work_changes_nothing() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        let before = rig.log_types();
+        // No ANTHROPIC_API_KEY in the rig's environment.
+        rig.send(Action::Command(SlashCommand::Model(Some(
+            "anthropic/claude-sonnet-4-5".into(),
+        ))));
+        let seen = rig
+            .until(
+                "the refusal",
+                |r| matches!(r, UiEvent::Note(text) if text == "the model was not changed"),
+            )
+            .await;
+        let notes = note_texts(&seen);
+        assert!(
+            notes.iter().any(|note| note.contains("ANTHROPIC_API_KEY")),
+            "{notes:?}"
+        );
+        assert!(
+            !seen
+                .iter()
+                .any(|r| matches!(r, UiEvent::Header(h) if h.model != "fake/test-model")),
+            "{seen:?}"
+        );
+        assert_eq!(rig.log_types(), before);
+        // The same session goes on with the same model.
+        rig.approved_turn().await;
+        assert_eq!(rig.log_types()[..before.len()], before[..]);
         rig.quit().await;
     }
 

@@ -183,6 +183,38 @@ fn approval_prompt_frame() {
     insta::assert_snapshot!("approval", frame(&state, 110, 30));
 }
 
+/// A command padded with blank lines cannot push its end, or the keys,
+/// out of the box: blank runs fold and the last lines stay.
+#[test]
+fn a_long_command_keeps_its_end_and_the_keys_in_view() {
+    let mut state = running();
+    let mut command = "echo safe".to_owned();
+    command.push_str(&"\n".repeat(60));
+    command.push_str("touch PWNED_HIDDEN");
+    for n in 0..40 {
+        command.push_str(&format!("\necho line {n}"));
+    }
+    command.push_str("\nrm -rf ./build");
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "bash".into(),
+        summary: command,
+        scope: "bash commands starting with `echo` this session".into(),
+        preview: Vec::new(),
+    }));
+    let screen = frame(&state, 110, 30);
+    for shown in [
+        "echo safe",
+        "⋯ 59 blank lines",
+        "touch PWNED_HIDDEN",
+        "more lines",
+        "rm -rf ./build",
+        "y run once",
+        "n deny",
+    ] {
+        assert!(screen.contains(shown), "{shown}:\n{screen}");
+    }
+}
+
 #[test]
 fn rewind_confirmation_frame() {
     let mut state = working();
