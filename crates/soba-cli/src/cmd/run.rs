@@ -161,7 +161,11 @@ impl Printer {
                 } else {
                     format!("error ({bytes} bytes)")
                 };
-                self.eprint(&format!("tool {call} → {verdict}"));
+                // The call names model-chosen arguments: one line, escaped.
+                self.eprint(&format!(
+                    "tool {} → {verdict}",
+                    soba_core::terminal::Line(&call)
+                ));
             }
             EngineEvent::Hygiene {
                 reclaimed, stubbed, ..

@@ -204,7 +204,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
             EntryBody::Context(context) if context.source == ContextSource::CapsuleFile => {
                 items.push(HistoryItem::Event(format!(
                     "loaded capsule file {} (untrusted context)",
-                    context.path
+                    soba_core::terminal::Line(&context.path)
                 )));
             }
             EntryBody::Hygiene {
@@ -685,6 +685,29 @@ mod tests {
         assert_eq!(ids(&shown), ids(&chain[..2]), "left as it was");
         assert!(follow_stretch(&mut shown, &[]));
         assert!(shown.is_empty());
+    }
+
+    #[test]
+    fn a_loaded_capsule_file_name_stays_on_one_line() {
+        let path = [entry(
+            1,
+            None,
+            EntryBody::Context(soba_core::ContextEntry {
+                source: ContextSource::CapsuleFile,
+                path: "new\nline \u{1b}[2J.capsule.md".into(),
+                sha256: String::new(),
+                text: "x".into(),
+            }),
+        )];
+        let items = history_items(&path, 4, false);
+        let [HistoryItem::Event(line)] = items.as_slice() else {
+            panic!("{items:?}");
+        };
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
+        assert!(
+            line.starts_with("loaded capsule file new\\nline "),
+            "{line:?}"
+        );
     }
 
     fn message(message: Message) -> EntryBody {

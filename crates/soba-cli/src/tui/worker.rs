@@ -1243,7 +1243,11 @@ impl Worker {
             files.sort();
             if !files.is_empty() {
                 lines.push(format!(".soba/{dir}/:"));
-                lines.extend(files.into_iter().map(|name| format!("  {name}")));
+                lines.extend(
+                    files
+                        .into_iter()
+                        .map(|name| format!("  {}", soba_core::terminal::Line(&name))),
+                );
             }
         }
         drop(core);
