@@ -39,6 +39,82 @@ pub struct ModelSetup {
     pub info: ModelInfo,
     /// The provider serving it.
     pub provider: ProviderConfig,
+    /// Where its context window came from.
+    pub window_source: WindowSource,
+    /// `models."<id>".toolCallsInText`: run one tool call written as text.
+    pub text_tool_calls: bool,
+}
+
+/// Where a model's context window came from, as `soba budget` and the
+/// sidebar say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowSource {
+    /// The built-in registry.
+    Registry,
+    /// `models."<id>".contextWindow` in the config (or `--set`).
+    Config,
+    /// Asked of the server (llama.cpp `/props`, Ollama `/api/ps` or
+    /// `/api/show`) because neither knew it; the text says which field of
+    /// which URL.
+    Server(String),
+}
+
+impl std::fmt::Display for WindowSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WindowSource::Registry => f.write_str("the built-in registry"),
+            WindowSource::Config => f.write_str("the config"),
+            WindowSource::Server(source) => write!(f, "the server: {source}"),
+        }
+    }
+}
+
+/// Windows already asked of a server in this process, by (base URL, model):
+/// a session asks once.
+static SERVER_WINDOWS: std::sync::Mutex<
+    std::collections::BTreeMap<(String, String), soba_provider::probe::ServerWindow>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Asks the server behind `base_url` for `model`'s window, once per process;
+/// blocks the calling thread (at most three 3 s requests) on a runtime of its
+/// own, so it works inside or outside an async context.
+fn server_window(
+    base_url: &str,
+    model: &str,
+    api_key: Option<&str>,
+) -> Result<soba_provider::probe::ServerWindow, soba_provider::probe::ProbeError> {
+    let key = (base_url.to_owned(), model.to_owned());
+    if let Some(known) = SERVER_WINDOWS
+        .lock()
+        .ok()
+        .and_then(|map| map.get(&key).cloned())
+    {
+        return Ok(known);
+    }
+    let asked = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|err| soba_provider::probe::ProbeError {
+                        attempts: vec![format!("cannot start a runtime: {err}")],
+                    })?;
+                runtime.block_on(soba_provider::probe::server_context_window(
+                    base_url, model, api_key,
+                ))
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(soba_provider::probe::ProbeError {
+                    attempts: vec!["the probe failed".to_owned()],
+                })
+            })
+    })?;
+    if let Ok(mut map) = SERVER_WINDOWS.lock() {
+        map.insert(key, asked.clone());
+    }
+    Ok(asked)
 }
 
 /// The provider of `soba demo`'s scripted model (`demo/scripted`).
@@ -47,12 +123,42 @@ pub const DEMO_PROVIDER: &str = "demo";
 impl ModelSetup {
     /// Resolves `id` with the config's `models.*` overrides and finds its
     /// provider.
+    ///
+    /// A model whose window neither the registry nor the config knows, on
+    /// an OpenAI-compatible provider (Ollama, llama.cpp, any local server),
+    /// gets the window its server reports (see [`WindowSource::Server`]).
     pub fn resolve(ctx: &Context, id: &str) -> CliResult<Self> {
-        let info = ctx
-            .config()
-            .registry()
-            .resolve(id)
-            .map_err(ConfigError::from)?;
+        let mut registry = ctx.config().registry();
+        let mut window_source = WindowSource::Registry;
+        let info = match registry.resolve(id) {
+            Ok(info) => info,
+            Err(soba_provider::RegistryError::MissingContextWindow { model, key }) => {
+                let asked = Self::ask_server(ctx, id).map_err(|why| {
+                    CliError::from(ConfigError::from(
+                        soba_provider::RegistryError::MissingContextWindow {
+                            model: model.clone(),
+                            key: key.clone(),
+                        },
+                    ))
+                    .hint(why)
+                })?;
+                let mut entry = registry.overrides().get(id).cloned().unwrap_or_default();
+                entry.context_window = Some(asked.tokens);
+                registry.set_override(id, entry);
+                window_source = WindowSource::Server(asked.source);
+                registry.resolve(id).map_err(ConfigError::from)?
+            }
+            Err(err) => return Err(ConfigError::from(err).into()),
+        };
+        if window_source == WindowSource::Registry
+            && (registry
+                .overrides()
+                .get(id)
+                .or_else(|| registry.overrides().get(&info.id)))
+            .is_some_and(|entry| entry.context_window.is_some())
+        {
+            window_source = WindowSource::Config;
+        }
         let provider = match ctx.config().provider_for(&info.id, &info.provider) {
             Ok(provider) => provider.clone(),
             // `soba demo`'s scripted model has no API, but a kept demo
@@ -66,7 +172,49 @@ impl ModelSetup {
             },
             Err(err) => return Err(err.into()),
         };
-        Ok(ModelSetup { info, provider })
+        let text_tool_calls = registry
+            .overrides()
+            .get(id)
+            .or_else(|| registry.overrides().get(&info.id))
+            .and_then(|entry| entry.tool_calls_in_text)
+            .unwrap_or(false);
+        Ok(ModelSetup {
+            info,
+            provider,
+            window_source,
+            text_tool_calls,
+        })
+    }
+
+    /// Asks the server of `id`'s provider for its window; `Err` says why
+    /// that was not possible or what the server said, as a hint.
+    fn ask_server(ctx: &Context, id: &str) -> Result<soba_provider::probe::ServerWindow, String> {
+        let Some((provider_name, wire_model)) = id.split_once('/') else {
+            return Err(
+                "name the provider too (provider/model), so SOBA can ask its server".into(),
+            );
+        };
+        let provider = ctx
+            .config()
+            .provider_for(id, provider_name)
+            .map_err(|err| err.to_string())?;
+        let hosted = ["anthropic", "openai", "openrouter"].contains(&provider_name);
+        if hosted || provider.api != Api::OpenAiChat || provider.base_url.is_empty() {
+            return Err(format!(
+                "provider {provider_name} is not an OpenAI-compatible server SOBA can ask for the window"
+            ));
+        }
+        let api_key = ctx
+            .config()
+            .endpoint(provider, &ctx.env)
+            .ok()
+            .and_then(|endpoint| endpoint.api_key);
+        server_window(&provider.base_url, wire_model, api_key.as_deref()).map_err(|err| {
+            format!(
+                "SOBA asked the server at {} and {err}; is it running?",
+                soba_provider::probe::server_root(&provider.base_url)
+            )
+        })
     }
 
     /// Returns the engine's model spec.
@@ -82,10 +230,12 @@ impl ModelSetup {
 
     /// Computes the limits of SPEC §4.3 for this model and configuration.
     pub fn budget(&self, ctx: &Context) -> CliResult<Budget> {
+        let window = TokenCount::new(self.info.context_window);
+        let max_output = TokenCount::new(self.info.max_output_tokens);
         Budget::compute(
-            TokenCount::new(self.info.context_window),
-            TokenCount::new(self.info.max_output_tokens),
-            &ctx.config().compaction,
+            window,
+            max_output,
+            &ctx.config().compaction.for_window(window, max_output),
         )
         .map_err(|err| budget_error(&self.info.id, err))
     }
@@ -114,11 +264,10 @@ impl ModelSetup {
 
 /// The llama.cpp lines of the onboarding: a user config for `llama-server`
 /// on its default port, checked by the CLI tests against the loader.
-pub const LLAMA_CPP_CONFIG: &str = r#"{"providers": {"llamacpp": {"api": "openai-chat", "baseUrl": "http://localhost:8080/v1", "apiKeyEnv": null}}, "models": {"llamacpp/local": {"contextWindow": 32768, "maxOutputTokens": 4096}}, "model": "llamacpp/local"}"#;
+pub const LLAMA_CPP_CONFIG: &str = r#"{"providers": {"llamacpp": {"api": "openai-chat", "baseUrl": "http://localhost:8080/v1", "apiKeyEnv": null}}, "model": "llamacpp/local"}"#;
 
 /// The Ollama line of the onboarding (flags only, no config file).
-pub const OLLAMA_FLAGS: &str =
-    r#"--model ollama/qwen3-coder --set 'models."ollama/qwen3-coder".contextWindow=32768'"#;
+pub const OLLAMA_FLAGS: &str = "--model ollama/qwen3-coder";
 
 /// Returns the short onboarding shown when there is no model to talk to
 /// or its key is missing: what to set, where the config file is, how to
@@ -134,11 +283,12 @@ pub fn onboarding(ctx: &Context) -> Vec<String> {
             ctx.locations.user_config.display()
         ),
         format!(
-            "a local OpenAI-compatible server needs no key. Ollama (http://localhost:11434/v1; \
-             start it with OLLAMA_CONTEXT_LENGTH=32768 ollama serve): soba {OLLAMA_FLAGS}"
+            "a local OpenAI-compatible server needs no key, and SOBA asks it for the model's window. \
+             Ollama (http://localhost:11434/v1; start it with OLLAMA_CONTEXT_LENGTH=32768 ollama serve): \
+             soba {OLLAMA_FLAGS}"
         ),
         format!(
-            "llama.cpp (llama-server -m model.gguf -c 32768 --port 8080): put {LLAMA_CPP_CONFIG} in the config file"
+            "llama.cpp (llama-server -m model.gguf -c 32768 --jinja --port 8080): put {LLAMA_CPP_CONFIG} in the config file"
         ),
         "`soba demo` runs the whole engine offline, no key needed".to_owned(),
     ]
@@ -199,14 +349,25 @@ pub fn summarizer(
         ));
         Ok(None)
     };
-    let selection =
-        match select_summarizer(configured.as_deref(), &main.info, &ctx.config().registry()) {
-            Ok(selection) => selection,
-            Err(err) => {
-                let id = main.info.summarizer_model.clone().unwrap_or_default();
-                return fallback(notes, &id, ConfigError::from(err).into());
-            }
-        };
+    // A window the conversation model's server reported holds for the
+    // same model as summarizer (a local model summarizing itself).
+    let mut registry = ctx.config().registry();
+    if let WindowSource::Server(_) = &main.window_source {
+        let mut entry = registry
+            .overrides()
+            .get(&main.info.id)
+            .cloned()
+            .unwrap_or_default();
+        entry.context_window = Some(main.info.context_window);
+        registry.set_override(main.info.id.clone(), entry);
+    }
+    let selection = match select_summarizer(configured.as_deref(), &main.info, &registry) {
+        Ok(selection) => selection,
+        Err(err) => {
+            let id = main.info.summarizer_model.clone().unwrap_or_default();
+            return fallback(notes, &id, ConfigError::from(err).into());
+        }
+    };
     notes.extend(
         selection
             .warnings
@@ -413,7 +574,12 @@ fn session_config(
 ) -> SessionConfig {
     SessionConfig {
         model: setup.spec(),
-        compaction: ctx.config().compaction.clone(),
+        // Small windows get proportional defaults (the engine takes the
+        // configuration as given; the CLI scales it once here).
+        compaction: ctx.config().compaction.for_window(
+            TokenCount::new(setup.info.context_window),
+            TokenCount::new(setup.info.max_output_tokens),
+        ),
         system_prompt: system_prompt(header),
         tool_schemas: soba_engine::agent::tool_schema_values(tools),
         counter: None,

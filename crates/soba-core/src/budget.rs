@@ -465,6 +465,87 @@ mod tests {
         );
     }
 
+    /// The figures of `check` under [`CompactionConfig::for_window`].
+    fn small(context_window: u64, max_output: u64, config: &CompactionConfig) -> Budget {
+        let (window, max_output) = (TokenCount::new(context_window), TokenCount::new(max_output));
+        Budget::compute(window, max_output, &config.for_window(window, max_output)).unwrap()
+    }
+
+    fn figures(budget: &Budget) -> [u64; 9] {
+        [
+            budget.hard_limit(),
+            budget.soft_limit(),
+            budget.auto_limit(),
+            budget.base(),
+            budget.hygiene_limit(),
+            budget.keep_recent(),
+            budget.soft_gate(),
+            budget.roi_floor(),
+            budget.max_tool_result_tokens(),
+        ]
+        .map(TokenCount::get)
+    }
+
+    #[test]
+    fn small_windows_get_proportional_defaults() {
+        let defaults = CompactionConfig::default();
+        // 8,192 × 8,192 / 64,000 = 1,048 reserved: hardLimit 5,096; the
+        // soft floor 4,096 (32,000 × 0.128) is autoLimit; the tail a quarter
+        // of it; the ROI floor min(1,536, 1,024).
+        let budget = small(8_192, 2_048, &defaults);
+        assert_eq!(
+            figures(&budget),
+            [
+                5_096, 4_096, 4_096, 5_096, 2_548, 1_024, 4_096, 1_024, 1_274
+            ]
+        );
+        assert_eq!(budget.warnings(), [], "no warning at every start");
+        // The spec's 32,768 example kept 12,287 of 16,383; now 4,096.
+        let budget = small(32_768, 8_192, &defaults);
+        assert_eq!(
+            figures(&budget),
+            [
+                20_382, 16_384, 16_384, 20_382, 10_191, 4_096, 16_384, 4_096, 5_095
+            ]
+        );
+        assert_eq!(budget.warnings(), []);
+        // From 64,000 tokens on, nothing changes.
+        assert_eq!(
+            figures(&small(65_000, 8_000, &defaults)),
+            [
+                48_808, 39_046, 39_046, 48_808, 24_404, 20_000, 32_000, 9_761, 12_202,
+            ]
+        );
+        assert_eq!(
+            defaults.for_window(TokenCount::new(64_000), TokenCount::new(8_000)),
+            defaults
+        );
+    }
+
+    #[test]
+    fn keys_someone_set_are_not_scaled() {
+        let mut config = CompactionConfig::default();
+        config
+            .set_key("retentionBudgetTokens", &serde_json::json!(20_000))
+            .unwrap();
+        config
+            .set_key("safetyReserveTokens", &serde_json::json!(8_192))
+            .unwrap();
+        let scaled = config.for_window(TokenCount::new(32_768), TokenCount::new(4_096));
+        assert_eq!(scaled.keep_recent_tokens.get(), 20_000);
+        assert_eq!(scaled.safety_reserve_tokens.get(), 8_192);
+        assert_eq!(scaled.min_tokens_for_auto_compact.get(), 16_384);
+        // A value changed in code is not a default either.
+        let embedded = CompactionConfig {
+            keep_recent_tokens: TokenCount::new(1_000),
+            ..CompactionConfig::default()
+        };
+        let scaled = embedded.for_window(TokenCount::new(8_192), TokenCount::new(2_048));
+        assert_eq!(scaled.keep_recent_tokens.get(), 1_000);
+        assert_eq!(scaled.summarizer.max_output_tokens.get(), 256);
+        assert_eq!(scaled.user_message_budget_tokens.get(), 512);
+    }
+
     #[test]
     fn hard_limit_error_names_max_output_when_it_fills_the_window() {
         check_error(

@@ -293,7 +293,18 @@ pub struct CompactionConfig {
     pub native: NativeMode,
     /// `summarizer`.
     pub summarizer: SummarizerConfig,
+    /// The keys [`CompactionConfig::set_key`] set (canonical names, e.g.
+    /// `keepRecentTokens` for its alias): [`CompactionConfig::for_window`]
+    /// scales only defaults nobody set.
+    pub explicit_keys: std::collections::BTreeSet<String>,
 }
+
+/// Picks one token field of a configuration.
+type TokenField = fn(&mut CompactionConfig) -> &mut TokenCount;
+
+/// Windows below this many tokens are small: the token defaults that
+/// [`CompactionConfig::for_window`] scales shrink in proportion.
+pub const SMALL_WINDOW: u64 = 64_000;
 
 impl Default for CompactionConfig {
     fn default() -> Self {
@@ -321,7 +332,88 @@ impl Default for CompactionConfig {
             max_tool_result_tokens: None,
             native: NativeMode::Off,
             summarizer: SummarizerConfig::default(),
+            explicit_keys: std::collections::BTreeSet::new(),
         }
+    }
+}
+
+impl CompactionConfig {
+    /// Returns the configuration for a model with this window and
+    /// `max_tokens`: on a small window (below [`SMALL_WINDOW`]), every token
+    /// default sized for large windows and still at its default — not set
+    /// by the user ([`CompactionConfig::explicit_keys`]) nor changed in code —
+    /// becomes proportional to the window, so an 8k or 32k model compacts
+    /// usefully without hand tuning:
+    ///
+    /// - `safetyReserveTokens`, `minTokensForAutoCompact`,
+    ///   `minReclaimableTokens`, `minHygieneTokens`,
+    ///   `userMessageBudgetTokens` and `summarizer.maxOutputTokens` scale by
+    ///   `contextWindow / 64,000` (the last two no lower than 256);
+    /// - `keepRecentTokens` becomes a quarter of the autoLimit the scaled
+    ///   figures give (no lower than 256), so compaction frees most of the
+    ///   input instead of keeping three quarters of it.
+    ///
+    /// Windows of 64,000 tokens and more get the configuration unchanged.
+    pub fn for_window(&self, context_window: TokenCount, max_output_tokens: TokenCount) -> Self {
+        let window = context_window.get();
+        if window >= SMALL_WINDOW {
+            return self.clone();
+        }
+        let defaults = CompactionConfig::default();
+        let mut scaled = self.clone();
+        let scale = |n: TokenCount, floor: u64| {
+            let product = u128::from(n.get()) * u128::from(window) / u128::from(SMALL_WINDOW);
+            TokenCount::new(u64::try_from(product).unwrap_or(u64::MAX).max(floor))
+        };
+        let unset = |key: &str, current: TokenCount, default: TokenCount| {
+            current == default && !self.explicit_keys.contains(key)
+        };
+        let fields: [(&str, TokenField, u64); 6] = [
+            ("safetyReserveTokens", |c| &mut c.safety_reserve_tokens, 0),
+            (
+                "minTokensForAutoCompact",
+                |c| &mut c.min_tokens_for_auto_compact,
+                0,
+            ),
+            ("minReclaimableTokens", |c| &mut c.min_reclaimable_tokens, 0),
+            ("minHygieneTokens", |c| &mut c.min_hygiene_tokens, 0),
+            (
+                "userMessageBudgetTokens",
+                |c| &mut c.user_message_budget_tokens,
+                256,
+            ),
+            (
+                "summarizer.maxOutputTokens",
+                |c| &mut c.summarizer.max_output_tokens,
+                256,
+            ),
+        ];
+        let mut default_copy = defaults.clone();
+        for (key, field, floor) in fields {
+            let default = *field(&mut default_copy);
+            let current = field(&mut scaled);
+            if unset(key, *current, default) {
+                *current = scale(default, floor);
+            }
+        }
+        if unset(
+            "keepRecentTokens",
+            self.keep_recent_tokens,
+            defaults.keep_recent_tokens,
+        ) {
+            let hard = window
+                .saturating_sub(max_output_tokens.get())
+                .saturating_sub(scaled.safety_reserve_tokens.get());
+            let threshold = scaled.auto_compact_threshold_ratio.mul_floor(hard);
+            let soft = hard
+                .saturating_sub(1)
+                .min(scaled.min_tokens_for_auto_compact.get().max(threshold));
+            let auto = scaled
+                .max_working_set_tokens
+                .map_or(soft, |cap| soft.min(cap.get()));
+            scaled.keep_recent_tokens = TokenCount::new((auto / 4).max(256));
+        }
+        scaled
     }
 }
 
@@ -439,6 +531,19 @@ impl CompactionConfig {
     /// numbers or decimal strings. Only types are checked here; the limits of
     /// SPEC §4.3 are checked by [`crate::budget::Budget::compute`].
     pub fn set_key(&mut self, key: &str, value: &Value) -> Result<(), ConfigError> {
+        self.apply_key(key, value)?;
+        let canonical = match key {
+            "retentionBudgetTokens" => "keepRecentTokens",
+            "backgroundTimeoutMs" => "timeoutMs",
+            other => other,
+        };
+        if canonical != "summarizer" {
+            self.explicit_keys.insert(canonical.to_owned());
+        }
+        Ok(())
+    }
+
+    fn apply_key(&mut self, key: &str, value: &Value) -> Result<(), ConfigError> {
         match key {
             "auto" => self.auto = as_bool(key, value)?,
             "compactOnTurnComplete" => self.compact_on_turn_complete = as_bool(key, value)?,

@@ -27,6 +27,7 @@ pub mod render;
 pub mod retention;
 pub mod summarize;
 pub mod terminal;
+pub mod textcall;
 pub mod tokens;
 pub mod trigger;
 pub mod unit;

@@ -32,6 +32,43 @@ pub struct Agent {
     pub tool_context: ToolContext,
     /// The model name sent to the provider (no `provider/` prefix).
     pub provider_model: String,
+    /// Whether a reply without native tool calls may carry one written as
+    /// text (`models."<id>".toolCallsInText`; see [`soba_core::textcall`]).
+    pub text_tool_calls: bool,
+}
+
+/// Turns one tool call written as text in an assistant reply with no native
+/// call into a tool-use block, the text around it kept; returns whether it
+/// did. The call's id is new (`text_call_` and a v7 UUID), since
+/// the model gave none.
+pub fn adopt_text_call(message: &mut Message, tools: &ToolRegistry) -> bool {
+    if message.has_tool_uses() {
+        return false;
+    }
+    let Some(call) = soba_core::textcall::parse(&message.text(), &tools.names()) else {
+        return false;
+    };
+    let mut content = Vec::with_capacity(message.content.len() + 1);
+    let mut text_placed = false;
+    for block in message.content.drain(..) {
+        match block {
+            Block::Text(_) if text_placed => {}
+            Block::Text(_) => {
+                text_placed = true;
+                if !call.remaining_text.is_empty() {
+                    content.push(Block::Text(call.remaining_text.clone()));
+                }
+            }
+            other => content.push(other),
+        }
+    }
+    content.push(Block::ToolUse(soba_core::ToolUse {
+        id: format!("text_call_{}", uuid::Uuid::now_v7().simple()),
+        name: call.name,
+        input: soba_core::ToolInput::from_value(serde_json::Value::Object(call.arguments)),
+    }));
+    message.content = content;
+    true
 }
 
 /// Builds the request the session would send now with SOBA's tools (see
@@ -223,6 +260,9 @@ impl Agent {
             // reported (e.g. a dated snapshot): calibration and the
             // `provider_usage` measurement match assistant messages by it.
             message.model = Some(model_id);
+            if self.text_tool_calls {
+                adopt_text_call(&mut message, &self.tools);
+            }
             let calls: Vec<_> = message.tool_uses().cloned().collect();
             let entry = self
                 .barrier

@@ -23,6 +23,8 @@ pub mod summarizer;
 pub mod wire;
 
 #[cfg(feature = "http")]
+pub mod probe;
+#[cfg(feature = "http")]
 pub mod transport;
 
 #[cfg(feature = "fake-server")]

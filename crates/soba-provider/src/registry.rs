@@ -140,6 +140,10 @@ pub struct ModelOverride {
     pub max_output_tokens: Option<u64>,
     /// The local tokenizer (`o200k_base` or `cl100k_base`).
     pub tokenizer: Option<String>,
+    /// Whether a reply may carry its one tool call written as text
+    /// (`toolCallsInText`, off by default): for local models that write
+    /// `{"name": …, "arguments": …}` instead of native tool calls.
+    pub tool_calls_in_text: Option<bool>,
 }
 
 /// Why a model could not be resolved (a configuration error).
@@ -614,6 +618,7 @@ mod tests {
                 context_window: Some(32_768),
                 max_output_tokens: Some(8_192),
                 tokenizer: Some("o200k_base".into()),
+                tool_calls_in_text: None,
             },
         );
         registry.set_override(

@@ -37,14 +37,26 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
         args.context_window,
         args.max_output,
     ) {
-        (Some(model), _, _) => {
-            let info = ctx
-                .config()
-                .registry()
-                .resolve(model)
-                .map_err(ConfigError::from)?;
-            (Some(info.id), info.context_window, info.max_output_tokens)
-        }
+        (Some(model), _, _) => match ctx.config().registry().resolve(model) {
+            Ok(info) => {
+                let source = window_source(&ctx, &info.id);
+                (
+                    Some((info.id, source)),
+                    info.context_window,
+                    info.max_output_tokens,
+                )
+            }
+            // A local model: ask its server (or say why that failed).
+            Err(soba_provider::RegistryError::MissingContextWindow { .. }) => {
+                let setup = ModelSetup::resolve(&ctx, model)?;
+                (
+                    Some((setup.info.id, setup.window_source)),
+                    setup.info.context_window,
+                    setup.info.max_output_tokens,
+                )
+            }
+            Err(err) => return Err(ConfigError::from(err).into()),
+        },
         (None, Some(context_window), Some(max_output)) => (None, context_window, max_output),
         _ => {
             return Err(CliError::usage(
@@ -52,14 +64,18 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
             ));
         }
     };
+    let (window, max_output) = (TokenCount::new(context_window), TokenCount::new(max_output));
     let budget = Budget::compute(
-        TokenCount::new(context_window),
-        TokenCount::new(max_output),
-        &ctx.config().compaction,
+        window,
+        max_output,
+        &ctx.config().compaction.for_window(window, max_output),
     )
     .map_err(budget_error)?;
 
-    let title: Vec<(&str, String)> = model.into_iter().map(|id| ("model", id)).collect();
+    let title: Vec<(&str, String)> = model
+        .into_iter()
+        .flat_map(|(id, source)| [("model", id), ("window from", source.to_string())])
+        .collect();
     print(&render(&title, &budget, None), &budget)
 }
 
@@ -105,8 +121,19 @@ fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult 
     let title = [
         ("session", summary.id.clone()),
         ("model", setup.info.id.clone()),
+        ("window from", setup.window_source.to_string()),
     ];
     print(&render(&title, &budget, Some(&measurement)), &budget)
+}
+
+/// Where a registry-resolved model's window came from: the config when it
+/// sets `contextWindow` for the model, else the built-in registry.
+fn window_source(ctx: &Context, id: &str) -> engine::WindowSource {
+    let overrides = ctx.config().registry();
+    match overrides.overrides().get(id) {
+        Some(entry) if entry.context_window.is_some() => engine::WindowSource::Config,
+        _ => engine::WindowSource::Registry,
+    }
 }
 
 fn budget_error(err: BudgetError) -> CliError {

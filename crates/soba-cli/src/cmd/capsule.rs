@@ -838,7 +838,10 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
         span: &span,
         previous,
         summarizer: summarizer.as_deref(),
-        compaction: &ctx.config().compaction,
+        compaction: &ctx.config().compaction.for_window(
+            TokenCount::new(setup.info.context_window),
+            TokenCount::new(setup.info.max_output_tokens),
+        ),
         auto_limit: budget.auto_limit(),
         limits: FlightLimits {
             hard_limit: budget.hard_limit(),

@@ -259,6 +259,12 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let resolved = engine::resolve_model(&ctx, args.model.as_deref()).map_err(guide_first)?;
     let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
     let budget = setup.budget(&ctx)?;
+    if let engine::WindowSource::Server(source) = &setup.window_source {
+        crate::output::errln!(
+            "context window {} tokens, from the server ({source})",
+            soba_core::tokens::group_thousands(setup.info.context_window)
+        );
+    }
     for warning in budget.warnings() {
         crate::output::errln!("warning: {warning}");
     }
@@ -317,6 +323,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         approvals,
         tool_context: ToolContext::new(workspace, tool_config, CancellationToken::new()),
         provider_model: setup.info.wire_model.clone(),
+        text_tool_calls: setup.text_tool_calls,
     };
     let runtime = engine::runtime()?;
     let (end, interrupted) = runtime.block_on(async {

@@ -296,6 +296,12 @@ pub const KEYS: &[KeySpec] = &[
         true,
         "The local tokenizer the model's tokens are counted with.",
     ),
+    map_key(
+        "models.*.toolCallsInText",
+        ValueType::Bool,
+        false,
+        "Run one tool call the model writes as text ({\"name\": …, \"arguments\": …} in a fenced block, <tool_call> tags or the whole reply) when it sends no native call; for local models. Off by default.",
+    ),
     key(
         "compaction.auto",
         ValueType::Bool,
@@ -734,6 +740,12 @@ mod tests {
                 }
             }
         }
+        // Every key was set, so all are explicit; the values are the defaults.
+        assert_eq!(
+            config.explicit_keys.len(),
+            soba_core::config::COMPACTION_KEYS.len()
+        );
+        config.explicit_keys.clear();
         assert_eq!(config, soba_core::config::CompactionConfig::default());
     }
 

@@ -935,6 +935,7 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
                 match *field {
                     "contextWindow" => entry.context_window = setting.value.as_u64(),
                     "maxOutputTokens" => entry.max_output_tokens = setting.value.as_u64(),
+                    "toolCallsInText" => entry.tool_calls_in_text = setting.value.as_bool(),
                     _ => entry.tokenizer = setting.value.as_str().map(str::to_owned),
                 }
             }

@@ -166,6 +166,13 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
                     Style::default().fg(Color::Blue)
                 };
                 let marker = if state.expand_tools { "▾" } else { "▸" };
+                // A call the approval box is asking about has not started.
+                let line = match (&state.overlay, line.strip_suffix(" (running…)")) {
+                    (Some(Overlay::Approval(_)), Some(call)) => {
+                        format!("{call} (waiting for your answer)")
+                    }
+                    _ => line.clone(),
+                };
                 let row = truncate_to(&format!("  {marker} {line}"), width);
                 lines.push(Line::from(Span::styled(row, style)));
                 if state.expand_tools

@@ -721,6 +721,8 @@ impl AppState {
             Overlay::ConfirmRewind(plan) => match key.code {
                 KeyCode::Char('y' | 'Y') | KeyCode::Enter => {
                     self.overlay = None;
+                    // The last compaction's line spoke of the path left behind.
+                    self.result_line = None;
                     vec![Action::Rewind(plan)]
                 }
                 KeyCode::Char('n' | 'N') | KeyCode::Esc => {
@@ -1071,6 +1073,27 @@ mod tests {
         }));
         state.on_key(key(KeyCode::Up), now);
         assert_eq!(state.input.text, "one\ntwo long\nthree");
+    }
+
+    #[test]
+    fn a_confirmed_rewind_clears_the_last_result_line() {
+        let mut state = AppState {
+            result_line: Some(ResultLine {
+                text: "Compaction skipped (user): nothing to compact before the keep window".into(),
+                warn: false,
+                capsule: None,
+            }),
+            ..AppState::default()
+        };
+        let plan = RewindPlan {
+            leaf: "e_1".into(),
+            restore_input: Some("again".into()),
+            lines: Vec::new(),
+        };
+        state.overlay = Some(Overlay::ConfirmRewind(plan.clone()));
+        let actions = state.on_key(key(KeyCode::Char('y')), Instant::now());
+        assert_eq!(actions, [Action::Rewind(plan)]);
+        assert_eq!(state.result_line, None);
     }
 
     #[test]

@@ -310,6 +310,12 @@ impl Worker {
         let ctx = &self.launch.ctx;
         let mut notes = Vec::new();
         let budget = setup.budget(ctx)?;
+        if let engine::WindowSource::Server(source) = &setup.window_source {
+            notes.push(format!(
+                "context window {} tokens, from the server ({source})",
+                soba_core::tokens::group_thousands(setup.info.context_window)
+            ));
+        }
         notes.extend(
             budget
                 .warnings()
@@ -368,6 +374,7 @@ impl Worker {
                 CancellationToken::new(),
             ),
             provider_model: setup.info.wire_model.clone(),
+            text_tool_calls: setup.text_tool_calls,
         };
         self.live = Some(Live {
             core,
@@ -904,11 +911,17 @@ impl Worker {
             Ok(_) => {
                 if let Some(text) = &plan.restore_input {
                     self.send(UiEvent::SetInput(text.clone()));
+                    // The leaf is the entry before the message: name what the
+                    // user picked, not an id the picker never showed.
+                    self.note(
+                        "rewound to before your message, which is back in the input box; files on disk are unchanged",
+                    );
+                } else {
+                    self.note(format!(
+                        "rewound to {}; files on disk are unchanged",
+                        target.short_with(4)
+                    ));
                 }
-                self.note(format!(
-                    "rewound to {}; files on disk are unchanged",
-                    target.short_with(4)
-                ));
             }
             Err(err) => self.note(note_error(err)),
         }
@@ -1345,7 +1358,7 @@ impl Worker {
         let summarizer = live.agent.barrier.summarizer.clone();
         // Everything needed is taken under the lock; the summarizer runs
         // without it.
-        let (span, previous, cwd, auto_limit, counter, session, leaf, limits) = {
+        let (span, previous, cwd, auto_limit, counter, session, leaf, limits, compaction) = {
             let core = live.core.lock().await;
             let previous: Option<Capsule> = core.path().iter().rev().find_map(|entry| match &entry
                 .body
@@ -1369,6 +1382,7 @@ impl Worker {
                     .map(|id| id.as_str().to_owned())
                     .unwrap_or_default(),
                 core.flight_limits(),
+                core.config().compaction.clone(),
             )
         };
         if span.is_empty() && previous.is_none() {
@@ -1387,7 +1401,7 @@ impl Worker {
             span: &span,
             previous: previous.as_ref(),
             summarizer: summarizer.as_deref(),
-            compaction: &self.launch.ctx.config().compaction,
+            compaction: &compaction,
             auto_limit,
             limits,
             counter: counter.as_ref(),
@@ -1525,6 +1539,9 @@ mod tests {
                 "summarizer": {"model": "fakesum/summarizer"},
                 "safetyReserveTokens": 1000,
                 "keepRecentTokens": 256,
+                // Set, so the small window does not scale it: the warning
+                // below is SPEC §4.3's.
+                "minTokensForAutoCompact": 32000,
                 "compactOnTurnComplete": false,
                 "timeoutMs": 5000
             }
@@ -2036,12 +2053,19 @@ mod tests {
             unreachable!("until returned on a confirmation")
         };
         resumed.send(Action::Rewind(plan.clone()));
-        resumed
+        let seen = resumed
             .until(
                 "the rewind note",
                 |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
             )
             .await;
+        // A message rewind names the message, not the entry before it.
+        assert_eq!(
+            note_texts(&seen).pop().as_deref(),
+            Some(
+                "rewound to before your message, which is back in the input box; files on disk are unchanged"
+            )
+        );
         resumed.server.push_for(
             "/chat/completions",
             Script::stream(

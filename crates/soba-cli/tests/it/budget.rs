@@ -60,7 +60,17 @@ fn prints_every_limit_for_bare_numbers() {
 
 #[test]
 fn an_impossible_budget_exits_1_with_the_spec_message() {
-    let output = soba(&["budget", "--context-window", "8192", "--max-output", "2048"]);
+    // A small window alone is not impossible (its defaults scale); a reserve
+    // set by hand that fills it is.
+    let output = soba(&[
+        "budget",
+        "--context-window",
+        "8192",
+        "--max-output",
+        "2048",
+        "--set",
+        "compaction.safetyReserveTokens=8192",
+    ]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(text(&output.stdout), "");
     assert_eq!(
@@ -72,12 +82,20 @@ fn an_impossible_budget_exits_1_with_the_spec_message() {
 
 #[test]
 fn warns_when_soft_compaction_sits_at_the_hard_limit() {
+    // The spec's absolute defaults, set by hand on a 32k window: the soft
+    // threshold sits one token under the hard one.
     let output = soba(&[
         "budget",
         "--context-window",
         "32768",
         "--max-output",
         "8192",
+        "--set",
+        "compaction.safetyReserveTokens=8192",
+        "--set",
+        "compaction.minTokensForAutoCompact=32000",
+        "--set",
+        "compaction.keepRecentTokens=20000",
     ]);
     assert_eq!(output.status.code(), Some(0));
     let stdout = text(&output.stdout);
@@ -163,13 +181,24 @@ fn model_limits_come_from_the_registry_and_its_overrides() {
     assert_eq!(value(&stdout, "softLimit"), Some("39,046"));
     assert_eq!(value(&stdout, "roiFloor"), Some("9,761"));
 
-    let unknown = soba(&["budget", "--model", "ollama/qwen3-coder"]);
+    // Nothing listens on port 9 (discard): the probe fails at once.
+    let unknown = soba(&[
+        "budget",
+        "--model",
+        "ollama/qwen3-coder",
+        "--set",
+        "providers.ollama.baseUrl=\"http://127.0.0.1:9/v1\"",
+    ]);
     assert_eq!(unknown.status.code(), Some(1));
     assert_eq!(
         text(&unknown.stderr),
         "error: model ollama/qwen3-coder has no known context window: \
          set models.\"ollama/qwen3-coder\".contextWindow in the config (and maxOutputTokens)\n\
-         hint: or pass --set 'models.\"ollama/qwen3-coder\".contextWindow=N'\n"
+         hint: or pass --set 'models.\"ollama/qwen3-coder\".contextWindow=N'\n\
+         hint: SOBA asked the server at http://127.0.0.1:9 and the server did not report a context window \
+         (http://127.0.0.1:9/props: connection refused or unreachable; \
+         http://127.0.0.1:9/api/ps: connection refused or unreachable; \
+         http://127.0.0.1:9/api/show: connection refused or unreachable); is it running?\n"
     );
 }
 
@@ -260,15 +289,14 @@ async fn a_session_is_measured_while_another_process_holds_it_open() {
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(value(&stdout, "model"), Some("fake/small"));
-    assert_eq!(value(&stdout, "hardLimit"), Some("16,384"));
-    assert_eq!(value(&stdout, "softLimit"), Some("16,383"));
+    // A 32k window: the small-window defaults (8,192 × 32,768 / 64,000 =
+    // 4,194 reserved), so no warning.
+    assert_eq!(value(&stdout, "hardLimit"), Some("20,382"));
+    assert_eq!(value(&stdout, "softLimit"), Some("16,384"));
+    assert_eq!(value(&stdout, "keepRecent"), Some("4,096"));
     // The session's last response came from another model: estimated.
     assert_eq!(value(&stdout, "source"), Some("estimated"));
-    assert_eq!(
-        text(&output.stderr),
-        "warning: soft compaction fires only one token below the hard limit for this model; \
-         set compaction.minTokensForAutoCompact below 13,107 to compact earlier\n"
-    );
+    assert_eq!(text(&output.stderr), "");
     // --set reaches the configuration as for every command.
     let output = run_async(
         &sandbox,

@@ -222,7 +222,8 @@ async fn configuration_errors_exit_1_before_any_request() {
         last_line(&text(&output.stderr)),
         "error: FAKE_KEY is not set: export the API key of provider fake in FAKE_KEY"
     );
-    // A model the registry does not know needs its window.
+    // A model the registry does not know needs its window; its server
+    // (the fake, answering 500 to the probe) reports none.
     let sandbox = sandbox_for(&server, json!({}));
     let output = run(&sandbox, &["--model", "fake/other", "hello"]).await;
     assert_eq!(output.status.code(), Some(1));
@@ -234,9 +235,12 @@ async fn configuration_errors_exit_1_before_any_request() {
     // The hint is folded into the one error line: the last line names the reason.
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr
-            .trim_end()
-            .ends_with("(or pass --set 'models.\"fake/other\".contextWindow=N')"),
+        stderr.trim_end().ends_with(&format!(
+            "(or pass --set 'models.\"fake/other\".contextWindow=N'; SOBA asked the server at {url} \
+             and the server did not report a context window ({url}/props: HTTP 500; \
+             {url}/api/ps: HTTP 500; {url}/api/show: HTTP 500); is it running?)",
+            url = server.url()
+        )),
         "{stderr}"
     );
     // A provider nobody defined.
@@ -248,7 +252,9 @@ async fn configuration_errors_exit_1_before_any_request() {
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     let output = run(&sandbox, &[]).await;
     assert_eq!(output.status.code(), Some(2));
-    assert!(server.requests().is_empty());
+    // Only the window probe reached the server, never a model request.
+    let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/props", "/api/ps", "/api/show"]);
 }
 
 /// An "always" answer the TUI recorded in the session holds when
@@ -389,6 +395,7 @@ async fn no_model_exits_1_with_an_onboarding_that_works() {
         .expect("the llama.cpp config");
     // llama-server answers on its port; the fake server stands in for it.
     let server = FakeServer::start().await.unwrap();
+    server.push_for("/props", Script::json(&json!({"n_ctx": 32768})));
     server.push(Script::stream(
         Dialect::Chat,
         &Reply::text("Hello from llama.cpp."),
@@ -411,18 +418,28 @@ async fn no_model_exits_1_with_an_onboarding_that_works() {
         .split("ollama serve): soba ")
         .nth(1)
         .expect("the Ollama flags");
-    assert_eq!(
-        flags,
-        r#"--model ollama/qwen3-coder --set 'models."ollama/qwen3-coder".contextWindow=32768'"#
+    assert_eq!(flags, "--model ollama/qwen3-coder");
+    // Ollama answers /api/show; the fake server stands in for it.
+    server.push_for("/props", Script::error(404, "404 page not found"));
+    server.push_for("/api/ps", Script::json(&json!({"models": []})));
+    server.push_for(
+        "/api/show",
+        Script::json(&json!({"parameters": "num_ctx 32768"})),
     );
-    let budget = sandbox.run(&[
-        "budget",
-        "--model",
-        "ollama/qwen3-coder",
-        "--set",
-        r#"models."ollama/qwen3-coder".contextWindow=32768"#,
-    ]);
+    let ollama_url = format!("providers.ollama.baseUrl=\"{}/v1\"", server.url());
+    let budget = sandbox.run(
+        &[
+            &["budget", "--set", &ollama_url],
+            &flags.split(' ').collect::<Vec<_>>()[..],
+        ]
+        .concat(),
+    );
     assert_eq!(budget.status.code(), Some(0), "{}", text(&budget.stderr));
+    assert!(
+        text(&budget.stdout).contains("num_ctx from"),
+        "{}",
+        text(&budget.stdout)
+    );
 }
 
 #[cfg(unix)]
@@ -665,4 +682,121 @@ async fn on_a_terminal_the_barrier_percentage_is_redrawn_in_place() {
         screen.contains("\r\x1b[2KCompacted (turn_complete): "),
         "{screen:?}"
     );
+}
+
+/// A sandbox with a local OpenAI-compatible provider `local` at the server
+/// (no key) and no `contextWindow` for its model: the window must come from
+/// the server.
+fn local_sandbox(server: &FakeServer, model: Value) -> Sandbox {
+    let sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "model": "local/tiny",
+        "providers": {"local": {"api": "openai-chat", "baseUrl": format!("{}/v1", server.url()), "apiKeyEnv": null}},
+        "models": {"local/tiny": model},
+    }));
+    sandbox
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_model_without_a_configured_window_gets_its_servers() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = local_sandbox(&server, json!({}));
+    server.push_for(
+        "/props",
+        Script::json(&json!({"default_generation_settings": {"n_ctx": 8192}})),
+    );
+    let budget = sandbox.run(&["budget", "--model", "local/tiny"]);
+    let stdout = text(&budget.stdout);
+    assert_eq!(budget.status.code(), Some(0), "{}", text(&budget.stderr));
+    assert!(
+        stdout.contains(&format!(
+            "window from          the server: n_ctx from {}/props\n",
+            server.url()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("contextWindow        8,192  the model's window"),
+        "{stdout}"
+    );
+
+    // `soba run` asks once per process; the flag before the subcommand
+    // applies to it.
+    server.push_for(
+        "/props",
+        Script::json(&json!({"default_generation_settings": {"n_ctx": 8192}})),
+    );
+    server.push_for(
+        "/v1/chat/completions",
+        Script::stream(Dialect::Chat, &Reply::text("Hello from a small model.")),
+    );
+    let output = sandbox.run(&["--model", "local/tiny", "run", "hello"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "Hello from a small model.\n");
+    let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/props", "/props", "/v1/chat/completions"]);
+
+    // No server: the error names the key to set and what the server said.
+    drop(server);
+    let failed = sandbox.run(&["budget", "--model", "local/tiny"]);
+    assert_eq!(failed.status.code(), Some(1));
+    let stderr = text(&failed.stderr);
+    assert!(
+        stderr.contains(
+            "error: model local/tiny has no known context window: set models.\"local/tiny\".contextWindow in the config"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: SOBA asked the server at http://127.0.0.1:")
+            && stderr.contains("/props: connection refused or unreachable"),
+        "{stderr}"
+    );
+}
+
+/// The reply of a small model that writes its tool call as text.
+const TEXT_CALL: &str = "I will read it.\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"notes.txt\"}}\n```";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_written_as_text_runs_only_where_the_model_is_set_to() {
+    for setting in [true, false] {
+        let server = FakeServer::start().await.unwrap();
+        let sandbox = local_sandbox(
+            &server,
+            json!({"contextWindow": 16384, "toolCallsInText": setting}),
+        );
+        std::fs::write(sandbox.ws.join("notes.txt"), "the secret word is plover\n").unwrap();
+        server.push(Script::stream(Dialect::Chat, &Reply::text(TEXT_CALL)));
+        server.push(Script::stream(
+            Dialect::Chat,
+            &Reply::text("The word is plover."),
+        ));
+        let output = sandbox.run(&["run", "--json", "what does notes.txt say?"]);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        let events: Vec<Value> = text(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let tools: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "tool_result")
+            .collect();
+        let requests = server.requests();
+        if setting {
+            assert_eq!(tools.len(), 1, "{events:?}");
+            assert_eq!(tools[0]["name"], "read_file");
+            assert_eq!(tools[0]["isError"], false);
+            assert_eq!(requests.len(), 2);
+            // The call goes back as a native call with its result; the
+            // text around it stays.
+            let messages = requests[1].body["messages"].as_array().unwrap();
+            let assistant = &messages[messages.len() - 2];
+            assert_eq!(assistant["content"], "I will read it.");
+            assert_eq!(assistant["tool_calls"][0]["function"]["name"], "read_file");
+            assert!(body(&requests[1]).contains("plover"));
+        } else {
+            assert!(tools.is_empty(), "{events:?}");
+            assert_eq!(requests.len(), 1, "the reply stays text and ends the turn");
+        }
+    }
 }

@@ -183,6 +183,32 @@ fn approval_prompt_frame() {
     insta::assert_snapshot!("approval", frame(&state, 110, 30));
 }
 
+/// While the approval box asks about a call, its line says it waits for
+/// the answer, not that it runs.
+#[test]
+fn a_call_waiting_for_approval_is_not_shown_as_running() {
+    let mut state = running();
+    state.history.push(HistoryItem::Tool {
+        line: "bash: ls (running…)".into(),
+        is_error: false,
+        output: None,
+    });
+    let before = frame(&state, 110, 30);
+    assert!(before.contains("bash: ls (running…)"), "{before}");
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "bash".into(),
+        summary: "ls".into(),
+        scope: "bash commands starting with `ls` this session".into(),
+        preview: Vec::new(),
+    }));
+    let asking = frame(&state, 110, 60);
+    assert!(
+        asking.contains("bash: ls (waiting for your answer)"),
+        "{asking}"
+    );
+    assert!(!asking.contains("(running…)"), "{asking}");
+}
+
 /// A command padded with blank lines cannot push its end, or the keys,
 /// out of the box: blank runs fold and the last lines stay.
 #[test]

@@ -214,6 +214,7 @@ pub async fn run(dir: &Path, seed: u64, events: EventSink) -> Result<DemoSummary
         approvals: Arc::new(Approvals::non_interactive(ApprovalPolicy::auto_approve())),
         tool_context: ToolContext::new(workspace, ToolConfig::default(), CancellationToken::new()),
         provider_model: "scripted".into(),
+        text_tool_calls: false,
     };
     let cancel = CancellationToken::new();
     let mut failed_turns = Vec::new();

@@ -226,6 +226,7 @@ impl Harness {
                 CancellationToken::new(),
             ),
             provider_model: "model".into(),
+            text_tool_calls: false,
         };
         Harness {
             dir,

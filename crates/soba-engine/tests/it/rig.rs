@@ -357,6 +357,7 @@ impl Rig {
                 CancellationToken::new(),
             ),
             provider_model: "model".into(),
+            text_tool_calls: false,
         };
         Rig {
             agent,

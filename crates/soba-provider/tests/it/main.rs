@@ -7,6 +7,7 @@ mod common;
 mod errors;
 mod layout;
 mod overflow;
+mod probe;
 mod retry;
 mod snapshots;
 mod streaming;
