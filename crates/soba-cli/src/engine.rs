@@ -69,6 +69,10 @@ impl std::fmt::Display for WindowSource {
     }
 }
 
+/// The smallest window a server may report: below it the system prompt and
+/// the tool schemas (about 1,500 tokens) leave no room for a turn.
+const MIN_SERVER_WINDOW: u64 = 4_096;
+
 /// Windows already asked of a server in this process, by (base URL, model):
 /// a session asks once.
 static SERVER_WINDOWS: std::sync::Mutex<
@@ -209,12 +213,21 @@ impl ModelSetup {
             .endpoint(provider, &ctx.env)
             .ok()
             .and_then(|endpoint| endpoint.api_key);
-        server_window(&provider.base_url, wire_model, api_key.as_deref()).map_err(|err| {
-            format!(
-                "SOBA asked the server at {} and {err}; is it running?",
-                soba_provider::probe::server_root(&provider.base_url)
-            )
-        })
+        let root = soba_provider::probe::server_root(&provider.base_url);
+        let window = server_window(&provider.base_url, wire_model, api_key.as_deref())
+            .map_err(|err| format!("SOBA asked the server at {root} and {err}"))?;
+        // Below this, the system prompt and tools leave no room to work.
+        if window.tokens < MIN_SERVER_WINDOW {
+            return Err(format!(
+                "the server at {root} runs {wire_model} with a {}-token window ({}); SOBA needs at \
+                 least {}: restart it with a larger one (llama.cpp: -c 8192; Ollama: \
+                 OLLAMA_CONTEXT_LENGTH=8192)",
+                soba_core::tokens::group_thousands(window.tokens),
+                window.source,
+                soba_core::tokens::group_thousands(MIN_SERVER_WINDOW)
+            ));
+        }
+        Ok(window)
     }
 
     /// Returns the engine's model spec.

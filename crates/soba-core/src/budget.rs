@@ -542,7 +542,7 @@ mod tests {
         };
         let scaled = embedded.for_window(TokenCount::new(8_192), TokenCount::new(2_048));
         assert_eq!(scaled.keep_recent_tokens.get(), 1_000);
-        assert_eq!(scaled.summarizer.max_output_tokens.get(), 256);
+        assert_eq!(scaled.summarizer.max_output_tokens.get(), 512);
         assert_eq!(scaled.user_message_budget_tokens.get(), 512);
     }
 

@@ -348,7 +348,9 @@ impl CompactionConfig {
     /// - `safetyReserveTokens`, `minTokensForAutoCompact`,
     ///   `minReclaimableTokens`, `minHygieneTokens`,
     ///   `userMessageBudgetTokens` and `summarizer.maxOutputTokens` scale by
-    ///   `contextWindow / 64,000` (the last two no lower than 256);
+    ///   `contextWindow / 64,000` (the user-message budget no lower than
+    ///   256, the summary no lower than 512: room for the deterministic
+    ///   narrative a rejected summary falls back to);
     /// - `keepRecentTokens` becomes a quarter of the autoLimit the scaled
     ///   figures give (no lower than 256), so compaction frees most of the
     ///   input instead of keeping three quarters of it.
@@ -382,10 +384,12 @@ impl CompactionConfig {
                 |c| &mut c.user_message_budget_tokens,
                 256,
             ),
+            // Room for the deterministic narrative a rejected summary falls
+            // back to (its "In progress" alone is up to 300 tokens).
             (
                 "summarizer.maxOutputTokens",
                 |c| &mut c.summarizer.max_output_tokens,
-                256,
+                512,
             ),
         ];
         let mut default_copy = defaults.clone();

@@ -6,6 +6,7 @@
 //! tool, arguments that are not an object, broken JSON — leaves the reply as
 //! text. Hosts turn it on per model (`models."<id>".toolCallsInText`).
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -22,6 +23,9 @@ pub struct TextCall {
     /// around it.
     pub remaining_text: String,
 }
+
+/// More blocks than this in one reply: not one call.
+const MAX_BLOCKS: usize = 64;
 
 fn tagged() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
@@ -40,37 +44,38 @@ fn fenced() -> &'static Regex {
 /// Finds the one tool call in `text`, if there is exactly one and it names
 /// a tool in `declared`; see the module docs.
 pub fn parse(text: &str, declared: &[&str]) -> Option<TextCall> {
-    // Every place a call may be written, as (byte range of the block, the
-    // JSON inside it). A tagged call inside a fence, or a fence inside
-    // tags, is one candidate: the outer block's range with the innermost
-    // block's JSON.
-    let mut found: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+    // Every block a call may be written in, as (the block's byte range, its
+    // content's range). A reply with more blocks than anyone writes around
+    // one call is not one call: stop reading (this also keeps the work
+    // linear in the reply).
+    let mut found: Vec<(Range<usize>, Range<usize>)> = Vec::new();
     for regex in [tagged(), fenced()] {
         for captures in regex.captures_iter(text) {
             if let (Some(whole), Some(inner)) = (captures.get(0), captures.get(1)) {
                 found.push((whole.range(), inner.range()));
+                if found.len() > MAX_BLOCKS {
+                    return None;
+                }
             }
         }
     }
-    let contains = |outer: &std::ops::Range<usize>, inner: &std::ops::Range<usize>| {
-        outer.start <= inner.start && inner.end <= outer.end
+    let inside = |outer: &Range<usize>, inner: &Range<usize>| {
+        outer != inner && outer.start <= inner.start && inner.end <= outer.end
     };
-    let mut blocks: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
-    for (range, inner) in &found {
-        // An outer block is taken once, with its innermost JSON.
-        if found
-            .iter()
-            .any(|(other, _)| other != range && contains(other, range))
-        {
+    // The JSON is the innermost block's (tags inside a fence); the range
+    // removed from the reply is the outermost block around it.
+    let mut blocks: Vec<(Range<usize>, &str)> = Vec::new();
+    for (range, content) in &found {
+        if found.iter().any(|(other, _)| inside(content, other)) {
             continue;
         }
-        let innermost = found
+        let outermost = found
             .iter()
-            .filter(|(other, _)| contains(inner, other))
-            .map(|(_, json)| json.clone())
-            .min_by_key(|json| json.len())
-            .unwrap_or_else(|| inner.clone());
-        blocks.push((range.clone(), &text[innermost]));
+            .filter(|(other, _)| inside(other, range))
+            .map(|(other, _)| other.clone())
+            .max_by_key(|other| other.len())
+            .unwrap_or_else(|| range.clone());
+        blocks.push((outermost, &text[content.clone()]));
     }
     if blocks.is_empty() {
         let whole = text.trim();
@@ -196,9 +201,20 @@ mod tests {
             "The config is {\"name\": \"bash\"} and more",
             "```python\nprint({\"name\": \"bash\"})\n```",
             "<tool_call>{\"name\": \"bash\", \"arguments\": \"not json\"}</tool_call>",
+            // Two calls in one fence: ambiguous, neither runs.
+            "```\n<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}</tool_call>\n<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"x\"}}</tool_call>\n```",
         ] {
             assert_eq!(call(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_reply_of_many_blocks_is_not_a_call() {
+        let mut text = "<tool_call>x</tool_call>".repeat(100_000);
+        text.push_str(
+            "<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}</tool_call>",
+        );
+        assert_eq!(call(&text), None);
     }
 
     #[test]

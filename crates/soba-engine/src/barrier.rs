@@ -90,6 +90,9 @@ struct Snapshot {
     instructions: Option<String>,
     overflow: Option<soba_core::capsule::OverflowRecord>,
     max_output_tokens: TokenCount,
+    /// `compaction.userMessageBudgetTokens`: the planner's facts and the
+    /// capsule's must be bounded alike, or the capsule outgrows its plan.
+    user_message_budget: TokenCount,
     timeout: Duration,
     /// The native compaction to run alongside the summarizer (SPEC §10.3).
     native: Option<NativeJob>,
@@ -613,6 +616,7 @@ impl BarrierContext {
             instructions,
             overflow,
             max_output_tokens: compaction.summarizer.max_output_tokens,
+            user_message_budget: compaction.user_message_budget_tokens,
             timeout: Duration::from_millis(compaction.timeout_ms),
             native,
         }))
@@ -685,7 +689,7 @@ impl BarrierContext {
             &snapshot.retained,
             &snapshot.cwd,
             counter,
-            TokenCount::new(4_000),
+            snapshot.user_message_budget,
         );
         let trigger = snapshot.plan.trigger;
         let deterministic = |quality: Quality| {

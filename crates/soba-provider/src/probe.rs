@@ -37,24 +37,69 @@ const MAX_WINDOW: u64 = 100_000_000;
 /// Each request's whole deadline.
 const TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Reads a window and the name of its field from a reply.
-type ReadWindow = fn(&Value, &str) -> Option<(u64, &'static str)>;
+/// Reads a window field from a reply: `None` when the field is absent,
+/// `Some((None, name))` when it is there but not a whole number.
+type ReadWindow = fn(&Value, &str) -> Option<(Option<u64>, &'static str)>;
 
-/// Returns the server root for an OpenAI-compatible base URL:
-/// `http://host:8080/v1/` → `http://host:8080`.
-pub fn server_root(base_url: &str) -> &str {
-    let trimmed = base_url.trim_end_matches('/');
-    trimmed.strip_suffix("/v1").unwrap_or(trimmed)
+/// Returns the server root for an OpenAI-compatible base URL, as shown to
+/// the user: `http://host:8080/v1/` → `http://host:8080`, without any user
+/// name or password.
+pub fn server_root(base_url: &str) -> String {
+    match root_url(base_url) {
+        Ok(url) => url.as_str().trim_end_matches('/').to_owned(),
+        Err(_) => "(an invalid base URL)".to_owned(),
+    }
 }
 
+/// The root as a URL: the path without a trailing `/v1`, no user info. A
+/// query or fragment is refused: the endpoints cannot be joined to it
+/// without guessing.
+fn root_url(base_url: &str) -> Result<reqwest::Url, String> {
+    let mut url = reqwest::Url::parse(base_url.trim())
+        .map_err(|err| format!("the base URL is not a URL ({err})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("the base URL is not http or https".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(
+            "the base URL has a query or fragment, so its endpoints cannot be derived".to_owned(),
+        );
+    }
+    // Never shown; the requests authenticate with them separately.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    let path = url.path().trim_end_matches('/');
+    let path = path.strip_suffix("/v1").unwrap_or(path).to_owned();
+    url.set_path(&path);
+    Ok(url)
+}
+
+/// `root` joined with an endpoint path.
+fn endpoint(root: &reqwest::Url, path: &str) -> reqwest::Url {
+    let mut url = root.clone();
+    let base = root.path().trim_end_matches('/');
+    url.set_path(&format!("{base}/{path}"));
+    url
+}
+
+/// What a connection that could not be made is reported as.
+const UNREACHABLE: &str = "connection refused or unreachable";
+
 /// Asks the server behind `base_url` for the window it serves `model`
-/// with. `api_key`, when given, is sent as a bearer token.
+/// with. `api_key`, when given, is sent as a bearer token; credentials in
+/// the URL are sent as basic authentication and never shown.
 pub async fn server_context_window(
     base_url: &str,
     model: &str,
     api_key: Option<&str>,
 ) -> Result<ServerWindow, ProbeError> {
-    let root = server_root(base_url);
+    let root = root_url(base_url).map_err(|why| ProbeError {
+        attempts: vec![why],
+    })?;
+    let basic = reqwest::Url::parse(base_url.trim())
+        .ok()
+        .filter(|url| !url.username().is_empty())
+        .map(|url| (url.username().to_owned(), url.password().map(str::to_owned)));
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
         .build()
@@ -62,6 +107,7 @@ pub async fn server_context_window(
             attempts: vec![format!("cannot build the HTTP client: {err}")],
         })?;
     let mut attempts = Vec::new();
+    let mut unreachable_only = true;
     let tries: [(&str, Option<Value>, ReadWindow); 3] = [
         ("props", None, llama_cpp_props),
         ("api/ps", None, ollama_ps),
@@ -72,29 +118,36 @@ pub async fn server_context_window(
         ),
     ];
     for (path, body, read) in tries {
-        let url = format!("{root}/{path}");
+        let url = endpoint(&root, path);
         let mut request = match &body {
-            Some(body) => client.post(&url).json(body),
-            None => client.get(&url),
+            Some(body) => client.post(url.clone()).json(body),
+            None => client.get(url.clone()),
         };
         if let Some(key) = api_key {
             request = request.bearer_auth(key);
+        } else if let Some((user, password)) = &basic {
+            request = request.basic_auth(user, password.as_deref());
         }
-        match fetch(request).await {
+        let fetched = fetch(request).await;
+        unreachable_only &= matches!(&fetched, Err(why) if why == UNREACHABLE);
+        let attempt = match fetched {
             Ok(json) => match read(&json, model) {
-                Some((tokens, field)) if (1..=MAX_WINDOW).contains(&tokens) => {
+                Some((Some(tokens), field)) if (1..=MAX_WINDOW).contains(&tokens) => {
                     return Ok(ServerWindow {
                         tokens,
                         source: format!("{field} from {url}"),
                     });
                 }
-                Some((tokens, field)) => {
-                    attempts.push(format!("{url}: {field} {tokens} is not a window"))
-                }
-                None => attempts.push(format!("{url}: no window for {model}")),
+                Some((Some(tokens), field)) => format!("{field} {tokens} is not a window"),
+                Some((None, field)) => format!("{field} is not a whole number of tokens"),
+                None => format!("no window for {model}"),
             },
-            Err(why) => attempts.push(format!("{url}: {why}")),
-        }
+            Err(why) => why,
+        };
+        attempts.push(format!("{url}: {attempt}"));
+    }
+    if unreachable_only {
+        attempts.push("is it running?".to_owned());
     }
     Err(ProbeError { attempts })
 }
@@ -103,8 +156,10 @@ async fn fetch(request: reqwest::RequestBuilder) -> Result<Value, String> {
     let mut response = request.send().await.map_err(|err| {
         if err.is_timeout() {
             "no answer within 3 s".to_owned()
+        } else if err.is_redirect() {
+            "too many redirects".to_owned()
         } else if err.is_connect() {
-            "connection refused or unreachable".to_owned()
+            UNREACHABLE.to_owned()
         } else {
             "request failed".to_owned()
         }
@@ -114,11 +169,15 @@ async fn fetch(request: reqwest::RequestBuilder) -> Result<Value, String> {
         return Err(format!("HTTP {}", status.as_u16()));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|_| "the reply broke off".to_owned())?
-    {
+    loop {
+        let chunk = response.chunk().await.map_err(|err| {
+            if err.is_timeout() {
+                "no complete answer within 3 s".to_owned()
+            } else {
+                "the reply broke off".to_owned()
+            }
+        })?;
+        let Some(chunk) = chunk else { break };
         body.extend_from_slice(&chunk);
         if body.len() > MAX_BODY {
             return Err("the reply is over 1 MiB".to_owned());
@@ -129,15 +188,10 @@ async fn fetch(request: reqwest::RequestBuilder) -> Result<Value, String> {
 
 /// llama.cpp: `default_generation_settings.n_ctx` (per slot), else the
 /// top-level `n_ctx`.
-fn llama_cpp_props(json: &Value, _model: &str) -> Option<(u64, &'static str)> {
+fn llama_cpp_props(json: &Value, _model: &str) -> Option<(Option<u64>, &'static str)> {
     json.pointer("/default_generation_settings/n_ctx")
-        .and_then(Value::as_u64)
-        .map(|n| (n, "n_ctx"))
-        .or_else(|| {
-            json.get("n_ctx")
-                .and_then(Value::as_u64)
-                .map(|n| (n, "n_ctx"))
-        })
+        .or_else(|| json.get("n_ctx"))
+        .map(|n| (n.as_u64(), "n_ctx"))
 }
 
 /// Whether an Ollama name means `model` (`qwen3` is `qwen3:latest`).
@@ -153,7 +207,7 @@ fn same_ollama_model(name: &str, model: &str) -> bool {
 }
 
 /// Ollama: the loaded model's `context_length` in `/api/ps`.
-fn ollama_ps(json: &Value, model: &str) -> Option<(u64, &'static str)> {
+fn ollama_ps(json: &Value, model: &str) -> Option<(Option<u64>, &'static str)> {
     json.get("models")?
         .as_array()?
         .iter()
@@ -165,19 +219,16 @@ fn ollama_ps(json: &Value, model: &str) -> Option<(u64, &'static str)> {
                     .is_some_and(|name| same_ollama_model(name, model))
             })
         })?
-        .get("context_length")?
-        .as_u64()
-        .map(|n| (n, "context_length of the loaded model"))
+        .get("context_length")
+        .map(|n| (n.as_u64(), "context_length of the loaded model"))
 }
 
 /// Ollama: `num_ctx` in the model's `parameters` (one `key value` per line).
-fn ollama_show(json: &Value, _model: &str) -> Option<(u64, &'static str)> {
+fn ollama_show(json: &Value, _model: &str) -> Option<(Option<u64>, &'static str)> {
     json.get("parameters")?.as_str()?.lines().find_map(|line| {
         let mut words = line.split_whitespace();
         (words.next() == Some("num_ctx"))
-            .then(|| words.next()?.parse().ok())
-            .flatten()
-            .map(|n| (n, "num_ctx"))
+            .then(|| (words.next().and_then(|n| n.parse().ok()), "num_ctx"))
     })
 }
 
@@ -191,29 +242,52 @@ mod tests {
         assert_eq!(server_root("http://h:8080/v1/"), "http://h:8080");
         assert_eq!(server_root("http://h:8080"), "http://h:8080");
         assert_eq!(server_root("http://h/openai/v1"), "http://h/openai");
+        assert_eq!(
+            server_root("http://user:hunter2@h:8080/v1"),
+            "http://h:8080",
+            "credentials are never shown"
+        );
+        assert_eq!(
+            server_root("http://h/v1?token=abc"),
+            "(an invalid base URL)"
+        );
+        assert_eq!(
+            root_url("http://h/v1#frag").unwrap_err(),
+            "the base URL has a query or fragment, so its endpoints cannot be derived"
+        );
+        assert_eq!(
+            endpoint(&root_url("http://h:1/openai/v1/").unwrap(), "props").as_str(),
+            "http://h:1/openai/props"
+        );
     }
 
     #[test]
     fn each_server_shape_is_read() {
         let props = json!({"default_generation_settings": {"n_ctx": 8192}, "n_ctx": 16384});
-        assert_eq!(llama_cpp_props(&props, "x"), Some((8192, "n_ctx")));
+        assert_eq!(llama_cpp_props(&props, "x"), Some((Some(8192), "n_ctx")));
         assert_eq!(
             llama_cpp_props(&json!({"n_ctx": 4096}), "x"),
-            Some((4096, "n_ctx"))
+            Some((Some(4096), "n_ctx"))
         );
-        assert_eq!(llama_cpp_props(&json!({"n_ctx": "big"}), "x"), None);
+        for odd in [json!("4096"), json!(4096.5), json!(-4096), json!(1e30)] {
+            assert_eq!(
+                llama_cpp_props(&json!({ "n_ctx": odd }), "x"),
+                Some((None, "n_ctx")),
+                "{odd}"
+            );
+        }
         let ps = json!({"models": [
             {"name": "llama3:latest", "context_length": 2048},
             {"name": "qwen3:latest", "model": "qwen3:latest", "context_length": 32768},
         ]});
         assert_eq!(
             ollama_ps(&ps, "qwen3"),
-            Some((32768, "context_length of the loaded model"))
+            Some((Some(32768), "context_length of the loaded model"))
         );
         assert_eq!(ollama_ps(&ps, "qwen3:8b"), None);
         let show = json!({"parameters": "stop \"<|im_end|>\"\nnum_ctx                        12288\n",
                           "model_info": {"qwen2.context_length": 32768}});
-        assert_eq!(ollama_show(&show, "q"), Some((12288, "num_ctx")));
+        assert_eq!(ollama_show(&show, "q"), Some((Some(12288), "num_ctx")));
         assert_eq!(
             ollama_show(&json!({"model_info": {"qwen2.context_length": 32768}}), "q"),
             None,

@@ -198,7 +198,7 @@ fn model_limits_come_from_the_registry_and_its_overrides() {
          hint: SOBA asked the server at http://127.0.0.1:9 and the server did not report a context window \
          (http://127.0.0.1:9/props: connection refused or unreachable; \
          http://127.0.0.1:9/api/ps: connection refused or unreachable; \
-         http://127.0.0.1:9/api/show: connection refused or unreachable); is it running?\n"
+         http://127.0.0.1:9/api/show: connection refused or unreachable; is it running?)\n"
     );
 }
 

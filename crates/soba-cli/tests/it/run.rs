@@ -238,7 +238,7 @@ async fn configuration_errors_exit_1_before_any_request() {
         stderr.trim_end().ends_with(&format!(
             "(or pass --set 'models.\"fake/other\".contextWindow=N'; SOBA asked the server at {url} \
              and the server did not report a context window ({url}/props: HTTP 500; \
-             {url}/api/ps: HTTP 500; {url}/api/show: HTTP 500); is it running?)",
+             {url}/api/ps: HTTP 500; {url}/api/show: HTTP 500))",
             url = server.url()
         )),
         "{stderr}"

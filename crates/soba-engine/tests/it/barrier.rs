@@ -405,3 +405,54 @@ async fn the_idle_gap_runs_from_the_last_request_or_the_newest_answer() {
     assert_eq!(resumed.idle_ms("yesterday"), None);
     drop(dir);
 }
+
+/// The capsule's "Latest user instructions" are bounded by the configured
+/// `userMessageBudgetTokens`, as the planner assumed: with the budget
+/// hard-coded at 4,000 in the capsule but configured lower for the plan, an
+/// 8k model's capsule outgrew hardLimit and every later turn failed (found
+/// by the real-model check).
+#[tokio::test]
+async fn the_capsule_bounds_user_messages_by_the_configured_budget() {
+    let options = Options {
+        compaction: soba_core::config::CompactionConfig {
+            user_message_budget_tokens: TokenCount::new(300),
+            ..crate::harness::small_config()
+        },
+        ..Options::default()
+    };
+    let h = Harness::start(options).await;
+    for turn in 0..9 {
+        h.push_text(&format!("Noted {turn}."));
+        let pasted = crate::harness::file_text(turn, 6_000);
+        assert_eq!(
+            h.turn(&format!("Turn {turn}: keep these notes.\n{pasted}"))
+                .await,
+            TurnEnd::Completed
+        );
+    }
+    let capsules: Vec<_> = h
+        .logged_entries()
+        .into_iter()
+        .filter_map(|entry| match entry.body {
+            EntryBody::Capsule(capsule) => Some(capsule),
+            _ => None,
+        })
+        .collect();
+    assert!(!capsules.is_empty(), "the turns outgrow autoLimit");
+    let counter = soba_core::tokens::BpeCounter::new(soba_core::Encoding::O200kBase);
+    for capsule in &capsules {
+        let used: u64 = capsule
+            .local
+            .latest_instructions
+            .iter()
+            .map(|text| soba_core::TokenCounter::count_text(&counter, text).n.get())
+            .sum();
+        // A message cut to fit carries its omission marker (a few tokens);
+        // the bug kept 4,000.
+        assert!(
+            used <= 300 + 64,
+            "latest instructions {used} tokens > the 300 configured"
+        );
+        assert!(used > 0, "the instructions are kept within the budget");
+    }
+}

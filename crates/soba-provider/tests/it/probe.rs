@@ -80,11 +80,35 @@ async fn nothing_listening_is_a_clear_error() {
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
     let err = server_context_window(&url, "m", None).await.unwrap_err();
-    assert_eq!(err.attempts.len(), 3);
+    assert_eq!(err.attempts.len(), 4);
     assert!(
-        err.attempts
+        err.attempts[..3]
             .iter()
             .all(|a| a.ends_with("connection refused or unreachable")),
         "{err}"
     );
+    assert_eq!(err.attempts[3], "is it running?");
+}
+
+#[tokio::test]
+async fn credentials_in_the_base_url_authenticate_but_are_never_shown() {
+    let server = FakeServer::start().await.unwrap();
+    server.push_for("/props", Script::json(&json!({"n_ctx": 8192})));
+    let with_user = server.url().replace("http://", "http://user:hunter2@");
+    let window = server_context_window(&format!("{with_user}/v1"), "m", None)
+        .await
+        .unwrap();
+    assert_eq!(window.source, format!("n_ctx from {}/props", server.url()));
+    assert!(!window.source.contains("hunter2"));
+    let requests = server.requests();
+    assert_eq!(requests[0].header("authorization"), Some("<redacted>"));
+    // A query or fragment cannot be joined: refused before any request.
+    let err = server_context_window(&format!("{}/v1?token=abc", server.url()), "m", None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the server did not report a context window (the base URL has a query or fragment, so its endpoints cannot be derived)"
+    );
+    assert_eq!(server.requests().len(), 1);
 }
