@@ -579,6 +579,27 @@ pub fn measure_log(
     }))
 }
 
+/// The summarizer's time per chunk on a local server when
+/// `compaction.timeoutMs` is not set: a small model on a CPU reads a few
+/// thousand tokens and writes a summary in tens of seconds, not 15.
+pub const LOCAL_SUMMARIZER_TIMEOUT_MS: u64 = 180_000;
+
+/// The session's compaction configuration: small windows get proportional
+/// defaults (the engine takes the configuration as given; the CLI scales it
+/// once here), and a local model's summarizer more time.
+pub fn compaction_for(ctx: &Context, setup: &ModelSetup) -> soba_core::config::CompactionConfig {
+    let mut compaction = ctx.config().compaction.for_window(
+        TokenCount::new(setup.info.context_window),
+        TokenCount::new(setup.info.max_output_tokens),
+    );
+    let local = matches!(setup.window_source, WindowSource::Server(_))
+        || soba_provider::registry::is_local_provider(&setup.info.provider);
+    if local && !compaction.explicit_keys.contains("timeoutMs") {
+        compaction.timeout_ms = LOCAL_SUMMARIZER_TIMEOUT_MS;
+    }
+    compaction
+}
+
 fn session_config(
     ctx: &Context,
     setup: &ModelSetup,
@@ -587,12 +608,7 @@ fn session_config(
 ) -> SessionConfig {
     SessionConfig {
         model: setup.spec(),
-        // Small windows get proportional defaults (the engine takes the
-        // configuration as given; the CLI scales it once here).
-        compaction: ctx.config().compaction.for_window(
-            TokenCount::new(setup.info.context_window),
-            TokenCount::new(setup.info.max_output_tokens),
-        ),
+        compaction: compaction_for(ctx, setup),
         system_prompt: system_prompt(header),
         tool_schemas: soba_engine::agent::tool_schema_values(tools),
         counter: None,

@@ -1372,7 +1372,7 @@ const GO_ON_WORDS: &[&str] = &[
 
 /// Returns whether `text` only tells the agent to go on (`continue`,
 /// `go on`, `ok, keep going`, `please proceed.`): at most five words, each
-/// one of [`GO_ON_WORDS`], with at least one that is not a bare
+/// one of `GO_ON_WORDS`, with at least one that is not a bare
 /// acknowledgement (`yes` alone may answer a question and is kept).
 pub fn is_go_on(text: &str) -> bool {
     let words: Vec<String> = text

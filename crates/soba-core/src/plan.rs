@@ -168,7 +168,7 @@ pub enum PlanError {
     /// the capsule budget. Retrying with a lower `maxToolResultTokens` may
     /// help when the unit holds large tool results.
     #[error(
-        "newest unit {unit_tokens} tokens + system prompt, tools and skills {fixed_tokens} + capsule budget {capsule_budget} > {limit_name} {limit}; lower compaction.maxToolResultTokens or use a model with a larger context window"
+        "newest unit {unit_tokens} tokens + system prompt, tools and skills {fixed_tokens} + capsule budget {capsule_budget} > {limit_name} {limit}; shorten the message or lower compaction.maxToolResultTokens (for a tool result), or use a model with a larger context window"
     )]
     NoRoomForNewestUnit {
         /// The newest unit's calibrated tokens.

@@ -217,7 +217,7 @@ impl BarrierContext {
             duration_ms: started.elapsed().as_millis() as u64,
             reason,
         };
-        let (content, usage) = match generated {
+        let (content, usage, fallback) = match generated {
             Generated::Cancelled => {
                 return Ok(self.finish(
                     &mut core,
@@ -234,7 +234,11 @@ impl BarrierContext {
                     None,
                 ));
             }
-            Generated::Content { content, usage } => (*content, usage),
+            Generated::Content {
+                content,
+                usage,
+                fallback,
+            } => (*content, usage, fallback),
         };
         if cancel.is_cancelled() {
             return Ok(self.finish(
@@ -326,8 +330,10 @@ impl BarrierContext {
             reclaimed: before.saturating_sub(after),
             checkpoint_id: Some(entry.id.clone()),
             quality: Some(quality),
-            reason: (quality == Quality::Degraded)
-                .then(|| "fallback used: deterministic capsule".to_owned()),
+            reason: (quality == Quality::Degraded).then(|| match &fallback {
+                Some(why) => format!("fallback used: deterministic capsule ({why})"),
+                None => "fallback used: deterministic capsule".to_owned(),
+            }),
             ..end(Outcome::Completed, None)
         };
         Ok(self.finish(&mut core, &snapshot, completed, summary))
@@ -708,6 +714,7 @@ impl BarrierContext {
             return Generated::Content {
                 content: Box::new(deterministic(Quality::Full)),
                 usage: None,
+                fallback: None,
             };
         };
         let ChunkLayout {
@@ -743,6 +750,7 @@ impl BarrierContext {
                 Generated::Content {
                     content: Box::new(deterministic(Quality::Degraded)),
                     usage,
+                    fallback: Some(reason),
                 }
             }
         };
@@ -784,6 +792,10 @@ impl BarrierContext {
                     return Generated::Content {
                         content: Box::new(deterministic(Quality::Degraded)),
                         usage: usage_total,
+                        fallback: Some(format!(
+                            "the summarizer took longer than compaction.timeoutMs {}",
+                            snapshot.timeout.as_millis()
+                        )),
                     };
                 }
                 Ok(Err(SummarizeError::Cancelled)) => return Generated::Cancelled,
@@ -833,6 +845,7 @@ impl BarrierContext {
                 Generated::Content {
                     content: Box::new(content),
                     usage: usage_total,
+                    fallback: None,
                 }
             }
             Err(rejection) => fallback(
@@ -889,6 +902,9 @@ enum Generated {
     Content {
         content: Box<CapsuleContent>,
         usage: Option<Usage>,
+        /// Why the summary was not used, when the deterministic capsule
+        /// stands in for it (the flight record and the result line say).
+        fallback: Option<String>,
     },
     Cancelled,
     Failed(String),

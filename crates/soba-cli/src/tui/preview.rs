@@ -84,7 +84,7 @@ fn lcs_ops<'a>(old: &[&'a str], new: &[&'a str]) -> Vec<(DiffKind, &'a str)> {
     ops
 }
 
-/// Returns a unified-style diff of `old` → `new`: [`CONTEXT`] lines
+/// Returns a unified-style diff of `old` → `new`: `CONTEXT` lines
 /// around each change, a long unchanged stretch between changes folded
 /// into one note, at most `limit` lines and then "… N more lines".
 pub fn diff(old: &str, new: &str, limit: usize) -> Vec<DiffLine> {

@@ -156,9 +156,13 @@ async fn check_guard(bad: &str, guard: &str) {
         "{guard}"
     );
     assert!(ends[1].tokens_before.get() > HARD_LIMIT);
+    // The forced capsule says why the summary was not used.
     assert_eq!(
         ends[1].reason.as_deref(),
-        Some("fallback used: deterministic capsule")
+        Some(
+            format!("fallback used: deterministic capsule (summary rejected by guard {guard})")
+                .as_str()
+        )
     );
     // Only the forced capsule was appended, and it is the deterministic one.
     let entries = h.logged_entries();
