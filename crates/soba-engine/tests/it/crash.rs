@@ -424,10 +424,14 @@ fn check_after_kill(
     if n_retries > 0 {
         stats.lock_waits += 1;
     }
-    assert_eq!(
-        diagnostics.len(),
-        log.diagnostics().len(),
-        "round {round_idx}"
+    // The backward resume reads only the live stretch (from the latest
+    // capsule's retained tail on), so a line torn by an earlier kill that a
+    // later capsule put behind it is the full reader's to report, not the
+    // resume's: the resume reports no more than the full reader.
+    assert!(
+        diagnostics.len() <= log.diagnostics().len(),
+        "round {round_idx}: resume reported {diagnostics:?}, the full reader {:?}",
+        log.diagnostics()
     );
     let request = soba_engine::agent::build_request(&core, "model", &tools);
     if let Some(problem) = unpaired_tool_block(&request) {
