@@ -394,18 +394,7 @@ mod tests {
             &CompactionConfig::default(),
         )
         .unwrap();
-        let got = [
-            budget.hard_limit(),
-            budget.soft_limit(),
-            budget.auto_limit(),
-            budget.base(),
-            budget.hygiene_limit(),
-            budget.keep_recent(),
-            budget.soft_gate(),
-            budget.roi_floor(),
-            budget.max_tool_result_tokens(),
-        ]
-        .map(TokenCount::get);
+        let got = figures(&budget);
         assert_eq!(
             got, expected,
             "window {context_window}, max output {max_output}"
