@@ -7,6 +7,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -24,7 +25,7 @@ def lines(path):
 
 def main():
     parser = argparse.ArgumentParser()
-    for flag in ("--name", "--run", "--home", "--session", "--ctx", "--wall", "--failures"):
+    for flag in ("--name", "--run", "--home", "--session", "--ctx", "--wall", "--overflow-turn", "--failures"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args()
     failures = [f for f in args.failures.splitlines() if f.strip()]
@@ -40,7 +41,8 @@ def main():
         flights.extend(lines(path))
 
     turns = sorted(glob.glob(os.path.join(args.run, "turn*.jsonl")), key=lambda p: int(p.split("turn")[-1].split(".")[0]))
-    events = [event for turn in turns for event in lines(turn)]
+    events_by_turn = {int(p.split("turn")[-1].split(".")[0]): list(lines(p)) for p in turns}
+    events = [event for turn in sorted(events_by_turn) for event in events_by_turn[turn]]
     stderr = ""
     for path in glob.glob(os.path.join(args.run, "turn*.err")):
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -61,7 +63,7 @@ def main():
     hard_limit = min(hard_limits) if hard_limits else None
 
     compactions = [f for f in flights if f.get("level") == "compaction"]
-    hygiene = [f for f in flights if f.get("level") == "hygiene" and f.get("outcome") == "completed"]
+    hygiene = [e for e in events if e.get("type") == "hygiene"]
     by_trigger = {}
     for record in compactions:
         key = f'{record.get("trigger")} {record.get("outcome")}'
@@ -112,6 +114,17 @@ def main():
         if record.get("quality") == "full" and record.get("reclaimed", 0) <= 0:
             failures.append(f"capsule {record.get('checkpointId')} accepted without reclaiming anything")
 
+    resume = resume_check(args.run, events_by_turn, int(args.overflow_turn))
+    failures.extend(resume["failures"])
+    rejected = rejected_summaries(args.home)
+    calibration = ""
+    budget_path = os.path.join(args.run, "budget.txt")
+    if os.path.exists(budget_path):
+        with open(budget_path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("calibration"):
+                    calibration = line.split(None, 1)[1].strip()
+
     name = args.name
     print(f"== real-model check: {name} (server window {ctx})")
     print(f"turns                 {len(turn_ends)} ({', '.join(e.get('outcome', '?') for e in turn_ends)})")
@@ -132,11 +145,17 @@ def main():
         print("reasons given:")
         for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
             print(f"  {count} × {reason[:140]}")
+    print(f"summaries rejected    {len(rejected)} (in soba's log)")
+    for guard, chars, text in rejected:
+        print(f"  guard {guard}, {chars} chars: {text[:600]}")
+    if calibration:
+        print(f"calibration learned   {calibration} (soba budget --session)")
     if ratios:
         print(f"server/local ratio    median {statistics.median(ratios):.3f} over {len(ratios)} requests (what calibration learns from; o200k local count)")
     print(f"overflow recoveries   {len(overflow)} ({', '.join(e.get('outcome', '?') for e in overflow) or 'none'})")
     if warnings:
         print(f"warnings              {len(warnings)}: {warnings[0][:120]}")
+    print(f"resume                {resume['checked']} turn boundaries byte-identical (first request of a resumed turn starts with the previous turn's last request: messages and tools), {len(resume['skipped'])} skipped: {'; '.join(resume['skipped']) or 'none'}")
     print(f"wall time             {args.wall} s")
     if failures:
         print("FAILED:")
@@ -145,6 +164,93 @@ def main():
         return 1
     print("passed")
     return 0
+
+
+def agent_requests(run):
+    """The recorded chat requests of the agent, by turn (the summarizer's,
+    with their own system prompt, left out)."""
+    path = os.path.join(run, "requests.jsonl")
+    if not os.path.exists(path):
+        return {}
+    chats = [r for r in lines(path) if r.get("path", "").endswith("/chat/completions") and isinstance(r.get("body"), dict)]
+    if not chats:
+        return {}
+    system = (chats[0]["body"].get("messages") or [None])[0]
+    by_turn = {}
+    for request in chats:
+        messages = request["body"].get("messages") or []
+        if messages and messages[0] == system:
+            by_turn.setdefault(request["turn"], []).append(request["body"])
+    return by_turn
+
+
+def changed_between(before, after):
+    """Whether a compaction or hygiene pass changed the input between the
+    last request of one turn and the first of the next."""
+    tail = before
+    for index in range(len(before) - 1, -1, -1):
+        if before[index].get("type") == "assistant_message":
+            tail = before[index + 1:]
+            break
+    head = []
+    for event in after:
+        if event.get("type") in ("assistant_message", "text_delta"):
+            break
+        head.append(event)
+    for event in tail + head:
+        if event.get("type") == "hygiene":
+            return "hygiene"
+        if event.get("type") == "compaction_end" and event.get("outcome") == "completed":
+            return f"{event.get('trigger')} compaction"
+    return None
+
+
+def resume_check(run, events_by_turn, overflow_turn):
+    """Every turn after the first is a new `soba run -c` process: its first
+    request must start with exactly what the previous process last sent."""
+    by_turn = agent_requests(run)
+    result = {"checked": 0, "skipped": [], "failures": []}
+    if not by_turn:
+        result["failures"].append("no recorded requests: the recording proxy saw nothing")
+        return result
+    for turn in sorted(by_turn):
+        if turn < 2 or turn - 1 not in by_turn:
+            continue
+        if turn == overflow_turn:
+            result["skipped"].append(f"turn {turn} (told another window)")
+            continue
+        change = changed_between(events_by_turn.get(turn - 1, []), events_by_turn.get(turn, []))
+        if change:
+            result["skipped"].append(f"turn {turn} ({change})")
+            continue
+        last, first = by_turn[turn - 1][-1], by_turn[turn][0]
+        before, after = last.get("messages") or [], first.get("messages") or []
+        if first.get("tools") != last.get("tools"):
+            result["failures"].append(f"turn {turn}: the resumed request's tools differ from the live one's")
+        elif after[: len(before)] != before:
+            index = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+            result["failures"].append(
+                f"turn {turn}: the resumed request differs from the live one at message {index}: "
+                f"live {json.dumps(before[index] if index < len(before) else None)[:200]} "
+                f"resumed {json.dumps(after[index] if index < len(after) else None)[:200]}"
+            )
+        else:
+            result["checked"] += 1
+    return result
+
+
+def rejected_summaries(home):
+    """The summaries soba's log says a guard rejected: (guard, chars, text
+    as the log escaped it)."""
+    found = []
+    pattern = re.compile(r'summary rejected guard=(\S+) chars=(\d+) summary=(".*")\s*$')
+    for path in sorted(glob.glob(os.path.join(home, "logs", "soba.log*"))):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                match = pattern.search(line)
+                if match:
+                    found.append((match.group(1), match.group(2), match.group(3)))
+    return found
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use sha2::Digest;
 use soba_core::budget::{Budget, BudgetError};
-use soba_core::calibration::{self, CalibrationInput, Factor, MeasureInput, Measurement};
+use soba_core::calibration::{
+    self, Calibration, CalibrationInput, Factor, MeasureInput, Measurement,
+};
 use soba_core::config::NativeMode;
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::render::{self, SystemHeader};
@@ -534,13 +536,14 @@ pub fn system_prompt(header: &SessionHeader) -> String {
 /// schemas, capsule renderer and native match), and measured with the
 /// calibration factor of `setup`'s model, as [`SessionCore::measure`]
 /// does on a session of that model; a test checks that the two agree.
+/// Returns the calibration too, for `soba budget` to show what it learned.
 pub fn measure_log(
     ctx: &Context,
     setup: &ModelSetup,
     header: &SessionHeader,
     path: &[Entry],
     tools: &ToolRegistry,
-) -> CliResult<Measurement> {
+) -> CliResult<(Measurement, Calibration)> {
     let budget = setup.budget(ctx)?;
     let config = session_config(ctx, setup, header, tools);
     let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(setup.info.tokenizer));
@@ -559,24 +562,24 @@ pub fn measure_log(
     // then the session is measured as a switch would leave it: the last
     // response was another model's, so the source is `estimated`.
     let model = config.model.id.as_str();
-    let factor = calibration::calibrate(
+    let calibration = calibration::calibrate(
         path,
         &CalibrationInput {
             model,
             seed: config.model.seed,
             context_window: Some(config.model.context_window),
         },
-    )
-    .factor;
+    );
     let messages = live.message_tokens();
-    Ok(calibration::measure(&MeasureInput {
+    let measurement = calibration::measure(&MeasureInput {
         path,
         fixed_tokens: live.fixed_tokens(),
         messages: &messages,
         model,
-        factor,
+        factor: calibration.factor,
         tool_set_unchanged: true,
-    }))
+    });
+    Ok((measurement, calibration))
 }
 
 /// The summarizer's time per chunk on a local server when
@@ -904,7 +907,7 @@ mod tests {
         let log_path = core.log_path().to_path_buf();
         // Before any capsule: the last answer's usage plus what follows.
         let (header, path) = read_path(&log_path);
-        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap();
+        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap().0;
         assert_eq!(measured, core.measure());
         assert_eq!(measured.source, MeasurementSource::ProviderUsage);
 
@@ -936,11 +939,11 @@ mod tests {
             native.is_some_and(|n| n.item.contains("gAAAA-native-item")),
             "the capsule stores the native item"
         );
-        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap();
+        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap().0;
         assert_eq!(measured, core.measure());
         // The native item, not the rendered capsule, is what is measured.
         let off = context(dir.path(), &server, json!({"native": "off"}));
-        let without = measure_log(&off, &setup, &header, &path, &tools).unwrap();
+        let without = measure_log(&off, &setup, &header, &path, &tools).unwrap().0;
         assert_ne!(without.tokens, measured.tokens);
     }
 

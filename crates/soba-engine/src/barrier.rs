@@ -848,10 +848,16 @@ impl BarrierContext {
                     fallback: None,
                 }
             }
-            Err(rejection) => fallback(
-                format!("summary rejected by guard {}", rejection.name()),
-                usage_total,
-            ),
+            Err(rejection) => {
+                // The rejected text goes to the log only (escaped, cut), so
+                // a user can see what the model wrote and why it failed.
+                let excerpt: String = text.chars().take(REJECTED_EXCERPT_CHARS).collect();
+                tracing::info!(guard = %rejection.name(), chars = text.chars().count(), summary = ?excerpt, "summary rejected");
+                fallback(
+                    format!("summary rejected by guard {}", rejection.name()),
+                    usage_total,
+                )
+            }
         }
     }
 }
@@ -894,6 +900,9 @@ fn progress_percent(finished: usize, chunks: usize, streamed: u64, divisor: u64)
     let whole = (chunks.max(1) as u128).saturating_mul(divisor);
     (done.saturating_mul(100) / whole).min(99) as u8
 }
+
+/// How much of a rejected summary the log keeps.
+const REJECTED_EXCERPT_CHARS: usize = 2_000;
 
 /// The smallest chunk of span worth a summarizer request.
 const MIN_CHUNK_TOKENS: TokenCount = TokenCount::new(128);

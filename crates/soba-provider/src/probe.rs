@@ -51,6 +51,19 @@ pub fn server_root(base_url: &str) -> String {
     }
 }
 
+/// Returns a base URL as it may be shown or logged: whole, but without any
+/// user name or password.
+pub fn shown_url(base_url: &str) -> String {
+    match reqwest::Url::parse(base_url.trim()) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.to_string()
+        }
+        Err(_) => "(an invalid base URL)".to_owned(),
+    }
+}
+
 /// The root as a URL: the path without a trailing `/v1`, no user info. A
 /// query or fragment is refused: the endpoints cannot be joined to it
 /// without guessing.
@@ -259,6 +272,16 @@ mod tests {
             endpoint(&root_url("http://h:1/openai/v1/").unwrap(), "props").as_str(),
             "http://h:1/openai/props"
         );
+    }
+
+    #[test]
+    fn a_shown_url_keeps_its_path_but_never_its_credentials() {
+        assert_eq!(
+            shown_url("https://user:hunter2@h:8080/v1"),
+            "https://h:8080/v1"
+        );
+        assert_eq!(shown_url(" http://h/v1?x=1 "), "http://h/v1?x=1");
+        assert_eq!(shown_url("not a url"), "(an invalid base URL)");
     }
 
     #[test]

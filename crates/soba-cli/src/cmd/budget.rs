@@ -8,7 +8,7 @@ use std::io::Write;
 
 use soba_core::Entry;
 use soba_core::budget::{Budget, BudgetError};
-use soba_core::calibration::{Measurement, MeasurementSource};
+use soba_core::calibration::{Calibration, Measurement, MeasurementSource};
 use soba_core::tokens::{TokenCount, group_thousands};
 use soba_engine::tool::ToolRegistry;
 use soba_store::reader::read_log;
@@ -117,13 +117,38 @@ fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult 
     let model = engine::model_for_session_with(ctx, args.model.as_deref(), &path, Some(&header))?;
     let setup = ModelSetup::resolve(ctx, &model)?;
     let budget = setup.budget(ctx)?;
-    let measurement = engine::measure_log(ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
+    let (measurement, calibration) =
+        engine::measure_log(ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
     let title = [
         ("session", summary.id.clone()),
         ("model", setup.info.id.clone()),
         ("window from", setup.window_source.to_string()),
+        ("calibration", calibration_line(&calibration)),
     ];
     print(&render(&title, &budget, Some(&measurement)), &budget)
+}
+
+/// The factor local counts are multiplied by, and what it was learned
+/// from: `1.203 from 12 responses (1 left out: silent truncation)`.
+fn calibration_line(calibration: &Calibration) -> String {
+    let mut line = match calibration.samples {
+        0 => format!("{:.3} (the model's seed: no response usage yet)", calibration.factor.get()),
+        1 => format!("{:.3} from 1 response", calibration.factor.get()),
+        n => format!("{:.3} from {n} responses", calibration.factor.get()),
+    };
+    let truncated = calibration.truncations.len();
+    if truncated > 0 {
+        line.push_str(&format!(
+            " ({truncated} left out: the server reported far fewer prompt tokens than were sent, a sign it truncated)"
+        ));
+    }
+    if calibration.overflow_resets > 0 {
+        line.push_str(&format!(
+            " ({} reset by a context overflow)",
+            calibration.overflow_resets
+        ));
+    }
+    line
 }
 
 /// Where a registry-resolved model's window came from: the config when it

@@ -300,7 +300,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         session = %session_id,
         model = %setup.info.id,
         provider = %setup.provider.name,
-        base_url = %setup.provider.base_url,
+        base_url = %soba_provider::probe::shown_url(&setup.provider.base_url),
         "soba run: turn starts"
     );
     let core = Arc::new(tokio::sync::Mutex::new(core));
