@@ -132,7 +132,10 @@ fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult 
 /// from: `1.203 from 12 responses (1 left out: silent truncation)`.
 fn calibration_line(calibration: &Calibration) -> String {
     let mut line = match calibration.samples {
-        0 => format!("{:.3} (the model's seed: no response usage yet)", calibration.factor.get()),
+        0 => format!(
+            "{:.3} (the model's seed: no response usage yet)",
+            calibration.factor.get()
+        ),
         1 => format!("{:.3} from 1 response", calibration.factor.get()),
         n => format!("{:.3} from {n} responses", calibration.factor.get()),
     };

@@ -33,6 +33,15 @@ fn value<'a>(stdout: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// The rest of the line named `name`, after its padding.
+fn line_value<'a>(stdout: &'a str, name: &str) -> Option<&'a str> {
+    stdout.lines().find_map(|line| {
+        line.strip_prefix(name)
+            .filter(|rest| rest.starts_with(' '))
+            .map(str::trim)
+    })
+}
+
 const BARE: [&str; 5] = [
     "budget",
     "--context-window",
@@ -251,6 +260,11 @@ async fn a_session_is_measured_while_another_process_holds_it_open() {
     assert_eq!(text(&output.stderr), "");
     assert_eq!(value(&stdout, "session"), Some(id.as_str()));
     assert_eq!(value(&stdout, "model"), Some("fake/test-model"));
+    // One response with usage: the factor moved off the seed, learned
+    // from it.
+    let calibration = line_value(&stdout, "calibration").unwrap();
+    assert!(calibration.ends_with(" from 1 response"), "{stdout}");
+    assert_ne!(calibration, "1.000 from 1 response", "{stdout}");
     // hardLimit = 64,000 − 4,000 − 8,192; softLimit = floor(0.8 × it).
     assert_eq!(value(&stdout, "hardLimit"), Some("51,808"));
     assert_eq!(value(&stdout, "softLimit"), Some("41,446"));
@@ -289,6 +303,10 @@ async fn a_session_is_measured_while_another_process_holds_it_open() {
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(value(&stdout, "model"), Some("fake/small"));
+    assert_eq!(
+        line_value(&stdout, "calibration"),
+        Some("1.100 (the model's seed: no response usage yet)")
+    );
     // A 32k window: the small-window defaults (8,192 × 32,768 / 64,000 =
     // 4,194 reserved), so no warning.
     assert_eq!(value(&stdout, "hardLimit"), Some("20,382"));
