@@ -145,6 +145,8 @@ def main():
         print("reasons given:")
         for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
             print(f"  {count} × {reason[:140]}")
+    for capsule in (e for e in entries if e.get("type") == "capsule" and e.get("summarizer") not in (None, "deterministic")):
+        print(f"  accepted, {capsule.get('id')}: {json.dumps(capsule.get('narrative'))[:600]}")
     print(f"summaries rejected    {len(rejected)} (in soba's log)")
     for guard, chars, text in rejected:
         print(f"  guard {guard}, {chars} chars: {text[:600]}")

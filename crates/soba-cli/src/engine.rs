@@ -23,7 +23,7 @@ use soba_engine::native::{NativeCompactor, NativeTarget, ResponsesCompactor};
 use soba_engine::session::{ModelSpec, SessionConfig, SessionCore};
 use soba_engine::tool::ToolRegistry;
 use soba_provider::client::{Api, Endpoint, ModelClient};
-use soba_provider::registry::ModelInfo;
+use soba_provider::registry::{ModelInfo, ModelRegistry};
 use soba_provider::summarizer::{LlmSummarizer, SummarizerChoice, select_summarizer};
 use soba_provider::transport::{HttpConfig, client_for};
 use soba_store::log::{MemoryItem, SessionHeader, SystemMinter, WriterOptions};
@@ -59,6 +59,19 @@ pub enum WindowSource {
     /// `/api/show`) because neither knew it; the text says which field of
     /// which URL.
     Server(String),
+}
+
+impl WindowSource {
+    /// Where the window of a model the registry resolved (asked for as
+    /// `id`, resolved to `resolved`) came from: the config when it sets
+    /// `contextWindow` for either name, else the built-in registry.
+    pub fn of_resolved(registry: &ModelRegistry, id: &str, resolved: &str) -> Self {
+        let overrides = registry.overrides();
+        match overrides.get(id).or_else(|| overrides.get(resolved)) {
+            Some(entry) if entry.context_window.is_some() => WindowSource::Config,
+            _ => WindowSource::Registry,
+        }
+    }
 }
 
 impl std::fmt::Display for WindowSource {
@@ -156,14 +169,8 @@ impl ModelSetup {
             }
             Err(err) => return Err(ConfigError::from(err).into()),
         };
-        if window_source == WindowSource::Registry
-            && (registry
-                .overrides()
-                .get(id)
-                .or_else(|| registry.overrides().get(&info.id)))
-            .is_some_and(|entry| entry.context_window.is_some())
-        {
-            window_source = WindowSource::Config;
+        if window_source == WindowSource::Registry {
+            window_source = WindowSource::of_resolved(&registry, id, &info.id);
         }
         let provider = match ctx.config().provider_for(&info.id, &info.provider) {
             Ok(provider) => provider.clone(),

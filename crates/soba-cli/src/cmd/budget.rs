@@ -39,7 +39,8 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
     ) {
         (Some(model), _, _) => match ctx.config().registry().resolve(model) {
             Ok(info) => {
-                let source = window_source(&ctx, &info.id);
+                let source =
+                    engine::WindowSource::of_resolved(&ctx.config().registry(), model, &info.id);
                 (
                     Some((info.id, source)),
                     info.context_window,
@@ -152,16 +153,6 @@ fn calibration_line(calibration: &Calibration) -> String {
         ));
     }
     line
-}
-
-/// Where a registry-resolved model's window came from: the config when it
-/// sets `contextWindow` for the model, else the built-in registry.
-fn window_source(ctx: &Context, id: &str) -> engine::WindowSource {
-    let overrides = ctx.config().registry();
-    match overrides.overrides().get(id) {
-        Some(entry) if entry.context_window.is_some() => engine::WindowSource::Config,
-        _ => engine::WindowSource::Registry,
-    }
 }
 
 fn budget_error(err: BudgetError) -> CliError {
