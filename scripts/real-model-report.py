@@ -85,14 +85,19 @@ def main():
     # Failures the check names.
     if "panicked at" in stderr:
         failures.append("a panic on stderr")
-    # SOBA's own bound: every request's local count within hardLimit (the
-    # overflow turn is told a larger window on purpose, so its requests are
-    # judged by the server instead).
+    # SOBA's own bound: every request's local count within the hardLimit
+    # in force when it was sent (the newest flight record before it: the
+    # overflow turn is told a larger window on purpose).
     local_counts = [m.get("requestTokensLocal") for m in assistants if m.get("requestTokensLocal")]
-    if hard_limit is not None:
-        over = [n for n in local_counts if n > max(hard_limits)]
-        if over:
-            failures.append(f"{len(over)} requests over hardLimit {max(hard_limits)} (local count): {over}")
+    limited = sorted((f.get("timestamp", ""), f["limits"]["hardLimit"]) for f in flights if "limits" in f)
+    over = []
+    for message in assistants:
+        local = message.get("requestTokensLocal")
+        before = [limit for stamp, limit in limited if stamp <= message.get("timestamp", "")]
+        if local and before and local > before[-1]:
+            over.append(f"{local} > {before[-1]}")
+    if over:
+        failures.append(f"{len(over)} requests over the hardLimit in force (local count): {over}")
     # The real bound: what the server measured, plus the reply, within its
     # window (a request over it comes back as llama.cpp's context error and
     # must be recovered, not answered).
@@ -135,7 +140,13 @@ def main():
     if local_counts:
         print(f"local count/request   min {min(local_counts)}, median {int(statistics.median(local_counts))}, max {max(local_counts)} (o200k, what SOBA bounds)")
     print(f"tool calls run        {len(tools)} ({', '.join(sorted({t.get('name', '?') for t in tools})) or 'none'})")
-    print(f"hygiene passes        {len(hygiene)}")
+    considered = [f for f in flights if f.get("level") == "hygiene"]
+    why = {}
+    for record in considered:
+        if record.get("outcome") != "completed":
+            key = (record.get("reason") or "?").split(" < ")[0]
+            why[key] = why.get(key, 0) + 1
+    print(f"hygiene passes        {len(hygiene)} of {len(considered)} considered; skipped: {'; '.join(f'{n} × {k}' for k, n in why.items()) or 'none'}")
     print("compactions by trigger and outcome:")
     for key in sorted(by_trigger):
         print(f"  {key:<32} {by_trigger[key]}")
@@ -159,6 +170,10 @@ def main():
         print(f"warnings              {len(warnings)}: {warnings[0][:120]}")
     print(f"resume                {resume['checked']} turn boundaries byte-identical (first request of a resumed turn starts with the previous turn's last request: messages and tools), {len(resume['skipped'])} skipped: {'; '.join(resume['skipped']) or 'none'}")
     print(f"wall time             {args.wall} s")
+    missing = [name for name, count in (("hygiene", len(hygiene)), ("an LLM summary", len(llm) + len(rejected)),
+               ("overflow recovery", len(overflow)), ("a tool call", len(tools))) if not count]
+    missing += ["soft compaction"] if not any(r.get("trigger") in ("auto_threshold", "turn_complete", "milestone", "plan_pivot", "cache_expired", "read_cost") and r.get("outcome") == "completed" for r in compactions) else []
+    print(f"not exercised         {', '.join(missing) or 'nothing: every mechanism ran'}")
     if failures:
         print("FAILED:")
         for failure in failures:

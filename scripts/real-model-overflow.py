@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The overflow turn's message for scripts/real-model-check: just enough
+note lines that the session's input outgrows the server's window by a
+margin, while the message alone stays small enough that a compacted history
+plus the message fits again (so the recovery can succeed).
+
+    real-model-overflow.py SESSION_LOG CTX
+
+Sizes come from the session itself: the last response's prompt plus its
+output is the history the server will see (server tokens), and the median
+server/local ratio turns a note line's local size into server tokens.
+"""
+
+import json
+import math
+import statistics
+import sys
+
+LINE = "Note {k}: the deployment checklist item {k} says to verify the service health endpoint, rotate the logs and record the build number in the release notes before tagging."
+# o200k tokens of one LINE (measured with soba's tokenizer: 30 lines, 980).
+LOCAL_TOKENS_PER_LINE = 33
+MARGIN = 400
+
+
+def main():
+    log, ctx = sys.argv[1], int(sys.argv[2])
+    history, ratios = 0, []
+    with open(log, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("type") != "message" or entry.get("role") != "assistant":
+                continue
+            usage = entry.get("usage") or {}
+            prompt = usage.get("input", 0) + usage.get("cacheRead", 0) + usage.get("cacheWrite", 0)
+            if prompt:
+                history = prompt + usage.get("output", 0)
+                if entry.get("requestTokensLocal"):
+                    ratios.append(prompt / entry["requestTokensLocal"])
+    ratio = statistics.median(ratios) if ratios else 1.0
+    wanted = max(ctx - history + MARGIN, MARGIN)
+    lines = math.ceil(wanted / (LOCAL_TOKENS_PER_LINE * ratio))
+    print(f"The notes follow; tell me the last note.")
+    for k in range(1, lines + 1):
+        print(LINE.format(k=k))
+    print(f"history {history} server tokens, ratio {ratio:.3f}, {lines} lines", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
