@@ -17,9 +17,10 @@ import statistics
 import sys
 
 LINE = "Note {k}: the deployment checklist item {k} says to verify the service health endpoint, rotate the logs and record the build number in the release notes before tagging."
-# o200k tokens of one LINE (measured with soba's tokenizer: 30 lines, 980).
-LOCAL_TOKENS_PER_LINE = 33
-MARGIN = 400
+# Local (o200k) tokens of one LINE, as measured on the Qwen run: 120 lines
+# came to 4,243 server tokens at a ratio of 1.176.
+LOCAL_TOKENS_PER_LINE = 30
+MARGIN = 700
 
 
 def main():
