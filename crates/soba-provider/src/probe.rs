@@ -56,12 +56,18 @@ pub fn server_root(base_url: &str) -> String {
 pub fn shown_url(base_url: &str) -> String {
     match reqwest::Url::parse(base_url.trim()) {
         Ok(mut url) => {
-            let _ = url.set_username("");
-            let _ = url.set_password(None);
+            strip_credentials(&mut url);
             url.to_string()
         }
         Err(_) => "(an invalid base URL)".to_owned(),
     }
+}
+
+/// Drops a URL's user name and password (a URL that cannot have them,
+/// such as `data:`, has none to drop).
+fn strip_credentials(url: &mut reqwest::Url) {
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
 }
 
 /// The root as a URL: the path without a trailing `/v1`, no user info. A
@@ -79,8 +85,7 @@ fn root_url(base_url: &str) -> Result<reqwest::Url, String> {
         );
     }
     // Never shown; the requests authenticate with them separately.
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
+    strip_credentials(&mut url);
     let path = url.path().trim_end_matches('/');
     let path = path.strip_suffix("/v1").unwrap_or(path).to_owned();
     url.set_path(&path);
