@@ -11,10 +11,15 @@ output is the history the server will see (server tokens), and the median
 server/local ratio turns a note line's local size into server tokens.
 """
 
-import json
+import importlib.util
 import math
+import os
 import statistics
 import sys
+
+_spec = importlib.util.spec_from_file_location("report", os.path.join(os.path.dirname(os.path.abspath(__file__)), "real-model-report.py"))
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
 
 LINE = "Note {k}: the deployment checklist item {k} says to verify the service health endpoint, rotate the logs and record the build number in the release notes before tagging."
 # Local (o200k) tokens of one LINE, as measured on the Qwen run: 120 lines
@@ -25,21 +30,12 @@ MARGIN = 700
 
 def main():
     log, ctx = sys.argv[1], int(sys.argv[2])
+    assistants = [e for e in report.lines(log) if e.get("type") == "message" and e.get("role") == "assistant"]
     history, ratios = 0, []
-    with open(log, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("type") != "message" or entry.get("role") != "assistant":
-                continue
-            usage = entry.get("usage") or {}
-            prompt = usage.get("input", 0) + usage.get("cacheRead", 0) + usage.get("cacheWrite", 0)
-            if prompt:
-                history = prompt + usage.get("output", 0)
-                if entry.get("requestTokensLocal"):
-                    ratios.append(prompt / entry["requestTokensLocal"])
+    for prompt, output, local in report.served(assistants):
+        history = prompt + output
+        if local:
+            ratios.append(prompt / local)
     ratio = statistics.median(ratios) if ratios else 1.0
     wanted = max(ctx - history + MARGIN, MARGIN)
     lines = math.ceil(wanted / (LOCAL_TOKENS_PER_LINE * ratio))

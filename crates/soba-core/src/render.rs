@@ -450,7 +450,7 @@ pub fn capsule_input(view: &CapsuleView<'_>) -> String {
         "written by the summarizer"
     };
     let fallback = match view.quality {
-        Quality::Degraded => " (fallback used: the summary model failed)",
+        Quality::Degraded => " (fallback used: no usable model summary)",
         Quality::Full | Quality::Unknown => "",
     };
     fill(

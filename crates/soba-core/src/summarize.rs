@@ -513,6 +513,16 @@ mod tests {
         assert!(prompt.contains("This is part 2;"));
         assert!(prompt.contains("focus on the parser"));
         assert!(!prompt.contains("{{"));
+        // The last words a small model reads are the task, not the
+        // conversation it would otherwise continue (Qwen2.5-Coder 0.5B
+        // answered a prompt that ended on the conversation with tool calls).
+        let after = prompt.rsplit("</conversation>").next().unwrap();
+        assert!(
+            after.contains(
+                "starting with the line `## Goal` and ending with the line END-OF-SUMMARY"
+            ),
+            "{after}"
+        );
     }
 
     #[test]
