@@ -13,7 +13,7 @@ use soba_core::calibration::{
     self, Calibration, CalibrationInput, Factor, MeasureInput, Measurement,
 };
 use soba_core::config::NativeMode;
-use soba_core::input::{InputConfig, InputSetup, LiveInput};
+use soba_core::input::{CountSources, InputConfig, InputSetup, LiveInput};
 use soba_core::render::{self, SystemHeader};
 use soba_core::summarize::Summarizer;
 use soba_core::tokens::BpeCounter;
@@ -543,14 +543,15 @@ pub fn system_prompt(header: &SessionHeader) -> String {
 /// schemas, capsule renderer and native match), and measured with the
 /// calibration factor of `setup`'s model, as [`SessionCore::measure`]
 /// does on a session of that model; a test checks that the two agree.
-/// Returns the calibration too, for `soba budget` to show what it learned.
+/// Returns the calibration too, for `soba budget` to show what it learned,
+/// and where the messages' counts came from.
 pub fn measure_log(
     ctx: &Context,
     setup: &ModelSetup,
     header: &SessionHeader,
     path: &[Entry],
     tools: &ToolRegistry,
-) -> CliResult<(Measurement, Calibration)> {
+) -> CliResult<(Measurement, Calibration, CountSources)> {
     let budget = setup.budget(ctx)?;
     let config = session_config(ctx, setup, header, tools);
     let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(setup.info.tokenizer));
@@ -586,7 +587,7 @@ pub fn measure_log(
         factor: calibration.factor,
         tool_set_unchanged: true,
     });
-    Ok((measurement, calibration))
+    Ok((measurement, calibration, live.count_sources()))
 }
 
 /// The summarizer's time per chunk on a local server when

@@ -368,6 +368,40 @@ pub(crate) struct StubCandidate {
     pub(crate) stub_tokens: TokenCount,
 }
 
+/// Where the counts of a rebuild's messages came from. A message SOBA
+/// wrote (or imported) stores its count with the vocabulary that made it;
+/// one in another vocabulary (the model changed) or without a count (a log
+/// from before counts were stored) is counted again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountSources {
+    /// Messages whose stored count was used.
+    pub stored: usize,
+    /// Messages counted again: their count was for another vocabulary.
+    pub other_vocabulary: usize,
+    /// Messages counted again: they stored no count.
+    pub missing: usize,
+    /// The other vocabulary, when one was met.
+    pub stored_encoding: Option<crate::tokens::Encoding>,
+}
+
+impl CountSources {
+    fn note(&mut self, logged: &MessageEntry, used: bool) {
+        match (&logged.tokens, used) {
+            (_, true) => self.stored += 1,
+            (Some(stored), false) => {
+                self.other_vocabulary += 1;
+                self.stored_encoding = Some(stored.encoding);
+            }
+            (None, false) => self.missing += 1,
+        }
+    }
+
+    /// Returns the messages counted again.
+    pub fn recounted(&self) -> usize {
+        self.other_vocabulary + self.missing
+    }
+}
+
 /// The model input of one path, maintained incrementally (see the module
 /// docs).
 #[derive(Clone)]
@@ -375,6 +409,10 @@ pub struct LiveInput {
     setup: InputSetup,
     prompt: Option<SystemPart>,
     schema_tokens: TokenCount,
+    /// The count of one synthetic "interrupted" result.
+    interrupted_tokens: TokenCount,
+    /// Where the rendered messages' counts came from.
+    count_sources: CountSources,
     skills: Vec<SystemPart>,
     agents_md: Option<SystemPart>,
     system_messages: Vec<SystemPart>,
@@ -511,11 +549,21 @@ impl LiveInput {
             tokens: counter.count_text(&setup.system_prompt).n + MESSAGE_OVERHEAD,
         });
         let schema_tokens = tokens::count_tool_schemas(counter, &setup.tool_schemas).n;
+        // Every synthetic result has the same text, and a result is
+        // counted by its content: one count serves every open call.
+        let interrupted_tokens = tokens::count_message(
+            counter,
+            &Message::tool_result(String::new(), INTERRUPTED_RESULT, true),
+            setup.config.image_tokens,
+        )
+        .n;
         let outcomes = OutcomeTracker::new(setup.cwd.as_deref());
         LiveInput {
             setup,
             prompt,
             schema_tokens,
+            interrupted_tokens,
+            count_sources: CountSources::default(),
             skills: Vec::new(),
             agents_md: None,
             system_messages: Vec::new(),
@@ -611,6 +659,12 @@ impl LiveInput {
     /// Returns the setup the input was built with.
     pub fn setup(&self) -> &InputSetup {
         &self.setup
+    }
+
+    /// Returns where the rendered messages' counts came from: stored on
+    /// the entry in this counter's vocabulary, or counted again.
+    pub fn count_sources(&self) -> CountSources {
+        self.count_sources
     }
 
     /// Returns the token counter.
@@ -735,6 +789,7 @@ impl LiveInput {
         self.last_id = None;
         self.outcomes = OutcomeTracker::new(self.setup.cwd.as_deref());
         self.settled.clear();
+        self.count_sources = CountSources::default();
     }
 
     /// Rebuilds from the capsule at `capsule_idx`: pinned state from its
@@ -996,7 +1051,9 @@ impl LiveInput {
         } else {
             message.clone()
         };
-        let mut n_tokens = match self.stored(logged) {
+        let stored = self.stored(logged);
+        self.count_sources.note(logged, stored.is_some());
+        let mut n_tokens = match stored {
             Some(stored) if !rewrites.swept => stored,
             _ => self.count(&sent),
         };
@@ -1048,7 +1105,7 @@ impl LiveInput {
         let mut pending = TokenCount::ZERO;
         for call in message.tool_uses() {
             let synthetic_message = Message::tool_result(call.id.clone(), INTERRUPTED_RESULT, true);
-            let tokens = self.count(&synthetic_message);
+            let tokens = self.interrupted_tokens;
             pending += tokens;
             calls.push(PendingCall {
                 id: call.id.clone(),

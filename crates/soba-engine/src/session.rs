@@ -245,6 +245,15 @@ impl SessionCore {
         self.model = model_on(&self.path).unwrap_or_else(|| self.config.model.id.clone());
         self.recalibrate();
         self.live = self.input_for(&self.path);
+        let counts = self.live.count_sources();
+        if counts.recounted() > 0 {
+            tracing::info!(
+                recounted = counts.recounted(),
+                stored = counts.stored,
+                other_vocabulary = counts.other_vocabulary,
+                "messages counted again on resume: their stored counts were missing or for another tokenizer"
+            );
+        }
     }
 
     /// Re-reads the live stretch from the file, after the leaf moved.

@@ -6,12 +6,12 @@
 
 use std::io::Write;
 
-use soba_core::Entry;
 use soba_core::budget::{Budget, BudgetError};
 use soba_core::calibration::{Calibration, Measurement, MeasurementSource};
+use soba_core::input::CountSources;
 use soba_core::tokens::{TokenCount, group_thousands};
+use soba_core::{Encoding, Entry};
 use soba_engine::tool::ToolRegistry;
-use soba_store::reader::read_log;
 
 use crate::cli::{BudgetArgs, GlobalArgs};
 use crate::config::ConfigError;
@@ -94,37 +94,38 @@ fn print(rendered: &str, budget: &Budget) -> CliResult {
 
 /// `soba budget --session ID`: the limits of the session's model (`--model`
 /// overrides it, as for `soba compact`) under the full configuration, and
-/// the effective tokens measured from the log. The log is only read, never
-/// locked.
+/// the effective tokens measured from the log. The log is read as `soba
+/// run` resumes it — backwards from the end, up to the live stretch — and
+/// never locked.
 fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult {
     let summary = ctx.select_session(Some(session))?;
-    let log = read_log(&summary.path)?;
-    let Some(header) = log.header().cloned() else {
+    let resumed = soba_store::resume(&summary.path)?;
+    let Some(header) = resumed.header.clone() else {
         return Err(CliError::user(format!(
             "{} is not a soba session (no valid header on line 1)",
             summary.path.display()
         ))
         .hint("import other agents' transcripts with `soba import`"));
     };
-    for diagnostic in log.diagnostics() {
+    for diagnostic in &resumed.diagnostics {
         crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
     }
-    let path: Vec<Entry> = log
-        .path()
-        .iter()
-        .map(|logged| logged.entry.clone())
+    let path: Vec<Entry> = resumed
+        .stretch
+        .into_iter()
+        .map(|logged| logged.entry)
         .collect();
-    drop(log);
     let model = engine::model_for_session_with(ctx, args.model.as_deref(), &path, Some(&header))?;
     let setup = ModelSetup::resolve(ctx, &model)?;
     let budget = setup.budget(ctx)?;
-    let (measurement, calibration) =
+    let (measurement, calibration, counts) =
         engine::measure_log(ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
     let title = [
         ("session", summary.id.clone()),
         ("model", setup.info.id.clone()),
         ("window from", setup.window_source.to_string()),
         ("calibration", calibration_line(&calibration)),
+        ("counts", counts_line(&counts, setup.info.tokenizer)),
     ];
     print(&render(&title, &budget, Some(&measurement)), &budget)
 }
@@ -153,6 +154,48 @@ fn calibration_line(calibration: &Calibration) -> String {
         ));
     }
     line
+}
+
+/// Where the live stretch's message counts came from: `stored for 120
+/// messages`, or how many were counted again and why.
+fn counts_line(counts: &CountSources, tokenizer: Encoding) -> String {
+    let total = counts.stored + counts.recounted();
+    let mut line = match total {
+        0 => return "no messages in the live stretch".to_owned(),
+        _ if counts.recounted() == 0 => {
+            format!(
+                "stored for all {} messages ({})",
+                group(total),
+                tokenizer.as_str()
+            )
+        }
+        _ => format!(
+            "{} of {} messages counted again with {}",
+            group(counts.recounted()),
+            group(total),
+            tokenizer.as_str()
+        ),
+    };
+    if counts.other_vocabulary > 0 {
+        let other = counts
+            .stored_encoding
+            .map_or("another vocabulary", Encoding::as_str);
+        line.push_str(&format!(
+            " ({} stored for {other}: the model changed)",
+            group(counts.other_vocabulary)
+        ));
+    }
+    if counts.missing > 0 {
+        line.push_str(&format!(
+            " ({} stored no count: written by an older soba)",
+            group(counts.missing)
+        ));
+    }
+    line
+}
+
+fn group(n: usize) -> String {
+    group_thousands(n as u64)
 }
 
 fn budget_error(err: BudgetError) -> CliError {

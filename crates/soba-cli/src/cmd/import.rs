@@ -7,8 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
+use soba_core::Encoding;
 use soba_core::terminal::Line;
-use soba_core::tokens::group_thousands;
+use soba_core::tokens::{BpeCounter, group_thousands};
 use soba_store::import::{FileOutcome, ImportedSession, import_dir, import_path};
 use soba_store::log::{ImportedFrom, SessionHeader, SystemMinter, write_new_session};
 use soba_store::reader::{list_sessions, read_header, session_path};
@@ -16,6 +17,22 @@ use soba_store::reader::{list_sessions, read_header, session_path};
 use crate::cli::{GlobalArgs, ImportArgs};
 use crate::context::Context;
 use crate::error::{CliError, CliResult};
+
+/// The counter an imported session's messages are counted with: the
+/// tokenizer of the model it will resume on (its own, as `soba run -c`
+/// picks it, else the configured one), `o200k_base` when neither resolves.
+fn import_counter(ctx: &Context, session: &ImportedSession) -> BpeCounter {
+    let model = crate::engine::session_model(&session.entries).or_else(|| session.model.clone());
+    let registry = ctx.config().registry();
+    let encoding = model
+        .and_then(|id| registry.resolve(&id).ok())
+        .or_else(|| {
+            let configured = ctx.config().resolve_model(None, &ctx.env).ok()?;
+            registry.resolve(&configured.id).ok()
+        })
+        .map_or(Encoding::O200kBase, |info| info.tokenizer);
+    BpeCounter::new(encoding)
+}
 
 /// Diagnostics printed per session in plain output; `--json` lists all.
 const MAX_DIAGNOSTICS_SHOWN: usize = 10;
@@ -88,6 +105,11 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     } else {
         previous_imports(&out_dir)
     };
+    let image_tokens = ctx.config().compaction.image_tokens;
+    for session in &mut sessions {
+        let counter = import_counter(&ctx, session);
+        session.store_counts(&counter, image_tokens);
+    }
     let mut reports = Vec::with_capacity(sessions.len());
     for session in &sessions {
         let written = if args.dry_run {

@@ -329,6 +329,52 @@ async fn a_session_is_measured_while_another_process_holds_it_open() {
     .await;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(value(&text(&output.stdout), "hardLimit"), Some("59,000"));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        line_value(&stdout, "counts"),
+        Some("stored for all 2 messages (o200k_base)"),
+        "{stdout}"
+    );
+
+    // The same log as an older soba wrote it, without counts: measured
+    // the same, and the counts line says they were counted again.
+    let stored_effective = value(&stdout, "effective").map(str::to_owned);
+    let stripped: String = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(object) = value.as_object_mut() {
+                object.remove("tokens");
+            }
+            value.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(&file, stripped).unwrap();
+    let output = run_async(
+        &sandbox,
+        &[
+            "budget",
+            "--session",
+            &id,
+            "--set",
+            "compaction.safetyReserveTokens=1000",
+        ],
+    )
+    .await;
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(
+        line_value(&stdout, "counts"),
+        Some(
+            "2 of 2 messages counted again with o200k_base (2 stored no count: written by an older soba)"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        value(&stdout, "effective").map(str::to_owned),
+        stored_effective
+    );
 }
 
 #[test]

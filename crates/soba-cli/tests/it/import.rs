@@ -239,6 +239,31 @@ fn a_synthetic_pi_session_gives_exact_counts() {
         header["importedFrom"]["path"],
         json!(std::fs::canonicalize(&file).unwrap().display().to_string())
     );
+    // Every message is written with its count, so a resume never
+    // tokenizes the history again: the task's is its text plus the
+    // message overhead in the vocabulary of the model it resumes on.
+    let lines: Vec<Value> = std::fs::read_to_string(&files[0])
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let messages: Vec<&Value> = lines.iter().filter(|l| l["type"] == "message").collect();
+    assert_eq!(messages.len(), 4);
+    for message in &messages {
+        assert_eq!(
+            message["tokens"]["encoding"],
+            json!("o200k_base"),
+            "{message}"
+        );
+        assert!(message["tokens"]["n"].as_u64().unwrap() > 4, "{message}");
+    }
+    use soba_core::TokenCounter;
+    let task = soba_core::tokens::BpeCounter::new(soba_core::Encoding::O200kBase)
+        .count_text("Fix the failing test.")
+        .n
+        .get();
+    assert_eq!(messages[0]["tokens"]["n"], json!(task + 4));
 
     // Importing again writes nothing new.
     let again = import_json(&sandbox, &[file.to_str().unwrap()]);

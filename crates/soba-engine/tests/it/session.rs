@@ -455,3 +455,135 @@ async fn a_rewind_keeps_the_auto_compact_setting() {
     assert_eq!(types.last().map(String::as_str), Some("leaf"));
     assert!(!h.core.lock().await.derived().auto_compact_or(true));
 }
+
+/// A byte counter that tallies the text it is asked to tokenize.
+#[derive(Debug, Default)]
+struct Tally {
+    bytes: std::sync::atomic::AtomicUsize,
+}
+
+impl Tally {
+    fn bytes(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl soba_core::TokenCounter for Tally {
+    fn encoding(&self) -> soba_core::Encoding {
+        soba_core::tokens::ByteCounter.encoding()
+    }
+
+    fn count_text(&self, text: &str) -> soba_core::tokens::Counted {
+        self.bytes
+            .fetch_add(text.len(), std::sync::atomic::Ordering::Relaxed);
+        soba_core::tokens::ByteCounter.count_text(text)
+    }
+}
+
+/// Opens `log` with a [`Tally`] as its counter; returns the bytes it
+/// tokenized, the next request and the measurement.
+fn open_tallied(
+    log: &std::path::Path,
+    config: &soba_engine::session::SessionConfig,
+) -> (usize, soba_provider::request::ChatRequest, String) {
+    let tally = std::sync::Arc::new(Tally::default());
+    let mut config = config.clone();
+    config.counter = Some(tally.clone());
+    let (core, diagnostics) = SessionCore::open(log, config, WriterOptions::default()).unwrap();
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let tools = soba_engine::tool::ToolRegistry::builtin();
+    let request = soba_engine::agent::build_request(&core, "model", &tools);
+    let measured = format!("{:?}", core.measure());
+    (tally.bytes(), request, measured)
+}
+
+/// Counts are stored, not recomputed (issue 18): a resumed session whose
+/// messages carry counts in the counter's vocabulary tokenizes none of
+/// them — what it tokenizes (system prompt, tool schemas) is the same for
+/// 4 turns as for 24. A log written before counts were stored still
+/// resumes, recounting, to the same next request and measurement.
+#[tokio::test]
+async fn a_resume_reads_stored_counts_and_an_old_log_recounts_to_the_same_request() {
+    // Small files, so 24 turns stay under hardLimit: no capsule.
+    let h = Harness::start(Options {
+        files: (0..40)
+            .map(|idx| (format!("data/file{idx:02}.txt"), 300))
+            .collect(),
+        ..no_hygiene()
+    })
+    .await;
+    h.agent
+        .barrier
+        .core
+        .lock()
+        .await
+        .append(EntryBody::ConfigChange {
+            auto_compact: Some(false),
+            approvals: None,
+        })
+        .unwrap();
+    let mut sizes = Vec::new();
+    for turn in 0..24 {
+        read(&h, turn);
+        h.push_text(&format!("turn {turn} answered"));
+        assert_eq!(
+            h.turn(&format!("read file {turn}")).await,
+            TurnEnd::Completed
+        );
+        if turn == 3 || turn == 23 {
+            sizes.push(std::fs::read(&h.log_path).unwrap());
+        }
+    }
+    assert_eq!(
+        h.count_logged("capsule"),
+        0,
+        "the whole log is the live stretch"
+    );
+    let Harness {
+        dir,
+        agent,
+        core,
+        config,
+        ..
+    } = h;
+    drop(agent);
+    drop(core);
+
+    let short = dir.path().join("short.jsonl");
+    let long = dir.path().join("long.jsonl");
+    std::fs::write(&short, &sizes[0]).unwrap();
+    std::fs::write(&long, &sizes[1]).unwrap();
+    let (short_bytes, _, _) = open_tallied(&short, &config);
+    let (long_bytes, long_request, long_measured) = open_tallied(&long, &config);
+    assert!(short_bytes > 0, "the system prompt and tools are counted");
+    assert_eq!(
+        long_bytes, short_bytes,
+        "no stored entry was tokenized again"
+    );
+
+    // The same log as an older SOBA wrote it: no `tokens` on any message.
+    let text = String::from_utf8(sizes[1].clone()).unwrap();
+    let mut stripped = String::new();
+    let mut n_stripped = 0;
+    for line in text.lines() {
+        let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+        if let Some(object) = value.as_object_mut()
+            && object.remove("tokens").is_some()
+        {
+            n_stripped += 1;
+        }
+        stripped.push_str(&value.to_string());
+        stripped.push('\n');
+    }
+    assert!(n_stripped >= 24 * 3, "{n_stripped} messages had counts");
+    let old = dir.path().join("old.jsonl");
+    std::fs::write(&old, stripped).unwrap();
+    let (old_bytes, old_request, old_measured) = open_tallied(&old, &config);
+    assert!(
+        old_bytes > long_bytes * 2,
+        "{old_bytes} vs {long_bytes}: it recounted"
+    );
+    assert_eq!(old_request, long_request);
+    assert_eq!(old_measured, long_measured);
+    drop(dir);
+}

@@ -380,6 +380,32 @@ impl ImportedSession {
     pub fn inference_count(&self) -> usize {
         self.inferences.len()
     }
+
+    /// Stores each message's token count in `counter`'s encoding (images
+    /// costing `image_tokens` each), as the session writer does for a
+    /// message SOBA appends: a resume with the same tokenizer then reads
+    /// the counts instead of tokenizing the history again. Returns the
+    /// tokens counted.
+    pub fn store_counts(
+        &mut self,
+        counter: &dyn soba_core::TokenCounter,
+        image_tokens: soba_core::TokenCount,
+    ) -> soba_core::TokenCount {
+        let mut total = soba_core::TokenCount::ZERO;
+        for entry in &mut self.entries {
+            if let soba_core::EntryBody::Message(logged) = &mut entry.body {
+                let counted =
+                    soba_core::tokens::count_message(counter, &logged.message, image_tokens);
+                total += counted.n;
+                logged.tokens = Some(soba_core::entry::StoredTokens {
+                    encoding: counter.encoding(),
+                    n: counted.n,
+                    estimated: counted.estimated,
+                });
+            }
+        }
+        total
+    }
 }
 
 /// What importing one file of a folder gave.
