@@ -173,10 +173,14 @@ pub trait Summarizer: Send + Sync {
     }
 }
 
-/// Returns the state the summarizer updates: the previous capsule's markdown
-/// (for an imported capsule, its foreign summary).
+/// Returns the state the summarizer updates: the previous capsule's eight
+/// narrative sections (for an imported capsule, its foreign summary). The
+/// local sections stay out: they are extracted again and attached to the
+/// new capsule, and a small model given them copies them into its
+/// narrative, which then grows with every capsule (Qwen2.5-Coder 0.5B
+/// repeated "## Original task" and the file lists inside "Next steps").
 pub fn previous_state(previous: &Capsule) -> String {
-    if previous.imported.is_some() || !previous.markdown.trim().is_empty() {
+    if previous.imported.is_some() {
         return previous.markdown.trim().to_owned();
     }
     render::narrative_markdown(&previous.narrative, 2)
@@ -523,6 +527,48 @@ mod tests {
             ),
             "{after}"
         );
+    }
+
+    #[test]
+    fn the_previous_state_is_the_narrative_without_the_local_sections() {
+        use crate::capsule::{Capsule, CapsuleState, LocalSections, Narrative, Quality, Trigger};
+        let capsule = Capsule {
+            trigger: Trigger::HardLimit,
+            quality: Quality::Full,
+            first_kept_entry_id: None,
+            boundary_truncation: None,
+            tokens_before: TokenCount::new(9_000),
+            tokens_after: TokenCount::new(3_000),
+            summarizer: "deterministic".into(),
+            previous_capsule_id: None,
+            state: CapsuleState::default(),
+            instructions: None,
+            native: None,
+            overflow: None,
+            imported: None,
+            narrative: Narrative {
+                goal: "fix it".into(),
+                ..Narrative::default()
+            },
+            earlier_narrative: None,
+            local: LocalSections {
+                original_task: "fix it".into(),
+                files_read: vec!["a.rs".into()],
+                ..LocalSections::default()
+            },
+            markdown: "## Goal\nfix it\n\n## Original task\nfix it\n\n### Files read\n- a.rs"
+                .into(),
+        };
+        let state = previous_state(&capsule);
+        assert!(state.starts_with("## Goal\nfix it\n"), "{state}");
+        for heading in crate::capsule::NARRATIVE_HEADINGS {
+            assert!(
+                state.contains(&format!("## {heading}\n")),
+                "{heading}: {state}"
+            );
+        }
+        assert!(!state.contains("Original task"), "{state}");
+        assert!(!state.contains("a.rs"), "{state}");
     }
 
     #[test]

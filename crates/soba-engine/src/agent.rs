@@ -241,6 +241,7 @@ impl Agent {
                     forced = Some(Forced::ContextOverflow {
                         stated_prompt: err.stated_prompt(),
                         request_tokens_local: local.get(),
+                        stated_limit: err.stated_limit(),
                     });
                     continue;
                 }

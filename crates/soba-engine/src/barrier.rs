@@ -47,6 +47,9 @@ pub enum Forced {
         stated_prompt: Option<u64>,
         /// The local count of the overflowing request.
         request_tokens_local: u64,
+        /// The context window the error stated: when it is smaller than
+        /// the one SOBA was told, the recovery plans for it.
+        stated_limit: Option<u64>,
     },
 }
 
@@ -123,6 +126,35 @@ fn facts_of(
 impl BarrierContext {
     fn emit(&self, event: EngineEvent) {
         (self.events)(event);
+    }
+
+    /// The budget an overflow recovery plans for when the provider stated
+    /// a window smaller than the one SOBA was told (a configured
+    /// `contextWindow` above what the server was started with): the
+    /// session's limits would only rebuild a request the server refuses
+    /// again. Says so once, with the fix. `None` when the stated window is
+    /// not smaller, or leaves no room for the request's `max_tokens`.
+    fn stated_budget(&self, core: &SessionCore, stated: u64) -> Option<soba_core::budget::Budget> {
+        let told = core.budget().context_window();
+        if stated >= told.get() {
+            return None;
+        }
+        let window = TokenCount::new(stated);
+        let max_output = core.budget().max_output_tokens();
+        let config = core.config().compaction.for_window(window, max_output);
+        let budget = soba_core::budget::Budget::compute(window, max_output, &config).ok()?;
+        self.emit(EngineEvent::Warning {
+            message: format!(
+                "the server's context window is {} tokens, not the {} soba was told: this recovery compacts for {}; \
+                 set models.\"{}\".contextWindow to {} (or leave it unset for a local server, which reports its own)",
+                soba_core::tokens::group_thousands(stated),
+                soba_core::tokens::group_thousands(told.get()),
+                soba_core::tokens::group_thousands(stated),
+                core.model_id(),
+                stated
+            ),
+        });
+        Some(budget)
     }
 
     fn flight_record(
@@ -299,11 +331,11 @@ impl BarrierContext {
                 summary,
             ));
         }
-        if after > core.budget().hard_limit() {
-            let reason = format!(
-                "capsule input {after} tokens > hardLimit {}",
-                core.budget().hard_limit()
-            );
+        // The plan's limits: the session's, or a stated window's (an
+        // overflow recovery on a server smaller than configured).
+        let hard_limit = snapshot.plan.budget.hard_limit();
+        if after > hard_limit {
+            let reason = format!("capsule input {after} tokens > hardLimit {hard_limit}");
             return Ok(self.finish(
                 &mut core,
                 &snapshot,
@@ -437,19 +469,24 @@ impl BarrierContext {
         }
 
         let effective = measurement.tokens;
+        let mut stated_window = None;
         let (chosen, instructions, overflow) = match forced {
             Some(Forced::User { instructions }) => (Trigger::User, instructions, None),
             Some(Forced::ContextOverflow {
                 stated_prompt,
                 request_tokens_local,
-            }) => (
-                Trigger::ContextOverflow,
-                None,
-                Some(soba_core::capsule::OverflowRecord {
-                    stated_prompt,
-                    request_tokens_local,
-                }),
-            ),
+                stated_limit,
+            }) => {
+                stated_window = stated_limit;
+                (
+                    Trigger::ContextOverflow,
+                    None,
+                    Some(soba_core::capsule::OverflowRecord {
+                        stated_prompt,
+                        request_tokens_local,
+                    }),
+                )
+            }
             None => {
                 let config = TriggerConfig::resolve(&core.config().compaction, &derived);
                 let idle_ms = core.idle_ms(&(self.clock)());
@@ -503,10 +540,14 @@ impl BarrierContext {
                 None,
             ))
             .n;
+        let plan_budget = match stated_window.and_then(|window| self.stated_budget(core, window)) {
+            Some(budget) => budget,
+            None => *core.budget(),
+        };
         let request = PlanRequest {
             trigger: chosen,
             effective,
-            budget: core.budget(),
+            budget: &plan_budget,
             summarizer_max_output_tokens: compaction.summarizer.max_output_tokens,
             facts_tokens,
             factor,
@@ -610,7 +651,7 @@ impl BarrierContext {
             pinned_system: pinned.system_messages,
         };
         Ok(Ok(Snapshot {
-            auto_limit: core.budget().auto_limit(),
+            auto_limit: planned.budget.auto_limit(),
             plan: planned,
             span,
             previous,
@@ -765,6 +806,17 @@ impl BarrierContext {
                 ),
                 None,
             );
+        }
+        if chunks.is_empty() {
+            // Nothing new since the previous capsule (a forced compaction
+            // that only re-fits the tail): no model call, and the previous
+            // narrative is carried by the deterministic capsule — it must
+            // not come back labelled as a new LLM summary.
+            return Generated::Content {
+                content: Box::new(deterministic(Quality::Full)),
+                usage: None,
+                fallback: None,
+            };
         }
         while chunk_idx < chunks.len() {
             let request = SummaryRequest {

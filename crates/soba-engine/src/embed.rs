@@ -762,6 +762,7 @@ impl Engine {
         state.pending = Some(Forced::ContextOverflow {
             stated_prompt,
             request_tokens_local: local,
+            stated_limit: None,
         });
         Ok(())
     }

@@ -46,6 +46,9 @@ pub enum ProviderError {
         status: u16,
         /// The prompt size the provider stated, when it stated one.
         stated_prompt: Option<u64>,
+        /// The context window the provider stated, when it stated one
+        /// (llama.cpp: "exceeds the available context size (8192 tokens)").
+        stated_limit: Option<u64>,
         /// The start of the response body.
         body: String,
     },
@@ -181,6 +184,14 @@ impl ProviderError {
         }
     }
 
+    /// Returns the context window stated by an overflow error.
+    pub fn stated_limit(&self) -> Option<u64> {
+        match self {
+            ProviderError::ContextOverflow { stated_limit, .. } => *stated_limit,
+            _ => None,
+        }
+    }
+
     /// Returns whether sending the same request again later can succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -261,6 +272,7 @@ mod tests {
         let err = ProviderError::ContextOverflow {
             status: 400,
             stated_prompt: Some(213_462),
+            stated_limit: None,
             body: "x".into(),
         };
         assert_eq!(

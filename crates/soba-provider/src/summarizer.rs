@@ -504,6 +504,7 @@ mod tests {
                 ProviderError::ContextOverflow {
                     status: 400,
                     stated_prompt: Some(300_000),
+                    stated_limit: None,
                     body: "too long".into(),
                 },
                 "overflow",

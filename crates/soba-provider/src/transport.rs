@@ -393,6 +393,7 @@ impl Transport {
             return ProviderError::ContextOverflow {
                 status,
                 stated_prompt: overflow.stated_prompt,
+                stated_limit: overflow.stated_limit,
                 body: excerpt(&body),
             }
             .into();

@@ -321,6 +321,7 @@ pub(crate) fn stream_error(kind: &str, message: &str, raw: &str) -> ProviderErro
         Some(found) => ProviderError::ContextOverflow {
             status: 400,
             stated_prompt: found.stated_prompt,
+            stated_limit: found.stated_limit,
             body: crate::error::excerpt(raw),
         },
         None => ProviderError::StreamFailed {

@@ -8,7 +8,7 @@ use soba_core::summarize::{
     SummarizeError, Summarizer, SummaryFuture, SummaryRequest, SummaryResponse,
 };
 use soba_core::{EntryBody, EntryId, Quality, TokenCount, Trigger};
-use soba_engine::event::{Outcome, TurnEnd};
+use soba_engine::event::{EngineEvent, Outcome, TurnEnd};
 use soba_engine::session::SessionCore;
 use soba_provider::fake::Script;
 use soba_store::log::WriterOptions;
@@ -332,6 +332,137 @@ async fn an_overflow_gets_one_recovery_compaction_and_one_retry() {
     }
     assert_eq!(h.server.requests().len(), before + 2);
     assert_paired(&h.server);
+}
+
+/// A server started with a smaller window than SOBA was told (llama.cpp
+/// `-c 8000` behind a configured 16,000) states its window in the
+/// overflow error: the recovery plans for that window, so the retry fits,
+/// and a warning names the setting to fix. Found by the real-model check:
+/// planning for the configured window rebuilt a request the server
+/// refused again.
+#[tokio::test]
+async fn an_overflow_that_states_a_smaller_window_recovers_for_that_window() {
+    let h = Harness::start(Options::default()).await;
+    for path in files_read(6) {
+        h.push_read(&path);
+    }
+    h.push_text("first turn done");
+    assert_eq!(h.turn("read six files").await, TurnEnd::Completed);
+    assert_eq!(h.count_logged("capsule"), 0);
+
+    h.server.push(Script::error(
+        400,
+        r#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8000 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8000}}"#,
+    ));
+    h.push_text("second turn done");
+    assert_eq!(h.turn("go on").await, TurnEnd::Completed);
+    let warnings: Vec<String> = h
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|event| match event {
+            EngineEvent::Warning { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.starts_with(
+            "the server's context window is 8,000 tokens, not the 16,000 soba was told"
+        ) && w.contains("models.\"fake/model\".contextWindow to 8000")),
+        "{warnings:?}"
+    );
+    let capsule = h
+        .logged_entries()
+        .into_iter()
+        .find_map(|entry| match entry.body {
+            EntryBody::Capsule(capsule) if capsule.trigger == Trigger::ContextOverflow => {
+                Some(capsule)
+            }
+            _ => None,
+        })
+        .expect("a context_overflow capsule");
+    // 8,000 − 2,000 output − 1,000 reserve = 5,000; autoLimit 0.8 × it.
+    assert!(
+        capsule.tokens_after <= TokenCount::new(4_000),
+        "{} after, planned for the stated window's autoLimit 4,000",
+        capsule.tokens_after
+    );
+    let retry = *h.sent.lock().unwrap().last().unwrap();
+    assert!(
+        retry.0 <= 5_000,
+        "the retry's local count {} fits 8,000 − 2,000 − 1,000",
+        retry.0
+    );
+    assert_paired(&h.server);
+}
+
+/// A forced compaction with nothing new since the previous capsule (an
+/// overflow right after a compaction) asks the summarizer nothing, and its
+/// capsule is not labelled an LLM summary: with no chunk to summarize, the
+/// previous state came back as if the model had written it (SmolLM2 run).
+#[tokio::test]
+async fn a_forced_compaction_with_nothing_new_is_not_an_llm_summary() {
+    let summarizer = Arc::new(FakeSummarizer::new([
+        FakeReply::Text(valid_summary()),
+        FakeReply::Text(valid_summary()),
+    ]));
+    let h = Harness::start(llm_options(summarizer.clone())).await;
+    for path in files_read(6) {
+        h.push_read(&path);
+    }
+    h.push_text("done");
+    assert_eq!(h.turn("read six").await, TurnEnd::Completed);
+    let cancel = CancellationToken::new();
+    let first = h
+        .agent
+        .barrier
+        .preflight(
+            Some(soba_engine::barrier::Forced::User { instructions: None }),
+            &cancel,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(first, soba_engine::barrier::Preflight::Compacted(_)),
+        "{first:?}"
+    );
+    assert_eq!(summarizer.requests().len(), 1);
+    let again = h
+        .agent
+        .barrier
+        .preflight(
+            Some(soba_engine::barrier::Forced::ContextOverflow {
+                stated_prompt: None,
+                request_tokens_local: 9_000,
+                stated_limit: None,
+            }),
+            &cancel,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, soba_engine::barrier::Preflight::Compacted(_)),
+        "{again:?}"
+    );
+    assert_eq!(
+        summarizer.requests().len(),
+        1,
+        "no chunk, no summarizer call"
+    );
+    let capsules: Vec<_> = h
+        .logged_entries()
+        .into_iter()
+        .filter_map(|entry| match entry.body {
+            EntryBody::Capsule(capsule) => Some(capsule),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(capsules.len(), 2);
+    assert_eq!(capsules[0].summarizer, summarizer.model());
+    assert_eq!(capsules[1].summarizer, "deterministic");
+    // The first capsule's narrative is carried, not lost.
+    assert_eq!(capsules[1].narrative.goal, capsules[0].narrative.goal);
 }
 
 #[tokio::test]

@@ -411,6 +411,7 @@ impl ModelClient for OverflowingClient {
                 return Err(ProviderError::ContextOverflow {
                     status: 400,
                     stated_prompt: Some(prompt + 3_000),
+                    stated_limit: None,
                     body: "prompt is too long".into(),
                 });
             }
