@@ -36,6 +36,13 @@ pub enum EntryBody {
         pruned_through: EntryId,
         /// Tokens the pass reclaimed.
         reclaimed_tokens: TokenCount,
+        /// The calls whose results the pass stubbed, as it decided them;
+        /// `None` in logs written before passes recorded them (the stubs
+        /// are then decided again on rebuild). A rebuild after a capsule
+        /// sees less of the path than the pass did (a background command's
+        /// start may lie before the retained tail), so only the recorded
+        /// decision gives the planned tail back.
+        stubbed_calls: Option<Vec<String>>,
     },
     /// A milestone or plan pivot.
     Checkpoint {

@@ -111,6 +111,12 @@ impl HygienePlan {
         EntryBody::Hygiene {
             pruned_through: self.pruned_through_entry_id.clone(),
             reclaimed_tokens: self.reclaimed_tokens,
+            stubbed_calls: Some(
+                self.stubbed
+                    .iter()
+                    .map(|stubbed| stubbed.call_id.clone())
+                    .collect(),
+            ),
         }
     }
 }

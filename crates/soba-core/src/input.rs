@@ -884,9 +884,11 @@ impl LiveInput {
                 SkillAction::Activate => self.activate_skill(skill),
                 SkillAction::Deactivate => self.skills.retain(|part| !is_skill(part, &skill.name)),
             },
-            EntryBody::Hygiene { pruned_through, .. } => {
-                self.apply_hygiene(path, path_idx, pruned_through)
-            }
+            EntryBody::Hygiene {
+                pruned_through,
+                stubbed_calls,
+                ..
+            } => self.apply_hygiene(path, path_idx, pruned_through, stubbed_calls.as_deref()),
             _ => {}
         }
     }
@@ -1225,7 +1227,13 @@ impl LiveInput {
     /// Applies a `hygiene` entry: stubs every result at or before
     /// `pruned_through` (SPEC §8.1), judging unresolved errors as of the
     /// entry, so the stubs are exactly those its plan counted.
-    fn apply_hygiene(&mut self, path: &[Entry], hygiene_idx: usize, pruned_through: &EntryId) {
+    fn apply_hygiene(
+        &mut self,
+        path: &[Entry],
+        hygiene_idx: usize,
+        pruned_through: &EntryId,
+        stubbed_calls: Option<&[String]>,
+    ) {
         let Some(through_idx) = path[self.region_start..hygiene_idx]
             .iter()
             .rposition(|entry| &entry.id == pruned_through)
@@ -1233,9 +1241,23 @@ impl LiveInput {
         else {
             return;
         };
-        for candidate in self.stub_candidates(through_idx) {
+        let candidates = match stubbed_calls {
+            // The pass's own decision, whatever this rebuild can see.
+            Some(calls) => self.recorded_stubs(through_idx, calls),
+            None => self.stub_candidates(through_idx),
+        };
+        for candidate in candidates {
             self.apply_stub(&candidate);
         }
+    }
+
+    /// Returns the candidates among the results of `calls` at or before
+    /// `through_idx`: those a pass recorded as stubbed.
+    fn recorded_stubs(&self, through_idx: usize, calls: &[String]) -> Vec<StubCandidate> {
+        let calls: HashSet<&str> = calls.iter().map(String::as_str).collect();
+        self.candidates(through_idx, |_, _, info| {
+            calls.contains(info.call_id.as_str())
+        })
     }
 
     /// Returns the results at or before path index `through_idx` that a
@@ -1243,6 +1265,19 @@ impl LiveInput {
     /// tool, not an unresolved error, and larger than their stub.
     pub(crate) fn stub_candidates(&self, through_idx: usize) -> Vec<StubCandidate> {
         let unresolved = self.unresolved_errors();
+        let config = &self.setup.config;
+        self.candidates(through_idx, |item_idx, result_idx, info| {
+            !config.is_protected(&info.tool) && !unresolved.contains(&(item_idx, result_idx))
+        })
+    }
+
+    /// Returns the results at or before `through_idx`, not yet stubbed,
+    /// that `eligible` accepts and that are larger than their stub.
+    fn candidates(
+        &self,
+        through_idx: usize,
+        eligible: impl Fn(usize, usize, &ResultInfo) -> bool,
+    ) -> Vec<StubCandidate> {
         let counter = self.counter();
         let config = &self.setup.config;
         let mut candidates = Vec::new();
@@ -1251,10 +1286,7 @@ impl LiveInput {
                 continue;
             }
             for (result_idx, info) in item.results.iter().enumerate() {
-                if info.stubbed
-                    || config.is_protected(&info.tool)
-                    || unresolved.contains(&(item_idx, result_idx))
-                {
+                if info.stubbed || !eligible(item_idx, result_idx, info) {
                     continue;
                 }
                 let body_tokens = if item.message.content.len() == 1 {
@@ -1760,6 +1792,7 @@ mod tests {
             EntryBody::Hygiene {
                 pruned_through: last,
                 reclaimed_tokens: TokenCount::ZERO,
+                stubbed_calls: None,
             },
         ));
     }

@@ -653,6 +653,9 @@ pub struct HygieneRecord {
     pub pruned_through_entry_id: String,
     /// Tokens reclaimed.
     pub reclaimed_tokens: u64,
+    /// The calls whose results were stubbed (absent in older logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stubbed_calls: Option<Vec<String>>,
 }
 
 /// A `checkpoint` entry's body (also a capsule's checkpoint list item).
@@ -1306,9 +1309,11 @@ impl BodyRecord {
             EntryBody::Hygiene {
                 pruned_through,
                 reclaimed_tokens,
+                stubbed_calls,
             } => BodyRecord::Hygiene(HygieneRecord {
                 pruned_through_entry_id: pruned_through.as_str().to_owned(),
                 reclaimed_tokens: reclaimed_tokens.get(),
+                stubbed_calls: stubbed_calls.clone(),
             }),
             EntryBody::Checkpoint { kind, note } => BodyRecord::Checkpoint(CheckpointRecord {
                 kind: kind.as_str().to_owned(),
@@ -1357,6 +1362,7 @@ impl BodyRecord {
             BodyRecord::Hygiene(record) => EntryBody::Hygiene {
                 pruned_through: parse_id("prunedThroughEntryId", &record.pruned_through_entry_id)?,
                 reclaimed_tokens: TokenCount::new(record.reclaimed_tokens),
+                stubbed_calls: record.stubbed_calls,
             },
             BodyRecord::Checkpoint(record) => EntryBody::Checkpoint {
                 kind: parse_name("kind", &record.kind, CheckpointKind::parse)?,
@@ -2048,6 +2054,7 @@ mod tests {
                 EntryBody::Hygiene {
                     pruned_through: e1.clone(),
                     reclaimed_tokens: TokenCount::new(20_000),
+                    stubbed_calls: None,
                 },
                 r#""prunedThroughEntryId":"e_00000000000000000000000000000001","reclaimedTokens":20000}"#,
             ),
@@ -2294,6 +2301,7 @@ mod tests {
             EntryBody::Hygiene {
                 pruned_through: id(IdKind::Entry, 2),
                 reclaimed_tokens: TokenCount::ZERO,
+                stubbed_calls: None,
             }
         );
         assert_eq!(

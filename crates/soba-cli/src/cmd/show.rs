@@ -134,6 +134,7 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
         EntryBody::Hygiene {
             pruned_through,
             reclaimed_tokens,
+            ..
         } => format!(
             "pruned through {} ({} tokens)",
             short(pruned_through, short_len),

@@ -874,6 +874,7 @@ fn check_unresolved(acts: &[Act]) -> Result<(), TestCaseError> {
                     session.push(EntryBody::Hygiene {
                         pruned_through,
                         reclaimed_tokens: TokenCount::ZERO,
+                        stubbed_calls: None,
                     });
                 }
             }
@@ -972,4 +973,61 @@ proptest! {
         prop_assert_eq!(plan.skip, Some(SkipReason::NothingToCompact));
         prop_assert!(plan.span_entry_ids.is_empty());
     }
+}
+
+/// The shrunk case proptest found at 5,000 cases: hygiene stubs a
+/// background command's output, two `/compact`s follow.
+#[test]
+fn a_compaction_after_hygiene_keeps_the_planned_tail() {
+    let shell = |command, dir, style, reply| Call::Shell {
+        command,
+        dir,
+        style,
+        reply,
+    };
+    let round = |steps: Vec<Step>, hygiene| Round {
+        steps,
+        rewind: 0,
+        trigger: Trigger::User,
+        capsule_share: 0,
+        hygiene,
+    };
+    let limits = Limits {
+        window: 14_375,
+        max_output: 500,
+        keep_recent: 1_248,
+        summarizer_max_output: 100,
+        facts: 0,
+    };
+    let rounds = vec![
+        round(vec![Step::User(1)], false),
+        round(
+            vec![Step::Calls(vec![shell(0, 1, 0, Reply::Running(1))])],
+            false,
+        ),
+        round(
+            vec![
+                Step::Batch(vec![(9_699, 3, false, false), (10_285, 0, false, false)]),
+                Step::Calls(vec![
+                    shell(0, 1, 1, Reply::Exit(1)),
+                    Call::Edit {
+                        file: 0,
+                        reply: Reply::Exit(0),
+                    },
+                ]),
+                Step::Calls(vec![Call::Poll {
+                    session: 1,
+                    reply: Reply::Exit(0),
+                }]),
+                Step::Calls(vec![
+                    shell(0, 1, 1, Reply::Running(1)),
+                    shell(1, 0, 0, Reply::Exit(0)),
+                ]),
+            ],
+            true,
+        ),
+        round(vec![Step::User(1)], false),
+        round(vec![Step::User(1)], false),
+    ];
+    run_rounds(&limits, &rounds).unwrap();
 }

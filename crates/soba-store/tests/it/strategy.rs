@@ -410,10 +410,13 @@ pub fn body() -> impl Strategy<Value = EntryBody> {
             .prop_map(|(message, tokens)| EntryBody::Message(MessageEntry { message, tokens })),
         context().prop_map(EntryBody::Context),
         capsule(option::of(entry_id())).prop_map(|capsule| EntryBody::Capsule(Box::new(capsule))),
-        (entry_id(), any::<u64>()).prop_map(|(pruned_through, n)| EntryBody::Hygiene {
-            pruned_through,
-            reclaimed_tokens: TokenCount::new(n),
-        }),
+        (entry_id(), any::<u64>(), option::of(vec(text(), 0..3))).prop_map(
+            |(pruned_through, n, stubbed_calls)| EntryBody::Hygiene {
+                pruned_through,
+                reclaimed_tokens: TokenCount::new(n),
+                stubbed_calls,
+            }
+        ),
         (checkpoint_kind(), text()).prop_map(|(kind, note)| EntryBody::Checkpoint { kind, note }),
         entry_id().prop_map(|target| EntryBody::Leaf { target }),
         text().prop_map(|model| EntryBody::ModelChange { model }),
