@@ -91,17 +91,22 @@ def main():
     # Failures the check names.
     if "panicked at" in stderr:
         failures.append("a panic on stderr")
-    # SOBA's own bound: every request's local count within the hardLimit
-    # in force when it was sent (the newest flight record before it: the
-    # overflow turn is told a larger window on purpose).
+    # SOBA's own bound: every request's measured input (the effective
+    # tokens its last preflight left: local count x calibration) within the
+    # hardLimit in force when it was sent (the newest flight record before
+    # it: the overflow phase is told a larger window on purpose). The raw
+    # local count may exceed it when calibration learned a factor below 1.
     local_counts = [m.get("requestTokensLocal") for m in assistants if m.get("requestTokensLocal")]
-    limited = sorted((f.get("timestamp", ""), f["limits"]["hardLimit"]) for f in flights if "limits" in f)
+    records = sorted(((f.get("timestamp", ""), f) for f in flights if "limits" in f), key=lambda pair: pair[0])
     over = []
     for message in assistants:
-        local = message.get("requestTokensLocal")
-        before = [limit for stamp, limit in limited if stamp <= message.get("timestamp", "")]
-        if local and before and local > before[-1]:
-            over.append(f"{local} > {before[-1]}")
+        before = [record for stamp, record in records if stamp <= message.get("timestamp", "")]
+        if not message.get("requestTokensLocal") or not before:
+            continue
+        record = before[-1]
+        effective, limit = record.get("tokensAfter", 0), record["limits"]["hardLimit"]
+        if effective > limit:
+            over.append(f"{effective} > {limit}")
     if over:
         failures.append(f"{len(over)} requests over the hardLimit in force (local count): {over}")
     # The real bound: what the server measured, plus the reply, within its
@@ -144,7 +149,7 @@ def main():
         print(f"prompt tokens/request min {min(prompt_tokens)}, median {int(statistics.median(prompt_tokens))}, max {max(prompt_tokens)} (server-measured)")
     print(f"hardLimit             {hard_limit if hard_limit is not None else '-'} (SOBA's, from the flight records; {sorted(hard_limits)})")
     if local_counts:
-        print(f"local count/request   min {min(local_counts)}, median {int(statistics.median(local_counts))}, max {max(local_counts)} (o200k, what SOBA bounds)")
+        print(f"local count/request   min {min(local_counts)}, median {int(statistics.median(local_counts))}, max {max(local_counts)} (o200k; SOBA bounds it times calibration)")
     print(f"tool calls run        {len(tools)} ({', '.join(sorted({t.get('name', '?') for t in tools})) or 'none'})")
     considered = [f for f in flights if f.get("level") == "hygiene"]
     why = {}

@@ -313,6 +313,8 @@ pub enum Action {
     Picked(PickerPurpose, String),
     /// A confirmed rewind.
     Rewind(RewindPlan),
+    /// Show the conversation before the live stretch (read from the log).
+    LoadEarlier,
     /// Leave soba.
     Quit,
 }
@@ -324,6 +326,9 @@ pub enum UiEvent {
     Header(Header),
     /// The conversation, rebuilt from the path.
     History(Vec<HistoryItem>),
+    /// Whether the conversation shown starts after the session's first
+    /// entry (only the live stretch was read): PageUp asks for the rest.
+    EarlierHistory(bool),
     /// New sidebar figures.
     Sidebar(Sidebar),
     /// A piece of streamed assistant text.
@@ -384,6 +389,8 @@ pub struct AppState {
     pub hint: Option<String>,
     /// Lines scrolled up from the bottom of the conversation.
     pub scroll: usize,
+    /// The conversation shown starts after the session's first entry.
+    pub earlier_history: bool,
     /// When Ctrl-C was last pressed (not rendered).
     pub last_ctrl_c: Option<Instant>,
     /// Whether tool results are shown in full (Ctrl-O).
@@ -496,6 +503,7 @@ impl AppState {
                 }
                 self.header = header;
             }
+            UiEvent::EarlierHistory(earlier) => self.earlier_history = earlier,
             UiEvent::History(items) => {
                 self.history = items;
                 let len = self.history.len();
@@ -618,6 +626,11 @@ impl AppState {
             KeyCode::Right => self.input.cursor = (self.input.cursor + 1).min(self.input.n_chars()),
             KeyCode::Home => self.input.cursor = 0,
             KeyCode::End => self.input.cursor = self.input.n_chars(),
+            KeyCode::PageUp if self.earlier_history => {
+                self.scroll += 10;
+                self.earlier_history = false;
+                return vec![Action::LoadEarlier];
+            }
             KeyCode::PageUp => self.scroll += 10,
             KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(10),
             _ => {}
@@ -989,6 +1002,23 @@ mod tests {
             [Action::Picked(PickerPurpose::Rewind, "e_2".into())]
         );
         assert_eq!(state.overlay, None);
+    }
+
+    #[test]
+    fn page_up_asks_once_for_earlier_history_when_only_the_stretch_is_shown() {
+        let mut state = AppState::default();
+        let now = Instant::now();
+        assert!(state.on_key(key(KeyCode::PageUp), now).is_empty());
+        state.apply(UiEvent::EarlierHistory(true));
+        assert_eq!(
+            state.on_key(key(KeyCode::PageUp), now),
+            [Action::LoadEarlier]
+        );
+        assert!(
+            state.on_key(key(KeyCode::PageUp), now).is_empty(),
+            "asked once"
+        );
+        assert_eq!(state.scroll, 30);
     }
 
     #[test]

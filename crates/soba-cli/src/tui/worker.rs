@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::{RewindTarget, SlashCommand};
 use super::state::{
-    Action, ApprovalView, Header, Overlay, Picker, PickerItem, PickerPurpose, ResultLine,
-    RewindPlan, UiEvent,
+    Action, ApprovalView, Header, HistoryItem, Overlay, Picker, PickerItem, PickerPurpose,
+    ResultLine, RewindPlan, UiEvent,
 };
 use super::view;
 use crate::cmd::capsule::{self as capsule_files, ExportSource, HandoffInput};
@@ -129,9 +129,11 @@ struct Live {
     core: Arc<Mutex<SessionCore>>,
     agent: Agent,
     setup: ModelSetup,
-    /// The whole path the conversation view shows, root → leaf: the core
-    /// keeps only the live stretch, so what compaction dropped from memory
-    /// is kept here (read from the log once at open).
+    /// The path the conversation view shows, → leaf: at open the core's
+    /// live stretch (the newest part, so the first frame never waits on
+    /// the whole log), and from the root once the user asks for earlier
+    /// history (PageUp); the core keeps only the live stretch, so what
+    /// compaction dropped from memory is kept here.
     shown: std::sync::Mutex<Vec<Entry>>,
 }
 
@@ -353,15 +355,9 @@ impl Worker {
             approvals.restore(&recorded);
         }
         self.approvals = Some((log, approvals.clone()));
-        let shown = match core.full_path() {
-            Ok(path) => path,
-            Err(err) => {
-                notes.push(format!(
-                    "warning: the conversation before the latest capsule is not shown ({err})"
-                ));
-                core.path().to_vec()
-            }
-        };
+        // The live stretch only: earlier history is read from the log when
+        // the user scrolls up for it (`Action::LoadEarlier`).
+        let shown = core.path().to_vec();
         let core = Arc::new(Mutex::new(core));
         let agent = Agent {
             barrier: engine::barrier(core.clone(), self.sink(), summarizer),
@@ -404,11 +400,24 @@ impl Worker {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if !view::follow_stretch(&mut shown, core.path()) {
-                // The stretch does not attach to what was shown: read the
-                // whole path again.
-                *shown = core.full_path().unwrap_or_else(|_| core.path().to_vec());
+                // The stretch does not attach to what was shown (a rewind
+                // elsewhere): show the new stretch; earlier history loads
+                // on request again.
+                *shown = core.path().to_vec();
             }
-            view::history_items(&shown, short, self.running.is_some())
+            let earlier = shown.first().is_some_and(|entry| entry.parent_id.is_some());
+            let mut items = view::history_items(&shown, short, self.running.is_some());
+            if earlier {
+                items.insert(
+                    0,
+                    HistoryItem::Event(
+                        "earlier conversation not loaded: PageUp loads it (/rewind lists every message)"
+                            .to_owned(),
+                    ),
+                );
+            }
+            self.send(UiEvent::EarlierHistory(earlier));
+            items
         };
         self.send(UiEvent::History(items));
         self.send(UiEvent::Sidebar(view::sidebar(&core)));
@@ -519,7 +528,31 @@ impl Worker {
             }
             Action::Picked(purpose, key) => self.on_picked(purpose, key).await,
             Action::Rewind(plan) => self.rewind(plan).await,
+            Action::LoadEarlier => self.load_earlier().await,
             Action::Quit => {}
+        }
+    }
+
+    /// Shows the whole path from the root: the log is read once, now.
+    async fn load_earlier(&mut self) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let path = {
+            let core = live.core.lock().await;
+            core.full_path()
+        };
+        match path {
+            Ok(path) => {
+                *live
+                    .shown
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = path;
+                self.refresh().await;
+            }
+            Err(err) => self.send(UiEvent::Note(format!(
+                "warning: the earlier conversation could not be read ({err})"
+            ))),
         }
     }
 
@@ -2006,6 +2039,70 @@ mod tests {
         );
         assert_eq!(after.len(), 2, "{after:?}");
         switching.quit().await;
+    }
+
+    /// Issue 18: a resumed session opens on its live stretch (the first
+    /// frame never waits on reading the whole log); PageUp's
+    /// `LoadEarlier` reads the rest once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_resumed_session_opens_on_its_live_stretch_and_loads_earlier_history_on_request() {
+        let mut first = rig().await;
+        first.approved_turn().await;
+        first.approved_turn().await;
+        first.send(Action::Command(SlashCommand::Compact {
+            save: false,
+            instructions: None,
+        }));
+        first
+            .until("the compaction's end", |r| {
+                matches!(r, UiEvent::Finished(_))
+            })
+            .await;
+        let (_, dir, server) = first.quit_keeping_all().await;
+
+        let users = |items: &[HistoryItem]| {
+            items
+                .iter()
+                .filter(|item| matches!(item, HistoryItem::User(_)))
+                .count()
+        };
+        let mut resumed = rig_at(server, dir, &Start::Continue, |_| {});
+        let seen = resumed
+            .until(
+                "the history",
+                |r| matches!(r, UiEvent::History(items) if !items.is_empty()),
+            )
+            .await;
+        assert!(seen.contains(&UiEvent::EarlierHistory(true)), "{seen:?}");
+        let Some(UiEvent::History(stretch)) = seen.last() else {
+            unreachable!("until returned on a history")
+        };
+        assert_eq!(
+            stretch.first(),
+            Some(&HistoryItem::Event(
+                "earlier conversation not loaded: PageUp loads it (/rewind lists every message)"
+                    .into()
+            ))
+        );
+        assert!(users(stretch) < 2, "{stretch:?}");
+
+        resumed.send(Action::LoadEarlier);
+        let seen = resumed
+            .until(
+                "the whole history",
+                |r| matches!(r, UiEvent::History(items) if users(items) == 2),
+            )
+            .await;
+        assert!(seen.contains(&UiEvent::EarlierHistory(false)), "{seen:?}");
+        let Some(UiEvent::History(whole)) = seen.last() else {
+            unreachable!("until returned on a history")
+        };
+        // From the root: the session's first entry, its model.
+        assert_eq!(
+            whole.first(),
+            Some(&HistoryItem::Event("model fake/test-model".into()))
+        );
+        resumed.quit().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
