@@ -205,35 +205,46 @@ fn tui_first_frame(fixtures: &Fixtures, scenario: &str, marker: &str) -> Duratio
         .file_stem()
         .and_then(|stem| stem.to_str())
         .expect("a session file name");
-    let name = format!("soba-bench-{}", std::process::id());
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("soba-bench-{}-{run}", std::process::id());
+    // `exec`: the pane's process is soba itself, so its pid is the one to
+    // wait for after the window is killed (it holds the session's lock).
     let shell = format!(
-        "cd {ws} && SOBA_HOME={home} OPENAI_API_KEY=bench-key-never-sent {soba} --session-dir {dir} -r {id}",
+        "cd {ws} && SOBA_HOME={home} OPENAI_API_KEY=bench-key-never-sent exec {soba} --session-dir {dir} -r {id}",
         ws = fixtures.root.join("ws").display(),
         home = fixtures.root.join("home").display(),
         soba = soba(),
         dir = dir.display(),
     );
     let started = Instant::now();
-    let status = Command::new("tmux")
+    let output = Command::new("tmux")
         .args([
             "new-session",
             "-d",
+            "-P",
+            "-F",
+            "#{pane_pid}",
             "-x",
             "160",
             "-y",
             "48",
-            "-s",
-            &name,
-            &shell,
         ])
-        .status()
+        .args(["-s", &name, &shell])
+        .output()
         .expect("start tmux");
-    assert!(status.success(), "tmux new-session failed");
+    assert!(output.status.success(), "tmux new-session failed");
+    let pid = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     let elapsed = loop {
         let screen = Command::new("tmux")
             .args(["capture-pane", "-p", "-t", &name])
             .output()
             .expect("capture the tmux pane");
+        assert!(
+            screen.status.success(),
+            "the TUI exited before showing {marker:?} (soba -r {id} in {})",
+            dir.display()
+        );
         if String::from_utf8_lossy(&screen.stdout).contains(marker) {
             break started.elapsed();
         }
@@ -246,6 +257,12 @@ fn tui_first_frame(fixtures: &Fixtures, scenario: &str, marker: &str) -> Duratio
     let _ = Command::new("tmux")
         .args(["kill-session", "-t", &name])
         .status();
+    // The next run opens the same session: wait until this one let go.
+    let proc_dir = Path::new("/proc").join(&pid);
+    let waited = Instant::now();
+    while proc_dir.exists() && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     elapsed
 }
 

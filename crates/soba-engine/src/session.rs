@@ -373,6 +373,33 @@ impl SessionCore {
             .len()
     }
 
+    /// Returns the short-id length without reading the file: the whole
+    /// session's once known ([`SessionCore::short_id_len`] or
+    /// [`SessionCore::prime_short_ids`]), until then the live stretch's.
+    /// For display on a path that must not wait on a large log (the TUI's
+    /// first frame); lookups by prefix check the whole file anyway.
+    pub fn short_id_len_now(&self) -> usize {
+        match self.short_ids.get() {
+            Some(ids) => ids.len(),
+            None => ShortIds::new(self.path.iter().map(|entry| &entry.id)).len(),
+        }
+    }
+
+    /// Supplies the ids of the whole file, read elsewhere (e.g. by a
+    /// background thread with [`soba_store::reader::entry_ids`]); the live
+    /// stretch's ids are added, so entries appended since the file was
+    /// read count too. No effect once the ids are known.
+    pub fn prime_short_ids(&self, ids: &[EntryId]) {
+        if self.short_ids.get().is_some() {
+            return;
+        }
+        let mut short = ShortIds::new(ids.iter());
+        for entry in &self.path {
+            short.insert(&entry.id);
+        }
+        let _ = self.short_ids.set(short);
+    }
+
     /// Returns the live model input.
     pub fn live(&self) -> &LiveInput {
         &self.live

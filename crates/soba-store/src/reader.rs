@@ -942,6 +942,37 @@ pub fn has_content(path: impl AsRef<Path>) -> bool {
     }
 }
 
+/// Returns the id of every entry line of the log at `path`, in file order,
+/// reading one line at a time (memory stays at one line plus the ids):
+/// what the shortest unique id length needs, without decoding entries.
+/// Lines without a valid id (the header, damaged lines) are skipped.
+pub fn entry_ids(path: impl AsRef<Path>) -> Result<Vec<EntryId>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow)]
+        id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let path = path.as_ref();
+    let (file, _) = crate::untrusted::open_untrusted(path).map_err(StoreError::open)?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut line = Vec::new();
+    let mut ids = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|err| StoreError::io("read", path, err))?;
+        if n == 0 {
+            return Ok(ids);
+        }
+        if let Ok(IdOnly { id: Some(id) }) = serde_json::from_slice::<IdOnly<'_>>(&line)
+            && let Ok(id) = EntryId::parse(&id)
+        {
+            ids.push(id);
+        }
+    }
+}
+
 /// Finds the session whose id is `prefix` or starts with it.
 pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummary, StoreError> {
     let dir = dir.as_ref();

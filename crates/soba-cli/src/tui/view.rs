@@ -300,7 +300,7 @@ pub fn sidebar(core: &SessionCore) -> Sidebar {
         auto_compact: core
             .derived()
             .auto_compact_or(core.config().compaction.auto),
-        last_compaction: last_compaction(core.path(), core.short_id_len()),
+        last_compaction: last_compaction(core.path(), core.short_id_len_now()),
         latest_capsule: core.path().iter().rev().find_map(|entry| {
             matches!(entry.body, EntryBody::Capsule(_)).then(|| entry.id.as_str().to_owned())
         }),
@@ -556,7 +556,7 @@ pub fn plan_rewind(
     entries: &[Entry],
     current: &[Entry],
 ) -> Result<RewindPlan, String> {
-    let short = core.short_id_len();
+    let short = core.short_id_len_now();
     let (leaf, restore_input, label) = match &target.body {
         EntryBody::Message(stored) if stored.message.is_real_user() => {
             let Some(parent) = target.parent_id.clone() else {

@@ -358,7 +358,16 @@ impl Worker {
         // The live stretch only: earlier history is read from the log when
         // the user scrolls up for it (`Action::LoadEarlier`).
         let shown = core.path().to_vec();
+        let log_path = core.log_path().to_path_buf();
         let core = Arc::new(Mutex::new(core));
+        // The short-id length needs every id of the file: read them off the
+        // UI's path (a 1 GB log takes seconds), the stretch's until then.
+        let priming = core.clone();
+        std::thread::spawn(move || {
+            if let Ok(ids) = soba_store::reader::entry_ids(&log_path) {
+                priming.blocking_lock().prime_short_ids(&ids);
+            }
+        });
         let agent = Agent {
             barrier: engine::barrier(core.clone(), self.sink(), summarizer),
             model: client,
@@ -389,7 +398,7 @@ impl Worker {
             return;
         };
         let core = live.core.lock().await;
-        let short = core.short_id_len();
+        let short = core.short_id_len_now();
         self.send(UiEvent::Header(Header {
             model: core.model_id().to_owned(),
             session: core.header().id.as_str().chars().take(8).collect(),
@@ -686,7 +695,7 @@ impl Worker {
     }
 
     fn short(&self, core: &SessionCore) -> usize {
-        core.short_id_len()
+        core.short_id_len_now()
     }
 
     /// Reads the whole log (what lies before the core's live stretch), or
