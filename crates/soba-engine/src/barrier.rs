@@ -313,11 +313,16 @@ impl BarrierContext {
             usage,
         });
         if !post.ok {
+            let share = match before.get() {
+                0 => 0.0,
+                total => post.reclaimed.max(0) as f64 * 100.0 / total as f64,
+            };
             let reason = format!(
-                "post-ROI: reclaimed {} of {} tokens, below roiFloor {} or minSavingsRatio",
+                "post-ROI: reclaimed {} of {} tokens ({share:.1} %), below roiFloor {} or minSavingsRatio {}",
                 soba_core::tokens::group_thousands(post.reclaimed.max(0) as u64),
                 before,
-                core.budget().roi_floor()
+                core.budget().roi_floor(),
+                core.budget().min_savings_ratio()
             );
             if trigger.is_soft() {
                 let budget = *core.budget();
