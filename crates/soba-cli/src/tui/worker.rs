@@ -135,7 +135,12 @@ struct Live {
     /// history (PageUp); the core keeps only the live stretch, so what
     /// compaction dropped from memory is kept here.
     shown: std::sync::Mutex<Vec<Entry>>,
+    /// The ids of the whole file, once a background thread has read them.
+    file_ids: FileIds,
 }
+
+/// The slot a background thread fills with the ids of the session's file.
+type FileIds = Arc<std::sync::Mutex<Option<Vec<soba_core::EntryId>>>>;
 
 /// A turn or `/compact` in progress.
 struct Running {
@@ -360,12 +365,16 @@ impl Worker {
         let shown = core.path().to_vec();
         let log_path = core.log_path().to_path_buf();
         let core = Arc::new(Mutex::new(core));
-        // The short-id length needs every id of the file: read them off the
-        // UI's path (a 1 GB log takes seconds), the stretch's until then.
-        let priming = core.clone();
+        // The short-id length needs every id of the file: a thread reads
+        // them off the UI's path (a 1 GB log takes seconds) into a slot the
+        // next refresh hands to the core; the stretch's length until then.
+        // The thread never holds the core, so closing an unused session
+        // still owns it and can remove it.
+        let file_ids: FileIds = Arc::new(std::sync::Mutex::new(None));
+        let filler = file_ids.clone();
         std::thread::spawn(move || {
             if let Ok(ids) = soba_store::reader::entry_ids(&log_path) {
-                priming.blocking_lock().prime_short_ids(&ids);
+                *filler.lock().unwrap_or_else(PoisonError::into_inner) = Some(ids);
             }
         });
         let agent = Agent {
@@ -386,6 +395,7 @@ impl Worker {
             agent,
             setup,
             shown: std::sync::Mutex::new(shown),
+            file_ids,
         });
         Ok(notes)
     }
@@ -398,6 +408,14 @@ impl Worker {
             return;
         };
         let core = live.core.lock().await;
+        if let Some(ids) = live
+            .file_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            core.prime_short_ids(&ids);
+        }
         let short = core.short_id_len_now();
         self.send(UiEvent::Header(Header {
             model: core.model_id().to_owned(),
