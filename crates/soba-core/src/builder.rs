@@ -13,7 +13,7 @@
 
 use crate::capsule::{
     BoundaryTruncation, Capsule, CapsuleState, ImportedCapsule, LocalSections, Narrative,
-    NativeContinuation, OverflowRecord, Quality, Trigger,
+    NativeContinuation, OverflowRecord, Quality, SummaryScope, Trigger,
 };
 use crate::entry::CheckpointKind;
 use crate::facts::{
@@ -88,6 +88,8 @@ pub struct CapsuleContent {
     pub tokens: TokenCount,
     /// The size bound it was fitted to.
     pub bound: TokenCount,
+    /// Set when the summarizer read only the newest part of the span.
+    pub scope: Option<SummaryScope>,
 }
 
 impl CapsuleContent {
@@ -101,7 +103,15 @@ impl CapsuleContent {
             trigger: self.trigger,
             summarizer: &self.summarizer,
             imported: None,
+            scope: self.scope.as_ref(),
         }
+    }
+
+    /// Records that the summarizer read only the newest part of the span
+    /// (the capsule says so to the model) and fits the capsule again.
+    pub fn with_scope(mut self, scope: SummaryScope, counter: &dyn TokenCounter) -> Self {
+        self.scope = Some(scope);
+        fit(self, counter)
     }
 
     /// Frames the content as a capsule entry's fields.
@@ -120,6 +130,7 @@ impl CapsuleContent {
             native: frame.native,
             overflow: frame.overflow,
             imported: frame.imported,
+            scope: self.scope,
             narrative: self.narrative,
             earlier_narrative: self.earlier_narrative,
             local: self.local,
@@ -367,6 +378,7 @@ pub fn build_deterministic(
         markdown: String::new(),
         tokens: TokenCount::ZERO,
         bound: capsule_bound(options.auto_limit),
+        scope: None,
     };
     fit(content, counter)
 }
@@ -391,6 +403,7 @@ pub fn build_with_narrative(
         markdown: String::new(),
         tokens: TokenCount::ZERO,
         bound: capsule_bound(options.auto_limit),
+        scope: None,
     };
     fit(content, counter)
 }

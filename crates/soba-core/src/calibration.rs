@@ -484,6 +484,7 @@ mod tests {
             native: None,
             overflow,
             imported: None,
+            scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
             local: Default::default(),

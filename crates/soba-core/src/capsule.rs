@@ -304,6 +304,23 @@ pub struct LocalSections {
     pub active_skills: Vec<String>,
 }
 
+/// How much of a span the LLM summarizer read, recorded when the span
+/// needed more than `summarizer.maxChunks` chunks: the narrative covers
+/// the newest part, the local sections the whole span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryScope {
+    /// The oldest span entry the summarizer read.
+    pub from_entry_id: EntryId,
+    /// Whether only the end of that entry was read.
+    pub partial: bool,
+    /// Summarizer calls made.
+    pub chunks: u64,
+    /// Tokens of span text the summarizer read.
+    pub summarized_tokens: TokenCount,
+    /// Tokens of the older span entries it did not read.
+    pub facts_only_tokens: TokenCount,
+}
+
 /// A capsule entry's structured fields plus its rendered markdown.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Capsule {
@@ -333,6 +350,8 @@ pub struct Capsule {
     pub overflow: Option<OverflowRecord>,
     /// Set on capsules imported from another agent.
     pub imported: Option<ImportedCapsule>,
+    /// Set when the summarizer read only the newest part of the span.
+    pub scope: Option<SummaryScope>,
     /// The narrative sections.
     pub narrative: Narrative,
     /// The previous capsule's narrative, verbatim (≤ 2,000 tokens).

@@ -223,6 +223,10 @@ pub struct SummarizerConfig {
     pub model: Option<String>,
     /// The output budget of one summarizer call (default 2,000).
     pub max_output_tokens: TokenCount,
+    /// The most summarizer calls (chunks) one compaction makes (default
+    /// 8): a longer span has its newest part summarized and its older
+    /// part carried by the local sections.
+    pub max_chunks: usize,
 }
 
 impl Default for SummarizerConfig {
@@ -230,6 +234,7 @@ impl Default for SummarizerConfig {
         SummarizerConfig {
             model: None,
             max_output_tokens: TokenCount::new(2_000),
+            max_chunks: crate::summarize::MAX_CHUNKS,
         }
     }
 }
@@ -423,7 +428,7 @@ impl CompactionConfig {
 
 /// The keys [`CompactionConfig::set_key`] accepts, as written under
 /// `compaction` (camelCase; `summarizer.*` dotted), aliases excluded.
-pub const COMPACTION_KEYS: [&str; 24] = [
+pub const COMPACTION_KEYS: [&str; 25] = [
     "auto",
     "compactOnTurnComplete",
     "compactOnMilestone",
@@ -448,6 +453,7 @@ pub const COMPACTION_KEYS: [&str; 24] = [
     "native",
     "summarizer.model",
     "summarizer.maxOutputTokens",
+    "summarizer.maxChunks",
 ];
 
 /// Why a configuration value cannot be applied.
@@ -595,6 +601,13 @@ impl CompactionConfig {
             }
             "summarizer.maxOutputTokens" => {
                 self.summarizer.max_output_tokens = as_tokens(key, value)?
+            }
+            "summarizer.maxChunks" => {
+                let n = as_u64(key, value)?;
+                if n == 0 {
+                    return Err(wrong_type(key, "a positive integer", value));
+                }
+                self.summarizer.max_chunks = usize::try_from(n).unwrap_or(usize::MAX);
             }
             "summarizer" => {
                 let object = value
@@ -838,7 +851,8 @@ mod tests {
             config.summarizer,
             SummarizerConfig {
                 model: None,
-                max_output_tokens: TokenCount::new(2_000)
+                max_output_tokens: TokenCount::new(2_000),
+                max_chunks: 8,
             }
         );
     }

@@ -247,6 +247,7 @@ mod tests {
             native: None,
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
             local: Default::default(),

@@ -1621,6 +1621,7 @@ mod tests {
             }),
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
             local: LocalSections::default(),

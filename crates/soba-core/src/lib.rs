@@ -32,7 +32,7 @@ pub mod tokens;
 pub mod trigger;
 pub mod unit;
 
-pub use capsule::{Capsule, CapsuleState, Quality, Trigger};
+pub use capsule::{Capsule, CapsuleState, Quality, SummaryScope, Trigger};
 pub use entry::{
     ApprovalGrants, CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry,
 };

@@ -10,10 +10,12 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::capsule::{Capsule, LocalSections, NARRATIVE_HEADINGS, Narrative, Quality, Trigger};
+use crate::capsule::{
+    Capsule, LocalSections, NARRATIVE_HEADINGS, Narrative, Quality, SummaryScope, Trigger,
+};
 use crate::guard::narrative_heading;
 use crate::redact::redact;
-use crate::tokens::{TokenCount, TokenCounter};
+use crate::tokens::{TokenCount, TokenCounter, group_thousands};
 
 /// Written for an empty section (SPEC §9.4).
 pub const NONE_RECORDED: &str = "(none recorded)";
@@ -247,6 +249,8 @@ pub struct CapsuleView<'a> {
     pub summarizer: &'a str,
     /// For a capsule imported from another agent: `(agent, summary text)`.
     pub imported: Option<(&'a str, &'a str)>,
+    /// Set when the summarizer read only the newest part of the span.
+    pub scope: Option<&'a SummaryScope>,
 }
 
 impl<'a> From<&'a Capsule> for CapsuleView<'a> {
@@ -262,6 +266,7 @@ impl<'a> From<&'a Capsule> for CapsuleView<'a> {
                 .imported
                 .as_ref()
                 .map(|imported| (imported.agent.as_str(), capsule.markdown.as_str())),
+            scope: capsule.scope.as_ref(),
         }
     }
 }
@@ -435,6 +440,19 @@ pub fn sections_markdown(view: &CapsuleView<'_>) -> String {
     }
 }
 
+/// Says what an LLM narrative covers when the summarizer read only the
+/// newest part of the span.
+pub fn scope_note(scope: &SummaryScope) -> String {
+    format!(
+        "written by the summarizer from the newest part of the compacted conversation only (about {} tokens, in {} \
+         parts); its older {} tokens were not summarized and are represented only by the sections from \"Original \
+         task\" on",
+        group_thousands(scope.summarized_tokens.get()),
+        scope.chunks,
+        group_thousands(scope.facts_only_tokens.get()),
+    )
+}
+
 /// Renders a capsule as the one user message that stands for it in the
 /// model input (`templates/capsule_input.md`).
 pub fn capsule_input(view: &CapsuleView<'_>) -> String {
@@ -445,9 +463,12 @@ pub fn capsule_input(view: &CapsuleView<'_>) -> String {
         );
     }
     let source = if view.summarizer == "deterministic" || view.quality == Quality::Degraded {
-        "assembled locally from the session log (no model summary)"
+        "assembled locally from the session log (no model summary)".to_owned()
     } else {
-        "written by the summarizer"
+        match view.scope {
+            Some(scope) => scope_note(scope),
+            None => "written by the summarizer".to_owned(),
+        }
     };
     let fallback = match view.quality {
         Quality::Degraded => " (fallback used: no usable model summary)",
@@ -458,7 +479,7 @@ pub fn capsule_input(view: &CapsuleView<'_>) -> String {
         &[
             ("trigger", view.trigger.as_str()),
             ("fallback_note", fallback),
-            ("narrative_source", source),
+            ("narrative_source", &source),
             ("sections", &sections_markdown(view)),
         ],
     )

@@ -40,6 +40,10 @@ pub struct SummaryRequest {
     pub chunk_index: usize,
     /// Number of chunks, at least 1.
     pub chunk_count: usize,
+    /// The span is longer than `summarizer.maxChunks` chunks: its older
+    /// part is not sent (the capsule's local sections carry it), and the
+    /// first chunk does not begin the conversation.
+    pub earlier_omitted: bool,
     /// The `/compact` instructions.
     pub instructions: Option<String>,
     /// `summarizer.maxOutputTokens`.
@@ -68,7 +72,7 @@ impl SummaryRequest {
             ),
             None => String::new(),
         };
-        let chunk_note = if self.chunk_count > 1 {
+        let mut chunk_note = if self.chunk_count > 1 {
             format!(
                 "\nThe conversation is summarized in {} parts, oldest first. This is part {}; the state below \
                  already covers the parts before it.\n",
@@ -78,6 +82,13 @@ impl SummaryRequest {
         } else {
             String::new()
         };
+        if self.earlier_omitted && self.chunk_index == 0 {
+            chunk_note.push_str(
+                "\nThe conversation below begins in the middle: its older part was too long to summarize and is not \
+                 shown. Its files, commands, errors and the original task are kept separately. Summarize what is \
+                 shown, and do not guess what came before it.\n",
+            );
+        }
         let previous_state_block = match &self.previous_state {
             Some(state) => format!("\n<previous-state>\n{}\n</previous-state>\n", state.trim()),
             None => String::new(),
@@ -196,9 +207,33 @@ fn cap(text: &str) -> String {
 /// capped at 2,000 characters, original bodies), checkpoints, skill changes
 /// and loaded capsule files (marked untrusted).
 pub fn span_items(span: &[Entry]) -> Vec<String> {
+    span_items_indexed(span)
+        .into_iter()
+        .map(|item| item.text)
+        .collect()
+}
+
+/// One serialised item of a span and the span entry it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanItem {
+    /// Index of its entry in the span.
+    pub entry: usize,
+    /// The serialised text.
+    pub text: String,
+}
+
+/// Serialises a span as [`span_items`] does, each item with the index of
+/// its entry.
+pub fn span_items_indexed(span: &[Entry]) -> Vec<SpanItem> {
     let mut names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
     let mut items = Vec::new();
-    for entry in span {
+    for (index, entry) in span.iter().enumerate() {
+        let mut push = |text: String| {
+            items.push(SpanItem {
+                entry: index,
+                text,
+            })
+        };
         match &entry.body {
             EntryBody::Message(message_entry) => {
                 let message = &message_entry.message;
@@ -252,25 +287,26 @@ pub fn span_items(span: &[Entry]) -> Vec<String> {
                     parts.insert(0, format!("[{label}]\n{}", text.trim_end()));
                 }
                 if !parts.is_empty() {
-                    items.push(parts.join("\n\n"));
+                    push(parts.join("\n\n"));
                 }
             }
             EntryBody::Checkpoint { kind, note } => {
-                items.push(format!("[checkpoint {}] {}", kind.as_str(), note.trim()))
+                push(format!("[checkpoint {}] {}", kind.as_str(), note.trim()))
             }
             EntryBody::Skill(skill) => {
                 let action = match skill.action {
                     SkillAction::Activate => "activated",
                     SkillAction::Deactivate => "deactivated",
                 };
-                items.push(format!("[skill {} {action}]", skill.name));
+                push(format!("[skill {} {action}]", skill.name));
             }
-            EntryBody::Context(context) if context.source == ContextSource::CapsuleFile => items
-                .push(format!(
+            EntryBody::Context(context) if context.source == ContextSource::CapsuleFile => {
+                push(format!(
                     "[loaded capsule file {} · untrusted data]\n{}",
                     context.path,
                     cap(&context.text)
-                )),
+                ))
+            }
             _ => {}
         }
     }
@@ -292,6 +328,7 @@ pub fn chunk_tokens(
         span_text: String::new(),
         chunk_index: 0,
         chunk_count: 2,
+        earlier_omitted: false,
         instructions: instructions.map(str::to_owned),
         max_output_tokens,
     };
@@ -340,25 +377,31 @@ pub fn chunk_span(
     chunk_tokens: TokenCount,
     counter: &dyn TokenCounter,
 ) -> Vec<String> {
-    const SEPARATOR: &str = "\n\n";
-    let budget = chunk_tokens.max(TokenCount::new(1));
+    let texts: Vec<&str> = items.iter().map(String::as_str).collect();
+    let counts: Vec<TokenCount> = texts.iter().map(|item| counter.count_text(item).n).collect();
+    pack_oldest_first(&texts, &counts, chunk_tokens.max(TokenCount::new(1)), counter)
+}
+
+const SEPARATOR: &str = "\n\n";
+
+/// Packs items greedily from the oldest, `counts` being their tokens.
+fn pack_oldest_first(
+    items: &[&str],
+    counts: &[TokenCount],
+    budget: TokenCount,
+    counter: &dyn TokenCounter,
+) -> Vec<String> {
     let separator_tokens = counter.count_text(SEPARATOR).n;
     let mut chunks: Vec<String> = Vec::new();
     let mut current = String::new();
     let mut current_tokens = TokenCount::ZERO;
-    for item in items {
-        let n = counter.count_text(item).n;
+    for (item, &n) in items.iter().zip(counts) {
         if n > budget {
             if !current.is_empty() {
                 chunks.push(std::mem::take(&mut current));
                 current_tokens = TokenCount::ZERO;
             }
-            let mut rest = item.as_str();
-            while !rest.is_empty() {
-                let piece = fitting_prefix(rest, budget, counter);
-                chunks.push(piece.to_owned());
-                rest = &rest[piece.len()..];
-            }
+            chunks.extend(pieces(item, budget, counter).into_iter().map(str::to_owned));
             continue;
         }
         let added = if current.is_empty() {
@@ -381,6 +424,140 @@ pub fn chunk_span(
         chunks.push(current);
     }
     chunks
+}
+
+/// Cuts an item larger than a chunk into pieces of at most `budget`
+/// tokens, in order.
+fn pieces<'t>(item: &'t str, budget: TokenCount, counter: &dyn TokenCounter) -> Vec<&'t str> {
+    let mut out = Vec::new();
+    let mut rest = item;
+    while !rest.is_empty() {
+        let piece = fitting_prefix(rest, budget, counter);
+        out.push(piece);
+        rest = &rest[piece.len()..];
+    }
+    out
+}
+
+/// `compaction.summarizer.maxChunks` by default: the most summarizer calls
+/// one compaction makes. Eight calls at the default `timeoutMs` bound a
+/// compaction to minutes, and with a 128k-token summarizer carry about
+/// 900k tokens of the newest history.
+pub const MAX_CHUNKS: usize = 8;
+
+/// The chunks the summarizer reads of a span, oldest first, and where they
+/// begin when the span needs more than the configured number of chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanChunks {
+    /// The chunks, oldest first; at most `max_chunks`.
+    pub chunks: Vec<String>,
+    /// Tokens of the span text the chunks carry.
+    pub tokens: TokenCount,
+    /// `Some` when the older part of the span is not sent.
+    pub cut: Option<SpanCut>,
+}
+
+/// Where the summarized part of a span begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanCut {
+    /// Index in the span of the oldest entry the chunks reach into.
+    pub first_entry: usize,
+    /// Whether only the end of that entry is sent (an item larger than a
+    /// chunk, cut into pieces, of which only the newest fit).
+    pub partial: bool,
+}
+
+/// Splits span items into at most `max_chunks` chunks of at most
+/// `chunk_tokens` tokens: all of the span when it fits, packed as
+/// [`chunk_span`] packs it; else its newest part, packed from the newest
+/// item back, so that the older part is never tokenized (a first
+/// compaction of an imported history can be millions of tokens).
+pub fn chunk_newest(
+    items: &[SpanItem],
+    chunk_tokens: TokenCount,
+    max_chunks: usize,
+    counter: &dyn TokenCounter,
+) -> SpanChunks {
+    let budget = chunk_tokens.max(TokenCount::new(1));
+    let max_chunks = max_chunks.max(1);
+    let separator_tokens = counter.count_text(SEPARATOR).n;
+    // Newest first: each chunk's pieces, newest first.
+    let mut packed: Vec<Vec<&str>> = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    let mut current_tokens = TokenCount::ZERO;
+    let mut tokens = TokenCount::ZERO;
+    let mut counts: Vec<TokenCount> = Vec::with_capacity(items.len());
+    let mut cut = None;
+    'items: for (position, item) in items.iter().enumerate().rev() {
+        let n = counter.count_text(&item.text).n;
+        counts.push(n);
+        if n > budget {
+            if !current.is_empty() {
+                packed.push(std::mem::take(&mut current));
+                current_tokens = TokenCount::ZERO;
+            }
+            for piece in pieces(&item.text, budget, counter).into_iter().rev() {
+                if packed.len() == max_chunks {
+                    cut = Some(SpanCut {
+                        first_entry: item.entry,
+                        partial: true,
+                    });
+                    break 'items;
+                }
+                tokens += counter.count_text(piece).n;
+                packed.push(vec![piece]);
+            }
+            continue;
+        }
+        if !current.is_empty() && current_tokens + separator_tokens + n > budget {
+            packed.push(std::mem::take(&mut current));
+            current_tokens = TokenCount::ZERO;
+        }
+        if current.is_empty() && packed.len() == max_chunks {
+            // This item would open one chunk too many.
+            cut = items.get(position + 1).map(|newer| SpanCut {
+                first_entry: newer.entry,
+                partial: false,
+            });
+            break;
+        }
+        if !current.is_empty() {
+            current_tokens += separator_tokens;
+        }
+        current.push(&item.text);
+        current_tokens += n;
+        tokens += n;
+    }
+    if !current.is_empty() {
+        packed.push(current);
+    }
+    if cut.is_none() {
+        // All of it fits: pack it oldest first, as without a cap, unless
+        // that packing needs one chunk more than the cap.
+        counts.reverse();
+        let texts: Vec<&str> = items.iter().map(|item| item.text.as_str()).collect();
+        let chunks = pack_oldest_first(&texts, &counts, budget, counter);
+        if chunks.len() <= max_chunks {
+            return SpanChunks {
+                chunks,
+                tokens,
+                cut: None,
+            };
+        }
+    }
+    let chunks = packed
+        .into_iter()
+        .rev()
+        .map(|mut pieces| {
+            pieces.reverse();
+            pieces.join(SEPARATOR)
+        })
+        .collect();
+    SpanChunks {
+        chunks,
+        tokens,
+        cut,
+    }
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -504,6 +681,7 @@ mod tests {
             span_text: "[user]\nhi".into(),
             chunk_index: 1,
             chunk_count: 3,
+            earlier_omitted: false,
             instructions: Some("focus on the parser".into()),
             max_output_tokens: MAX_OUTPUT_TOKENS,
         };
@@ -546,6 +724,7 @@ mod tests {
             native: None,
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative {
                 goal: "fix it".into(),
                 ..Narrative::default()
@@ -592,6 +771,86 @@ mod tests {
         assert_eq!(chunks.concat(), items[0]);
     }
 
+    fn indexed(items: &[String]) -> Vec<SpanItem> {
+        items
+            .iter()
+            .enumerate()
+            .map(|(entry, text)| SpanItem {
+                entry,
+                text: text.clone(),
+            })
+            .collect()
+    }
+
+    /// Counts by size and records every text it was asked to count.
+    #[derive(Default)]
+    struct Recording(std::sync::Mutex<Vec<String>>);
+
+    impl TokenCounter for Recording {
+        fn encoding(&self) -> crate::tokens::Encoding {
+            crate::tokens::Encoding::O200kBase
+        }
+
+        fn count_text(&self, text: &str) -> crate::tokens::Counted {
+            self.0.lock().unwrap().push(text.to_owned());
+            ByteCounter.count_text(text)
+        }
+    }
+
+    #[test]
+    fn a_span_within_the_cap_is_chunked_as_without_one() {
+        let items: Vec<String> = (0..40).map(|i| format!("item {i} ").repeat(20)).collect();
+        let whole = chunk_span(&items, TokenCount::new(100), &ByteCounter);
+        let capped = chunk_newest(&indexed(&items), TokenCount::new(100), whole.len(), &ByteCounter);
+        assert_eq!(capped.chunks, whole);
+        assert_eq!(capped.cut, None);
+        let item_tokens: TokenCount = items.iter().map(|i| ByteCounter.count_text(i).n).sum();
+        assert_eq!(capped.tokens, item_tokens);
+    }
+
+    #[test]
+    fn a_span_over_the_cap_sends_its_newest_part_and_never_counts_the_rest() {
+        // 40 items of 40 tokens, chunks of 100: two items a chunk, 20 in all.
+        let items: Vec<String> = (0..40).map(|i| format!("{i:>4}").repeat(40)).collect();
+        assert_eq!(ByteCounter.count_text(&items[0]).n, TokenCount::new(40));
+        let counter = Recording::default();
+        let capped = chunk_newest(&indexed(&items), TokenCount::new(100), 3, &counter);
+        assert_eq!(capped.chunks.len(), 3);
+        assert_eq!(
+            capped.cut,
+            Some(SpanCut {
+                first_entry: 34,
+                partial: false
+            })
+        );
+        // The chunks are the newest six items, in order.
+        assert_eq!(capped.chunks.join("\n\n"), items[34..].join("\n\n"));
+        assert_eq!(capped.tokens, TokenCount::new(6 * 40));
+        assert!(capped.chunks.iter().all(|c| ByteCounter.count_text(c).n.get() <= 100));
+        // Only the item that did not fit was counted beyond the six.
+        let counted = counter.0.lock().unwrap();
+        for older in &items[..33] {
+            assert!(!counted.contains(older), "an item before the cut was counted");
+        }
+    }
+
+    #[test]
+    fn an_item_larger_than_the_cap_sends_only_its_end() {
+        let items = vec!["a".repeat(400), "b".repeat(1_000)];
+        let capped = chunk_newest(&indexed(&items), TokenCount::new(50), 3, &ByteCounter);
+        assert_eq!(
+            capped.cut,
+            Some(SpanCut {
+                first_entry: 1,
+                partial: true
+            })
+        );
+        assert_eq!(capped.chunks.len(), 3);
+        let sent = capped.chunks.concat();
+        assert!(items[1].ends_with(&sent), "the newest pieces, in order");
+        assert_eq!(sent.len(), 600);
+    }
+
     #[test]
     fn fake_answers_in_order_then_fails() {
         let fake = FakeSummarizer::new([FakeReply::Text("one".into()), FakeReply::Stall]);
@@ -600,6 +859,7 @@ mod tests {
             span_text: "x".into(),
             chunk_index: 0,
             chunk_count: 1,
+            earlier_omitted: false,
             instructions: None,
             max_output_tokens: 10,
         };
@@ -626,6 +886,7 @@ mod tests {
             span_text: "x".into(),
             chunk_index: 0,
             chunk_count: 1,
+            earlier_omitted: false,
             instructions: None,
             max_output_tokens: 10,
         };

@@ -18,15 +18,15 @@ use soba_core::plan::{self, Plan, PlanRequest, SkipReason as PlanSkip};
 use soba_core::summarize::{self, SummarizeError, Summarizer, SummaryRequest};
 use soba_core::trigger::{self, PreflightInput, TriggerConfig};
 use soba_core::{
-    Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Quality, TokenCount, TokenCounter,
-    Trigger, Usage,
+    Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Quality, SummaryScope, TokenCount,
+    TokenCounter, Trigger, Usage,
 };
 use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::EngineError;
-use crate::event::{CompactionEnd, EngineEvent, Outcome};
+use crate::event::{CompactionEnd, EngineEvent, Outcome, SummaryEstimate};
 use crate::native::NativeJob;
 use crate::session::SessionCore;
 
@@ -93,6 +93,8 @@ struct Snapshot {
     instructions: Option<String>,
     overflow: Option<soba_core::capsule::OverflowRecord>,
     max_output_tokens: TokenCount,
+    /// `compaction.summarizer.maxChunks`: the most summarizer calls.
+    max_chunks: usize,
     /// `compaction.userMessageBudgetTokens`: the planner's facts and the
     /// capsule's must be bounded alike, or the capsule outgrows its plan.
     user_message_budget: TokenCount,
@@ -229,13 +231,25 @@ impl BarrierContext {
         let operation_id = (self.operation_ids)();
         let trigger = snapshot.plan.trigger;
         let before = snapshot.plan.effective;
+        let layout = self
+            .summarizer
+            .as_ref()
+            .map(|summarizer| chunk_layout(summarizer.as_ref(), &snapshot));
+        let estimate = self
+            .summarizer
+            .as_ref()
+            .zip(layout.as_ref())
+            .and_then(|(summarizer, layout)| layout.estimate(summarizer.as_ref(), &snapshot));
         self.emit(EngineEvent::CompactionStart {
             operation_id: operation_id.clone(),
             trigger,
             plan: snapshot.plan.explain(),
             tokens_before: before,
+            estimate,
         });
-        let (generated, native) = self.generate(&snapshot, &operation_id, cancel).await;
+        let (generated, native) = self
+            .generate(&snapshot, &operation_id, cancel, layout)
+            .await;
         let mut core = self.core.lock().await; // the append mutex (SPEC §7.1)
         let end = |outcome: Outcome, reason: Option<String>| CompactionEnd {
             operation_id: operation_id.clone(),
@@ -668,6 +682,7 @@ impl BarrierContext {
             instructions,
             overflow,
             max_output_tokens: compaction.summarizer.max_output_tokens,
+            max_chunks: compaction.summarizer.max_chunks,
             user_message_budget: compaction.user_message_budget_tokens,
             timeout: Duration::from_millis(compaction.timeout_ms),
             native,
@@ -683,11 +698,8 @@ impl BarrierContext {
         snapshot: &Snapshot,
         operation_id: &str,
         cancel: &CancellationToken,
+        layout: Option<ChunkLayout>,
     ) -> (Generated, Option<NativeContinuation>) {
-        let layout = self
-            .summarizer
-            .as_ref()
-            .map(|summarizer| chunk_layout(summarizer.as_ref(), snapshot));
         let n_chunks = layout
             .as_ref()
             .map_or(1, |layout| layout.chunks.len().max(1));
@@ -767,10 +779,13 @@ impl BarrierContext {
             previous_state,
             mut chunk_budget,
             mut chunks,
+            scope,
+            ..
         } = layout;
         let mut state = previous_state;
         let mut usage_total: Option<Usage> = None;
         let mut chunk_idx = 0;
+        let mut calls = 0usize;
         let mut halved = false;
         // Progress (SPEC §9.2), reported from the summarizer's stream and
         // after each chunk without the session lock: an event only when the
@@ -829,12 +844,14 @@ impl BarrierContext {
                 span_text: chunks[chunk_idx].clone(),
                 chunk_index: chunk_idx,
                 chunk_count: chunks.len(),
+                earlier_omitted: scope.is_some(),
                 instructions: snapshot.instructions.clone(),
                 max_output_tokens: snapshot.max_output_tokens.get() as u32,
             };
             let (finished, count) = (chunk_idx, chunks.len());
             let streamed = move |tokens: u64| progress(finished, count, tokens);
             let call = summarizer.summarize_streaming(&request, &streamed);
+            calls += 1;
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return Generated::Cancelled,
                 result = tokio::time::timeout(snapshot.timeout, call) => result,
@@ -869,6 +886,19 @@ impl BarrierContext {
                     let rest: Vec<String> = chunks[chunk_idx..].to_vec();
                     let mut rechunked = chunks[..chunk_idx].to_vec();
                     rechunked.extend(summarize::chunk_span(&rest, chunk_budget, counter));
+                    let needed = calls + rechunked.len() - chunk_idx;
+                    if needed > snapshot.max_chunks {
+                        // The cap bounds every call, the failed one
+                        // included: halved chunks that need more fall back.
+                        return fallback(
+                            format!(
+                                "summarizer overflow: halved chunks need {needed} calls, more than \
+                                 compaction.summarizer.maxChunks {}: {detail}",
+                                snapshot.max_chunks
+                            ),
+                            usage_total,
+                        );
+                    }
                     chunks = rechunked;
                     tracing::debug!("summarizer overflow, chunk halved: {detail}");
                 }
@@ -892,13 +922,17 @@ impl BarrierContext {
                     quality: Quality::Full,
                     instructions: snapshot.instructions.as_deref(),
                 };
-                let content = builder::build_with_narrative(
+                let mut content = builder::build_with_narrative(
                     narrative,
                     summarizer.model(),
                     &facts,
                     &options,
                     counter,
                 );
+                if let Some(mut scope) = scope {
+                    scope.chunks = chunk_idx as u64;
+                    content = content.with_scope(scope, counter);
+                }
                 Generated::Content {
                     content: Box::new(content),
                     usage: usage_total,
@@ -920,18 +954,22 @@ impl BarrierContext {
 }
 
 /// The summarizer's chunks of a span, oldest first, with the state they
-/// update.
+/// update and, when the span needs more than `maxChunks` chunks, what the
+/// summarizer does not read.
 struct ChunkLayout {
     previous_state: Option<String>,
     chunk_budget: TokenCount,
     chunks: Vec<String>,
+    /// Tokens of span text the chunks carry.
+    tokens: TokenCount,
+    scope: Option<SummaryScope>,
 }
 
 fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout {
     let counter = snapshot.counter.as_ref();
     let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
     let previous_state = previous.map(summarize::previous_state);
-    let items = summarize::span_items(&snapshot.span);
+    let items = summarize::span_items_indexed(&snapshot.span);
     let chunk_budget = summarize::chunk_tokens(
         summarizer.window_tokens(),
         snapshot.max_output_tokens.get() as u32,
@@ -939,12 +977,92 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
         snapshot.instructions.as_deref(),
         counter,
     );
-    let chunks = summarize::chunk_span(&items, chunk_budget, counter);
+    if chunk_budget < MIN_CHUNK_TOKENS {
+        // The summarizer is never called (see `summarize`): do not cut
+        // the span into one-token chunks for nothing.
+        return ChunkLayout {
+            previous_state,
+            chunk_budget,
+            chunks: Vec::new(),
+            tokens: TokenCount::ZERO,
+            scope: None,
+        };
+    }
+    let packed = summarize::chunk_newest(&items, chunk_budget, snapshot.max_chunks, counter);
+    let scope = packed.cut.map(|cut| SummaryScope {
+        from_entry_id: snapshot.span[cut.first_entry].id.clone(),
+        partial: cut.partial,
+        chunks: packed.chunks.len() as u64,
+        summarized_tokens: packed.tokens,
+        facts_only_tokens: older_tokens(&snapshot.span, &items, cut.first_entry),
+    });
     ChunkLayout {
         previous_state,
         chunk_budget,
-        chunks,
+        chunks: packed.chunks,
+        tokens: packed.tokens,
+        scope,
     }
+}
+
+impl ChunkLayout {
+    /// What the summarizer will be asked, when it is more than one call
+    /// (a single call needs no announcement).
+    fn estimate(&self, summarizer: &dyn Summarizer, snapshot: &Snapshot) -> Option<SummaryEstimate> {
+        let calls = self.chunks.len();
+        if calls < 2 && self.scope.is_none() {
+            return None;
+        }
+        // Each call carries its chunk plus what `chunk_tokens` set aside:
+        // the prompt and the state, the window less the chunk and output.
+        let overhead = summarizer
+            .window_tokens()
+            .saturating_sub(self.chunk_budget)
+            .saturating_sub(snapshot.max_output_tokens);
+        Some(SummaryEstimate {
+            model: summarizer.model().to_owned(),
+            calls,
+            max_calls: snapshot.max_chunks,
+            summarized_tokens: self.tokens,
+            facts_only_tokens: self
+                .scope
+                .as_ref()
+                .map_or(TokenCount::ZERO, |scope| scope.facts_only_tokens),
+            input_tokens: self.tokens + TokenCount::new(overhead.get().saturating_mul(calls as u64)),
+            max_output_tokens: TokenCount::new(
+                snapshot.max_output_tokens.get().saturating_mul(calls as u64),
+            ),
+        })
+    }
+}
+
+/// Tokens of the span entries before `first`: each message's stored count,
+/// else its serialised text estimated by size (never tokenized: the older
+/// part of a huge span is what the cap keeps from the tokenizer).
+fn older_tokens(span: &[Entry], items: &[summarize::SpanItem], first: usize) -> TokenCount {
+    let mut total = TokenCount::ZERO;
+    let mut items = items.iter().peekable();
+    for (index, entry) in span.iter().enumerate().take(first) {
+        let item = loop {
+            match items.peek() {
+                Some(item) if item.entry < index => {
+                    items.next();
+                }
+                Some(item) if item.entry == index => break items.next(),
+                _ => break None,
+            }
+        };
+        let stored = match &entry.body {
+            EntryBody::Message(logged) => logged.tokens.map(|tokens| tokens.n),
+            _ => None,
+        };
+        total += stored.unwrap_or_else(|| {
+            item.map_or(TokenCount::ZERO, |item| {
+                soba_core::tokens::estimate_by_size(&item.text)
+            })
+        });
+    }
+    total
 }
 
 /// Returns SPEC §9.2's progress in whole percent: (finished chunks +

@@ -33,6 +33,61 @@ impl Outcome {
     }
 }
 
+/// What the LLM summarizer will be asked by a compaction, announced in
+/// its `compaction_start` before the first call, so that a user can
+/// cancel a long one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryEstimate {
+    /// The summarizer model.
+    pub model: String,
+    /// Summarizer calls planned, one per chunk.
+    pub calls: usize,
+    /// `compaction.summarizer.maxChunks`.
+    pub max_calls: usize,
+    /// Tokens of the history the calls carry.
+    pub summarized_tokens: TokenCount,
+    /// Tokens of the older history not sent (kept as local facts only);
+    /// zero when all of it is sent.
+    pub facts_only_tokens: TokenCount,
+    /// Input tokens of all the calls, about: the history plus each call's
+    /// prompt and state.
+    pub input_tokens: TokenCount,
+    /// Output tokens of all the calls, at most.
+    pub max_output_tokens: TokenCount,
+}
+
+impl SummaryEstimate {
+    /// Returns the one-line announcement, e.g. `compacting: gpt-5-mini
+    /// summarizes the newest 512,000 tokens in 8 calls (…)`.
+    pub fn line(&self) -> String {
+        let calls = match self.calls {
+            1 => "1 call".to_owned(),
+            n => format!("{n} calls"),
+        };
+        let cost = format!(
+            "about {} tokens in, at most {} out",
+            group_thousands(self.input_tokens.get()),
+            group_thousands(self.max_output_tokens.get())
+        );
+        if self.facts_only_tokens == TokenCount::ZERO {
+            return format!(
+                "compacting: {} summarizes {} tokens of history in {calls}; {cost}",
+                self.model,
+                group_thousands(self.summarized_tokens.get())
+            );
+        }
+        format!(
+            "compacting: {} summarizes the newest {} tokens of history in {calls} \
+             (compaction.summarizer.maxChunks {}); the older {} tokens are kept as local facts only (files, \
+             commands, errors, checkpoints, the original task); {cost}",
+            self.model,
+            group_thousands(self.summarized_tokens.get()),
+            self.max_calls,
+            group_thousands(self.facts_only_tokens.get())
+        )
+    }
+}
+
 /// The `compaction_end` event's fields (SPEC §7 step 9).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactionEnd {
@@ -140,6 +195,9 @@ pub enum EngineEvent {
         plan: String,
         /// Effective tokens at the preflight.
         tokens_before: TokenCount,
+        /// What the LLM summarizer will be asked, when it is more than one
+        /// call or not the whole span.
+        estimate: Option<SummaryEstimate>,
     },
     /// Generation progress, 0–99 (only goes up).
     CompactionProgress {
@@ -224,9 +282,17 @@ impl EngineEvent {
                 trigger,
                 plan,
                 tokens_before,
+                estimate,
             } => json!({
                 "type": "compaction_start", "operationId": operation_id, "trigger": trigger.as_str(),
                 "tokensBefore": tokens(*tokens_before), "plan": plan,
+                "estimate": estimate.as_ref().map(|estimate| json!({
+                    "model": estimate.model, "calls": estimate.calls, "maxCalls": estimate.max_calls,
+                    "summarizedTokens": tokens(estimate.summarized_tokens),
+                    "factsOnlyTokens": tokens(estimate.facts_only_tokens),
+                    "inputTokens": tokens(estimate.input_tokens),
+                    "maxOutputTokens": tokens(estimate.max_output_tokens),
+                })),
             }),
             EngineEvent::CompactionProgress {
                 operation_id,

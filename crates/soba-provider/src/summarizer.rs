@@ -483,6 +483,7 @@ mod tests {
             span_text: "[user]\nhi".into(),
             chunk_index: 0,
             chunk_count: 1,
+            earlier_omitted: false,
             instructions: None,
             max_output_tokens: 2_000,
         }

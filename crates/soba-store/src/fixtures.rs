@@ -100,6 +100,7 @@ pub fn write_linear_log(path: &Path, target_bytes: usize) -> io::Result<()> {
             native: None,
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative {
                 goal: "keep going".to_owned(),
                 ..Narrative::default()

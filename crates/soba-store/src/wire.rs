@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
-    OverflowRecord, Verification,
+    OverflowRecord, SummaryScope, Verification,
 };
 use soba_core::entry::{ApprovalGrants, SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
@@ -476,6 +476,9 @@ pub struct CapsuleRecord {
     /// Set on imported capsules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imported: Option<ImportedCapsuleRecord>,
+    /// Set when the summarizer read only the newest part of the span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_scope: Option<SummaryScopeRecord>,
     /// The eight narrative sections.
     pub narrative: NarrativeRecord,
     /// The previous capsule's narrative, verbatim.
@@ -584,6 +587,23 @@ pub struct ImportedCapsuleRecord {
     pub agent: String,
     /// The source's id for the event.
     pub original_id: String,
+}
+
+/// `summaryScope`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryScopeRecord {
+    /// The oldest span entry the summarizer read.
+    pub from_entry_id: String,
+    /// Whether only the end of that entry was read.
+    #[serde(default)]
+    pub partial: bool,
+    /// Summarizer calls made.
+    pub chunks: u64,
+    /// Tokens of span text the summarizer read.
+    pub summarized_tokens: u64,
+    /// Tokens of the older span entries it did not read.
+    pub facts_only_tokens: u64,
 }
 
 /// `narrative`: the eight sections.
@@ -1709,6 +1729,13 @@ impl CapsuleRecord {
                     agent: imported.agent.clone(),
                     original_id: imported.original_id.clone(),
                 }),
+            summary_scope: capsule.scope.as_ref().map(|scope| SummaryScopeRecord {
+                from_entry_id: scope.from_entry_id.as_str().to_owned(),
+                partial: scope.partial,
+                chunks: scope.chunks,
+                summarized_tokens: scope.summarized_tokens.get(),
+                facts_only_tokens: scope.facts_only_tokens.get(),
+            }),
             narrative: NarrativeRecord {
                 goal: narrative.goal.clone(),
                 constraints: narrative.constraints.clone(),
@@ -1847,6 +1874,25 @@ impl CapsuleRecord {
             },
             None => None,
         };
+        let scope = match self.summary_scope {
+            Some(record) => match parse_id("summaryScope.fromEntryId", &record.from_entry_id) {
+                Ok(from_entry_id) => Some(SummaryScope {
+                    from_entry_id,
+                    partial: record.partial,
+                    chunks: record.chunks,
+                    summarized_tokens: TokenCount::new(record.summarized_tokens),
+                    facts_only_tokens: TokenCount::new(record.facts_only_tokens),
+                }),
+                Err(problem) => {
+                    issues.push(FieldIssue {
+                        problem: format!("{}; left out", problem.problem),
+                        ..problem
+                    });
+                    None
+                }
+            },
+            None => None,
+        };
         Ok(Capsule {
             trigger,
             quality,
@@ -1895,6 +1941,7 @@ impl CapsuleRecord {
                 agent: imported.agent,
                 original_id: imported.original_id,
             }),
+            scope,
             narrative: Narrative {
                 goal: self.narrative.goal,
                 constraints: self.narrative.constraints,
@@ -2430,6 +2477,7 @@ mod tests {
             native: None,
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
             local: LocalSections::default(),

@@ -21,7 +21,7 @@ use soba_core::terminal::Line;
 use soba_core::tokens::{BpeCounter, group_thousands};
 use soba_core::{
     Capsule, ContextEntry, ContextSource, Encoding, Entry, EntryBody, EntryId, IdKind, Quality,
-    TokenCount, TokenCounter, Trigger, Usage,
+    SummaryScope, TokenCount, TokenCounter, Trigger, Usage,
 };
 use soba_store::flight::{
     FlightAppender, FlightLevel, FlightLimits, FlightOutcome, FlightRecord, FlightSummarizer,
@@ -554,16 +554,25 @@ pub fn file_slug(title: &str) -> String {
 
 /// Asks the LLM summarizer for the narrative of `span`, chunk by chunk,
 /// under the per-chunk deadline, then the guards; `Err` says why it failed.
+/// A span longer than `max_chunks` chunks has its newest part summarized,
+/// and the scope says so.
 async fn llm_narrative(
     summarizer: &dyn Summarizer,
     span: &[Entry],
     previous: Option<&Capsule>,
     max_output_tokens: u32,
+    max_chunks: usize,
     timeout: Duration,
     counter: &dyn TokenCounter,
-) -> Result<(soba_core::capsule::Narrative, Option<Usage>), String> {
-    let items = summarize::span_items(span);
-    let span_tokens = counter.count_text(&items.join("\n\n")).n;
+) -> Result<
+    (
+        soba_core::capsule::Narrative,
+        Option<Usage>,
+        Option<SummaryScope>,
+    ),
+    String,
+> {
+    let items = summarize::span_items_indexed(span);
     let mut state = previous.map(summarize::previous_state);
     let budget = summarize::chunk_tokens(
         summarizer.window_tokens(),
@@ -572,7 +581,19 @@ async fn llm_narrative(
         None,
         counter,
     );
-    let chunks = summarize::chunk_span(&items, budget, counter);
+    let packed = summarize::chunk_newest(&items, budget, max_chunks, counter);
+    let scope = packed.cut.map(|cut| SummaryScope {
+        from_entry_id: span[cut.first_entry].id.clone(),
+        partial: cut.partial,
+        chunks: packed.chunks.len() as u64,
+        summarized_tokens: packed.tokens,
+        facts_only_tokens: items
+            .iter()
+            .take_while(|item| item.entry < cut.first_entry)
+            .map(|item| soba_core::tokens::estimate_by_size(&item.text))
+            .sum(),
+    });
+    let chunks = packed.chunks;
     let mut usage: Option<Usage> = None;
     for (idx, chunk) in chunks.iter().enumerate() {
         let request = SummaryRequest {
@@ -580,6 +601,7 @@ async fn llm_narrative(
             span_text: chunk.clone(),
             chunk_index: idx,
             chunk_count: chunks.len(),
+            earlier_omitted: scope.is_some(),
             instructions: None,
             max_output_tokens,
         };
@@ -593,9 +615,9 @@ async fn llm_narrative(
         state = Some(response.text);
     }
     let narrative =
-        soba_core::guard::check_summary(&state.unwrap_or_default(), span_tokens, counter)
+        soba_core::guard::check_summary(&state.unwrap_or_default(), packed.tokens, counter)
             .map_err(|rejection| format!("summary rejected by guard {}", rejection.name()))?;
-    Ok((narrative, usage))
+    Ok((narrative, usage, scope))
 }
 
 /// What a `/capsule create` handoff is made from (SPEC §12).
@@ -708,21 +730,26 @@ pub(crate) async fn create_handoff(input: HandoffInput<'_>) -> CliResult<Handoff
             input.span,
             input.previous,
             u32::try_from(compaction.summarizer.max_output_tokens.get()).unwrap_or(u32::MAX),
+            compaction.summarizer.max_chunks,
             Duration::from_millis(compaction.timeout_ms),
             input.counter,
         )
         .await
         {
-            Ok((narrative, usage)) => (
-                builder::build_with_narrative(
+            Ok((narrative, usage, scope)) => {
+                let content = builder::build_with_narrative(
                     narrative,
                     summarizer.model(),
                     &facts,
                     &options(Quality::Full),
                     input.counter,
-                ),
-                usage,
-            ),
+                );
+                let content = match scope {
+                    Some(scope) => content.with_scope(scope, input.counter),
+                    None => content,
+                };
+                (content, usage)
+            }
             Err(reason) => {
                 fallback = Some(reason);
                 (

@@ -65,11 +65,20 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
         EngineEvent::CompactionStart {
             trigger,
             tokens_before,
+            estimate,
             ..
-        } => crate::output::errln!(
-            "Compacting context ({}, {tokens_before} tokens)",
-            trigger.as_str()
-        ),
+        } => {
+            crate::output::errln!(
+                "Compacting context ({}, {tokens_before} tokens)",
+                trigger.as_str()
+            );
+            if let Some(estimate) = estimate {
+                crate::output::errln!(
+                    "{} · Ctrl-C cancels",
+                    soba_core::terminal::Line(&estimate.line())
+                );
+            }
+        }
         EngineEvent::Warning { message } => crate::output::errln!("warning: {message}"),
         _ => {}
     });

@@ -174,8 +174,15 @@ impl Printer {
                     "hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed"
                 ));
             }
-            EngineEvent::CompactionStart { .. } => {
+            EngineEvent::CompactionStart { estimate, .. } => {
                 self.end_stdout_line();
+                if let Some(estimate) = estimate {
+                    // The model id comes from configuration: one line, escaped.
+                    self.eprint(&format!(
+                        "{} · Ctrl-C cancels",
+                        soba_core::terminal::Line(&estimate.line())
+                    ));
+                }
                 self.with_stderr(|stderr| stderr.progress(0));
             }
             EngineEvent::CompactionProgress { percent, .. } => {
@@ -433,6 +440,7 @@ mod tests {
             trigger: Trigger::AutoThreshold,
             plan: String::new(),
             tokens_before: TokenCount::new(41_210),
+            estimate: None,
         });
         printer.print(progress(12));
         printer.print(EngineEvent::Warning {

@@ -120,17 +120,30 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
         EntryBody::Context(context) => {
             format!("{} {}", context.source.as_str(), Line(&context.path))
         }
-        EntryBody::Capsule(capsule) => format!(
-            "{} {} {} → {} tokens, kept from {}",
-            capsule.trigger.as_str(),
-            capsule.quality.as_str(),
-            group_thousands(capsule.tokens_before.get()),
-            group_thousands(capsule.tokens_after.get()),
-            capsule
-                .first_kept_entry_id
-                .as_ref()
-                .map_or_else(|| "nothing".to_owned(), |id| short(id, short_len))
-        ),
+        EntryBody::Capsule(capsule) => {
+            let mut line = format!(
+                "{} {} {} → {} tokens, kept from {}",
+                capsule.trigger.as_str(),
+                capsule.quality.as_str(),
+                group_thousands(capsule.tokens_before.get()),
+                group_thousands(capsule.tokens_after.get()),
+                capsule
+                    .first_kept_entry_id
+                    .as_ref()
+                    .map_or_else(|| "nothing".to_owned(), |id| short(id, short_len))
+            );
+            if let Some(scope) = &capsule.scope {
+                line.push_str(&format!(
+                    ", summarized from {}{} ({} tokens in {} calls; the older {} as local facts only)",
+                    short(&scope.from_entry_id, short_len),
+                    if scope.partial { " (its end)" } else { "" },
+                    group_thousands(scope.summarized_tokens.get()),
+                    scope.chunks,
+                    group_thousands(scope.facts_only_tokens.get())
+                ));
+            }
+            line
+        }
         EntryBody::Hygiene {
             pruned_through,
             reclaimed_tokens,

@@ -485,6 +485,13 @@ pub const KEYS: &[KeySpec] = &[
         "The output budget of one summarizer call.",
     ),
     key(
+        "compaction.summarizer.maxChunks",
+        POSITIVE,
+        "8",
+        true,
+        "The most summarizer calls one compaction makes; a longer history has its newest part summarized and the rest kept as local facts.",
+    ),
+    key(
         "session.durability",
         ValueType::Enum(&["fsync", "flush"]),
         "\"fsync\"",

@@ -196,6 +196,7 @@ impl<'a> Ctx<'a> {
             span_text: String::new(),
             chunk_index: 0,
             chunk_count: 1,
+            earlier_omitted: false,
             instructions: None,
             max_output_tokens: self.config.summarizer.max_output_tokens.get() as u32,
         };

@@ -689,8 +689,11 @@ impl Worker {
                 ));
                 self.refresh().await;
             }
-            EngineEvent::CompactionStart { .. } => {
+            EngineEvent::CompactionStart { estimate, .. } => {
                 let idle = self.running.as_ref().is_some_and(|running| running.compact);
+                if let Some(estimate) = estimate {
+                    self.note(format!("{} · Esc cancels", estimate.line()));
+                }
                 self.send(UiEvent::BarrierStarted { idle });
             }
             EngineEvent::CompactionProgress { percent, .. } => {

@@ -262,6 +262,7 @@ fn overflow_capsule(n: u128, stated_prompt: Option<u64>, request_tokens_local: u
             request_tokens_local,
         }),
         imported: None,
+        scope: None,
         narrative: Narrative::default(),
         earlier_narrative: None,
         local: LocalSections::default(),

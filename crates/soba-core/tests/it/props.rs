@@ -116,6 +116,7 @@ impl Session {
             native: None,
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative {
                 goal: "keep going".into(),
                 ..Narrative::default()

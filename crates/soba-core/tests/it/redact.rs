@@ -290,6 +290,7 @@ fn view_of<'a>(narrative: &'a Narrative, local: &'a LocalSections) -> CapsuleVie
         trigger: Trigger::User,
         summarizer: "deterministic",
         imported: None,
+        scope: None,
     }
 }
 

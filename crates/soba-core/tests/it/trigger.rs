@@ -93,6 +93,7 @@ impl PathBuilder {
             native: None,
             overflow: None,
             imported: None,
+            scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
             local: LocalSections::default(),

@@ -320,6 +320,7 @@ async fn a_span_four_times_the_window_is_summarized_in_chunks_oldest_first() {
             span_text: chunks[idx].clone(),
             chunk_index: idx,
             chunk_count: chunks.len(),
+            earlier_omitted: false,
             instructions: None,
             max_output_tokens: MAX_OUT,
         };
@@ -410,6 +411,7 @@ async fn a_summarizer_overflow_halves_the_chunk_and_retries_once() {
             span_text: span.to_owned(),
             chunk_index: index,
             chunk_count: count,
+            earlier_omitted: false,
             instructions: None,
             max_output_tokens: MAX_OUT,
         })

@@ -33,6 +33,7 @@ fn request(previous: Option<&str>) -> SummaryRequest {
         span_text: "[user]\nfix the parser\n\n[assistant]\nreading src/parse.rs".into(),
         chunk_index: 0,
         chunk_count: 1,
+        earlier_omitted: false,
         instructions: None,
         max_output_tokens: 2_000,
     }

@@ -230,6 +230,7 @@ impl SessionBuilder {
                 agent: self.format.agent().to_owned(),
                 original_id,
             }),
+            scope: None,
             narrative: Default::default(),
             earlier_narrative: None,
             local: Default::default(),

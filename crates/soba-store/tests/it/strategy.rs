@@ -8,7 +8,7 @@ use proptest::test_runner::TestRunner;
 use serde_json::{Map, Value};
 use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
-    OverflowRecord, Verification,
+    OverflowRecord, SummaryScope, Verification,
 };
 use soba_core::entry::{SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
@@ -355,7 +355,18 @@ pub fn capsule(
         local_sections(),
         text(),
     );
-    (header, extras).prop_map(
+    let scope = option::of(
+        (entry_id(), any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(from_entry_id, partial, chunks, summarized, facts_only)| SummaryScope {
+                from_entry_id,
+                partial,
+                chunks,
+                summarized_tokens: TokenCount::new(summarized),
+                facts_only_tokens: TokenCount::new(facts_only),
+            },
+        ),
+    );
+    (header, extras, scope).prop_map(
         |(
             (
                 trigger,
@@ -378,6 +389,7 @@ pub fn capsule(
                 local,
                 markdown,
             ),
+            scope,
         )| Capsule {
             trigger,
             quality: if degraded {
@@ -396,6 +408,7 @@ pub fn capsule(
             native,
             overflow,
             imported,
+            scope,
             narrative,
             earlier_narrative,
             local,
