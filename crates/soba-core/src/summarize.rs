@@ -228,12 +228,7 @@ pub fn span_items_indexed(span: &[Entry]) -> Vec<SpanItem> {
     let mut names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
     let mut items = Vec::new();
     for (index, entry) in span.iter().enumerate() {
-        let mut push = |text: String| {
-            items.push(SpanItem {
-                entry: index,
-                text,
-            })
-        };
+        let mut push = |text: String| items.push(SpanItem { entry: index, text });
         match &entry.body {
             EntryBody::Message(message_entry) => {
                 let message = &message_entry.message;
@@ -378,8 +373,16 @@ pub fn chunk_span(
     counter: &dyn TokenCounter,
 ) -> Vec<String> {
     let texts: Vec<&str> = items.iter().map(String::as_str).collect();
-    let counts: Vec<TokenCount> = texts.iter().map(|item| counter.count_text(item).n).collect();
-    pack_oldest_first(&texts, &counts, chunk_tokens.max(TokenCount::new(1)), counter)
+    let counts: Vec<TokenCount> = texts
+        .iter()
+        .map(|item| counter.count_text(item).n)
+        .collect();
+    pack_oldest_first(
+        &texts,
+        &counts,
+        chunk_tokens.max(TokenCount::new(1)),
+        counter,
+    )
 }
 
 const SEPARATOR: &str = "\n\n";
@@ -801,7 +804,12 @@ mod tests {
     fn a_span_within_the_cap_is_chunked_as_without_one() {
         let items: Vec<String> = (0..40).map(|i| format!("item {i} ").repeat(20)).collect();
         let whole = chunk_span(&items, TokenCount::new(100), &ByteCounter);
-        let capped = chunk_newest(&indexed(&items), TokenCount::new(100), whole.len(), &ByteCounter);
+        let capped = chunk_newest(
+            &indexed(&items),
+            TokenCount::new(100),
+            whole.len(),
+            &ByteCounter,
+        );
         assert_eq!(capped.chunks, whole);
         assert_eq!(capped.cut, None);
         let item_tokens: TokenCount = items.iter().map(|i| ByteCounter.count_text(i).n).sum();
@@ -826,11 +834,19 @@ mod tests {
         // The chunks are the newest six items, in order.
         assert_eq!(capped.chunks.join("\n\n"), items[34..].join("\n\n"));
         assert_eq!(capped.tokens, TokenCount::new(6 * 40));
-        assert!(capped.chunks.iter().all(|c| ByteCounter.count_text(c).n.get() <= 100));
+        assert!(
+            capped
+                .chunks
+                .iter()
+                .all(|c| ByteCounter.count_text(c).n.get() <= 100)
+        );
         // Only the item that did not fit was counted beyond the six.
         let counted = counter.0.lock().unwrap();
         for older in &items[..33] {
-            assert!(!counted.contains(older), "an item before the cut was counted");
+            assert!(
+                !counted.contains(older),
+                "an item before the cut was counted"
+            );
         }
     }
 

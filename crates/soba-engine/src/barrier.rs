@@ -1008,7 +1008,11 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
 impl ChunkLayout {
     /// What the summarizer will be asked, when it is more than one call
     /// (a single call needs no announcement).
-    fn estimate(&self, summarizer: &dyn Summarizer, snapshot: &Snapshot) -> Option<SummaryEstimate> {
+    fn estimate(
+        &self,
+        summarizer: &dyn Summarizer,
+        snapshot: &Snapshot,
+    ) -> Option<SummaryEstimate> {
         let calls = self.chunks.len();
         if calls < 2 && self.scope.is_none() {
             return None;
@@ -1028,9 +1032,13 @@ impl ChunkLayout {
                 .scope
                 .as_ref()
                 .map_or(TokenCount::ZERO, |scope| scope.facts_only_tokens),
-            input_tokens: self.tokens + TokenCount::new(overhead.get().saturating_mul(calls as u64)),
+            input_tokens: self.tokens
+                + TokenCount::new(overhead.get().saturating_mul(calls as u64)),
             max_output_tokens: TokenCount::new(
-                snapshot.max_output_tokens.get().saturating_mul(calls as u64),
+                snapshot
+                    .max_output_tokens
+                    .get()
+                    .saturating_mul(calls as u64),
             ),
         })
     }

@@ -787,7 +787,7 @@ mod tests {
         assert_eq!(position(&["modls"]), Position::Unknown);
         assert_eq!(
             children(&["compaction", "summarizer"]),
-            ["model", "maxOutputTokens"]
+            ["model", "maxOutputTokens", "maxChunks"]
         );
         assert!(project_may_set_under(&["models"]));
         assert!(!project_may_set_under(&["providers"]));

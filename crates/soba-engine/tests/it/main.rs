@@ -7,6 +7,7 @@ mod embed;
 mod escape;
 mod examples;
 mod harness;
+mod huge;
 mod native;
 mod race;
 mod rig;

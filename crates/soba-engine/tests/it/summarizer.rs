@@ -215,6 +215,9 @@ async fn read_files_with(n_reads: usize, max_out: u32) -> Harness {
     compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
     compaction.summarizer.max_output_tokens = TokenCount::new(u64::from(max_out));
     compaction.compact_on_turn_complete = false;
+    // These tests check the chunking of a whole span (11 chunks at most);
+    // the cap on chunks has tests of its own (`huge.rs`).
+    compaction.summarizer.max_chunks = 64;
     let h = Harness::start(Options {
         compaction,
         summarizer: None,

@@ -356,15 +356,22 @@ pub fn capsule(
         text(),
     );
     let scope = option::of(
-        (entry_id(), any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-            |(from_entry_id, partial, chunks, summarized, facts_only)| SummaryScope {
-                from_entry_id,
-                partial,
-                chunks,
-                summarized_tokens: TokenCount::new(summarized),
-                facts_only_tokens: TokenCount::new(facts_only),
-            },
-        ),
+        (
+            entry_id(),
+            any::<bool>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(from_entry_id, partial, chunks, summarized, facts_only)| {
+                SummaryScope {
+                    from_entry_id,
+                    partial,
+                    chunks,
+                    summarized_tokens: TokenCount::new(summarized),
+                    facts_only_tokens: TokenCount::new(facts_only),
+                }
+            }),
     );
     (header, extras, scope).prop_map(
         |(
