@@ -211,13 +211,18 @@ async fn read_files(n_reads: usize) -> Harness {
 
 /// [`read_files`] with `summarizer.maxOutputTokens` = `max_out`.
 async fn read_files_with(n_reads: usize, max_out: u32) -> Harness {
+    read_files_capped(n_reads, max_out, 64).await
+}
+
+/// [`read_files_with`] with `summarizer.maxChunks` = `max_chunks`.
+async fn read_files_capped(n_reads: usize, max_out: u32, max_chunks: usize) -> Harness {
     let mut compaction = small_config();
     compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
     compaction.summarizer.max_output_tokens = TokenCount::new(u64::from(max_out));
     compaction.compact_on_turn_complete = false;
-    // These tests check the chunking of a whole span (11 chunks at most);
-    // the cap on chunks has tests of its own (`huge.rs`).
-    compaction.summarizer.max_chunks = 64;
+    // Most of these tests check the chunking of a whole span (11 chunks at
+    // most); the cap on chunks has tests of its own (`huge.rs`).
+    compaction.summarizer.max_chunks = max_chunks;
     let h = Harness::start(Options {
         compaction,
         summarizer: None,
@@ -438,6 +443,50 @@ async fn a_summarizer_overflow_halves_the_chunk_and_retries_once() {
     assert_eq!(
         capsule.narrative.goal.trim(),
         format!("piece {} read", halves.len())
+    );
+}
+
+/// The cap bounds every summarizer call, the overflowing one included:
+/// halved chunks that would need more calls than `maxChunks` allows fall
+/// back to the deterministic capsule without another call.
+#[tokio::test]
+async fn an_overflow_whose_halves_exceed_the_chunk_cap_degrades_without_retrying() {
+    let probe = read_files(6).await;
+    let items = user_span_items(&probe).await;
+    let window = one_chunk_window(&items);
+    drop(probe);
+    let budget =
+        summarize::chunk_tokens(TokenCount::new(window), MAX_OUT, None, None, &ByteCounter);
+    let whole = summarize::chunk_span(&items, budget, &ByteCounter);
+    let halves = summarize::chunk_span(&whole, TokenCount::new(budget.get() / 2), &ByteCounter);
+    assert!(halves.len() >= 2, "{} pieces", halves.len());
+    // The overflowing call plus the halves need 1 + halves calls.
+    let mut h = read_files_capped(6, MAX_OUT, halves.len()).await;
+    let summary_server = FakeServer::start().await.unwrap();
+    let summarizer = llm(&summary_server, Some(window));
+    h.agent.barrier.summarizer = Some(summarizer.clone());
+    summary_server.push(Script::overflow("openai").unwrap());
+    for idx in 0..halves.len() {
+        push_summary(
+            &summary_server,
+            &summary(&format!("piece {} read", idx + 1)),
+        );
+    }
+    let end = match compact_now(&h).await {
+        Preflight::Compacted(end) => end,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (end.outcome, end.quality),
+        (Outcome::Completed, Some(Quality::Degraded))
+    );
+    assert_eq!(summary_server.requests().len(), 1);
+    assert!(
+        end.reason
+            .as_deref()
+            .is_some_and(|reason| reason.contains("more than compaction.summarizer.maxChunks")),
+        "{:?}",
+        end.reason
     );
 }
 
