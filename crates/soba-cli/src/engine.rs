@@ -549,7 +549,7 @@ pub fn measure_log(
     ctx: &Context,
     setup: &ModelSetup,
     header: &SessionHeader,
-    path: &[Entry],
+    mut path: Vec<Entry>,
     tools: &ToolRegistry,
 ) -> CliResult<(Measurement, Calibration, CountSources)> {
     let budget = setup.budget(ctx)?;
@@ -564,7 +564,10 @@ pub fn measure_log(
     if is_native(ctx, setup) {
         input_setup = input_setup.with_native_match(native_target(setup).native_match());
     }
-    let live = LiveInput::build(input_setup, path);
+    // The log was read for this measurement alone: the input takes the
+    // messages' content as it reads them (calibration needs only usage).
+    let live = LiveInput::build_consuming(input_setup, &mut path);
+    let path = path.as_slice();
     // The model the next request goes to. It is the session's own (what
     // `SessionCore::model_id` reports) unless `--model` names another, and
     // then the session is measured as a switch would leave it: the last
@@ -915,7 +918,9 @@ mod tests {
         let log_path = core.log_path().to_path_buf();
         // Before any capsule: the last answer's usage plus what follows.
         let (header, path) = read_path(&log_path);
-        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap().0;
+        let measured = measure_log(&ctx, &setup, &header, path.clone(), &tools)
+            .unwrap()
+            .0;
         assert_eq!(measured, core.measure());
         assert_eq!(measured.source, MeasurementSource::ProviderUsage);
 
@@ -947,11 +952,15 @@ mod tests {
             native.is_some_and(|n| n.item.contains("gAAAA-native-item")),
             "the capsule stores the native item"
         );
-        let measured = measure_log(&ctx, &setup, &header, &path, &tools).unwrap().0;
+        let measured = measure_log(&ctx, &setup, &header, path.clone(), &tools)
+            .unwrap()
+            .0;
         assert_eq!(measured, core.measure());
         // The native item, not the rendered capsule, is what is measured.
         let off = context(dir.path(), &server, json!({"native": "off"}));
-        let without = measure_log(&off, &setup, &header, &path, &tools).unwrap().0;
+        let without = measure_log(&off, &setup, &header, path.clone(), &tools)
+            .unwrap()
+            .0;
         assert_ne!(without.tokens, measured.tokens);
     }
 

@@ -587,6 +587,31 @@ impl LiveInput {
         live
     }
 
+    /// Builds the input as [`LiveInput::build`] does, emptying each
+    /// message entry's content once it is read: an input built from a log
+    /// read for it alone (`soba budget --session`) then holds one copy of
+    /// the history at any moment, not two. Only ids and usage of earlier
+    /// entries are looked at again (hygiene finds its boundary by id,
+    /// calibration reads usage), and both stay.
+    pub fn build_consuming(setup: InputSetup, path: &mut [Entry]) -> Self {
+        let mut live = LiveInput::new(setup);
+        if let Some(capsule_idx) = path
+            .iter()
+            .rposition(|entry| matches!(entry.body, EntryBody::Capsule(_)))
+        {
+            live.restart_at_capsule(path, capsule_idx);
+        }
+        for path_idx in live.processed..path.len() {
+            live.push(path, path_idx, false);
+            if let EntryBody::Message(logged) = &mut path[path_idx].body {
+                logged.message.content = Vec::new();
+            }
+        }
+        live.processed = path.len();
+        live.last_id = path.last().map(|entry| entry.id.clone());
+        live
+    }
+
     /// Brings the input up to date with `path`: the path consumed before
     /// plus newly appended entries. Only the new entries are read. A path
     /// that does not extend the one consumed (a rewind) is rebuilt, and so

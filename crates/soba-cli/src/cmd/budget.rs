@@ -119,7 +119,7 @@ fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult 
     let setup = ModelSetup::resolve(ctx, &model)?;
     let budget = setup.budget(ctx)?;
     let (measurement, calibration, counts) =
-        engine::measure_log(ctx, &setup, &header, &path, &ToolRegistry::builtin())?;
+        engine::measure_log(ctx, &setup, &header, path, &ToolRegistry::builtin())?;
     let title = [
         ("session", summary.id.clone()),
         ("model", setup.info.id.clone()),

@@ -799,6 +799,11 @@ fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
             live.unresolved_error_calls()
         );
         assert_paired(&live.view().messages)?;
+        // So does a build that empties the entries it reads.
+        let mut consumed = session.path.clone();
+        let consuming = LiveInput::build_consuming(live.setup().clone(), &mut consumed);
+        prop_assert_eq!(consuming.message_tokens(), live.message_tokens());
+        prop_assert_eq!(result_infos(&consuming), result_infos(&live));
         // The cached count from a message on equals the listed one.
         let listed = live.message_tokens();
         for entry in &session.path {
@@ -883,11 +888,26 @@ fn check_unresolved(acts: &[Act]) -> Result<(), TestCaseError> {
     }
     let setup = setup(&budget, &[]).with_cwd(Some(ROOT.into()));
     let live = LiveInput::build(setup.clone(), &session.path);
-    let mut incremental = LiveInput::new(setup);
+    let mut incremental = LiveInput::new(setup.clone());
     for end in 1..=session.path.len() {
         incremental.extend(&session.path[..end]);
     }
     prop_assert_eq!(result_infos(&incremental), result_infos(&live));
+    // A build that empties the entries it reads gives the same input.
+    let mut consumed = session.path.clone();
+    let consuming = LiveInput::build_consuming(setup.clone(), &mut consumed);
+    prop_assert_eq!(result_infos(&consuming), result_infos(&live));
+    prop_assert_eq!(consuming.total_tokens(), live.total_tokens());
+    prop_assert_eq!(consuming.message_tokens(), live.message_tokens());
+    let messages = |input: &LiveInput| -> Vec<soba_core::Message> {
+        input
+            .view()
+            .messages
+            .iter()
+            .map(|m| m.message.clone())
+            .collect()
+    };
+    prop_assert_eq!(messages(&consuming), messages(&live));
 
     let logged: HashMap<String, String> = session
         .path
