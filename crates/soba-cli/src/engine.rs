@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use serde_json::Value;
 use sha2::Digest;
 use soba_core::budget::{Budget, BudgetError};
 use soba_core::calibration::{
@@ -16,7 +17,7 @@ use soba_core::config::NativeMode;
 use soba_core::input::{CountSources, InputConfig, InputSetup, LiveInput};
 use soba_core::render::{self, SystemHeader};
 use soba_core::summarize::Summarizer;
-use soba_core::tokens::BpeCounter;
+use soba_core::tokens::{BpeCounter, Counted, MemoCounter, MemoKey};
 use soba_core::{ContextEntry, ContextSource, Entry, EntryBody, TokenCount, TokenCounter};
 use soba_engine::barrier::{BarrierContext, EventSink};
 use soba_engine::native::{NativeCompactor, NativeTarget, ResponsesCompactor};
@@ -554,7 +555,15 @@ pub fn measure_log(
 ) -> CliResult<(Measurement, Calibration, CountSources)> {
     let budget = setup.budget(ctx)?;
     let config = session_config(ctx, setup, header, tools);
-    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(setup.info.tokenizer));
+    let memo_path = count_memo_path(ctx);
+    let memo = Arc::new(MemoCounter::new(
+        Arc::new(BpeCounter::new(setup.info.tokenizer)),
+        memo_path
+            .as_deref()
+            .map(load_count_memo)
+            .unwrap_or_default(),
+    ));
+    let counter: Arc<dyn TokenCounter> = memo.clone();
     let mut input_setup = InputSetup::new(counter, InputConfig::new(&budget, &config.compaction))
         .with_system_prompt(config.system_prompt.clone())
         .with_tool_schemas(config.tool_schemas.clone())
@@ -590,7 +599,98 @@ pub fn measure_log(
         factor: calibration.factor,
         tool_set_unchanged: true,
     });
+    if memo.added()
+        && let Some(memo_path) = &memo_path
+    {
+        save_count_memo(memo_path, &memo.entries());
+    }
     Ok((measurement, calibration, live.count_sources()))
+}
+
+/// The most counts the memo file keeps.
+const COUNT_MEMO_ENTRIES: usize = 256;
+/// The largest memo file read.
+const COUNT_MEMO_BYTES: u64 = 64 * 1024;
+
+/// Where [`measure_log`] remembers the counts of the texts it counts every
+/// run (system prompt, tool schemas, capsules): `token-counts.json` beside
+/// the logs folder (`$SOBA_HOME`, else `$XDG_STATE_HOME/soba`).
+fn count_memo_path(ctx: &Context) -> Option<PathBuf> {
+    ctx.locations
+        .logs_dir
+        .parent()
+        .map(|dir| dir.join("token-counts.json"))
+}
+
+/// Reads the memo file: `{"version": 1, "counts": {"<sha256 hex>": [n,
+/// estimated]}}`. A missing, damaged or foreign file is an empty memo: it
+/// only saves time, and the counts are taken again.
+fn load_count_memo(path: &Path) -> Vec<(MemoKey, Counted)> {
+    let Ok(text) = soba_store::untrusted::read_untrusted_to_string(path, COUNT_MEMO_BYTES) else {
+        return Vec::new();
+    };
+    let Ok(value) = serde_json::from_str::<Value>(&text) else {
+        tracing::debug!("{} is not JSON; counting again", path.display());
+        return Vec::new();
+    };
+    if value.get("version").and_then(Value::as_u64) != Some(1) {
+        return Vec::new();
+    }
+    let Some(counts) = value.get("counts").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    counts
+        .iter()
+        .filter_map(|(hex, count)| {
+            let key = parse_memo_key(hex)?;
+            let n = count.get(0)?.as_u64()?;
+            let estimated = count.get(1)?.as_bool()?;
+            Some((
+                key,
+                Counted {
+                    n: TokenCount::new(n),
+                    estimated,
+                },
+            ))
+        })
+        .take(COUNT_MEMO_ENTRIES)
+        .collect()
+}
+
+fn parse_memo_key(hex: &str) -> Option<MemoKey> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (idx, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * idx..2 * idx + 2], 16).ok()?;
+    }
+    Some(key)
+}
+
+/// Writes the memo file whole (a temporary file renamed over it), at most
+/// [`COUNT_MEMO_ENTRIES`] counts; a failure is logged and changes nothing.
+fn save_count_memo(path: &Path, entries: &[(MemoKey, Counted)]) {
+    let counts: serde_json::Map<String, Value> = entries
+        .iter()
+        .take(COUNT_MEMO_ENTRIES)
+        .map(|(key, counted)| {
+            let hex: String = key.iter().map(|byte| format!("{byte:02x}")).collect();
+            (hex, serde_json::json!([counted.n.get(), counted.estimated]))
+        })
+        .collect();
+    let text = serde_json::json!({"version": 1, "counts": counts}).to_string();
+    let write = || -> std::io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut file = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.persist(path).map_err(|err| err.error)?;
+        Ok(())
+    };
+    if let Err(err) = write() {
+        tracing::debug!("cannot save the token-count memo {}: {err}", path.display());
+    }
 }
 
 /// The summarizer's time per chunk on a local server when

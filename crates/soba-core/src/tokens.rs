@@ -2,13 +2,16 @@
 //! [`TokenCounter`] trait, chunked so that huge or hostile text is counted
 //! fast and never panics.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::iter::Sum;
 use std::ops::{Add, AddAssign};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::message::{Block, Message, ResultPart};
 
@@ -197,6 +200,87 @@ fn bpe(encoding: Encoding) -> Option<&'static tiktoken_rs::CoreBPE> {
     }
 }
 
+/// The key a [`MemoCounter`] remembers a text by: the sha256 of the
+/// vocabulary's name, a zero byte and the text.
+pub type MemoKey = [u8; 32];
+
+/// A counter that remembers what it counted, by each text's sha256, and
+/// starts from counts remembered before. A process that only measures a
+/// session whose messages carry stored counts (`soba budget --session`)
+/// then counts nothing itself: the few texts it counts every run (system
+/// prompt, tool schemas, the capsule, the interrupted-call result) are
+/// remembered, and the vocabulary (about 200 ms to load) is never loaded.
+/// The caller loads and saves the table.
+pub struct MemoCounter {
+    inner: Arc<dyn TokenCounter>,
+    memo: Mutex<HashMap<MemoKey, Counted>>,
+    added: AtomicBool,
+}
+
+impl MemoCounter {
+    /// Wraps `inner`, remembering `known` counts (in `inner`'s vocabulary).
+    pub fn new(
+        inner: Arc<dyn TokenCounter>,
+        known: impl IntoIterator<Item = (MemoKey, Counted)>,
+    ) -> Self {
+        MemoCounter {
+            inner,
+            memo: Mutex::new(known.into_iter().collect()),
+            added: AtomicBool::new(false),
+        }
+    }
+
+    /// Returns the key of `text` in `encoding`.
+    pub fn key(encoding: Encoding, text: &str) -> MemoKey {
+        let mut hasher = Sha256::new();
+        hasher.update(encoding.as_str().as_bytes());
+        hasher.update([0]);
+        hasher.update(text.as_bytes());
+        hasher.finalize().into()
+    }
+
+    /// Whether a count was added since construction (the table is worth
+    /// saving).
+    pub fn added(&self) -> bool {
+        self.added.load(Ordering::Relaxed)
+    }
+
+    /// Returns every count remembered.
+    pub fn entries(&self) -> Vec<(MemoKey, Counted)> {
+        self.memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(key, counted)| (*key, *counted))
+            .collect()
+    }
+}
+
+impl TokenCounter for MemoCounter {
+    fn encoding(&self) -> Encoding {
+        self.inner.encoding()
+    }
+
+    fn count_text(&self, text: &str) -> Counted {
+        let key = MemoCounter::key(self.encoding(), text);
+        if let Some(counted) = self
+            .memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return *counted;
+        }
+        let counted = self.inner.count_text(text);
+        self.memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, counted);
+        self.added.store(true, Ordering::Relaxed);
+        counted
+    }
+}
+
 /// The real BPE counter over an embedded vocabulary, one process-wide
 /// encoder per vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,6 +412,46 @@ pub fn count_tool_schemas(counter: &dyn TokenCounter, schemas: &[Value]) -> Coun
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts by size and counts its calls.
+    struct Calls(std::sync::atomic::AtomicUsize);
+
+    impl TokenCounter for Calls {
+        fn encoding(&self) -> Encoding {
+            Encoding::Cl100kBase
+        }
+
+        fn count_text(&self, text: &str) -> Counted {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            ByteCounter.count_text(text)
+        }
+    }
+
+    #[test]
+    fn a_memo_counts_each_text_once_and_a_loaded_one_not_at_all() {
+        let inner = Arc::new(Calls(Default::default()));
+        let memo = MemoCounter::new(inner.clone(), []);
+        assert!(!memo.added());
+        assert_eq!(memo.count_text("system prompt").n, TokenCount::new(4));
+        assert_eq!(memo.count_text("system prompt").n, TokenCount::new(4));
+        assert_eq!(inner.0.load(Ordering::Relaxed), 1);
+        assert!(memo.added());
+        assert_eq!(memo.encoding(), Encoding::Cl100kBase);
+
+        let again = MemoCounter::new(inner.clone(), memo.entries());
+        assert_eq!(again.count_text("system prompt").n, TokenCount::new(4));
+        assert_eq!(
+            inner.0.load(Ordering::Relaxed),
+            1,
+            "remembered, not counted"
+        );
+        assert!(!again.added());
+        // The key names the vocabulary: the same text in another is new.
+        assert_ne!(
+            MemoCounter::key(Encoding::O200kBase, "system prompt"),
+            MemoCounter::key(Encoding::Cl100kBase, "system prompt")
+        );
+    }
 
     fn o200k(text: &str) -> u64 {
         BpeCounter::new(Encoding::O200kBase)

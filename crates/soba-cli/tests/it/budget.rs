@@ -422,3 +422,51 @@ fn usage_errors_exit_2() {
         Some(2)
     );
 }
+
+/// `soba budget --session` remembers the counts of the texts it counts
+/// every run (system prompt, tool schemas) in `$SOBA_HOME/token-counts.json`:
+/// the second run adds nothing and prints the same figures, and a damaged
+/// memo is counted again, never believed.
+#[tokio::test]
+async fn a_second_measurement_takes_the_fixed_counts_from_the_memo() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = fake_sandbox(&server);
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Noted.")));
+    let first = run_async(&sandbox, &["run", "hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let file = sandbox.session_files().pop().expect("one session");
+    let id = file.file_stem().unwrap().to_str().unwrap().to_owned();
+    let memo = sandbox.home.join("token-counts.json");
+    let _ = std::fs::remove_file(&memo);
+
+    let measured = run_async(&sandbox, &["budget", "--session", &id]).await;
+    assert_eq!(
+        measured.status.code(),
+        Some(0),
+        "{}",
+        text(&measured.stderr)
+    );
+    let saved = std::fs::read_to_string(&memo).expect("the memo is written");
+    let parsed: serde_json::Value = serde_json::from_str(&saved).unwrap();
+    assert_eq!(parsed["version"], 1);
+    assert!(
+        parsed["counts"].as_object().unwrap().len() >= 2,
+        "the system prompt and the tool schemas at least: {saved}"
+    );
+
+    let again = run_async(&sandbox, &["budget", "--session", &id]).await;
+    assert_eq!(text(&again.stdout), text(&measured.stdout));
+    assert_eq!(
+        std::fs::read_to_string(&memo).unwrap(),
+        saved,
+        "nothing new"
+    );
+
+    std::fs::write(&memo, "{\"version\": 1, \"counts\": {\"zz\": [1, false]").unwrap();
+    let damaged = run_async(&sandbox, &["budget", "--session", &id]).await;
+    assert_eq!(damaged.status.code(), Some(0), "{}", text(&damaged.stderr));
+    assert_eq!(text(&damaged.stdout), text(&measured.stdout));
+    let rewritten: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&memo).unwrap()).unwrap();
+    assert_eq!(rewritten, parsed);
+}
