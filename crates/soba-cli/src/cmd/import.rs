@@ -22,16 +22,76 @@ use crate::error::{CliError, CliResult};
 /// tokenizer of the model it will resume on (its own, as `soba run -c`
 /// picks it, else the configured one), `o200k_base` when neither resolves.
 fn import_counter(ctx: &Context, session: &ImportedSession) -> BpeCounter {
+    BpeCounter::new(resume_model(ctx, session).map_or(Encoding::O200kBase, |info| info.tokenizer))
+}
+
+/// The model an imported session resumes on: its own, as `soba run -c`
+/// picks it, else the configured one.
+fn resume_model(
+    ctx: &Context,
+    session: &ImportedSession,
+) -> Option<soba_provider::registry::ModelInfo> {
     let model = crate::engine::session_model(&session.entries).or_else(|| session.model.clone());
     let registry = ctx.config().registry();
-    let encoding = model
-        .and_then(|id| registry.resolve(&id).ok())
-        .or_else(|| {
-            let configured = ctx.config().resolve_model(None, &ctx.env).ok()?;
-            registry.resolve(&configured.id).ok()
+    model.and_then(|id| registry.resolve(&id).ok()).or_else(|| {
+        let configured = ctx.config().resolve_model(None, &ctx.env).ok()?;
+        registry.resolve(&configured.id).ok()
+    })
+}
+
+/// What the first resume of an imported session meets: the tokens of its
+/// history after the last compaction it records, against the window of
+/// the model it resumes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FirstResume {
+    live_tokens: u64,
+    model: String,
+    context_window: u64,
+    max_chunks: usize,
+}
+
+impl FirstResume {
+    fn of(ctx: &Context, session: &ImportedSession) -> Option<FirstResume> {
+        let info = resume_model(ctx, session)?;
+        let since = session
+            .entries
+            .iter()
+            .rposition(|entry| matches!(entry.body, soba_core::EntryBody::Capsule(_)))
+            .map_or(0, |idx| idx + 1);
+        let live_tokens = session.entries[since..]
+            .iter()
+            .filter_map(|entry| match &entry.body {
+                soba_core::EntryBody::Message(logged) => logged.tokens.map(|t| t.n.get()),
+                _ => None,
+            })
+            .sum();
+        Some(FirstResume {
+            live_tokens,
+            model: info.id,
+            context_window: info.context_window,
+            max_chunks: ctx.config().compaction.summarizer.max_chunks,
         })
-        .map_or(Encoding::O200kBase, |info| info.tokenizer);
-    BpeCounter::new(encoding)
+    }
+
+    fn over_window(&self) -> bool {
+        self.live_tokens > self.context_window
+    }
+
+    /// The line `soba import` prints when the history is over the window.
+    fn line(&self) -> Option<String> {
+        self.over_window().then(|| {
+            format!(
+                "  first resume: {} tokens of history, over {}'s {}-token window: `soba run -c` compacts it first. \
+                 The summarizer reads its newest part (at most compaction.summarizer.maxChunks {} calls, the \
+                 estimate is shown before it starts); the older part is kept as local facts (the original task, \
+                 files, commands, errors). Nothing is dropped from the session file.\n",
+                group_thousands(self.live_tokens),
+                Line(&self.model),
+                group_thousands(self.context_window),
+                self.max_chunks
+            )
+        })
+    }
 }
 
 /// Diagnostics printed per session in plain output; `--json` lists all.
@@ -106,9 +166,11 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         previous_imports(&out_dir)
     };
     let image_tokens = ctx.config().compaction.image_tokens;
+    let mut resumes = Vec::with_capacity(sessions.len());
     for session in &mut sessions {
         let counter = import_counter(&ctx, session);
         session.store_counts(&counter, image_tokens);
+        resumes.push(FirstResume::of(&ctx, session));
     }
     let mut reports = Vec::with_capacity(sessions.len());
     for session in &sessions {
@@ -131,14 +193,18 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     if args.json {
         let array: Vec<Value> = reports
             .iter()
-            .map(|(session, written)| session_json(session, written))
+            .zip(&resumes)
+            .map(|((session, written), resume)| session_json(session, written, resume.as_ref()))
             .collect();
         let text = serde_json::to_string_pretty(&Value::Array(array))
             .map_err(|err| CliError::internal("cannot encode the report").caused_by(err))?;
         writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
     } else {
-        for (session, written) in &reports {
+        for ((session, written), resume) in reports.iter().zip(&resumes) {
             stdout.write_all(session_text(session, written).as_bytes())?;
+            if let Some(line) = resume.as_ref().and_then(FirstResume::line) {
+                stdout.write_all(line.as_bytes())?;
+            }
         }
         let n_new = reports
             .iter()
@@ -241,7 +307,11 @@ fn write_session(session: &ImportedSession, out_dir: &Path, root: &Path) -> CliR
 }
 
 /// The `--json` object of one session (SPEC §3.4).
-fn session_json(session: &ImportedSession, written: &Written) -> Value {
+fn session_json(
+    session: &ImportedSession,
+    written: &Written,
+    resume: Option<&FirstResume>,
+) -> Value {
     let stats = &session.stats;
     let (session_id, path, already) = match written {
         Written::DryRun => (Value::Null, Value::Null, false),
@@ -286,6 +356,12 @@ fn session_json(session: &ImportedSession, written: &Written) -> Value {
         "sessionId": session_id,
         "path": path,
         "alreadyImported": already,
+        "firstResume": resume.map(|resume| json!({
+            "model": resume.model,
+            "contextWindow": resume.context_window,
+            "liveTokens": resume.live_tokens,
+            "compactsFirst": resume.over_window(),
+        })),
     })
 }
 

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Sandbox, pi_session, raw_dir, text};
+use crate::support::{Sandbox, long_pi_session, pi_session, raw_dir, text};
 
 fn import_json(sandbox: &Sandbox, args: &[&str]) -> Vec<Value> {
     let output = sandbox.run_ok(&[&["import", "--json"], args].concat());
@@ -466,4 +466,41 @@ fn json_reports_orphan_and_early_results_and_the_session_checks_clean() {
         "{}",
         text(&output.stdout)
     );
+}
+
+/// A history over the window of the model it resumes on is named at
+/// import, with what the first resume does; one within it is not.
+#[test]
+fn an_import_over_the_resume_window_says_the_first_resume_compacts() {
+    let sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "models": {"anthropic/claude-sonnet-4-5": {"contextWindow": 16000, "maxOutputTokens": 2000}},
+        "compaction": {"summarizer": {"maxChunks": 5}}
+    }));
+    let long = sandbox.write("long.jsonl", &long_pi_session(40, 200, "s3cret"));
+    let output = sandbox.run_ok(&["import", long.to_str().unwrap(), "--dry-run"]);
+    let stdout = text(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("  first resume: "))
+        .unwrap_or_else(|| panic!("no first-resume line: {stdout}"));
+    assert!(
+        line.contains("tokens of history, over anthropic/claude-sonnet-4-5's 16,000-token window"),
+        "{line}"
+    );
+    assert!(
+        line.contains("compaction.summarizer.maxChunks 5 calls"),
+        "{line}"
+    );
+    let report = &import_json(&sandbox, &[long.to_str().unwrap(), "--dry-run"])[0];
+    let resume = &report["firstResume"];
+    assert_eq!(resume["contextWindow"], 16000);
+    assert_eq!(resume["compactsFirst"], true);
+    assert!(resume["liveTokens"].as_u64().unwrap() > 16_000, "{resume}");
+
+    let short = sandbox.write("short.jsonl", &pi_session("Fix the failing test."));
+    let output = sandbox.run_ok(&["import", short.to_str().unwrap(), "--dry-run"]);
+    assert!(!text(&output.stdout).contains("first resume"));
+    let report = &import_json(&sandbox, &[short.to_str().unwrap(), "--dry-run"])[0];
+    assert_eq!(report["firstResume"]["compactsFirst"], false);
 }
