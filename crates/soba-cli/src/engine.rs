@@ -707,11 +707,28 @@ pub fn compaction_for(ctx: &Context, setup: &ModelSetup) -> soba_core::config::C
         TokenCount::new(setup.info.max_output_tokens),
     );
     let local = matches!(setup.window_source, WindowSource::Server(_))
-        || soba_provider::registry::is_local_provider(&setup.info.provider);
+        || soba_provider::registry::is_local_provider(&setup.info.provider)
+        || summarizer_is_local(ctx, compaction.summarizer.model.as_deref());
     if local && !compaction.explicit_keys.contains("timeoutMs") {
         compaction.timeout_ms = LOCAL_SUMMARIZER_TIMEOUT_MS;
     }
     compaction
+}
+
+/// Whether the configured summarizer runs on a local server: a local
+/// provider's name (`llamacpp/…`), or a provider whose `baseUrl` is on
+/// this machine. A cloud session with a local summarizer waits for it as
+/// long as a local session does.
+fn summarizer_is_local(ctx: &Context, model: Option<&str>) -> bool {
+    let Some((provider, _)) = model.and_then(|model| model.split_once('/')) else {
+        return false;
+    };
+    soba_provider::registry::is_local_provider(provider)
+        || ctx
+            .config()
+            .providers
+            .get(provider)
+            .is_some_and(|config| soba_provider::probe::is_loopback_url(&config.base_url))
 }
 
 fn session_config(

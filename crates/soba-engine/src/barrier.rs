@@ -994,7 +994,10 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
         partial: cut.partial,
         chunks: packed.chunks.len() as u64,
         summarized_tokens: packed.tokens,
-        facts_only_tokens: older_tokens(&snapshot.span, &items, cut.first_entry),
+        // In the plan's terms, as the compaction's own line counts the
+        // span: what the model input carries of it (after hygiene), less
+        // what the chunks carry.
+        facts_only_tokens: snapshot.plan.span_tokens.saturating_sub(packed.tokens),
     });
     ChunkLayout {
         previous_state,
@@ -1042,35 +1045,6 @@ impl ChunkLayout {
             ),
         })
     }
-}
-
-/// Tokens of the span entries before `first`: each message's stored count,
-/// else its serialised text estimated by size (never tokenized: the older
-/// part of a huge span is what the cap keeps from the tokenizer).
-fn older_tokens(span: &[Entry], items: &[summarize::SpanItem], first: usize) -> TokenCount {
-    let mut total = TokenCount::ZERO;
-    let mut items = items.iter().peekable();
-    for (index, entry) in span.iter().enumerate().take(first) {
-        let item = loop {
-            match items.peek() {
-                Some(item) if item.entry < index => {
-                    items.next();
-                }
-                Some(item) if item.entry == index => break items.next(),
-                _ => break None,
-            }
-        };
-        let stored = match &entry.body {
-            EntryBody::Message(logged) => logged.tokens.map(|tokens| tokens.n),
-            _ => None,
-        };
-        total += stored.unwrap_or_else(|| {
-            item.map_or(TokenCount::ZERO, |item| {
-                soba_core::tokens::estimate_by_size(&item.text)
-            })
-        });
-    }
-    total
 }
 
 /// Returns SPEC §9.2's progress in whole percent: (finished chunks +

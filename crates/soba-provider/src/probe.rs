@@ -41,6 +41,23 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 /// `Some((None, name))` when it is there but not a whole number.
 type ReadWindow = fn(&Value, &str) -> Option<(Option<u64>, &'static str)>;
 
+/// Whether a base URL names this machine (`localhost` or a loopback
+/// address): a local server, slower per token than a hosted one.
+pub fn is_loopback_url(base_url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url.trim()) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Returns the server root for an OpenAI-compatible base URL, as shown to
 /// the user: `http://host:8080/v1/` → `http://host:8080`, without any user
 /// name or password.
@@ -253,6 +270,26 @@ fn ollama_show(json: &Value, _model: &str) -> Option<(Option<u64>, &'static str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_urls_are_this_machine() {
+        for url in [
+            "http://127.0.0.1:8080/v1",
+            "http://localhost:11434",
+            "http://[::1]:1/v1",
+            "http://127.3.4.5",
+        ] {
+            assert!(is_loopback_url(url), "{url}");
+        }
+        for url in [
+            "https://api.openai.com/v1",
+            "http://10.0.0.2:8080",
+            "not a url",
+            "http://localhost.example.com",
+        ] {
+            assert!(!is_loopback_url(url), "{url}");
+        }
+    }
     use serde_json::json;
 
     #[test]

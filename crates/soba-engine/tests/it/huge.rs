@@ -92,18 +92,29 @@ fn resuming_a_20m_token_imported_history_stays_within_the_chunk_cap_and_the_wind
     assert!(requests[0].prompt().contains("begins in the middle"));
 
     // The estimate came before the first call.
-    let estimate = events
+    let (tokens_before, estimate) = events
         .lock()
         .unwrap()
         .iter()
         .find_map(|event| match event {
-            EngineEvent::CompactionStart { estimate, .. } => estimate.clone(),
+            EngineEvent::CompactionStart {
+                tokens_before,
+                estimate,
+                ..
+            } => estimate.clone().map(|estimate| (*tokens_before, estimate)),
             _ => None,
         })
         .expect("a compaction_start with an estimate");
     assert_eq!(estimate.calls, requests.len());
     assert_eq!(estimate.max_calls, MAX_CHUNKS);
-    assert!(estimate.facts_only_tokens.get() > 19_000_000);
+    // Hygiene stubbed the old tool results first; what is left is still
+    // millions of tokens, nearly all of them kept as facts only.
+    assert!(tokens_before.get() > 1_000_000, "{tokens_before}");
+    assert!(
+        estimate.facts_only_tokens.get() > tokens_before.get() / 10 * 9,
+        "{} of {tokens_before}",
+        estimate.facts_only_tokens
+    );
     assert!(estimate.line().contains("kept as local facts only"));
 
     // One capsule, the LLM's, accepted by the guards, saying what it read.
