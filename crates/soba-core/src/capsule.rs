@@ -309,8 +309,9 @@ pub struct LocalSections {
 /// the newest part, the local sections the whole span.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SummaryScope {
-    /// The oldest span entry the summarizer read.
-    pub from_entry_id: EntryId,
+    /// The oldest span entry the summarizer read (`None` when a damaged
+    /// log lost it).
+    pub from_entry_id: Option<EntryId>,
     /// Whether only the end of that entry was read.
     pub partial: bool,
     /// Summarizer calls made.

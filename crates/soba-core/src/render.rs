@@ -448,7 +448,7 @@ pub fn scope_note(scope: &SummaryScope) -> String {
          parts); its older {} tokens were not summarized and are represented only by the sections from \"Original \
          task\" on",
         group_thousands(scope.summarized_tokens.get()),
-        scope.chunks,
+        group_thousands(scope.chunks),
         group_thousands(scope.facts_only_tokens.get()),
     )
 }

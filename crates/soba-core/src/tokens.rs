@@ -215,6 +215,8 @@ pub struct MemoCounter {
     inner: Arc<dyn TokenCounter>,
     memo: Mutex<HashMap<MemoKey, Counted>>,
     added: AtomicBool,
+    /// The keys counted by this one, in order.
+    fresh: Mutex<Vec<MemoKey>>,
 }
 
 impl MemoCounter {
@@ -227,6 +229,7 @@ impl MemoCounter {
             inner,
             memo: Mutex::new(known.into_iter().collect()),
             added: AtomicBool::new(false),
+            fresh: Mutex::new(Vec::new()),
         }
     }
 
@@ -245,14 +248,22 @@ impl MemoCounter {
         self.added.load(Ordering::Relaxed)
     }
 
-    /// Returns every count remembered.
+    /// Returns every count remembered, those this counter counted first
+    /// (newest first), so a caller that keeps only some keeps them.
     pub fn entries(&self) -> Vec<(MemoKey, Counted)> {
-        self.memo
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = self.fresh.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<(MemoKey, Counted)> = fresh
             .iter()
-            .map(|(key, counted)| (*key, *counted))
-            .collect()
+            .rev()
+            .filter_map(|key| memo.get(key).map(|counted| (*key, *counted)))
+            .collect();
+        out.extend(
+            memo.iter()
+                .filter(|(key, _)| !fresh.contains(key))
+                .map(|(key, counted)| (*key, *counted)),
+        );
+        out
     }
 }
 
@@ -276,6 +287,10 @@ impl TokenCounter for MemoCounter {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, counted);
+        self.fresh
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(key);
         self.added.store(true, Ordering::Relaxed);
         counted
     }
@@ -446,6 +461,12 @@ mod tests {
             "remembered, not counted"
         );
         assert!(!again.added());
+        // What a counter counted comes first, so a bounded save keeps it.
+        again.count_text("tool schemas");
+        assert_eq!(
+            again.entries()[0].0,
+            MemoCounter::key(Encoding::Cl100kBase, "tool schemas")
+        );
         // The key names the vocabulary: the same text in another is new.
         assert_ne!(
             MemoCounter::key(Encoding::O200kBase, "system prompt"),

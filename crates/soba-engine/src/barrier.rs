@@ -990,7 +990,7 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
     }
     let packed = summarize::chunk_newest(&items, chunk_budget, snapshot.max_chunks, counter);
     let scope = packed.cut.map(|cut| SummaryScope {
-        from_entry_id: snapshot.span[cut.first_entry].id.clone(),
+        from_entry_id: Some(snapshot.span[cut.first_entry].id.clone()),
         partial: cut.partial,
         chunks: packed.chunks.len() as u64,
         summarized_tokens: packed.tokens,

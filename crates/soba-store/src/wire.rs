@@ -476,9 +476,10 @@ pub struct CapsuleRecord {
     /// Set on imported capsules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imported: Option<ImportedCapsuleRecord>,
-    /// Set when the summarizer read only the newest part of the span.
+    /// Set when the summarizer read only the newest part of the span;
+    /// decoded on its own, so a damaged scope leaves the capsule usable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary_scope: Option<SummaryScopeRecord>,
+    pub summary_scope: Option<Value>,
     /// The eight narrative sections.
     pub narrative: NarrativeRecord,
     /// The previous capsule's narrative, verbatim.
@@ -594,7 +595,8 @@ pub struct ImportedCapsuleRecord {
 #[serde(rename_all = "camelCase")]
 pub struct SummaryScopeRecord {
     /// The oldest span entry the summarizer read.
-    pub from_entry_id: String,
+    #[serde(default)]
+    pub from_entry_id: Option<String>,
     /// Whether only the end of that entry was read.
     #[serde(default)]
     pub partial: bool,
@@ -1729,12 +1731,17 @@ impl CapsuleRecord {
                     agent: imported.agent.clone(),
                     original_id: imported.original_id.clone(),
                 }),
-            summary_scope: capsule.scope.as_ref().map(|scope| SummaryScopeRecord {
-                from_entry_id: scope.from_entry_id.as_str().to_owned(),
-                partial: scope.partial,
-                chunks: scope.chunks,
-                summarized_tokens: scope.summarized_tokens.get(),
-                facts_only_tokens: scope.facts_only_tokens.get(),
+            summary_scope: capsule.scope.as_ref().map(|scope| {
+                serde_json::json!(SummaryScopeRecord {
+                    from_entry_id: scope
+                        .from_entry_id
+                        .as_ref()
+                        .map(|id| id.as_str().to_owned()),
+                    partial: scope.partial,
+                    chunks: scope.chunks,
+                    summarized_tokens: scope.summarized_tokens.get(),
+                    facts_only_tokens: scope.facts_only_tokens.get(),
+                })
             }),
             narrative: NarrativeRecord {
                 goal: narrative.goal.clone(),
@@ -1874,24 +1881,43 @@ impl CapsuleRecord {
             },
             None => None,
         };
-        let scope = match self.summary_scope {
-            Some(record) => match parse_id("summaryScope.fromEntryId", &record.from_entry_id) {
-                Ok(from_entry_id) => Some(SummaryScope {
+        // The scope only describes what the narrative covers: a damaged
+        // one is left out and the capsule kept; a bad id alone leaves the
+        // figures, which tell the model its narrative is partial.
+        let scope = match self
+            .summary_scope
+            .map(serde_json::from_value::<SummaryScopeRecord>)
+        {
+            None => None,
+            Some(Err(err)) => {
+                issues.push(FieldIssue::new(
+                    "summaryScope",
+                    format!("{err}; left out, the capsule is kept"),
+                ));
+                None
+            }
+            Some(Ok(record)) => {
+                let from_entry_id = match record.from_entry_id.as_deref() {
+                    Some(id) => match parse_id("summaryScope.fromEntryId", id) {
+                        Ok(id) => Some(id),
+                        Err(problem) => {
+                            issues.push(FieldIssue {
+                                problem: format!("{}; left out", problem.problem),
+                                ..problem
+                            });
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                Some(SummaryScope {
                     from_entry_id,
                     partial: record.partial,
                     chunks: record.chunks,
                     summarized_tokens: TokenCount::new(record.summarized_tokens),
                     facts_only_tokens: TokenCount::new(record.facts_only_tokens),
-                }),
-                Err(problem) => {
-                    issues.push(FieldIssue {
-                        problem: format!("{}; left out", problem.problem),
-                        ..problem
-                    });
-                    None
-                }
-            },
-            None => None,
+                })
+            }
         };
         Ok(Capsule {
             trigger,
@@ -2310,6 +2336,45 @@ mod tests {
                 "`quality`: unknown value \"excellent\" (written by a newer soba?); read as \"unknown\"",
             ]
         );
+    }
+
+    /// A damaged `summaryScope` costs the scope, never the capsule; a bad
+    /// id alone costs only the id (found by an attack on the field).
+    #[test]
+    fn a_damaged_summary_scope_leaves_the_capsule_usable() {
+        for (scope, expected) in [
+            (r#""junk""#, None),
+            (r#"{"fromEntryId":"e_01"}"#, None),
+            (
+                r#"{"chunks":"3","summarizedTokens":1,"factsOnlyTokens":2}"#,
+                None,
+            ),
+            (
+                r#"{"fromEntryId":"\u001b]0;pwned\u0007","chunks":3,"summarizedTokens":12000,"factsOnlyTokens":50000}"#,
+                Some((3, 12_000, 50_000)),
+            ),
+        ] {
+            let body = format!(
+                "{},\"summaryScope\":{scope}",
+                capsule_body("user", "full", "500")
+            );
+            let (body, issues) = tolerant("capsule", &body);
+            let EntryBody::Capsule(capsule) = body else {
+                panic!("a capsule whatever the scope {scope}: {body:?}")
+            };
+            assert_eq!(capsule.markdown, "md");
+            let figures = capsule.scope.as_ref().map(|scope| {
+                assert_eq!(scope.from_entry_id, None);
+                (
+                    scope.chunks,
+                    scope.summarized_tokens.get(),
+                    scope.facts_only_tokens.get(),
+                )
+            });
+            assert_eq!(figures, expected, "{scope}");
+            assert_eq!(issues.len(), 1, "{scope}: {issues:?}");
+            assert!(issues[0].contains("left out"), "{issues:?}");
+        }
     }
 
     #[test]

@@ -583,7 +583,7 @@ async fn llm_narrative(
     );
     let packed = summarize::chunk_newest(&items, budget, max_chunks, counter);
     let scope = packed.cut.map(|cut| SummaryScope {
-        from_entry_id: span[cut.first_entry].id.clone(),
+        from_entry_id: Some(span[cut.first_entry].id.clone()),
         partial: cut.partial,
         chunks: packed.chunks.len() as u64,
         summarized_tokens: packed.tokens,

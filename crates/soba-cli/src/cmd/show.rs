@@ -135,10 +135,13 @@ fn detail(logged: &LoggedEntry, short_len: usize) -> String {
             if let Some(scope) = &capsule.scope {
                 line.push_str(&format!(
                     ", summarized from {}{} ({} tokens in {} calls; the older {} as local facts only)",
-                    short(&scope.from_entry_id, short_len),
+                    scope
+                        .from_entry_id
+                        .as_ref()
+                        .map_or_else(|| "an unknown entry".to_owned(), |id| short(id, short_len)),
                     if scope.partial { " (its end)" } else { "" },
                     group_thousands(scope.summarized_tokens.get()),
-                    scope.chunks,
+                    group_thousands(scope.chunks),
                     group_thousands(scope.facts_only_tokens.get())
                 ));
             }

@@ -357,7 +357,7 @@ pub fn capsule(
     );
     let scope = option::of(
         (
-            entry_id(),
+            option::of(entry_id()),
             any::<bool>(),
             any::<u64>(),
             any::<u64>(),
