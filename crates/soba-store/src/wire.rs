@@ -1303,6 +1303,21 @@ fn parse_id(field: &str, text: &str) -> Result<EntryId, FieldIssue> {
     EntryId::parse(text).map_err(|err| FieldIssue::new(field, err.to_string()))
 }
 
+/// Parses an optional id whose loss costs only itself: a bad one is left
+/// out with an issue, and the entry kept.
+fn optional_id(field: &str, text: Option<&str>, issues: &mut Vec<FieldIssue>) -> Option<EntryId> {
+    match parse_id(field, text?) {
+        Ok(id) => Some(id),
+        Err(problem) => {
+            issues.push(FieldIssue {
+                problem: format!("{}; left out", problem.problem),
+                ..problem
+            });
+            None
+        }
+    }
+}
+
 fn parse_name<T>(
     field: &str,
     name: &str,
@@ -1868,19 +1883,11 @@ impl CapsuleRecord {
             ));
             Quality::Unknown
         });
-        let previous_capsule_id = match self.previous_capsule_id.as_deref() {
-            Some(id) => match parse_id("previousCapsuleId", id) {
-                Ok(id) => Some(id),
-                Err(problem) => {
-                    issues.push(FieldIssue {
-                        problem: format!("{}; left out", problem.problem),
-                        ..problem
-                    });
-                    None
-                }
-            },
-            None => None,
-        };
+        let previous_capsule_id = optional_id(
+            "previousCapsuleId",
+            self.previous_capsule_id.as_deref(),
+            issues,
+        );
         // The scope only describes what the narrative covers: a damaged
         // one is left out and the capsule kept; a bad id alone leaves the
         // figures, which tell the model its narrative is partial.
@@ -1897,19 +1904,11 @@ impl CapsuleRecord {
                 None
             }
             Some(Ok(record)) => {
-                let from_entry_id = match record.from_entry_id.as_deref() {
-                    Some(id) => match parse_id("summaryScope.fromEntryId", id) {
-                        Ok(id) => Some(id),
-                        Err(problem) => {
-                            issues.push(FieldIssue {
-                                problem: format!("{}; left out", problem.problem),
-                                ..problem
-                            });
-                            None
-                        }
-                    },
-                    None => None,
-                };
+                let from_entry_id = optional_id(
+                    "summaryScope.fromEntryId",
+                    record.from_entry_id.as_deref(),
+                    issues,
+                );
                 Some(SummaryScope {
                     from_entry_id,
                     partial: record.partial,
