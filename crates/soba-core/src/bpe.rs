@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use regex_automata::meta::Regex;
+use regex_automata::meta::{Cache, Regex};
 use regex_automata::{Anchored, Input};
 use rustc_hash::FxHashMap;
 use tiktoken_rs::{CoreBPE, Rank};
@@ -74,6 +74,11 @@ impl std::fmt::Debug for FastBpe {
 
 thread_local! {
     static CACHE: RefCell<[FxHashMap<Box<[u8]>, u32>; 2]> = RefCell::new([FxHashMap::default(), FxHashMap::default()]);
+    /// Each thread's search cache of the pre-tokenizer, with the address
+    /// of the pattern it belongs to: threads counting at once (an import
+    /// counts its messages on every core) would otherwise contend for the
+    /// regex's shared pool of caches.
+    static SEARCH: RefCell<[Option<(usize, Cache)>; 2]> = const { RefCell::new([None, None]) };
 }
 
 impl FastBpe {
@@ -158,6 +163,22 @@ impl FastBpe {
     /// Counts the tokens of `text` exactly as tiktoken-rs's
     /// `encode_ordinary(text).len()` does.
     pub fn count(&self, text: &str) -> u64 {
+        let slot = match self.encoding {
+            Encoding::O200kBase => 0,
+            Encoding::Cl100kBase => 1,
+        };
+        let owner = std::ptr::from_ref(&self.pattern) as usize;
+        SEARCH.with(|search| {
+            let mut search = search.borrow_mut();
+            let cache = match &mut search[slot] {
+                Some((at, cache)) if *at == owner => cache,
+                other => &mut other.insert((owner, self.pattern.create_cache())).1,
+            };
+            self.count_with(cache, text)
+        })
+    }
+
+    fn count_with(&self, cache: &mut Cache, text: &str) -> u64 {
         let mut total = 0;
         let mut pos = 0;
         while pos < text.len() {
@@ -166,7 +187,7 @@ impl FastBpe {
             // scan a full `find` needs.
             let start = pos;
             let input = Input::new(text).range(start..).anchored(Anchored::Yes);
-            let Some(half) = self.pattern.search_half(&input) else {
+            let Some(half) = self.pattern.search_half_with(cache, &input) else {
                 // Unreachable with these patterns; count the rest by bytes
                 // rather than lose it.
                 total += text[start..].len() as u64;

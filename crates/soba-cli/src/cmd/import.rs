@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use soba_core::Encoding;
 use soba_core::terminal::Line;
 use soba_core::tokens::{BpeCounter, group_thousands};
-use soba_store::import::{FileOutcome, ImportedSession, import_dir, import_path};
+use soba_store::import::{FileOutcome, ImportedSession, dir_files, import_path};
 use soba_store::log::{ImportedFrom, SessionHeader, SystemMinter, write_new_session};
 use soba_store::reader::{list_sessions, read_header, session_path};
 
@@ -120,13 +120,45 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     let metadata = std::fs::metadata(source).map_err(|err| {
         CliError::user(format!("cannot read {}", source.display())).caused_by(err)
     })?;
-    let mut sessions: Vec<ImportedSession> = Vec::new();
+    let previous = if args.dry_run {
+        HashMap::new()
+    } else {
+        previous_imports(&out_dir)
+    };
+    let image_tokens = ctx.config().compaction.image_tokens;
+    // Each file's sessions are counted and written before the next file is
+    // read, and their entries dropped once written: a folder costs the
+    // memory of its largest file, not of all of them.
+    let mut reports: Vec<(ImportedSession, Written, Option<FirstResume>)> = Vec::new();
+    let mut handle = |found: Vec<ImportedSession>| -> CliResult {
+        for mut session in found {
+            let counter = import_counter(&ctx, &session);
+            session.store_counts(&counter, image_tokens);
+            let resume = FirstResume::of(&ctx, &session);
+            let written = if args.dry_run {
+                Written::DryRun
+            } else {
+                let key = import_key(&session.source, &session.original_id);
+                match previous.get(&key) {
+                    Some((id, path)) => Written::Already {
+                        id: id.clone(),
+                        path: path.clone(),
+                    },
+                    None => write_session(&session, &out_dir, &ctx.workspace.root)?,
+                }
+            };
+            session.entries = Vec::new();
+            reports.push((session, written, resume));
+        }
+        Ok(())
+    };
     let mut n_failed = 0usize;
     let mut n_skipped = 0usize;
     if metadata.is_dir() {
-        for file in import_dir(source)? {
+        for file in dir_files(source)? {
+            let file = file.import();
             match file.outcome {
-                FileOutcome::Imported(found) => sessions.extend(found),
+                FileOutcome::Imported(found) => handle(found)?,
                 FileOutcome::Skipped(diagnostic) => {
                     n_skipped += 1;
                     crate::output::errln!(
@@ -145,7 +177,7 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
                 }
             }
         }
-        if sessions.is_empty() {
+        if reports.is_empty() {
             return Err(CliError::user(format!(
                 "no importable transcript in {}{}",
                 source.display(),
@@ -157,50 +189,20 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
             )));
         }
     } else {
-        sessions = import_path(source)?;
-    }
-
-    let previous = if args.dry_run {
-        HashMap::new()
-    } else {
-        previous_imports(&out_dir)
-    };
-    let image_tokens = ctx.config().compaction.image_tokens;
-    let mut resumes = Vec::with_capacity(sessions.len());
-    for session in &mut sessions {
-        let counter = import_counter(&ctx, session);
-        session.store_counts(&counter, image_tokens);
-        resumes.push(FirstResume::of(&ctx, session));
-    }
-    let mut reports = Vec::with_capacity(sessions.len());
-    for session in &sessions {
-        let written = if args.dry_run {
-            Written::DryRun
-        } else {
-            let key = import_key(&session.source, &session.original_id);
-            match previous.get(&key) {
-                Some((id, path)) => Written::Already {
-                    id: id.clone(),
-                    path: path.clone(),
-                },
-                None => write_session(session, &out_dir, &ctx.workspace.root)?,
-            }
-        };
-        reports.push((session, written));
+        handle(import_path(source)?)?;
     }
 
     let mut stdout = crate::output::stdout();
     if args.json {
         let array: Vec<Value> = reports
             .iter()
-            .zip(&resumes)
-            .map(|((session, written), resume)| session_json(session, written, resume.as_ref()))
+            .map(|(session, written, resume)| session_json(session, written, resume.as_ref()))
             .collect();
         let text = serde_json::to_string_pretty(&Value::Array(array))
             .map_err(|err| CliError::internal("cannot encode the report").caused_by(err))?;
         writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
     } else {
-        for ((session, written), resume) in reports.iter().zip(&resumes) {
+        for (session, written, resume) in &reports {
             stdout.write_all(session_text(session, written).as_bytes())?;
             if let Some(line) = resume.as_ref().and_then(FirstResume::line) {
                 stdout.write_all(line.as_bytes())?;
@@ -208,7 +210,7 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         }
         let n_new = reports
             .iter()
-            .filter(|(_, written)| matches!(written, Written::New { .. }))
+            .filter(|(_, written, _)| matches!(written, Written::New { .. }))
             .count();
         if !args.dry_run {
             writeln!(

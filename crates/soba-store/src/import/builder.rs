@@ -15,6 +15,7 @@ use soba_core::{
     Message, MessageEntry, MessageOrigin, Quality, ResultPart, Role, TokenCount, Trigger, Usage,
 };
 
+use super::lines::Lines;
 use super::{Format, ImportStats, ImportedSession, Inference};
 
 /// Where an import reads from and how it dates undated entries.
@@ -183,7 +184,9 @@ impl SessionBuilder {
     }
 
     /// Appends a message entry and returns its index.
-    pub fn push_message(&mut self, message: Message, timestamp: Option<String>) -> usize {
+    pub fn push_message(&mut self, mut message: Message, timestamp: Option<String>) -> usize {
+        // The session is held whole until it is written: no spare capacity.
+        message.content.shrink_to_fit();
         self.push(
             IdKind::Entry,
             timestamp,
@@ -1183,33 +1186,33 @@ pub(crate) fn parse_document(text: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
-/// Parses JSONL text, calling `each(line_idx, object)` for every line that is
-/// a JSON object and recording a diagnostic for every other non-blank line.
-/// Line indexes are 0-based; diagnostics say "line N" 1-based.
+/// Parses JSONL lines, calling `each(line_idx, object)` for every line that
+/// is a JSON object and recording a diagnostic for every other non-blank
+/// line. Line indexes are 0-based; diagnostics say "line N" 1-based.
 pub(crate) fn for_each_jsonl_object(
-    text: &str,
+    lines: &Lines<'_>,
     diagnostics: &mut Vec<String>,
     mut each: impl FnMut(usize, Map<String, Value>),
 ) {
-    for_each_jsonl_line(text, diagnostics, |line_idx, line| {
+    for_each_jsonl_line(lines, diagnostics, |line_idx, line| {
         if let Ok(obj) = line {
             each(line_idx, obj);
         }
     });
 }
 
-/// Parses JSONL text as [`for_each_jsonl_object`] does, also handing
+/// Parses JSONL lines as [`for_each_jsonl_object`] does, also handing
 /// `each` the raw text of every line that is not a JSON object (after its
 /// diagnostic), so tree-shaped importers can still read its ids.
-pub(crate) fn for_each_jsonl_line<'a>(
-    text: &'a str,
+pub(crate) fn for_each_jsonl_line(
+    lines: &Lines<'_>,
     diagnostics: &mut Vec<String>,
-    mut each: impl FnMut(usize, Result<Map<String, Value>, &'a str>),
+    mut each: impl FnMut(usize, Result<Map<String, Value>, &str>),
 ) {
-    for (line_idx, line) in text.lines().enumerate() {
+    lines.each_line(|line_idx, line| {
         let line = line.trim();
         if line.is_empty() {
-            continue;
+            return true;
         }
         match serde_json::from_str::<Value>(line) {
             Ok(Value::Object(obj)) => each(line_idx, Ok(obj)),
@@ -1225,7 +1228,8 @@ pub(crate) fn for_each_jsonl_line<'a>(
                 each(line_idx, Err(line));
             }
         }
-    }
+        true
+    });
 }
 
 #[cfg(test)]

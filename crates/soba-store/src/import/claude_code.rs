@@ -21,6 +21,7 @@ use super::builder::{
     for_each_jsonl_line, image_from_url, is_interrupt_marker, message_with, obj_field, odd_content,
     parse_document, str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
+use super::lines::Lines;
 use super::swe_agent::openai_tool_call;
 use super::tree::{Node, TreeKeys, branch, parsed_node, raw_flag, raw_node};
 use super::{Format, ImportedSession};
@@ -65,29 +66,41 @@ impl PendingBoundary {
 // Native JSONL
 
 /// Imports a native Claude Code session file (or stream-json output).
-pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+///
+/// The lines are read twice: once for the tree (ids, parents, which lines
+/// are conversational), once for the lines on the branch, converted one at
+/// a time.
+pub(crate) fn import_native(
+    lines: &Lines<'_>,
+    ctx: &Context,
+) -> Result<Vec<ImportedSession>, String> {
     let mut b = SessionBuilder::new(Format::ClaudeCode, ctx, 0);
-    let mut lines: Vec<(usize, Map<String, Value>)> = Vec::new();
-    let mut damaged: Vec<(usize, &str)> = Vec::new();
-    for_each_jsonl_line(text, &mut b.diagnostics, |idx, line| match line {
-        Ok(obj) => lines.push((idx, obj)),
-        Err(raw) => damaged.push((idx, raw)),
+    let mut scanned: Vec<Scanned> = Vec::new();
+    // Damaged main-chain lines' ids and parents, read from their raw text.
+    let mut damaged: Vec<Node> = Vec::new();
+    for_each_jsonl_line(lines, &mut b.diagnostics, |idx, line| match line {
+        Ok(obj) => scanned.push(Scanned::of(idx, &obj)),
+        Err(raw) => {
+            if !raw_flag(raw, "isSidechain") {
+                damaged.push(raw_node(idx, raw, CLAUDE_TREE));
+            }
+        }
     });
-    if lines.is_empty() {
+    if scanned.is_empty() {
         return Err("no JSON line".into());
     }
-    let selected = select_lines(&lines, &damaged, &mut b);
+    let selected = select_lines(&scanned, damaged, &mut b);
 
     let mut pending: Option<PendingBoundary> = None;
     // message.id → (entry index, inference index).
     let mut responses: HashMap<String, (usize, Option<usize>)> = HashMap::new();
-    // message.id → the last usage object seen (`None` when unusable), in
-    // first-seen order.
-    let mut raw_usage: Vec<(String, Option<Map<String, Value>>)> = Vec::new();
+    // message.id → the raw figures of the last usage object seen (`None`
+    // when unusable), in the order of `RAW_USAGE_KEYS`.
+    let mut raw_usage: HashMap<String, Option<[u64; 4]>> = HashMap::new();
     let mut synthetic = 0u64;
     let mut has_session_id = false;
-    for &pos in &selected {
-        let (line_idx, obj) = &lines[pos];
+    lines.each_object_at(&selected, |line_idx, obj| {
+        let obj = &obj;
         let line_no = line_idx + 1;
         let kind = str_field(obj, "type").unwrap_or("");
         b.count_record(kind);
@@ -134,7 +147,7 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                     b.diag(format!(
                         "line {line_no}: user line without a message skipped"
                     ));
-                    continue;
+                    return;
                 };
                 let is_summary = obj.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
                 let is_meta = obj.get("isMeta").and_then(Value::as_bool) == Some(true);
@@ -151,7 +164,7 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                     if is_summary || results.is_empty() {
                         let summary = message_with(Role::User, blocks, MessageOrigin::Summary);
                         boundary.close(Some((summary, timestamp)), &mut b);
-                        continue;
+                        return;
                     }
                     boundary.close(None, &mut b);
                 }
@@ -177,7 +190,7 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                     b.diag(format!(
                         "line {line_no}: assistant line without a message skipped"
                     ));
-                    continue;
+                    return;
                 };
                 if let Some(boundary) = pending.take() {
                     boundary.close(None, &mut b);
@@ -233,16 +246,15 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
                 if let (Some(id), Some(usage_obj)) = (msg_id, usage_obj)
                     && model_is_real(message)
                 {
-                    let kept = usage.is_some().then(|| usage_obj.clone());
-                    match raw_usage.iter_mut().find(|(seen, _)| *seen == id) {
-                        Some(slot) => slot.1 = kept,
-                        None => raw_usage.push((id, kept)),
-                    }
+                    let kept = usage
+                        .is_some()
+                        .then(|| RAW_USAGE_KEYS.map(|key| count_field(usage_obj, key)));
+                    raw_usage.insert(id, kept);
                 }
             }
             _ => {}
         }
-    }
+    });
     if let Some(boundary) = pending.take() {
         boundary.close(None, &mut b);
     }
@@ -250,24 +262,25 @@ pub(crate) fn import_native(text: &str, ctx: &Context) -> Result<Vec<ImportedSes
         b.diag(format!("{synthetic} synthetic assistant messages (model <synthetic>) kept as entries, not as inferences"));
     }
     let mut sums: Map<String, Value> = Map::new();
-    for key in [
-        "input_tokens",
-        "output_tokens",
-        "cache_creation_input_tokens",
-        "cache_read_input_tokens",
-    ] {
+    for (slot, key) in RAW_USAGE_KEYS.into_iter().enumerate() {
         let sum = raw_usage
-            .iter()
-            .filter_map(|(_, usage)| usage.as_ref())
-            .fold(0u64, |acc, usage| {
-                acc.saturating_add(count_field(usage, key))
-            });
+            .values()
+            .flatten()
+            .fold(0u64, |acc, figures| acc.saturating_add(figures[slot]));
         sums.insert(key.to_owned(), Value::from(sum));
     }
     sums.insert("counting".into(), Value::from("per-request"));
     b.usage_raw = Value::Object(sums);
     Ok(vec![b.finish()])
 }
+
+/// Anthropic's usage figures, summed raw into `usageRaw`.
+const RAW_USAGE_KEYS: [&str; 4] = [
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+];
 
 fn model_is_real(message: &Map<String, Value>) -> bool {
     str_field(message, "model") != Some("<synthetic>")
@@ -280,64 +293,79 @@ const CLAUDE_TREE: TreeKeys = TreeKeys {
     logical_parent: Some("logicalParentUuid"),
 };
 
-/// Chooses the conversational lines to convert, as positions into `lines`
-/// in file order: the `parentUuid` chain from the last conversational line
-/// (through `logicalParentUuid` across compactions) when the file has one,
-/// bridged across `damaged` lines by the shared tree walk; else every line.
-/// Sidechain and sub-agent lines are left out.
-fn select_lines(
-    lines: &[(usize, Map<String, Value>)],
-    damaged: &[(usize, &str)],
-    b: &mut SessionBuilder,
-) -> Vec<usize> {
-    let is_side = |obj: &Map<String, Value>| {
-        obj.get("isSidechain").and_then(Value::as_bool) == Some(true)
-            || obj.get("parent_tool_use_id").is_some_and(|v| !v.is_null())
-    };
-    let conversational = |obj: &Map<String, Value>| {
-        matches!(
+/// What the first pass keeps of a line: whether it is conversational and
+/// its place in the tree.
+struct Scanned {
+    line_idx: usize,
+    /// A `user`, `assistant` or `system` line of the main chain.
+    conversational: bool,
+    /// Whether the line has a `parentUuid` key.
+    has_parent_key: bool,
+    /// Its tree node, for a main-chain line with `uuid` or `parentUuid`.
+    node: Option<Node>,
+}
+
+impl Scanned {
+    fn of(line_idx: usize, obj: &Map<String, Value>) -> Scanned {
+        let side = obj.get("isSidechain").and_then(Value::as_bool) == Some(true)
+            || obj.get("parent_tool_use_id").is_some_and(|v| !v.is_null());
+        let conversational = matches!(
             str_field(obj, "type"),
             Some("user" | "assistant" | "system")
-        ) && !is_side(obj)
-    };
-    let candidates: Vec<usize> = (0..lines.len())
-        .filter(|&pos| conversational(&lines[pos].1))
-        .collect();
-    let has_tree = candidates
+        ) && !side;
+        let in_tree = (obj.contains_key("uuid") || obj.contains_key("parentUuid")) && !side;
+        Scanned {
+            line_idx,
+            conversational,
+            has_parent_key: obj.contains_key("parentUuid"),
+            node: in_tree.then(|| parsed_node(line_idx, obj, CLAUDE_TREE)),
+        }
+    }
+}
+
+/// Chooses the conversational lines to convert, as ascending line indexes:
+/// the `parentUuid` chain from the last conversational line (through
+/// `logicalParentUuid` across compactions) when the file has one, bridged
+/// across `damaged` lines by the shared tree walk; else every line.
+/// Sidechain and sub-agent lines are left out.
+fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder) -> Vec<usize> {
+    let candidates: Vec<usize> = scanned
         .iter()
-        .any(|&pos| lines[pos].1.contains_key("parentUuid"));
+        .filter(|line| line.conversational)
+        .map(|line| line.line_idx)
+        .collect();
+    let has_tree = scanned
+        .iter()
+        .any(|line| line.conversational && line.has_parent_key);
     if !has_tree {
         return candidates;
     }
-    // Nodes in file order: parsed lines of the main chain (positions into
-    // `lines`) and damaged lines that are not sidechain lines.
-    let mut nodes: Vec<(Node, Option<usize>)> = lines
+    // Nodes in file order: parsed lines of the main chain (with whether
+    // they are conversational) and damaged lines that are not sidechain
+    // lines.
+    let mut nodes: Vec<(Node, Option<bool>)> = scanned
         .iter()
-        .enumerate()
-        .filter(|(_, (_, obj))| {
-            (obj.contains_key("uuid") || obj.contains_key("parentUuid")) && !is_side(obj)
+        .filter_map(|line| {
+            line.node
+                .clone()
+                .map(|node| (node, Some(line.conversational)))
         })
-        .map(|(pos, (line_idx, obj))| (parsed_node(*line_idx, obj, CLAUDE_TREE), Some(pos)))
-        .chain(
-            damaged
-                .iter()
-                .filter(|(_, raw)| !raw_flag(raw, "isSidechain"))
-                .map(|(line_idx, raw)| (raw_node(*line_idx, raw, CLAUDE_TREE), None)),
-        )
+        .chain(damaged.into_iter().map(|node| (node, None)))
         .collect();
     nodes.sort_by_key(|(node, _)| node.line_idx);
-    let leaf = nodes.iter().rposition(|(node, pos)| {
-        node.id.is_some() && pos.is_some_and(|pos| conversational(&lines[pos].1))
-    });
-    let (nodes, positions): (Vec<Node>, Vec<Option<usize>>) = nodes.into_iter().unzip();
+    let leaf = nodes
+        .iter()
+        .rposition(|(node, conversational)| node.id.is_some() && *conversational == Some(true));
+    let (nodes, parsed): (Vec<Node>, Vec<Option<bool>>) = nodes.into_iter().unzip();
     let on_path: HashSet<usize> = branch(&nodes, leaf, "parentUuid", &mut b.diagnostics)
         .into_iter()
-        .filter_map(|node_pos| positions[node_pos])
+        .filter(|&node_pos| parsed[node_pos].is_some())
+        .map(|node_pos| nodes[node_pos].line_idx)
         .collect();
     let selected: Vec<usize> = candidates
         .iter()
         .copied()
-        .filter(|pos| on_path.contains(pos))
+        .filter(|line_idx| on_path.contains(line_idx))
         .collect();
     let off_branch = candidates.len() - selected.len();
     if off_branch > 0 {
@@ -769,7 +797,9 @@ mod tests {
 
     #[test]
     fn native_merges_by_message_id_and_follows_the_chain() {
-        let s = import_native(NATIVE, &ctx()).expect("imports").remove(0);
+        let s = import_native(&Lines::Text(NATIVE), &ctx())
+            .expect("imports")
+            .remove(0);
         assert_eq!(s.original_id, "S");
         assert_eq!(s.cwd.as_deref(), Some("/w"));
         assert_eq!(s.inferences.len(), 2);
@@ -842,7 +872,9 @@ mod tests {
 {"type":"assistant","session_id":"S2","uuid":"c","parent_tool_use_id":"t","message":{"id":"m2","model":"claude-opus-4","content":[{"type":"text","text":"subagent"}]}}
 {"type":"result","session_id":"S2","usage":{"input_tokens":1}}
 "#;
-        let s = import_native(text, &ctx()).expect("imports").remove(0);
+        let s = import_native(&Lines::Text(text), &ctx())
+            .expect("imports")
+            .remove(0);
         assert_eq!(s.original_id, "S2");
         assert_eq!(s.model.as_deref(), Some("claude-opus-4"));
         assert_eq!(s.inferences.len(), 1);

@@ -17,6 +17,7 @@ use super::builder::{
     for_each_jsonl_object, image_from_url, message_with, obj_field, parse_document, prompt_of,
     str_field, text_of, timestamp_field, timestamp_ms, tool_message, usage_figures,
 };
+use super::lines::Lines;
 use super::swe_agent::openai_tool_call;
 use super::{Format, ImportedSession};
 
@@ -429,11 +430,17 @@ fn content_blocks(content: &[Value]) -> Vec<Block> {
 // Native rollout
 
 /// Imports a native Codex rollout.
-pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+///
+/// The lines are read twice: once to find the JSON objects (and report
+/// the rest), once to convert them one at a time.
+pub(crate) fn import_rollout(
+    lines: &Lines<'_>,
+    ctx: &Context,
+) -> Result<Vec<ImportedSession>, String> {
     let mut b = SessionBuilder::new(Format::CodexRollout, ctx, 0);
-    let mut lines: Vec<(usize, Map<String, Value>)> = Vec::new();
-    for_each_jsonl_object(text, &mut b.diagnostics, |idx, obj| lines.push((idx, obj)));
-    if lines.is_empty() {
+    let mut objects: Vec<usize> = Vec::new();
+    for_each_jsonl_object(lines, &mut b.diagnostics, |idx, _| objects.push(idx));
+    if objects.is_empty() {
         return Err("no JSON line".into());
     }
     let mut run = Run::default();
@@ -444,7 +451,8 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
     let mut last_total: Option<Value> = None;
     let mut infos: Vec<Map<String, Value>> = Vec::new();
     let mut n_token_events = 0usize;
-    for (line_idx, obj) in &lines {
+    lines.each_object_at(&objects, |line_idx, obj| {
+        let obj = &obj;
         let line_no = line_idx + 1;
         let kind = str_field(obj, "type").unwrap_or("");
         let timestamp = timestamp_field(obj, "timestamp");
@@ -488,7 +496,7 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
                             {
                                 awaiting = Some(opened);
                             }
-                            continue;
+                            return;
                         }
                         run.close();
                         let at = format!("line {line_no}");
@@ -581,17 +589,17 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
             }
             "event_msg" => {
                 if str_field(payload, "type") != Some("token_count") {
-                    continue;
+                    return;
                 }
                 b.count_record("token_count");
                 n_token_events += 1;
                 let Some(info) = obj_field(payload, "info") else {
-                    continue;
+                    return;
                 };
                 infos.push(info.clone());
                 let total = info.get("total_token_usage").cloned();
                 if total.is_some() && total == last_total {
-                    continue;
+                    return;
                 }
                 last_total = total;
                 if let (Some(inference_idx), Some(usage)) = (awaiting.take(), last_usage(info)) {
@@ -615,7 +623,8 @@ pub(crate) fn import_rollout(text: &str, ctx: &Context) -> Result<Vec<ImportedSe
                 b.diag(format!("line {line_no}: line type {other:?} skipped"));
             }
         }
-    }
+    });
+
     apply_cumulative(infos.iter(), n_token_events, &mut b);
     Ok(vec![b.finish()])
 }
@@ -719,7 +728,7 @@ mod tests {
             token_count(1000, 800, 1000),
             r#"{"timestamp":"2025-09-01T10:00:13Z","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"More."}]}}"#.to_owned(),
         ];
-        let s = import_rollout(&lines.join("\n"), &ctx())
+        let s = import_rollout(&Lines::Text(&lines.join("\n")), &ctx())
             .expect("imports")
             .remove(0);
         assert_eq!(s.original_id, "R1");

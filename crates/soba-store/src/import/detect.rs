@@ -42,6 +42,80 @@ pub fn detect_format(path: &Path) -> Result<Detected, ImportError> {
     detect_bytes(&bytes).ok_or_else(|| super::unknown_or_truncated(&bytes, path))
 }
 
+/// The most bytes [`read_head`] reads.
+const HEAD_LIMIT: u64 = 16 << 20;
+
+/// The beginning of a file: the lines detection looks at.
+#[derive(Debug)]
+pub(crate) struct Head {
+    bytes: Vec<u8>,
+    /// Whether `bytes` holds the first [`SNIFF_LINES`] non-blank lines
+    /// and the file goes on after them.
+    more: bool,
+}
+
+/// Reads the first [`SNIFF_LINES`] non-blank lines of `file`, at most
+/// [`HEAD_LIMIT`] bytes.
+pub(crate) fn read_head(file: std::fs::File) -> std::io::Result<Head> {
+    use std::io::{BufRead, Read};
+    let mut reader = std::io::BufReader::new(file.take(HEAD_LIMIT));
+    let mut bytes = Vec::new();
+    let mut non_blank = 0usize;
+    loop {
+        let start = bytes.len();
+        if reader.read_until(b'\n', &mut bytes)? == 0 {
+            return Ok(Head { bytes, more: false });
+        }
+        let line = String::from_utf8_lossy(&bytes[start..]);
+        let line = if start == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            &line
+        };
+        if !line.trim().is_empty() {
+            non_blank += 1;
+        }
+        if non_blank == SNIFF_LINES {
+            let more = bytes.ends_with(b"\n") && !reader.fill_buf()?.is_empty();
+            return Ok(Head { bytes, more });
+        }
+    }
+}
+
+impl Head {
+    /// What a file that can be streamed is: its head holds
+    /// [`SNIFF_LINES`] lines, the first a JSON object on its own (so the
+    /// file is not one JSON document and detection needs only these
+    /// lines: [`detect_bytes`] of the head is that of the whole file), and
+    /// they are a SOBA log or pi, Claude Code, Codex rollout or OpenHands
+    /// lines. `None` when the file must be read whole to be detected.
+    pub(crate) fn streamable(&self) -> Option<Detected> {
+        if !self.more {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&self.bytes);
+        let first = text
+            .trim_start_matches('\u{feff}')
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())?;
+        if !matches!(serde_json::from_str::<Value>(first), Ok(Value::Object(_))) {
+            return None;
+        }
+        match detect_bytes(&self.bytes)? {
+            found @ Detected::Foreign(
+                Format::PiV1
+                | Format::PiV3
+                | Format::ClaudeCode
+                | Format::CodexRollout
+                | Format::OpenHands,
+            ) => Some(found),
+            soba @ Detected::Soba { .. } => Some(soba),
+            Detected::Foreign(_) => None,
+        }
+    }
+}
+
 /// Detects the format of a transcript's bytes; `None` when it is none of
 /// the supported formats.
 pub fn detect_bytes(bytes: &[u8]) -> Option<Detected> {
@@ -275,6 +349,50 @@ fn classify_line(line: &Map<String, Value>) -> Option<Format> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn head_of(text: &str) -> Head {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t");
+        std::fs::write(&path, text).expect("write");
+        read_head(std::fs::File::open(&path).expect("open")).expect("read")
+    }
+
+    #[test]
+    fn only_a_long_file_of_object_lines_is_streamed() {
+        let pi_line = "{\"type\":\"message\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n";
+        let header = "{\"type\":\"session\",\"id\":\"s\"}\n";
+        let long_pi = format!("{header}{}", pi_line.repeat(80));
+        assert_eq!(
+            head_of(&long_pi).streamable(),
+            Some(Detected::Foreign(Format::PiV1))
+        );
+        assert_eq!(
+            head_of(&format!("\u{feff}{long_pi}")).streamable(),
+            Some(Detected::Foreign(Format::PiV1))
+        );
+        // Exactly the lines detection reads, and nothing after: read whole.
+        let short = format!("{header}{}", pi_line.repeat(SNIFF_LINES - 1));
+        assert_eq!(head_of(&short).streamable(), None);
+        assert!(head_of(&format!("{short}{pi_line}")).streamable().is_some());
+        // Blank lines do not count towards the head.
+        let blanks = format!("{header}{}{}", "\n \n".repeat(100), pi_line.repeat(10));
+        assert_eq!(head_of(&blanks).streamable(), None);
+        // A pretty-printed document: its first line is no object.
+        let doc = format!(
+            "{{\n  \"history\": [\n{}  ]\n}}\n",
+            "    {\"role\": \"user\"},\n".repeat(80)
+        );
+        assert_eq!(head_of(&doc).streamable(), None);
+        // A SOBA log is known from its head.
+        let soba = format!(
+            "{{\"type\":\"session\",\"schemaVersion\":1}}\n{}",
+            pi_line.repeat(80)
+        );
+        assert_eq!(
+            head_of(&soba).streamable(),
+            Some(Detected::Soba { schema_version: 1 })
+        );
+    }
 
     fn check(input: &str, expected: Option<&str>) {
         assert_eq!(

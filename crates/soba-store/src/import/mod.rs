@@ -34,6 +34,7 @@ mod claude_code;
 mod codex;
 mod detect;
 mod gemini;
+mod lines;
 mod openhands;
 mod pi;
 mod swe_agent;
@@ -384,27 +385,33 @@ impl ImportedSession {
     /// Stores each message's token count in `counter`'s encoding (images
     /// costing `image_tokens` each), as the session writer does for a
     /// message SOBA appends: a resume with the same tokenizer then reads
-    /// the counts instead of tokenizing the history again. Returns the
-    /// tokens counted.
+    /// the counts instead of tokenizing the history again. The messages
+    /// are counted on every core. Returns the tokens counted.
     pub fn store_counts(
         &mut self,
         counter: &dyn soba_core::TokenCounter,
         image_tokens: soba_core::TokenCount,
     ) -> soba_core::TokenCount {
-        let mut total = soba_core::TokenCount::ZERO;
-        for entry in &mut self.entries {
-            if let soba_core::EntryBody::Message(logged) = &mut entry.body {
+        use rayon::prelude::*;
+        // The vocabulary loads on this thread, into the memory the import
+        // freed, rather than into a fresh arena of a worker thread.
+        counter.count_text("load");
+        self.entries
+            .par_iter_mut()
+            .map(|entry| {
+                let soba_core::EntryBody::Message(logged) = &mut entry.body else {
+                    return soba_core::TokenCount::ZERO;
+                };
                 let counted =
                     soba_core::tokens::count_message(counter, &logged.message, image_tokens);
-                total += counted.n;
                 logged.tokens = Some(soba_core::entry::StoredTokens {
                     encoding: counter.encoding(),
                     n: counted.n,
                     estimated: counted.estimated,
                 });
-            }
-        }
-        total
+                counted.n
+            })
+            .reduce(|| soba_core::TokenCount::ZERO, |a, b| a + b)
     }
 }
 
@@ -433,15 +440,52 @@ pub struct FileImport {
 ///
 /// Entries of sources without timestamps are dated from the file's
 /// modification time. A SOBA session gives [`ImportError::AlreadySoba`].
+/// A line-oriented transcript (pi, Claude Code, a Codex rollout, OpenHands)
+/// is streamed: its lines are read and converted one at a time, so the
+/// memory used is that of the converted session, not of the file and its
+/// parsed lines; a whole-document transcript is read whole.
 pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
-    let bytes = read_import(path)?;
-    let fallback_ms = std::fs::metadata(path)
-        .and_then(|meta| meta.modified())
+    let (file, metadata) = crate::untrusted::open_untrusted(path).map_err(read_error)?;
+    if metadata.len() > IMPORT_LIMIT {
+        return Err(ImportError::Unreadable(UntrustedReadError::TooLarge {
+            path: path.to_owned(),
+            limit: IMPORT_LIMIT,
+        }));
+    }
+    let fallback_ms = metadata
+        .modified()
         .ok()
         .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
         .and_then(|elapsed| i64::try_from(elapsed.as_millis()).ok())
         .unwrap_or(0);
-    import_bytes(&bytes, path, &ImportOptions::with_fallback_ms(fallback_ms))
+    let options = ImportOptions::with_fallback_ms(fallback_ms);
+    let head = detect::read_head(file).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    match head.streamable() {
+        Some(Detected::Foreign(format)) => {
+            let lines = lines::Lines::file(path, metadata.len());
+            return import_lines(&lines, format, path, &options);
+        }
+        Some(Detected::Soba { schema_version }) => {
+            return Err(ImportError::AlreadySoba {
+                path: path.to_owned(),
+                schema_version,
+            });
+        }
+        None => {}
+    }
+    let bytes = read_import(path)?;
+    import_bytes(&bytes, path, &options)
+}
+
+/// The error of a transcript that cannot be opened or read.
+fn read_error(err: UntrustedReadError) -> ImportError {
+    match err {
+        UntrustedReadError::Io { path, source } => ImportError::Io { path, source },
+        other => ImportError::Unreadable(other),
+    }
 }
 
 /// The largest transcript `soba import` reads: 1 GiB.
@@ -450,12 +494,7 @@ pub const IMPORT_LIMIT: u64 = 1 << 30;
 /// Reads a transcript to import: a regular file of at most
 /// [`IMPORT_LIMIT`] bytes ([`crate::untrusted::read_untrusted`]).
 pub(crate) fn read_import(path: &Path) -> Result<Vec<u8>, ImportError> {
-    crate::untrusted::read_untrusted(path, IMPORT_LIMIT).map_err(|err| match err {
-        crate::untrusted::UntrustedReadError::Io { path, source } => {
-            ImportError::Io { path, source }
-        }
-        other => ImportError::Unreadable(other),
-    })
+    crate::untrusted::read_untrusted(path, IMPORT_LIMIT).map_err(read_error)
 }
 
 /// Imports every session in `bytes`, read from `source` (used in errors,
@@ -509,20 +548,60 @@ pub fn import_as(
         fallback_ms: options.fallback_timestamp_ms,
     };
     let sessions = match format {
-        Format::PiV1 | Format::PiV3 => pi::import(&text, &ctx),
         Format::SweAgent1 | Format::SweAgent0 => swe_agent::import(&text, &ctx),
-        Format::OpenHands => openhands::import(&text, &ctx),
         Format::GeminiCli => gemini::import(&text, &ctx),
-        Format::ClaudeCode => claude_code::import_native(&text, &ctx),
         Format::ClaudeCodeOpenAiChat => claude_code::import_openai_chat(&text, &ctx),
-        Format::CodexRollout => codex::import_rollout(&text, &ctx),
         Format::CodexMessagesMeta => codex::import_messages_meta(&text, &ctx),
+        line_format => {
+            return import_lines(&lines::Lines::Text(&text), line_format, source, options)
+                .map(|sessions| with_invalid_utf8(sessions, invalid_utf8, source));
+        }
     };
-    let mut sessions = sessions.map_err(|reason| ImportError::Malformed {
+    let sessions = sessions.map_err(|reason| ImportError::Malformed {
         path: source.to_owned(),
         format,
         reason,
     })?;
+    Ok(with_invalid_utf8(sessions, invalid_utf8, source))
+}
+
+/// Imports the lines of a line-oriented format (pi, Claude Code native, a
+/// Codex rollout, OpenHands).
+fn import_lines(
+    lines: &lines::Lines<'_>,
+    format: Format,
+    source: &Path,
+    options: &ImportOptions,
+) -> Result<Vec<ImportedSession>, ImportError> {
+    let ctx = builder::Context {
+        source: source.to_owned(),
+        fallback_ms: options.fallback_timestamp_ms,
+    };
+    let sessions = match format {
+        Format::PiV1 | Format::PiV3 => pi::import(lines, &ctx),
+        Format::OpenHands => openhands::import(lines, &ctx),
+        Format::ClaudeCode => claude_code::import_native(lines, &ctx),
+        Format::CodexRollout => codex::import_rollout(lines, &ctx),
+        other => Err(format!("{other} is not a line-oriented format")),
+    };
+    if let Some((path, source)) = lines.take_error() {
+        return Err(ImportError::Io { path, source });
+    }
+    let sessions = sessions.map_err(|reason| ImportError::Malformed {
+        path: source.to_owned(),
+        format,
+        reason,
+    })?;
+    Ok(with_invalid_utf8(sessions, lines.invalid_utf8(), source))
+}
+
+/// Records invalid UTF-8 in the file on every session it held: the first
+/// diagnostic says where it was and what was done.
+fn with_invalid_utf8(
+    mut sessions: Vec<ImportedSession>,
+    invalid_utf8: Option<InvalidUtf8>,
+    source: &Path,
+) -> Vec<ImportedSession> {
     if let Some(invalid) = invalid_utf8 {
         let note = format!("{}: {invalid}", source.display());
         for session in &mut sessions {
@@ -530,26 +609,34 @@ pub fn import_as(
             session.stats.diagnostics.insert(0, note.clone());
         }
     }
-    Ok(sessions)
+    sessions
 }
 
 /// Walks `dir` recursively (sorted by name, symlinked folders not followed)
 /// and imports every file, returning one outcome per file in walk order.
 /// Unknown files, SOBA sessions, special files (FIFOs, sockets, devices,
 /// links to them or to folders) and dangling links are
-/// [`FileOutcome::Skipped`] with a diagnostic saying why, an unreadable subfolder is [`FileOutcome::Failed`]; only an
-/// unreadable `dir` itself is an error.
+/// [`FileOutcome::Skipped`] with a diagnostic saying why, an unreadable
+/// subfolder is [`FileOutcome::Failed`]; only an unreadable `dir` itself is
+/// an error. Every file's sessions are held at once: [`dir_files`] imports
+/// one file at a time.
 pub fn import_dir(dir: &Path) -> Result<Vec<FileImport>, ImportError> {
-    let mut walked = Vec::new();
-    if let Err(source) = collect_files(dir, &mut walked) {
-        return Err(ImportError::Io {
-            path: dir.to_owned(),
-            source,
-        });
-    }
-    let mut out = Vec::with_capacity(walked.len());
-    for (path, walk_error) in walked {
-        let outcome = match walk_error {
+    Ok(dir_files(dir)?.into_iter().map(DirFile::import).collect())
+}
+
+/// A file of a folder walked by [`dir_files`], imported when asked.
+#[derive(Debug)]
+pub struct DirFile {
+    /// The file (or the subfolder that could not be read).
+    pub path: PathBuf,
+    walk_error: Option<std::io::Error>,
+}
+
+impl DirFile {
+    /// Imports the file, as [`import_dir`] does.
+    pub fn import(self) -> FileImport {
+        let path = self.path;
+        let outcome = match self.walk_error {
             Some(source) => FileOutcome::Failed(ImportError::Io {
                 path: path.clone(),
                 source,
@@ -572,9 +659,25 @@ pub fn import_dir(dir: &Path) -> Result<Vec<FileImport>, ImportError> {
                 Err(err) => FileOutcome::Failed(err),
             },
         };
-        out.push(FileImport { path, outcome });
+        FileImport { path, outcome }
     }
-    Ok(out)
+}
+
+/// Walks `dir` as [`import_dir`] does and returns its files in walk order,
+/// not yet imported: a caller that writes each file's sessions before
+/// importing the next holds one file's sessions at a time.
+pub fn dir_files(dir: &Path) -> Result<Vec<DirFile>, ImportError> {
+    let mut walked = Vec::new();
+    if let Err(source) = collect_files(dir, &mut walked) {
+        return Err(ImportError::Io {
+            path: dir.to_owned(),
+            source,
+        });
+    }
+    Ok(walked
+        .into_iter()
+        .map(|(path, walk_error)| DirFile { path, walk_error })
+        .collect())
 }
 
 /// The diagnostic of a folder entry that is not a regular file (after

@@ -12,6 +12,7 @@ use super::builder::{
     Context, SessionBuilder, array_field, content_text, for_each_jsonl_object, image_from_url,
     message_with, obj_field, str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
+use super::lines::Lines;
 use super::{Format, ImportedSession};
 
 /// Raw usage sums of `model_response.usage`, once per response.
@@ -25,26 +26,32 @@ struct RawUsage {
 }
 
 /// Imports every instance line of an `output.jsonl`.
-pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+///
+/// The lines are read twice: once to find the JSON objects (and report
+/// the rest), once to convert them one instance at a time.
+pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
     let mut file_diagnostics = Vec::new();
     let mut instances = Vec::new();
-    for_each_jsonl_object(text, &mut file_diagnostics, |line_idx, obj| {
-        instances.push((line_idx, obj))
+    for_each_jsonl_object(lines, &mut file_diagnostics, |line_idx, _| {
+        instances.push(line_idx)
     });
     let mut sessions = Vec::new();
-    for (ordinal, (line_idx, obj)) in instances.into_iter().enumerate() {
+    let mut ordinal = 0usize;
+    lines.each_object_at(&instances, |line_idx, obj| {
+        let this = ordinal;
+        ordinal += 1;
         if !obj.get("history").is_some_and(Value::is_array) {
             file_diagnostics.push(format!(
                 "line {}: skipped: no `history` array",
                 line_idx + 1
             ));
-            continue;
+            return;
         }
-        let mut b = SessionBuilder::new(Format::OpenHands, ctx, ordinal);
+        let mut b = SessionBuilder::new(Format::OpenHands, ctx, this);
         b.diagnostics = std::mem::take(&mut file_diagnostics);
         convert_instance(line_idx, &obj, &mut b);
         sessions.push(b.finish());
-    }
+    });
     if sessions.is_empty() {
         let first: Vec<&str> = file_diagnostics
             .iter()
@@ -444,7 +451,7 @@ mod tests {
             source: PathBuf::from("output.jsonl"),
             fallback_ms: 0,
         };
-        import(text, &ctx).expect("imports")
+        import(&Lines::Text(text), &ctx).expect("imports")
     }
 
     const INSTANCE: &str = r#"{"instance_id":"i-1","metadata":{"llm_config":{"model":"m","max_input_tokens":1000}},"error":null,"metrics":{"accumulated_token_usage":{"prompt_tokens":300}},"history":[

@@ -2,7 +2,7 @@
 //! order) and the `version: 3` tree (the `parentId` chain from the last
 //! entry).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 use soba_core::{
@@ -14,6 +14,7 @@ use super::builder::{
     message_with, obj_field, odd_content, str_field, text_of, timestamp_field, timestamp_of,
     tool_message, usage_figures,
 };
+use super::lines::Lines;
 use super::tree::{Node, TreeKeys, branch, parsed_node, raw_node};
 use super::{Format, ImportedSession};
 
@@ -28,24 +29,36 @@ struct RawUsage {
     cost: f64,
 }
 
-/// Imports a pi session file (one session per file).
-pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+/// What the first pass keeps of a body line: its place in the tree.
+struct Scanned {
+    node: Node,
+    /// Whether the line has both `id` and `parentId` (a tree file).
+    tree_keys: bool,
+}
+
+/// Imports a pi session file (one session per file). The lines are read
+/// twice: once for the header and the tree (ids and parents only), once
+/// for the lines on the branch, converted one at a time.
+pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
     let mut diagnostics = Vec::new();
-    let mut lines: Vec<(usize, Map<String, Value>)> = Vec::new();
-    let mut damaged: Vec<(usize, &str)> = Vec::new();
-    for_each_jsonl_line(text, &mut diagnostics, |idx, line| match line {
-        Ok(obj) => lines.push((idx, obj)),
-        Err(raw) => damaged.push((idx, raw)),
+    let mut header: Option<Map<String, Value>> = None;
+    let mut scanned: Vec<Scanned> = Vec::new();
+    // Damaged lines' ids and parents, read from their raw text.
+    let mut damaged: Vec<Node> = Vec::new();
+    for_each_jsonl_line(lines, &mut diagnostics, |idx, line| match line {
+        Ok(obj) if header.is_none() && str_field(&obj, "type") == Some("session") => {
+            header = Some(obj);
+        }
+        Ok(obj) => scanned.push(Scanned {
+            node: parsed_node(idx, &obj, PI_TREE),
+            tree_keys: obj.contains_key("id") && obj.contains_key("parentId"),
+        }),
+        Err(raw) => damaged.push(raw_node(idx, raw, PI_TREE)),
     });
-    let header_pos = lines
-        .iter()
-        .position(|(_, obj)| str_field(obj, "type") == Some("session"))
-        .ok_or_else(|| "no `session` header line".to_owned())?;
-    let header = lines[header_pos].1.clone();
+    let header = header.ok_or_else(|| "no `session` header line".to_owned())?;
     let is_tree = count_field(&header, "version") >= 2
-        || lines
-            .iter()
-            .any(|(_, obj)| obj.contains_key("id") && obj.contains_key("parentId"));
+        || (header.contains_key("id") && header.contains_key("parentId"))
+        || scanned.iter().any(|line| line.tree_keys);
     let format = if is_tree { Format::PiV3 } else { Format::PiV1 };
 
     let mut b = SessionBuilder::new(format, ctx, 0);
@@ -57,32 +70,26 @@ pub(crate) fn import(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, 
     b.created_at = timestamp_field(&header, "timestamp");
     b.model = str_field(&header, "modelId").map(str::to_owned);
 
-    let body: Vec<(usize, Map<String, Value>)> = lines
-        .into_iter()
-        .enumerate()
-        .filter(|(pos, _)| *pos != header_pos)
-        .map(|(_, line)| line)
-        .collect();
-    let selected = if is_tree {
-        branch_path(body, &damaged, &mut b)
+    let selected: Vec<usize> = if is_tree {
+        branch_path(scanned, damaged, &mut b)
     } else {
-        body
+        scanned.iter().map(|line| line.node.line_idx).collect()
     };
 
     let mut raw = RawUsage::default();
     // The first entry produced by each selected line, in order.
     let mut produced: Vec<(usize, usize)> = Vec::new();
     let mut id_line: HashMap<String, usize> = HashMap::new();
-    for (line_idx, obj) in &selected {
-        if let Some(id) = str_field(obj, "id") {
-            id_line.insert(id.to_owned(), *line_idx);
+    lines.each_object_at(&selected, |line_idx, obj| {
+        if let Some(id) = str_field(&obj, "id") {
+            id_line.insert(id.to_owned(), line_idx);
         }
         let before = b.len();
-        convert_line(*line_idx, obj, &mut b, &mut raw, &produced, &id_line);
+        convert_line(line_idx, &obj, &mut b, &mut raw, &produced, &id_line);
         if b.len() > before {
-            produced.push((*line_idx, before));
+            produced.push((line_idx, before));
         }
-    }
+    });
     b.usage_raw = json!({
         "counting": "per-request",
         "input": raw.input,
@@ -102,41 +109,32 @@ const PI_TREE: TreeKeys = TreeKeys {
     logical_parent: None,
 };
 
-/// Returns the lines on the `parentId` chain from the last entry with an
-/// id, root first (SPEC §3.4), bridged across `damaged` lines by the shared
-/// tree walk. Lines without ids are kept in file order when no line has one.
-fn branch_path(
-    body: Vec<(usize, Map<String, Value>)>,
-    damaged: &[(usize, &str)],
-    b: &mut SessionBuilder,
-) -> Vec<(usize, Map<String, Value>)> {
-    // Nodes in file order: the parsed lines (positions into `body`) and the
-    // damaged ones (no position).
-    let mut nodes: Vec<(Node, Option<usize>)> = body
-        .iter()
-        .enumerate()
-        .map(|(pos, (line_idx, obj))| (parsed_node(*line_idx, obj, PI_TREE), Some(pos)))
-        .chain(
-            damaged
-                .iter()
-                .map(|(line_idx, raw)| (raw_node(*line_idx, raw, PI_TREE), None)),
-        )
+/// Returns the line indexes on the `parentId` chain from the last entry
+/// with an id, root first (SPEC §3.4), bridged across `damaged` lines by
+/// the shared tree walk. Lines without ids are kept in file order when no
+/// line has one.
+fn branch_path(scanned: Vec<Scanned>, damaged: Vec<Node>, b: &mut SessionBuilder) -> Vec<usize> {
+    let n_body = scanned.len();
+    // Nodes in file order: the parsed lines and the damaged ones.
+    let mut nodes: Vec<(Node, bool)> = scanned
+        .into_iter()
+        .map(|line| (line.node, true))
+        .chain(damaged.into_iter().map(|node| (node, false)))
         .collect();
     nodes.sort_by_key(|(node, _)| node.line_idx);
-    let (nodes, positions): (Vec<Node>, Vec<Option<usize>>) = nodes.into_iter().unzip();
-    let keep: HashSet<usize> = branch(&nodes, None, "parentId", &mut b.diagnostics)
+    let (nodes, parsed): (Vec<Node>, Vec<bool>) = nodes.into_iter().unzip();
+    let mut keep: Vec<usize> = branch(&nodes, None, "parentId", &mut b.diagnostics)
         .into_iter()
-        .filter_map(|node_pos| positions[node_pos])
+        .filter(|&node_pos| parsed[node_pos])
+        .map(|node_pos| nodes[node_pos].line_idx)
         .collect();
-    let off_branch = body.len() - keep.len();
+    keep.sort_unstable();
+    keep.dedup();
+    let off_branch = n_body - keep.len();
     if off_branch > 0 {
         b.diag(format!("{off_branch} entries off the current branch (parentId chain from the last entry) skipped"));
     }
-    body.into_iter()
-        .enumerate()
-        .filter(|(pos, _)| keep.contains(pos))
-        .map(|(_, line)| line)
-        .collect()
+    keep
 }
 
 fn convert_line(
@@ -517,7 +515,7 @@ mod tests {
             source: PathBuf::from("t.jsonl"),
             fallback_ms: 0,
         };
-        let mut sessions = import(text, &ctx).expect("imports");
+        let mut sessions = import(&Lines::Text(text), &ctx).expect("imports");
         sessions.remove(0)
     }
 
@@ -619,6 +617,6 @@ not json
             source: PathBuf::from("t.jsonl"),
             fallback_ms: 0,
         };
-        assert!(import("{\"type\":\"message\"}\n", &ctx).is_err());
+        assert!(import(&Lines::Text("{\"type\":\"message\"}\n"), &ctx).is_err());
     }
 }

@@ -2,6 +2,7 @@
 mod bad_input;
 mod crash;
 mod import;
+mod import_stream;
 mod log;
 mod reader;
 mod resume;
