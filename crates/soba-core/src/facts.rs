@@ -1011,11 +1011,11 @@ fn head_chars(text: &str, n: usize) -> &str {
 
 /// Returns the last `n` characters of `text`.
 fn tail_chars(text: &str, n: usize) -> &str {
-    let count = text.chars().count();
-    if count <= n {
-        return text;
-    }
-    match text.char_indices().nth(count - n) {
+    // Walked from the end: a megabyte of tool output costs its tail only.
+    match n
+        .checked_sub(1)
+        .and_then(|back| text.char_indices().rev().nth(back))
+    {
         Some((idx, _)) => &text[idx..],
         None => text,
     }
@@ -1443,6 +1443,18 @@ mod tests {
     use super::*;
     use crate::message::ToolInput;
     use crate::tokens::ByteCounter;
+
+    #[test]
+    fn tail_chars_takes_characters_from_the_end() {
+        assert_eq!(tail_chars("héllo wörld", 4), "örld");
+        assert_eq!(tail_chars("héllo", 5), "héllo");
+        assert_eq!(tail_chars("héllo", 50), "héllo");
+        assert_eq!(tail_chars("", 3), "");
+        assert_eq!(tail_chars("ab", 0), "ab", "zero keeps the text, as before");
+        let long = format!("{}exit code 3", "€".repeat(1 << 20));
+        assert_eq!(tail_chars(&long, 11), "exit code 3");
+        assert_eq!(exit_code(&long), Some(3));
+    }
     use serde_json::json;
 
     fn call(name: &str, input: Value) -> ToolUse {

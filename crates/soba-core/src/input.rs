@@ -601,6 +601,8 @@ impl LiveInput {
         {
             live.restart_at_capsule(path, capsule_idx);
         }
+        // One item per entry at most: no doubling of a long stretch's list.
+        live.items.reserve_exact(path.len() - live.processed);
         for path_idx in live.processed..path.len() {
             live.push(path, path_idx, false);
             if let EntryBody::Message(logged) = &mut path[path_idx].body {

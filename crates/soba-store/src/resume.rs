@@ -132,7 +132,6 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
     let mut cursor: Option<EntryId> = None;
     let mut chase = StretchChase::default();
     let mut done = false;
-    let mut ignored = None;
     // Until the cursor reaches an entry that is not a `leaf` entry, the
     // position is still being settled: a `leaf` entry met there passes it
     // on to its target (SPEC §3.1, as the full reader does). The walk only
@@ -144,6 +143,7 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
     // Whether the position moved on from a `leaf` entry while settling.
     let mut followed = false;
     let mut path_diagnostics = Vec::new();
+    let mut ignored = None;
     while let Some(line) = lines.next_line().map_err(read_error)? {
         let location = Location {
             offset: line.offset,
@@ -440,11 +440,7 @@ impl<'f> BackwardLines<'f> {
 
 /// Returns the positions of every `\n` in `buf`, last first.
 fn memrchr_all(buf: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    buf.iter()
-        .enumerate()
-        .rev()
-        .filter(|&(_, &b)| b == b'\n')
-        .map(|(idx, _)| idx)
+    memchr::memrchr_iter(b'\n', buf)
 }
 
 #[cfg(test)]
