@@ -153,8 +153,15 @@ impl FileLines {
         let first_pass = !self.scanned.replace(true);
         let file = match crate::untrusted::open_untrusted(&self.path) {
             Ok((file, _)) => file,
+            Err(crate::untrusted::UntrustedReadError::Io { source, .. }) => {
+                // Gone or unreadable since the last pass: the OS says why.
+                self.fail(source);
+                return;
+            }
             Err(err) => {
-                self.fail(std::io::Error::other(err.to_string()));
+                self.fail(std::io::Error::other(format!(
+                    "it is no longer a regular file soba can read ({err})"
+                )));
                 return;
             }
         };
@@ -287,6 +294,18 @@ mod tests {
         let lines = Lines::file(&path, 26);
         lines.each_object_at(&[0], |_, _| panic!("nothing to read"));
         assert!(lines.take_error().is_some());
+    }
+
+    #[test]
+    fn a_file_removed_between_the_passes_fails_with_the_reason() {
+        let (_dir, path) = file_with("{\"a\":1}\n");
+        let lines = Lines::file(&path, 8);
+        assert_eq!(collect(&lines).len(), 1);
+        std::fs::remove_file(&path).expect("remove");
+        lines.each_object_at(&[0], |_, _| panic!("nothing to read"));
+        let (at, err) = lines.take_error().expect("an error");
+        assert_eq!(at, path);
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
     }
 
     #[test]
