@@ -56,7 +56,7 @@ pub(crate) struct Head {
 
 /// Reads the first [`SNIFF_LINES`] non-blank lines of `file`, at most
 /// [`HEAD_LIMIT`] bytes.
-pub(crate) fn read_head(file: std::fs::File) -> std::io::Result<Head> {
+pub(crate) fn read_head(file: &std::fs::File) -> std::io::Result<Head> {
     use std::io::{BufRead, Read};
     let mut reader = std::io::BufReader::new(file.take(HEAD_LIMIT));
     let mut bytes = Vec::new();
@@ -83,6 +83,11 @@ pub(crate) fn read_head(file: std::fs::File) -> std::io::Result<Head> {
 }
 
 impl Head {
+    /// The bytes read.
+    pub(crate) fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
     /// What a file that can be streamed is: its head holds
     /// [`SNIFF_LINES`] lines, the first a JSON object on its own (so the
     /// file is not one JSON document and detection needs only these
@@ -354,7 +359,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t");
         std::fs::write(&path, text).expect("write");
-        read_head(std::fs::File::open(&path).expect("open")).expect("read")
+        read_head(&std::fs::File::open(&path).expect("open")).expect("read")
     }
 
     #[test]

@@ -5,13 +5,17 @@
 //! importer holds at most one source line (plus what it converted) instead
 //! of the whole file and every parsed line: tree-shaped formats read the
 //! file once for the ids and parents of its lines and once more for the
-//! lines on the branch they keep. Every pass reads the same leading bytes
-//! (the file's length when it was opened), so an agent still appending to
-//! the file does not change what is imported; a file rewritten between the
-//! passes is an error, not a mixed session.
+//! lines on the branch they keep. Every pass reads the same file (the
+//! handle opened first, so a file renamed over it or removed changes
+//! nothing) and the same leading bytes (its length when it was opened, so
+//! an agent still appending does not change what is imported); a file
+//! rewritten in place between the passes is found by the hash of the bytes
+//! each pass read, and is an error, not a mixed session.
 
 use std::cell::{Cell, RefCell};
-use std::io::{BufRead, BufReader, Read};
+use std::fs::File;
+use std::hash::{DefaultHasher, Hasher};
+use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -32,24 +36,27 @@ pub(crate) enum Lines<'a> {
 /// A JSONL file read line by line.
 pub(crate) struct FileLines {
     path: PathBuf,
+    file: File,
     /// The bytes every pass reads.
     len: u64,
     /// The invalid UTF-8 the first pass met.
     invalid_utf8: Cell<Option<InvalidUtf8>>,
-    /// Whether a pass has run.
-    scanned: Cell<bool>,
+    /// The hash of the bytes the first pass read.
+    scanned: Cell<Option<u64>>,
     /// The first read error or change found; the import fails with it.
     error: RefCell<Option<std::io::Error>>,
 }
 
 impl Lines<'_> {
-    /// Returns the lines of the first `len` bytes of the file at `path`.
-    pub fn file(path: &Path, len: u64) -> Lines<'static> {
+    /// Returns the lines of the first `len` bytes of `file`, opened at
+    /// `path` (named in errors).
+    pub fn file(path: &Path, file: File, len: u64) -> Lines<'static> {
         Lines::File(FileLines {
             path: path.to_owned(),
+            file,
             len,
             invalid_utf8: Cell::new(None),
-            scanned: Cell::new(false),
+            scanned: Cell::new(None),
             error: RefCell::new(None),
         })
     }
@@ -104,9 +111,7 @@ impl Lines<'_> {
             }
         });
         if changed || next < wanted.len() {
-            self.fail(std::io::Error::other(
-                "the file changed while soba was reading it (a line it had read is gone); import it again once the agent writing it has stopped",
-            ));
+            self.fail(changed_error());
         }
     }
 
@@ -138,6 +143,13 @@ impl Lines<'_> {
     }
 }
 
+/// The error of a file rewritten between two passes.
+fn changed_error() -> std::io::Error {
+    std::io::Error::other(
+        "the file changed while soba was reading it; import it again once the agent writing it has stopped",
+    )
+}
+
 impl FileLines {
     fn fail(&self, err: std::io::Error) {
         let mut slot = self.error.borrow_mut();
@@ -150,22 +162,16 @@ impl FileLines {
         if self.error.borrow().is_some() {
             return;
         }
-        let first_pass = !self.scanned.replace(true);
-        let file = match crate::untrusted::open_untrusted(&self.path) {
-            Ok((file, _)) => file,
-            Err(crate::untrusted::UntrustedReadError::Io { source, .. }) => {
-                // Gone or unreadable since the last pass: the OS says why.
-                self.fail(source);
-                return;
-            }
-            Err(err) => {
-                self.fail(std::io::Error::other(format!(
-                    "it is no longer a regular file soba can read ({err})"
-                )));
-                return;
-            }
-        };
+        let first_pass = self.scanned.get().is_none();
+        let mut file = &self.file;
+        if let Err(err) = file.rewind() {
+            self.fail(err);
+            return;
+        }
         let mut reader = BufReader::with_capacity(READ_BUFFER, file.take(self.len));
+        let mut hasher = DefaultHasher::new();
+        // After `each` says stop, the rest is still read for the hash.
+        let mut calling = true;
         let mut buf: Vec<u8> = Vec::new();
         let mut line_start = 0u64;
         let mut invalid: Option<InvalidUtf8> = None;
@@ -181,6 +187,10 @@ impl FileLines {
             if read == 0 {
                 break;
             }
+            hasher.write(&buf);
+            if !calling {
+                continue;
+            }
             let mut bytes = &buf[..];
             let mut skipped = 0u64;
             if line_idx == 0
@@ -190,7 +200,7 @@ impl FileLines {
                 skipped = crate::reader::UTF8_BOM.len() as u64;
                 if bytes.is_empty() {
                     // The mark alone is no line.
-                    break;
+                    continue;
                 }
             }
             // As `str::lines`: `\n` or `\r\n` ends a line; a lone `\r` at
@@ -207,12 +217,14 @@ impl FileLines {
                 total.replaced += found.replaced;
             }
             line_start += read as u64;
-            if !each(line_idx, &String::from_utf8_lossy(bytes)) {
-                break;
-            }
+            calling = each(line_idx, &String::from_utf8_lossy(bytes));
         }
+        let hash = hasher.finish();
         if first_pass {
             self.invalid_utf8.set(invalid);
+            self.scanned.set(Some(hash));
+        } else if self.scanned.get() != Some(hash) {
+            self.fail(changed_error());
         }
     }
 }
@@ -252,7 +264,7 @@ mod tests {
             let (_dir, path) = file_with(text);
             let len = text.len() as u64;
             assert_eq!(
-                collect(&Lines::file(&path, len)),
+                collect(&Lines::file(&path, File::open(&path).expect("open"), len)),
                 collect(&Lines::Text(text)),
                 "{text:?}"
             );
@@ -262,7 +274,7 @@ mod tests {
     #[test]
     fn every_pass_reads_the_length_the_file_had() {
         let (_dir, path) = file_with("{\"a\":1}\n{\"a\":2}\n");
-        let lines = Lines::file(&path, 16);
+        let lines = Lines::file(&path, File::open(&path).expect("open"), 16);
         assert_eq!(collect(&lines).len(), 2);
         // An agent appends while the import runs: the appended line is not
         // read, and the lines read before are still there.
@@ -276,8 +288,10 @@ mod tests {
     #[test]
     fn a_file_rewritten_between_the_passes_fails_the_import() {
         let (_dir, path) = file_with("{\"a\":1}\nnot json\n{\"a\":3}\n");
-        let lines = Lines::file(&path, 26);
+        let lines = Lines::file(&path, File::open(&path).expect("open"), 26);
         assert_eq!(collect(&lines).len(), 3);
+        // Rewritten in place (same file, same length): the wanted line is
+        // no longer an object.
         std::fs::write(&path, "{\"a\":1}\n{\"a\":2}\nnot json\n").expect("rewrite");
         let mut seen = Vec::new();
         lines.each_object_at(&[0, 2], |idx, _| seen.push(idx));
@@ -289,23 +303,38 @@ mod tests {
                 .starts_with("the file changed while soba was reading it")
         );
 
+        // Rewritten so that the wanted lines still parse: the bytes differ.
+        let (_dir, path) = file_with("{\"a\":1}\n{\"a\":2}\n");
+        let lines = Lines::file(&path, File::open(&path).expect("open"), 16);
+        assert_eq!(collect(&lines).len(), 2);
+        std::fs::write(&path, "{\"b\":1}\n{\"b\":2}\n").expect("rewrite");
+        lines.each_object_at(&[0, 1], |_, _| {});
+        assert!(
+            lines.take_error().is_some(),
+            "a same-shaped rewrite is found too"
+        );
+
         // Truncated to nothing: the wanted lines are gone.
         std::fs::write(&path, "").expect("truncate");
-        let lines = Lines::file(&path, 26);
+        let lines = Lines::file(&path, File::open(&path).expect("open"), 26);
         lines.each_object_at(&[0], |_, _| panic!("nothing to read"));
         assert!(lines.take_error().is_some());
     }
 
     #[test]
-    fn a_file_removed_between_the_passes_fails_with_the_reason() {
-        let (_dir, path) = file_with("{\"a\":1}\n");
-        let lines = Lines::file(&path, 8);
-        assert_eq!(collect(&lines).len(), 1);
+    fn a_file_replaced_or_removed_between_the_passes_is_read_as_opened() {
+        let (dir, path) = file_with("{\"a\":1}\n{\"a\":2}\n");
+        let lines = Lines::file(&path, File::open(&path).expect("open"), 16);
+        assert_eq!(collect(&lines).len(), 2);
+        // Another version renamed over it (as an editor saves), then removed.
+        let other = dir.path().join("other.jsonl");
+        std::fs::write(&other, "{\"b\":9}\n{\"b\":9}\n").expect("write");
+        std::fs::rename(&other, &path).expect("rename");
         std::fs::remove_file(&path).expect("remove");
-        lines.each_object_at(&[0], |_, _| panic!("nothing to read"));
-        let (at, err) = lines.take_error().expect("an error");
-        assert_eq!(at, path);
-        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+        let mut seen = Vec::new();
+        lines.each_object_at(&[0, 1], |idx, obj| seen.push((idx, obj["a"].clone())));
+        assert_eq!(seen, [(0, 1.into()), (1, 2.into())]);
+        assert!(lines.take_error().is_none());
     }
 
     #[test]
@@ -314,7 +343,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.jsonl");
         std::fs::write(&path, bytes).expect("write");
-        let lines = Lines::file(&path, bytes.len() as u64);
+        let lines = Lines::file(&path, File::open(&path).expect("open"), bytes.len() as u64);
         collect(&lines);
         assert_eq!(lines.invalid_utf8(), InvalidUtf8::scan(bytes));
         assert_eq!(lines.invalid_utf8().map(|found| found.replaced), Some(2));

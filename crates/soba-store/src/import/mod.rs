@@ -459,13 +459,16 @@ pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
         .and_then(|elapsed| i64::try_from(elapsed.as_millis()).ok())
         .unwrap_or(0);
     let options = ImportOptions::with_fallback_ms(fallback_ms);
-    let head = detect::read_head(file).map_err(|source| ImportError::Io {
+    let head = detect::read_head(&file).map_err(|source| ImportError::Io {
         path: path.to_owned(),
         source,
     })?;
-    match head.streamable() {
+    // A file that holds more than its reported size (`/proc` files report
+    // 0) is read whole: the passes read the reported size.
+    let detected = head.streamable().filter(|_| head.len() <= metadata.len());
+    match detected {
         Some(Detected::Foreign(format)) => {
-            let lines = lines::Lines::file(path, metadata.len());
+            let lines = lines::Lines::file(path, file, metadata.len());
             return import_lines(&lines, format, path, &options);
         }
         Some(Detected::Soba { schema_version }) => {
