@@ -574,8 +574,9 @@ pub fn measure_log(
         input_setup = input_setup.with_native_match(native_target(setup).native_match());
     }
     // The log was read for this measurement alone: the input takes the
-    // messages' content as it reads them (calibration needs only usage).
-    let live = LiveInput::build_consuming(input_setup, &mut path);
+    // messages' content as it reads them and keeps only their counts
+    // (calibration needs only usage).
+    let live = LiveInput::measure_consuming(input_setup, &mut path);
     let path = path.as_slice();
     // The model the next request goes to. It is the session's own (what
     // `SessionCore::model_id` reports) unless `--model` names another, and
@@ -590,11 +591,10 @@ pub fn measure_log(
             context_window: Some(config.model.context_window),
         },
     );
-    let messages = live.message_tokens();
     let measurement = calibration::measure(&MeasureInput {
         path,
-        fixed_tokens: live.fixed_tokens(),
-        messages: &messages,
+        fixed_tokens: live.fixed_tokens,
+        messages: &live.messages,
         model,
         factor: calibration.factor,
         tool_set_unchanged: true,
@@ -604,7 +604,7 @@ pub fn measure_log(
     {
         save_count_memo(memo_path, &memo.entries());
     }
-    Ok((measurement, calibration, live.count_sources()))
+    Ok((measurement, calibration, live.count_sources))
 }
 
 /// The most counts the memo file keeps.

@@ -12,6 +12,7 @@
 //! rewind, or a capsule among the new entries, rebuilds from the latest
 //! capsule's retained tail, so the same path always gives the same input.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -402,6 +403,19 @@ impl CountSources {
     }
 }
 
+/// What [`LiveInput::measure_consuming`] gives: the counts of an input
+/// without its content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputMeasure {
+    /// Each input message's source and local count, in order, the capsule
+    /// first ([`LiveInput::message_tokens`]).
+    pub messages: Vec<InputMessageTokens>,
+    /// The fixed part's local count ([`LiveInput::fixed_tokens`]).
+    pub fixed_tokens: TokenCount,
+    /// Where the messages' counts came from ([`LiveInput::count_sources`]).
+    pub count_sources: CountSources,
+}
+
 /// The model input of one path, maintained incrementally (see the module
 /// docs).
 #[derive(Clone)]
@@ -587,13 +601,34 @@ impl LiveInput {
         live
     }
 
-    /// Builds the input as [`LiveInput::build`] does, emptying each
-    /// message entry's content once it is read: an input built from a log
-    /// read for it alone (`soba budget --session`) then holds one copy of
-    /// the history at any moment, not two. Only ids and usage of earlier
-    /// entries are looked at again (hygiene finds its boundary by id,
-    /// calibration reads usage), and both stay.
+    /// Builds the input as [`LiveInput::build`] does, taking each message
+    /// entry's content as it reads it (the entry keeps its role, model and
+    /// usage): an input built from a log read for it alone then holds one
+    /// copy of the history at any moment, not two, and moves each message
+    /// instead of copying it. Only ids and usage of earlier entries are
+    /// looked at again (hygiene finds its boundary by id, calibration reads
+    /// usage), and both stay.
     pub fn build_consuming(setup: InputSetup, path: &mut [Entry]) -> Self {
+        Self::consume(setup, path, false)
+    }
+
+    /// Measures the input of a path as [`LiveInput::build_consuming`]
+    /// builds it, keeping no message content: each message is counted (or
+    /// its stored count taken), then dropped, unless a later `hygiene`
+    /// entry of the path has to look at it. What `soba budget --session`
+    /// needs, with the memory of the log as read and little more.
+    pub fn measure_consuming(setup: InputSetup, path: &mut [Entry]) -> InputMeasure {
+        let live = Self::consume(setup, path, true);
+        InputMeasure {
+            messages: live.message_tokens(),
+            fixed_tokens: live.fixed_tokens(),
+            count_sources: live.count_sources(),
+        }
+    }
+
+    /// [`LiveInput::build_consuming`], and with `lean` the items' content
+    /// dropped once nothing later reads it.
+    fn consume(setup: InputSetup, path: &mut [Entry], lean: bool) -> Self {
         let mut live = LiveInput::new(setup);
         if let Some(capsule_idx) = path
             .iter()
@@ -601,10 +636,41 @@ impl LiveInput {
         {
             live.restart_at_capsule(path, capsule_idx);
         }
-        // One item per entry at most: no doubling of a long stretch's list.
-        live.items.reserve_exact(path.len() - live.processed);
+        // Hygiene looks back at the content of the items before it.
+        let last_hygiene = path
+            .iter()
+            .rposition(|entry| matches!(entry.body, EntryBody::Hygiene { .. }));
+        // One item per message at most: no doubling of a long stretch's list.
+        let messages = path[live.processed..]
+            .iter()
+            .filter(|entry| matches!(entry.body, EntryBody::Message(_)))
+            .count();
+        live.items.reserve_exact(messages);
         for path_idx in live.processed..path.len() {
-            live.push(path, path_idx, false);
+            let first_item = live.items.len();
+            let taken = match &mut path[path_idx].body {
+                EntryBody::Message(logged) if logged.message.role != Role::System => {
+                    let content = std::mem::take(&mut logged.message.content);
+                    Some(MessageEntry {
+                        message: with_content(&logged.message, content),
+                        tokens: logged.tokens,
+                    })
+                }
+                _ => None,
+            };
+            match taken {
+                Some(logged) => {
+                    let entry = &path[path_idx];
+                    live.push_message(entry, path_idx, Cow::Owned(logged), None);
+                }
+                None => live.push(path, path_idx, false),
+            }
+            if lean && last_hygiene.is_none_or(|hygiene_idx| path_idx > hygiene_idx) {
+                for item in &mut live.items[first_item..] {
+                    item.message.content = Vec::new();
+                    item.original = None;
+                }
+            }
             if let EntryBody::Message(logged) = &mut path[path_idx].body {
                 logged.message.content = Vec::new();
             }
@@ -855,7 +921,7 @@ impl LiveInput {
                 && let (Some(cut), EntryBody::Message(message)) = (truncation, &path[path_idx].body)
                 && message.message.role != Role::System
             {
-                self.push_message(&path[path_idx], path_idx, message, Some(cut));
+                self.push_message(&path[path_idx], path_idx, Cow::Borrowed(message), Some(cut));
                 continue;
             }
             self.push(path, path_idx, true);
@@ -899,7 +965,9 @@ impl LiveInput {
             EntryBody::Message(message) if message.message.role == Role::System => {
                 self.track_unrendered(&message.message);
             }
-            EntryBody::Message(message) => self.push_message(entry, path_idx, message, None),
+            EntryBody::Message(message) => {
+                self.push_message(entry, path_idx, Cow::Borrowed(message), None)
+            }
             EntryBody::Context(context) => match context.source {
                 ContextSource::AgentsMd if !in_tail => {
                     self.agents_md = Some(self.agents_md_part(context))
@@ -1000,7 +1068,7 @@ impl LiveInput {
         &mut self,
         entry: &Entry,
         path_idx: usize,
-        logged: &MessageEntry,
+        logged: Cow<'_, MessageEntry>,
         cut: Option<&BoundaryTruncation>,
     ) {
         let message = &logged.message;
@@ -1029,10 +1097,12 @@ impl LiveInput {
                 Block::ToolUse(_) => true,
                 _ => false,
             });
-        let mut sent = if needs_sweep {
-            let mut content = Vec::with_capacity(message.content.len());
+        // The blocks the input keeps, by index (the sweep drops unpaired
+        // ones); taken from an owned message, copied from a borrowed one.
+        let mut kept: Vec<usize> = Vec::new();
+        if needs_sweep {
             let mut calls: Vec<&str> = Vec::new();
-            for block in &message.content {
+            for (block_idx, block) in message.content.iter().enumerate() {
                 match block {
                     Block::ToolResult(result) => {
                         let Some((key, status)) = outcomes.next() else {
@@ -1047,7 +1117,7 @@ impl LiveInput {
                             Some(tool) => {
                                 settled.push((key.clone(), status, Some(results.len())));
                                 results.push(ResultInfo {
-                                    block: content.len(),
+                                    block: kept.len(),
                                     call_id: result.tool_use_id.clone(),
                                     tool,
                                     key,
@@ -1055,7 +1125,7 @@ impl LiveInput {
                                     status,
                                     stubbed: false,
                                 });
-                                content.push(block.clone());
+                                kept.push(block_idx);
                             }
                             None => {
                                 settled.push((key, status, None));
@@ -1065,23 +1135,41 @@ impl LiveInput {
                     }
                     Block::ToolUse(call) if is_assistant && !calls.contains(&call.id.as_str()) => {
                         calls.push(&call.id);
-                        content.push(block.clone());
+                        kept.push(block_idx);
                     }
                     Block::ToolUse(_) => rewrites.swept = true,
-                    other => content.push(other.clone()),
+                    _ => kept.push(block_idx),
                 }
             }
-            if content.is_empty() {
+            if kept.is_empty() {
                 // Nothing but unpaired tool blocks: the message is dropped.
                 self.settle(settled, None);
                 return;
             }
-            with_content(message, content)
-        } else {
-            message.clone()
+        }
+        let stored = self.stored(&logged);
+        self.count_sources.note(&logged, stored.is_some());
+        let mut sent = match (logged, needs_sweep) {
+            (Cow::Owned(owned), false) => owned.message,
+            (Cow::Borrowed(borrowed), false) => borrowed.message.clone(),
+            (Cow::Owned(owned), true) => {
+                let MessageEntry { mut message, .. } = owned;
+                let mut keep = kept.iter().copied().peekable();
+                let content = std::mem::take(&mut message.content)
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(block_idx, block)| keep.next_if_eq(&block_idx).map(|_| block))
+                    .collect();
+                Message { content, ..message }
+            }
+            (Cow::Borrowed(borrowed), true) => {
+                let content = kept
+                    .iter()
+                    .map(|&block_idx| borrowed.message.content[block_idx].clone())
+                    .collect();
+                with_content(&borrowed.message, content)
+            }
         };
-        let stored = self.stored(logged);
-        self.count_sources.note(logged, stored.is_some());
         let mut n_tokens = match stored {
             Some(stored) if !rewrites.swept => stored,
             _ => self.count(&sent),

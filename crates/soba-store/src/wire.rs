@@ -1492,7 +1492,7 @@ impl MessageRecord {
             }),
             None => MessageOrigin::Typed,
         };
-        let content = self
+        let mut content = self
             .content
             .into_iter()
             .enumerate()
@@ -1503,6 +1503,11 @@ impl MessageRecord {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The list grew by doubling while it was read (and the blocks took
+        // the records' room in place): most messages hold one or two
+        // blocks, and a long history held in memory would carry the spare
+        // room of every one.
+        content.shrink_to_fit();
         let message = Message {
             role,
             content,

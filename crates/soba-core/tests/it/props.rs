@@ -804,6 +804,12 @@ fn run_rounds(limits: &Limits, rounds: &[Round]) -> Result<(), TestCaseError> {
         let consuming = LiveInput::build_consuming(live.setup().clone(), &mut consumed);
         prop_assert_eq!(consuming.message_tokens(), live.message_tokens());
         prop_assert_eq!(result_infos(&consuming), result_infos(&live));
+        // And a measurement that keeps no content counts the same.
+        let mut measured = session.path.clone();
+        let measure = LiveInput::measure_consuming(live.setup().clone(), &mut measured);
+        prop_assert_eq!(&measure.messages, &live.message_tokens());
+        prop_assert_eq!(measure.fixed_tokens, live.fixed_tokens());
+        prop_assert_eq!(measure.count_sources, live.count_sources());
         // The cached count from a message on equals the listed one.
         let listed = live.message_tokens();
         for entry in &session.path {
@@ -899,6 +905,12 @@ fn check_unresolved(acts: &[Act]) -> Result<(), TestCaseError> {
     prop_assert_eq!(result_infos(&consuming), result_infos(&live));
     prop_assert_eq!(consuming.total_tokens(), live.total_tokens());
     prop_assert_eq!(consuming.message_tokens(), live.message_tokens());
+    // Hygiene entries look back at earlier results: a measurement that
+    // drops content keeps what they read, and counts the same.
+    let mut measured = session.path.clone();
+    let measure = LiveInput::measure_consuming(setup.clone(), &mut measured);
+    prop_assert_eq!(&measure.messages, &live.message_tokens());
+    prop_assert_eq!(measure.count_sources, live.count_sources());
     let messages = |input: &LiveInput| -> Vec<soba_core::Message> {
         input
             .view()
