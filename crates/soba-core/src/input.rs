@@ -266,6 +266,14 @@ struct Item {
 }
 
 impl Item {
+    /// Its source and count, as [`LiveInput::message_tokens`] lists them.
+    fn into_measured(self) -> InputMessageTokens {
+        InputMessageTokens {
+            entry_id: (self.origin != InputOrigin::SyntheticResult).then_some(self.source),
+            tokens: self.tokens,
+        }
+    }
+
     fn view(&self) -> InputMessage<'_> {
         InputMessage {
             source: &self.source,
@@ -609,7 +617,7 @@ impl LiveInput {
     /// looked at again (hygiene finds its boundary by id, calibration reads
     /// usage), and both stay.
     pub fn build_consuming(setup: InputSetup, path: &mut [Entry]) -> Self {
-        Self::consume(setup, path, false)
+        Self::consume(setup, path, None)
     }
 
     /// Measures the input of a path as [`LiveInput::build_consuming`]
@@ -618,17 +626,31 @@ impl LiveInput {
     /// entry of the path has to look at it. What `soba budget --session`
     /// needs, with the memory of the log as read and little more.
     pub fn measure_consuming(setup: InputSetup, path: &mut [Entry]) -> InputMeasure {
-        let live = Self::consume(setup, path, true);
+        let mut later = Vec::new();
+        let live = Self::consume(setup, path, Some(&mut later));
+        // The capsule, the items kept, then those measured as they came,
+        // then the open batch's synthetic results.
+        let mut messages = live.message_tokens();
+        let pending = live.open.as_ref().map_or(0, |open| {
+            open.calls.iter().filter(|call| !call.answered).count()
+        });
+        let at = messages.len() - pending;
+        messages.splice(at..at, later);
         InputMeasure {
-            messages: live.message_tokens(),
+            messages,
             fixed_tokens: live.fixed_tokens(),
             count_sources: live.count_sources(),
         }
     }
 
-    /// [`LiveInput::build_consuming`], and with `lean` the items' content
-    /// dropped once nothing later reads it.
-    fn consume(setup: InputSetup, path: &mut [Entry], lean: bool) -> Self {
+    /// [`LiveInput::build_consuming`]; with `measured`, the items after
+    /// the path's last `hygiene` entry (whose stubs look back at earlier
+    /// results) leave the input as they are made, as their counts.
+    fn consume(
+        setup: InputSetup,
+        path: &mut [Entry],
+        mut measured: Option<&mut Vec<InputMessageTokens>>,
+    ) -> Self {
         let mut live = LiveInput::new(setup);
         if let Some(capsule_idx) = path
             .iter()
@@ -645,7 +667,10 @@ impl LiveInput {
             .iter()
             .filter(|entry| matches!(entry.body, EntryBody::Message(_)))
             .count();
-        live.items.reserve_exact(messages);
+        match measured.as_deref_mut() {
+            Some(out) => out.reserve_exact(messages),
+            None => live.items.reserve_exact(messages),
+        }
         for path_idx in live.processed..path.len() {
             let first_item = live.items.len();
             let taken = match &mut path[path_idx].body {
@@ -665,11 +690,10 @@ impl LiveInput {
                 }
                 None => live.push(path, path_idx, false),
             }
-            if lean && last_hygiene.is_none_or(|hygiene_idx| path_idx > hygiene_idx) {
-                for item in &mut live.items[first_item..] {
-                    item.message.content = Vec::new();
-                    item.original = None;
-                }
+            if let Some(out) = measured.as_deref_mut()
+                && last_hygiene.is_none_or(|hygiene_idx| path_idx > hygiene_idx)
+            {
+                out.extend(live.items.drain(first_item..).map(Item::into_measured));
             }
             if let EntryBody::Message(logged) = &mut path[path_idx].body {
                 logged.message.content = Vec::new();

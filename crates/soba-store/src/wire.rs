@@ -256,6 +256,56 @@ struct Envelope {
     timestamp: Option<String>,
 }
 
+/// How a `message` line as SOBA writes it starts.
+const MESSAGE_LINE_START: &str = r#"{"type":"message","#;
+
+/// A `message` line: the [`Envelope`] and the [`MessageRecord`] fields in
+/// one struct, so the line is parsed once (a flattened body would be
+/// buffered and parsed twice).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageLine {
+    #[serde(rename = "type")]
+    type_name: String,
+    id: Option<String>,
+    #[serde(default)]
+    parent_id: Option<String>,
+    timestamp: Option<String>,
+    role: String,
+    #[serde(default)]
+    origin: Option<String>,
+    content: Vec<BlockRecord>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<UsageRecord>,
+    #[serde(default)]
+    request_tokens_local: Option<u64>,
+    #[serde(default)]
+    tokens: Option<TokensRecord>,
+}
+
+impl MessageLine {
+    fn split(self) -> (Envelope, MessageRecord) {
+        let envelope = Envelope {
+            type_name: self.type_name,
+            id: self.id,
+            parent_id: self.parent_id,
+            timestamp: self.timestamp,
+        };
+        let record = MessageRecord {
+            role: self.role,
+            origin: self.origin,
+            content: self.content,
+            model: self.model,
+            usage: self.usage,
+            request_tokens_local: self.request_tokens_local,
+            tokens: self.tokens,
+        };
+        (envelope, record)
+    }
+}
+
 /// Only the `type` of a line, to tell a header from an entry.
 #[derive(Debug, Deserialize)]
 struct TypePeek {
@@ -901,16 +951,19 @@ pub fn decode_entry(line: &str) -> Result<DecodedEntry, DecodeError> {
 /// Decodes a line that fits its type, straight from the text; `None` when
 /// anything is off (the tolerant path then decides).
 fn decode_clean(line: &str) -> Option<DecodedEntry> {
+    // Most lines are messages, and SOBA writes `type` first: those are
+    // read in one pass, envelope and body together.
+    if line.starts_with(MESSAGE_LINE_START)
+        && let Ok(message) = serde_json::from_str::<MessageLine>(line)
+        && message.type_name == "message"
+    {
+        let (envelope, record) = message.split();
+        return decode_record(envelope, BodyRecord::Message(record));
+    }
     let envelope: Envelope = serde_json::from_str(line).ok()?;
     if envelope.type_name == HEADER_TYPE {
         return None;
     }
-    let id = EntryId::parse(envelope.id.as_deref()?).ok()?;
-    let timestamp = envelope.timestamp?;
-    let parent_id = match envelope.parent_id.as_deref() {
-        Some(parent) => Some(EntryId::parse(parent).ok()?),
-        None => None,
-    };
     fn body<T: serde::de::DeserializeOwned>(line: &str) -> Option<T> {
         serde_json::from_str(line).ok()
     }
@@ -927,6 +980,18 @@ fn decode_clean(line: &str) -> Option<DecodedEntry> {
         _ => BodyRecord::Unknown {
             type_name: envelope.type_name.clone(),
         },
+    };
+    decode_record(envelope, record)
+}
+
+/// Builds the entry of a line decoded into its envelope and body record;
+/// `None` when anything is off.
+fn decode_record(envelope: Envelope, record: BodyRecord) -> Option<DecodedEntry> {
+    let id = EntryId::parse(envelope.id.as_deref()?).ok()?;
+    let timestamp = envelope.timestamp?;
+    let parent_id = match envelope.parent_id.as_deref() {
+        Some(parent) => Some(EntryId::parse(parent).ok()?),
+        None => None,
     };
     let mut issues = Vec::new();
     let body = record.into_body(&mut issues).ok()?;
@@ -2484,6 +2549,23 @@ mod tests {
         };
         assert_eq!(call.input.object().get("value"), Some(&Value::from(3)));
         assert_eq!(call.input.raw(), Some("3"));
+    }
+
+    #[test]
+    fn a_message_line_reads_the_same_whatever_its_field_order() {
+        // SOBA writes `type` first and such lines are read in one pass;
+        // any other order takes the two-pass path, to the same entry.
+        let first = r#"{"type":"message","id":"e_00000000000000000000000000000001","parentId":"e_00000000000000000000000000000002","timestamp":"t","role":"user","content":[{"type":"text","text":"hi"}],"tokens":{"encoding":"o200k_base","n":5}}"#;
+        let reordered = r#"{"role":"user","content":[{"type":"text","text":"hi"}],"tokens":{"encoding":"o200k_base","n":5},"timestamp":"t","parentId":"e_00000000000000000000000000000002","id":"e_00000000000000000000000000000001","type":"message"}"#;
+        let one = decode_entry(first).expect("decodes");
+        let two = decode_entry(reordered).expect("decodes");
+        assert_eq!(one.entry, two.entry);
+        assert_eq!(one.issues, vec![]);
+        assert_eq!(
+            one.entry.parent_id,
+            Some(id(IdKind::Entry, 2)),
+            "the envelope is read with the body"
+        );
     }
 
     #[test]
