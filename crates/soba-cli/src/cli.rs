@@ -89,12 +89,35 @@ pub enum Command {
     Replay(ReplayArgs),
 }
 
-/// `soba replay <file|dir>` (SPEC §15).
+/// `soba replay [file|dir]` (SPEC §15).
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// A transcript in any supported format, or a folder walked recursively.
-    #[arg(value_name = "PATH")]
-    pub path: std::path::PathBuf,
+    /// A transcript in any supported format, or a folder walked
+    /// recursively. Without it (or with --discover), the sessions of Claude
+    /// Code, Codex, pi and Gemini CLI are found in their standard places.
+    #[arg(value_name = "PATH", conflicts_with = "discover")]
+    pub path: Option<std::path::PathBuf>,
+    /// Find the sessions of every supported agent in their standard places
+    /// (what no PATH does).
+    #[arg(long)]
+    pub discover: bool,
+    /// Only these agents' sessions, repeated or comma-separated:
+    /// claude-code, codex, pi, gemini.
+    #[arg(long, value_name = "AGENT", value_delimiter = ',')]
+    pub agent: Vec<String>,
+    /// Only sessions started on or after this day (YYYY-MM-DD, local time).
+    #[arg(long, value_name = "DATE")]
+    pub since: Option<String>,
+    /// Only sessions started on or before this day (YYYY-MM-DD, local time).
+    #[arg(long, value_name = "DATE")]
+    pub until: Option<String>,
+    /// Only sessions run in this folder or under it (an absolute path), or
+    /// whose folder contains this text.
+    #[arg(long, value_name = "PROJECT")]
+    pub project: Option<String>,
+    /// Threads replaying files at once (default: one per core).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0)]
+    pub threads: usize,
     /// Policies to replay, repeated or comma-separated: none, soba,
     /// claude-code, codex, pi, opencode, goose or <peer>@N (default: all
     /// seven).

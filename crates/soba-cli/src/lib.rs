@@ -1,5 +1,6 @@
-//! The `soba` command: clap commands, configuration, the TUI, the replay
-//! analyzer and reports, printing and exit codes. The only crate that prints.
+//! The `soba` command: clap commands, configuration, the TUI, `soba replay`
+//! (a caller of the `soba-replay` crate), printing and exit codes. The only
+//! crate that prints.
 
 mod cli;
 mod cmd;
@@ -10,9 +11,6 @@ mod error;
 pub mod logging;
 mod output;
 pub mod paths;
-/// The replay analyzer (`soba replay`, SPEC §15), public for its benchmark:
-/// replay a transcript or a folder under SOBA and the peers' policies.
-pub mod replay;
 /// The interactive agent's terminal UI (`soba` without a subcommand); public
 /// so its frames can be snapshot-tested from the integration tests.
 pub mod tui;

@@ -2,6 +2,8 @@
 //! the peers' policies and prints the table, `--json` or `--html`.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use soba_core::tokens::group_thousands;
@@ -9,8 +11,10 @@ use soba_core::tokens::group_thousands;
 use crate::cli::{GlobalArgs, ReplayArgs};
 use crate::context::Context;
 use crate::error::{CliError, CliResult};
-use crate::replay::{
-    self, CacheMode, Loaded, PolicySpec, ReplayError, ReplayOptions, ReplayReport, TraceReport,
+use soba_replay::discover::{self, Agent, Discovery, Environment};
+use soba_replay::{
+    self as replay, CacheMode, Filter, Input, Loaded, PolicySpec, ReplayError, ReplayOptions,
+    ReplayReport,
 };
 
 /// Runs `soba replay`. SOBA's policy runs under the configuration of the
@@ -19,59 +23,27 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     ctx.print_warnings();
     let options = options(args, &ctx)?;
-    let loaded = replay::load(&args.path).map_err(replay_error)?;
-    let is_dir = args.path.is_dir();
-    let mut report = ReplayReport {
-        cache: options.cache,
-        cache_ttl: options.cache_ttl,
-        summarizer_price: options.summarizer_price,
-        peer_trigger: options.peer_trigger,
-        ..ReplayReport::default()
-    };
-    let progress = if is_dir && crate::output::stderr_is_terminal() {
-        let bar = ProgressBar::new(loaded.len() as u64);
-        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
-            bar.set_style(style);
+    let filter = filter(args)?;
+    let agents = agents(args)?;
+    let report = match &args.path {
+        Some(path) if !path.is_dir() => replay_one_file(path, &options, &filter)?,
+        Some(dir) => {
+            let inputs = Input::walk(dir).map_err(replay_error)?;
+            replay_many(inputs, &options, &filter, args.threads, Some(dir))?
         }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    for item in loaded {
-        match item {
-            Loaded::Skipped { name, reason } => {
-                progress.suspend(|| crate::output::errln!("skipped {name}: {reason}"));
-                report.traces.push(TraceReport::skipped(name, None, reason));
+        None => {
+            let discovery = discover::discover(&Environment::from_process(), &agents);
+            print_discovery(&discovery);
+            if discovery.files.is_empty() {
+                return Err(CliError::user(
+                    "no sessions of Claude Code, Codex, pi or Gemini CLI were found in their standard places",
+                )
+                .hint("pass a transcript or a folder: soba replay PATH"));
             }
-            Loaded::Session { name, session } => {
-                progress.set_message(soba_core::terminal::sanitize_line(&name).into_owned());
-                let format = session.format.as_str().to_owned();
-                match replay::replay_session(name.clone(), *session, &options) {
-                    Ok(outcome) => {
-                        report.traces.push(outcome.report);
-                        report.real_summaries.extend(outcome.real_summaries);
-                    }
-                    Err(err) if !is_dir => return Err(CliError::user(format!("{name}: {err}"))),
-                    Err(err) => {
-                        progress.suspend(|| crate::output::errln!("skipped {name}: {err}"));
-                        report.traces.push(TraceReport::skipped(
-                            name,
-                            Some(format),
-                            err.to_string(),
-                        ));
-                    }
-                }
-            }
+            let inputs = Input::discovered(discovery);
+            replay_many(inputs, &options, &filter, args.threads, None)?
         }
-        progress.inc(1);
-    }
-    progress.finish_and_clear();
-    if report.replayed() == 0 {
-        return Err(replay_error(ReplayError::NothingReplayed {
-            path: args.path.clone(),
-        }));
-    }
-    report.total();
+    };
 
     if let Some(html_path) = &args.html {
         let page = replay::chart::html(&report)
@@ -99,6 +71,194 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
     }
     stdout.flush()?;
     Ok(())
+}
+
+/// Replays a single file: its errors are errors.
+fn replay_one_file(
+    path: &std::path::Path,
+    options: &ReplayOptions,
+    filter: &Filter,
+) -> CliResult<ReplayReport> {
+    let mut report = ReplayReport {
+        cache: options.cache,
+        cache_ttl: options.cache_ttl,
+        summarizer_price: options.summarizer_price,
+        peer_trigger: options.peer_trigger,
+        ..ReplayReport::default()
+    };
+    for item in replay::load(path).map_err(replay_error)? {
+        let Loaded::Session { name, session } = item else {
+            continue;
+        };
+        if !filter.keeps(&session) {
+            continue;
+        }
+        let outcome = replay::replay_session(name.clone(), *session, options)
+            .map_err(|err| CliError::user(format!("{name}: {err}")))?;
+        report.traces.push(outcome.report);
+        report.real_summaries.extend(outcome.real_summaries);
+    }
+    if report.replayed() == 0 {
+        return Err(replay_error(ReplayError::NothingReplayed {
+            path: path.to_owned(),
+        }));
+    }
+    report.total();
+    Ok(report)
+}
+
+/// Replays many files in parallel with a progress bar on stderr (files,
+/// bytes, time left) and a last line with the wall time.
+fn replay_many(
+    inputs: Vec<Input>,
+    options: &ReplayOptions,
+    filter: &Filter,
+    threads: usize,
+    dir: Option<&std::path::Path>,
+) -> CliResult<ReplayReport> {
+    let files = inputs.len();
+    let bytes: u64 = inputs
+        .iter()
+        .map(|input| std::fs::metadata(&input.file.path).map_or(0, |meta| meta.len()))
+        .sum();
+    let progress = if crate::output::stderr_is_terminal() {
+        let bar = ProgressBar::new(bytes);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{bar:30} {binary_bytes}/{binary_total_bytes} · {msg} · {eta} left",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let done = AtomicUsize::new(0);
+    progress.set_message(format!("0/{files} files"));
+    let started = Instant::now();
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        threads
+    };
+    let report = replay::replay_inputs(inputs, options, filter, threads, &|file| {
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        progress.inc(file.bytes);
+        progress.set_message(format!("{n}/{files} files"));
+    });
+    progress.finish_and_clear();
+    for trace in &report.traces {
+        if let Some(reason) = &trace.skipped {
+            crate::output::errln!(
+                "skipped {}: {}",
+                soba_core::terminal::sanitize_line(&trace.trace),
+                soba_core::terminal::sanitize_line(reason)
+            );
+        }
+    }
+    crate::output::errln!(
+        "replayed {} sessions from {files} files ({}) in {:.1} s on {threads} threads",
+        report.replayed(),
+        human_bytes(bytes),
+        started.elapsed().as_secs_f64()
+    );
+    if report.replayed() == 0 {
+        return Err(match dir {
+            _ if !filter.is_empty() => CliError::user("no session passed the filters")
+                .hint("--since, --until or --project left every session out"),
+            Some(dir) => replay_error(ReplayError::NothingReplayed {
+                path: dir.to_owned(),
+            }),
+            None => CliError::user("no discovered session could be replayed")
+                .hint("pass --window N for transcripts whose model soba does not know"),
+        });
+    }
+    Ok(report)
+}
+
+/// `12.3 MB`.
+fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        0..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
+        _ => format!("{:.2} GB", bytes as f64 / 1e9),
+    }
+}
+
+/// Prints what discovery found, per agent and folder, on stderr.
+fn print_discovery(discovery: &Discovery) {
+    for root in &discovery.roots {
+        let folder =
+            soba_core::terminal::sanitize_line(&root.root.path.display().to_string()).into_owned();
+        let agent = root.root.agent;
+        match (&root.error, root.exists) {
+            (Some(error), _) => crate::output::errln!(
+                "{agent}: {folder} could not be read: {}",
+                soba_core::terminal::sanitize_line(error)
+            ),
+            (None, false) => crate::output::errln!("{agent}: no {folder}"),
+            (None, true) => crate::output::errln!(
+                "{agent}: {} session file{} in {folder}",
+                root.files,
+                if root.files == 1 { "" } else { "s" }
+            ),
+        }
+    }
+}
+
+/// `--since`, `--until` and `--project`.
+fn filter(args: &ReplayArgs) -> CliResult<Filter> {
+    let day = |flag: &str, value: &Option<String>| -> CliResult<Option<jiff::civil::Date>> {
+        value
+            .as_deref()
+            .map(|text| {
+                text.trim().parse::<jiff::civil::Date>().map_err(|_| {
+                    CliError::usage(format!(
+                        "{flag} {}: expected a day as YYYY-MM-DD",
+                        soba_core::terminal::sanitize_line(text)
+                    ))
+                })
+            })
+            .transpose()
+    };
+    let filter = Filter {
+        since: day("--since", &args.since)?,
+        until: day("--until", &args.until)?,
+        project: args
+            .project
+            .as_deref()
+            .map(str::trim)
+            .filter(|project| !project.is_empty())
+            .map(str::to_owned),
+        zone: None,
+    };
+    if let (Some(since), Some(until)) = (filter.since, filter.until)
+        && since > until
+    {
+        return Err(CliError::usage(format!(
+            "--since {since} is after --until {until}"
+        )));
+    }
+    Ok(filter)
+}
+
+/// `--agent`.
+fn agents(args: &ReplayArgs) -> CliResult<Vec<Agent>> {
+    let mut agents = Vec::new();
+    for name in args.agent.iter().filter(|name| !name.trim().is_empty()) {
+        let agent = Agent::parse(name).ok_or_else(|| {
+            CliError::usage(format!(
+                "--agent {}: use claude-code, codex, pi or gemini",
+                soba_core::terminal::sanitize_line(name)
+            ))
+        })?;
+        agents.push(agent);
+    }
+    if !agents.is_empty() && (args.path.is_some()) {
+        return Err(CliError::usage(
+            "--agent picks among discovered sessions: leave out PATH",
+        ));
+    }
+    Ok(agents)
 }
 
 /// Returns the per-trace lines: window, maximum output, cache and the

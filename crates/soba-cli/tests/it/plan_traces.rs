@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use soba_cli::replay::probe::edited_files;
 use soba_core::budget::Budget;
 use soba_core::builder::{self, BuildOptions, CapsuleFrame};
 use soba_core::calibration::Factor;
@@ -24,6 +23,7 @@ use soba_core::{
     Capsule, Encoding, Entry, EntryBody, EntryId, IdKind, MessageOrigin, Quality, TokenCount,
     TokenCounter, Trigger,
 };
+use soba_replay::probe::edited_files;
 
 struct TraceResult {
     name: String,

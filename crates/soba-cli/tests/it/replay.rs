@@ -7,8 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use soba_cli::replay::{self, Loaded, PolicyKind, PolicySpec, ReplayOptions, Trace, TraceOptions};
 use soba_core::TokenCount;
+use soba_replay::{
+    self as replay, Loaded, PolicyKind, PolicySpec, ReplayOptions, Trace, TraceOptions,
+};
 
 /// The shared raw traces, `../shared/traces/raw` from the repository root.
 fn raw_dir() -> Option<PathBuf> {
@@ -473,4 +475,149 @@ fn a_recorded_compaction_far_below_the_window_gives_a_warning() {
             "the trace records a compaction at 184,915 tokens, far below the window 1,000,000 in use; it implies --window 200,000"
         ])
     );
+}
+
+/// A small Codex rollout: meta, a user turn, an assistant answer with its
+/// token count.
+fn codex_rollout(cwd: &str, day: &str) -> String {
+    [
+        format!(r#"{{"timestamp":"{day}T10:00:00Z","type":"session_meta","payload":{{"id":"R-{day}","timestamp":"{day}T10:00:00Z","cwd":"{cwd}","base_instructions":{{"text":"You are Codex."}}}}}}"#),
+        format!(r#"{{"timestamp":"{day}T10:00:00Z","type":"turn_context","payload":{{"model":"gpt-5-codex","cwd":"{cwd}"}}}}"#),
+        format!(r#"{{"timestamp":"{day}T10:00:02Z","type":"response_item","payload":{{"type":"message","role":"user","content":[{{"type":"input_text","text":"fix the failing test"}}]}}}}"#),
+        format!(r#"{{"timestamp":"{day}T10:00:04Z","type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"Fixed."}}]}}}}"#),
+        format!(r#"{{"timestamp":"{day}T10:00:05Z","type":"event_msg","payload":{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":1200,"cached_input_tokens":0,"output_tokens":7,"reasoning_output_tokens":0,"total_tokens":0}},"last_token_usage":{{"input_tokens":1200,"cached_input_tokens":0,"output_tokens":7,"reasoning_output_tokens":0,"total_tokens":0}},"model_context_window":272000}}}}}}"#),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// `soba replay` with no path finds Claude Code, Codex and pi sessions in
+/// a generated home's standard places, leaves sub-agent files out, says
+/// what it found per agent, and filters by agent, day and project.
+#[test]
+fn replay_without_a_path_discovers_every_agents_sessions() {
+    let sandbox = crate::support::Sandbox::new();
+    let home = sandbox.home.parent().unwrap().to_owned();
+    let claude = home.join(".claude/projects/-work-project");
+    std::fs::create_dir_all(claude.join("0a1b/subagents")).unwrap();
+    soba_store::fixtures::write_claude_code_session(&claude.join("0a1b.jsonl"), 40_000).unwrap();
+    // A sub-agent's transcript is part of its parent session.
+    std::fs::copy(
+        claude.join("0a1b.jsonl"),
+        claude.join("0a1b/subagents/agent-1.jsonl"),
+    )
+    .unwrap();
+    std::fs::copy(claude.join("0a1b.jsonl"), claude.join("agent-2.jsonl")).unwrap();
+    let codex = home.join(".codex/sessions/2026/11/30");
+    std::fs::create_dir_all(&codex).unwrap();
+    std::fs::write(
+        codex.join("rollout-2026-11-30T10-00-00-r1.jsonl"),
+        codex_rollout("/work/api", "2026-11-30"),
+    )
+    .unwrap();
+    std::fs::write(codex.join("history.jsonl"), "not a session\n").unwrap();
+    let pi = home.join(".pi/agent/sessions/--work-app--");
+    std::fs::create_dir_all(&pi).unwrap();
+    std::fs::write(
+        pi.join("2025-02-01T10-00-00-000Z_p1.jsonl"),
+        crate::support::pi_session("fix the build"),
+    )
+    .unwrap();
+
+    let out = sandbox.run(&["replay", "--json", "--policy", "none,soba"]);
+    let stderr = crate::support::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let claude_root = home.join(".claude/projects");
+    for line in [
+        format!("claude-code: 1 session file in {}", claude_root.display()),
+        format!(
+            "codex: 1 session file in {}",
+            home.join(".codex/sessions").display()
+        ),
+        format!(
+            "codex: no {}",
+            home.join(".codex/archived_sessions").display()
+        ),
+        format!(
+            "pi: 1 session file in {}",
+            home.join(".pi/agent/sessions").display()
+        ),
+        format!("gemini: no {}", home.join(".gemini/tmp").display()),
+        "replayed 3 sessions from 3 files".to_owned(),
+    ] {
+        assert!(stderr.contains(&line), "{line:?} not in:\n{stderr}");
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let traces = report["traces"].as_array().unwrap();
+    let formats: Vec<&str> = traces
+        .iter()
+        .map(|trace| trace["format"].as_str().unwrap())
+        .collect();
+    assert_eq!(formats, ["claude-code", "codex-rollout", "pi-v1"]);
+    assert!(traces.iter().all(|trace| trace["skipped"].is_null()));
+
+    // --agent, --since/--until and --project narrow it down.
+    let only = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["replay", "--json", "--policy", "none"];
+        all.extend_from_slice(args);
+        let out = sandbox.run(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            crate::support::text(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["traces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|trace| trace["format"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(only(&["--agent", "codex,pi"]), ["codex-rollout", "pi-v1"]);
+    // Claude Code's started on 2025-11-20, Codex's on 2026-11-30, pi's on
+    // 2025-02-01.
+    assert_eq!(
+        only(&["--since", "2025-06-01"]),
+        ["claude-code", "codex-rollout"]
+    );
+    assert_eq!(only(&["--until", "2025-06-01"]), ["pi-v1"]);
+    assert_eq!(
+        only(&["--since", "2025-06-01", "--until", "2026-06-01"]),
+        ["claude-code"]
+    );
+    // Claude Code's ran in /work/project, Codex's in /work/api, pi's in
+    // /work/app.
+    assert_eq!(only(&["--project", "/work/app"]), ["pi-v1"]);
+    assert_eq!(only(&["--project", "/work"]).len(), 3);
+    assert_eq!(only(&["--project", "api", "-j", "1"]), ["codex-rollout"]);
+
+    // Bad filters are usage errors that say what to write.
+    let out = sandbox.run(&["replay", "--since", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        crate::support::text(&out.stderr)
+            .contains("--since yesterday: expected a day as YYYY-MM-DD")
+    );
+    let out = sandbox.run(&["replay", "--agent", "cursor"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = sandbox.run(&["replay", "--project", "/nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(crate::support::text(&out.stderr).contains("no session passed the filters"));
+}
+
+/// With nothing in the standard places, `soba replay` says so and how to
+/// name a file instead.
+#[test]
+fn replay_without_a_path_in_an_empty_home_says_where_it_looked() {
+    let sandbox = crate::support::Sandbox::new();
+    let out = sandbox.run(&["replay"]);
+    let stderr = crate::support::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("claude-code: no "), "{stderr}");
+    assert!(
+        stderr.contains("no sessions of Claude Code, Codex, pi or Gemini CLI were found"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("soba replay PATH"), "{stderr}");
 }

@@ -1,20 +1,39 @@
-//! The replay analyzer (`soba replay`, SPEC §15): imports a real session (or
-//! every session under a folder), replays each recorded inference under
-//! SOBA and under the policies of other agents, and reports tokens,
-//! billed-equivalent cost and what each policy kept.
+//! The replay analyzer behind `soba replay`: imports real sessions of pi,
+//! Claude Code, Codex, OpenHands, SWE-agent and Gemini CLI, replays each
+//! recorded inference under SOBA and under the compaction policies of other
+//! agents, and reports tokens, billed-equivalent cost and what each policy
+//! kept.
 //!
-//! - `trace`: the imported session prepared for replay (window, maximum
+//! The API has three steps: [`load`] a file or folder, replay each session
+//! with [`replay_session`] under [`ReplayOptions`], and collect the rows
+//! into a [`ReplayReport`] (its [`ReplayReport::table`] is the text report,
+//! [`chart::html`] the page). [`replay_path`] does all three.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use soba_replay::{ReplayOptions, replay_path};
+//!
+//! let report = replay_path(Path::new("session.jsonl"), &ReplayOptions::default())?;
+//! for trace in &report.traces {
+//!     println!("{}: {} recorded requests", trace.trace, trace.recorded_requests);
+//! }
+//! # Ok::<(), soba_replay::ReplayError>(())
+//! ```
+//!
+//! Modules:
+//! - [`trace`]: the imported session prepared for replay (window, maximum
 //!   output, steps, the per-model calibration fit).
-//! - `policy`: `none` and the five peers; `soba`: SOBA's barrier driven
+//! - [`policy`]: `none` and the five peers; SOBA's barrier runs
 //!   synchronously on soba-core with deterministic capsules.
-//! - `cost`: the cache-prefix model; `probe`: the retention probes.
-//! - `report`: figures, the table and `--json`; `chart`: `--html`.
+//! - [`cost`]: the cache-prefix model; [`probe`]: the retention probes.
+//! - [`report`]: figures, the table and JSON; [`chart`]: the HTML page.
 //!
-//! Decisions where SPEC §15 is silent are listed in each module's docs and
-//! in `ARCHITECTURE.md`.
+//! Decisions the design leaves open are listed in each module's docs and
+//! in the repository's `ARCHITECTURE.md`.
 
 pub mod chart;
 pub mod cost;
+pub mod discover;
 pub mod policy;
 pub mod probe;
 pub mod report;
@@ -382,6 +401,194 @@ fn real_summaries(ctx: &Ctx<'_>) -> Vec<RealSummary> {
         });
     }
     out
+}
+
+/// Which sessions a replay of many files keeps: `--since`, `--until` and
+/// `--project`. A session whose date or folder is not recorded is kept
+/// only when no filter asks for it.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// The first day kept, in `zone`.
+    pub since: Option<jiff::civil::Date>,
+    /// The last day kept, in `zone`.
+    pub until: Option<jiff::civil::Date>,
+    /// Keeps sessions whose recorded working folder is this folder or
+    /// under it; a value that is not an absolute path keeps those whose
+    /// folder contains it.
+    pub project: Option<String>,
+    /// The time zone days are counted in (the system's by default).
+    pub zone: Option<jiff::tz::TimeZone>,
+}
+
+impl Filter {
+    /// Returns whether no filter is set.
+    pub fn is_empty(&self) -> bool {
+        self.since.is_none() && self.until.is_none() && self.project.is_none()
+    }
+
+    /// Returns the day a session started on, in the filter's zone.
+    pub fn day(&self, session: &ImportedSession) -> Option<jiff::civil::Date> {
+        let started: jiff::Timestamp = session.created_at.as_deref()?.parse().ok()?;
+        let zone = self.zone.clone().unwrap_or_else(jiff::tz::TimeZone::system);
+        Some(started.to_zoned_datetime(zone).date())
+    }
+
+    /// Returns whether `session` passes the filter.
+    pub fn keeps(&self, session: &ImportedSession) -> bool {
+        if self.since.is_some() || self.until.is_some() {
+            let Some(day) = self.day(session) else {
+                return false;
+            };
+            if self.since.is_some_and(|since| day < since)
+                || self.until.is_some_and(|until| day > until)
+            {
+                return false;
+            }
+        }
+        match (&self.project, session.cwd.as_deref()) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(project), Some(cwd)) if Path::new(project).is_absolute() => {
+                Path::new(cwd).starts_with(project)
+            }
+            (Some(project), Some(cwd)) => cwd.contains(project.as_str()),
+        }
+    }
+}
+
+/// One file of a replay of many.
+#[derive(Debug)]
+pub struct Input {
+    /// The file, as walked.
+    pub file: import::DirFile,
+    /// The agent whose standard folder it was found in, when discovered.
+    pub agent: Option<discover::Agent>,
+}
+
+impl Input {
+    /// Lists every file under a folder, as `soba import` walks it.
+    pub fn walk(dir: &Path) -> Result<Vec<Input>, ReplayError> {
+        Ok(import::dir_files(dir)?
+            .into_iter()
+            .map(|file| Input { file, agent: None })
+            .collect())
+    }
+
+    /// Takes the files discovery found.
+    pub fn discovered(discovery: discover::Discovery) -> Vec<Input> {
+        discovery
+            .files
+            .into_iter()
+            .map(|found| Input {
+                file: found.file,
+                agent: Some(found.agent),
+            })
+            .collect()
+    }
+}
+
+/// What replaying one file of many gave, for a progress display.
+#[derive(Debug, Clone)]
+pub struct FileDone {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The sessions it held that were replayed.
+    pub replayed: usize,
+}
+
+/// Replays many files on `threads` threads (all cores when 0), one file
+/// per thread at a time: each file is imported, its sessions replayed and
+/// dropped before the thread takes the next, so memory grows with the
+/// largest files, not with the folder. `on_file` is called as each file
+/// is done, from the thread that did it. Rows come out in input order;
+/// unreadable, unknown and unreplayable files are skipped rows, sessions
+/// the filter leaves out are no rows.
+pub fn replay_inputs(
+    inputs: Vec<Input>,
+    options: &ReplayOptions,
+    filter: &Filter,
+    threads: usize,
+    on_file: &(dyn Fn(&FileDone) + Sync),
+) -> ReplayReport {
+    use rayon::prelude::*;
+    let work = |input: Input| -> Vec<TraceOutcome> {
+        let path = input.file.path.clone();
+        let bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
+        let rows = replay_file(input, options, filter);
+        on_file(&FileDone {
+            path,
+            bytes,
+            replayed: rows
+                .iter()
+                .filter(|row| row.report.skipped.is_none())
+                .count(),
+        });
+        rows
+    };
+    let files: Vec<Vec<TraceOutcome>> =
+        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            // One file per task: a folder's files are of any size.
+            Ok(pool) => pool.install(|| inputs.into_par_iter().with_max_len(1).map(work).collect()),
+            // No threads to be had: the same work, on this one.
+            Err(_) => inputs.into_iter().map(work).collect(),
+        };
+    let mut report = ReplayReport {
+        cache: options.cache,
+        cache_ttl: options.cache_ttl,
+        summarizer_price: options.summarizer_price,
+        peer_trigger: options.peer_trigger,
+        ..ReplayReport::default()
+    };
+    for outcome in files.into_iter().flatten() {
+        report.traces.push(outcome.report);
+        report.real_summaries.extend(outcome.real_summaries);
+    }
+    report.total();
+    report
+}
+
+/// Imports one file of many and replays the sessions the filter keeps.
+fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> Vec<TraceOutcome> {
+    let skipped = |name: String, format: Option<String>, reason: String| TraceOutcome {
+        report: TraceReport::skipped(name, format, reason),
+        real_summaries: Vec::new(),
+    };
+    let import = input.file.import();
+    let sessions = match import.outcome {
+        FileOutcome::Imported(sessions) => sessions,
+        FileOutcome::Skipped(reason) => {
+            let reason = reason
+                .strip_prefix("skipped: ")
+                .map(str::to_owned)
+                .unwrap_or(reason);
+            return vec![skipped(import.path.display().to_string(), None, reason)];
+        }
+        FileOutcome::Failed(err) => {
+            return vec![skipped(
+                import.path.display().to_string(),
+                None,
+                err.to_string(),
+            )];
+        }
+    };
+    let kept: Vec<ImportedSession> = sessions
+        .into_iter()
+        .filter(|session| filter.keeps(session))
+        .collect();
+    let mut rows = Vec::new();
+    for loaded in session_names(&import.path, kept) {
+        let Loaded::Session { name, session } = loaded else {
+            continue;
+        };
+        let format = session.format.as_str().to_owned();
+        match replay_session(name.clone(), *session, options) {
+            Ok(outcome) => rows.push(outcome),
+            Err(err) => rows.push(skipped(name, Some(format), err.to_string())),
+        }
+    }
+    rows
 }
 
 /// Replays a file or every session under a folder, without progress

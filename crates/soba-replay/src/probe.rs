@@ -1035,12 +1035,12 @@ mod tests {
         s.answer("done");
         let mut session = s.session();
         session.cwd = None;
-        let trace = crate::replay::trace::Trace::prepare(
+        let trace = crate::trace::Trace::prepare(
             "t".into(),
             session,
-            &crate::replay::trace::TraceOptions {
+            &crate::trace::TraceOptions {
                 window: Some(100_000),
-                counting: crate::replay::trace::Counting::Bytes,
+                counting: crate::trace::Counting::Bytes,
                 ..Default::default()
             },
         )

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use soba_cli::replay::{self, ReplayOptions};
+use soba_replay::{self as replay, ReplayOptions};
 
 fn replay_largest_trace(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,0 +1,400 @@
+//! Finds the session transcripts other agents keep in their standard
+//! places, for `soba replay` with no path:
+//!
+//! | agent | where | moved by |
+//! |---|---|---|
+//! | Claude Code | `~/.claude/projects/<project>/<session>.jsonl`, and `~/.config/claude/projects` | `CLAUDE_CONFIG_DIR` (a comma-separated list, as ccusage reads it: only those then), `XDG_CONFIG_HOME` |
+//! | Codex | `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, `~/.codex/archived_sessions/rollout-*.jsonl` | `CODEX_HOME` |
+//! | pi | `~/.pi/agent/sessions/<project>/*.jsonl` | `PI_CODING_AGENT_SESSION_DIR`, `PI_CODING_AGENT_DIR` |
+//! | Gemini CLI | `~/.gemini/tmp/<project>/chats/session-*.json` and `.jsonl` | `GEMINI_CLI_HOME` (replaces the home folder) |
+//!
+//! Sub-agent transcripts (Claude Code's `subagents/` folders and
+//! `agent-*.jsonl` files, Gemini's per-session sub-folders of `chats/`)
+//! are left out: they are part of their parent's session, and replaying
+//! them alone would count their work twice. The folders are walked as
+//! `soba import` walks one (sorted, linked folders not followed, special
+//! files skipped with a reason).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use soba_store::import::{DirFile, dir_files};
+
+/// An agent whose sessions are discovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Agent {
+    /// Anthropic's Claude Code.
+    ClaudeCode,
+    /// OpenAI's Codex CLI.
+    Codex,
+    /// The pi coding agent.
+    Pi,
+    /// Google's Gemini CLI.
+    Gemini,
+}
+
+impl Agent {
+    /// Every agent, in report order.
+    pub const ALL: [Agent; 4] = [Agent::ClaudeCode, Agent::Codex, Agent::Pi, Agent::Gemini];
+
+    /// Returns the name used by `--agent` and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "claude-code",
+            Agent::Codex => "codex",
+            Agent::Pi => "pi",
+            Agent::Gemini => "gemini",
+        }
+    }
+
+    /// Parses an `--agent` name (`claude` and `gemini-cli` too).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "claude-code" | "claude" => Some(Agent::ClaudeCode),
+            "codex" => Some(Agent::Codex),
+            "pi" => Some(Agent::Pi),
+            "gemini" | "gemini-cli" => Some(Agent::Gemini),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The environment discovery reads: the home folder and the variables
+/// that move each agent's folder. [`Environment::from_process`] reads the
+/// real one; tests build their own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// The user's home folder.
+    pub home: Option<PathBuf>,
+    /// `CLAUDE_CONFIG_DIR`.
+    pub claude_config_dir: Option<OsString>,
+    /// `XDG_CONFIG_HOME`.
+    pub xdg_config_home: Option<OsString>,
+    /// `CODEX_HOME`.
+    pub codex_home: Option<OsString>,
+    /// `PI_CODING_AGENT_DIR`.
+    pub pi_agent_dir: Option<OsString>,
+    /// `PI_CODING_AGENT_SESSION_DIR`.
+    pub pi_session_dir: Option<OsString>,
+    /// `GEMINI_CLI_HOME`.
+    pub gemini_cli_home: Option<OsString>,
+}
+
+impl Environment {
+    /// Reads the process's home folder and variables (an empty variable
+    /// counts as unset).
+    pub fn from_process() -> Self {
+        let var = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+        Environment {
+            home: etcetera::home_dir().ok(),
+            claude_config_dir: var("CLAUDE_CONFIG_DIR"),
+            xdg_config_home: var("XDG_CONFIG_HOME"),
+            codex_home: var("CODEX_HOME"),
+            pi_agent_dir: var("PI_CODING_AGENT_DIR"),
+            pi_session_dir: var("PI_CODING_AGENT_SESSION_DIR"),
+            gemini_cli_home: var("GEMINI_CLI_HOME"),
+        }
+    }
+
+    /// Returns the folders searched for `agent`'s sessions, each with the
+    /// rule that picks its session files, in search order.
+    pub fn roots(&self, agent: Agent) -> Vec<Root> {
+        let home = self.home.as_deref();
+        let under_home = |rest: &str| home.map(|home| home.join(rest));
+        let root = |path: PathBuf| Root { agent, path };
+        match agent {
+            Agent::ClaudeCode => match &self.claude_config_dir {
+                Some(list) => split_list(list)
+                    .into_iter()
+                    .map(|dir| root(dir.join("projects")))
+                    .collect(),
+                None => {
+                    let xdg = self
+                        .xdg_config_home
+                        .as_ref()
+                        .map(PathBuf::from)
+                        .or_else(|| under_home(".config"));
+                    under_home(".claude")
+                        .into_iter()
+                        .chain(xdg.map(|config| config.join("claude")))
+                        .map(|dir| root(dir.join("projects")))
+                        .collect()
+                }
+            },
+            Agent::Codex => {
+                let codex = self
+                    .codex_home
+                    .as_ref()
+                    .map(PathBuf::from)
+                    .or_else(|| under_home(".codex"));
+                codex
+                    .into_iter()
+                    .flat_map(|dir| [dir.join("sessions"), dir.join("archived_sessions")])
+                    .map(root)
+                    .collect()
+            }
+            Agent::Pi => {
+                let sessions = match (&self.pi_session_dir, &self.pi_agent_dir) {
+                    (Some(dir), _) => Some(PathBuf::from(dir)),
+                    (None, Some(agent_dir)) => Some(PathBuf::from(agent_dir).join("sessions")),
+                    (None, None) => under_home(".pi/agent/sessions"),
+                };
+                sessions.into_iter().map(root).collect()
+            }
+            Agent::Gemini => {
+                let base = self
+                    .gemini_cli_home
+                    .as_ref()
+                    .map(PathBuf::from)
+                    .or_else(|| home.map(Path::to_owned));
+                base.into_iter()
+                    .map(|base| root(base.join(".gemini").join("tmp")))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Splits a comma-separated list of folders, dropping empty entries.
+fn split_list(list: &OsString) -> Vec<PathBuf> {
+    list.to_string_lossy()
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// A folder searched for one agent's sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    /// The agent.
+    pub agent: Agent,
+    /// The folder.
+    pub path: PathBuf,
+}
+
+impl Root {
+    /// Returns whether `path`, a file under this root, is one of the
+    /// agent's session transcripts (not a sub-agent's, not another file
+    /// the agent keeps there).
+    pub fn is_session_file(&self, path: &Path) -> bool {
+        let Ok(relative) = path.strip_prefix(&self.path) else {
+            return false;
+        };
+        let parts: Vec<&str> = relative
+            .components()
+            .map(|part| part.as_os_str().to_str().unwrap_or(""))
+            .collect();
+        let Some((name, folders)) = parts.split_last() else {
+            return false;
+        };
+        match self.agent {
+            // projects/<project>/<session>.jsonl
+            Agent::ClaudeCode => {
+                folders.len() == 1 && name.ends_with(".jsonl") && !name.starts_with("agent-")
+            }
+            // sessions/YYYY/MM/DD/rollout-….jsonl, archived_sessions/rollout-….jsonl
+            Agent::Codex => name.starts_with("rollout-") && name.ends_with(".jsonl"),
+            // sessions/<project>/<time>_<uuid>.jsonl (or a flat custom folder)
+            Agent::Pi => folders.len() <= 1 && name.ends_with(".jsonl"),
+            // tmp/<project>/chats/session-….json[l]
+            Agent::Gemini => {
+                folders.len() == 2
+                    && folders[1] == "chats"
+                    && name.starts_with("session-")
+                    && (name.ends_with(".json") || name.ends_with(".jsonl"))
+            }
+        }
+    }
+}
+
+/// One transcript found.
+#[derive(Debug)]
+pub struct Found {
+    /// The agent that wrote it.
+    pub agent: Agent,
+    /// The file, ready to import.
+    pub file: DirFile,
+}
+
+/// What one root held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootReport {
+    /// The folder searched.
+    pub root: Root,
+    /// Whether it exists.
+    pub exists: bool,
+    /// The session files found under it.
+    pub files: usize,
+    /// Why it could not be read, when it exists but could not be walked.
+    pub error: Option<String>,
+}
+
+/// Everything discovery found.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    /// Each folder searched, in search order.
+    pub roots: Vec<RootReport>,
+    /// The transcripts, root by root, each root's in walk order. A file
+    /// reached through two roots (one folder named twice) is listed once.
+    pub files: Vec<Found>,
+}
+
+impl Discovery {
+    /// Returns the number of files found for `agent`.
+    pub fn count(&self, agent: Agent) -> usize {
+        self.files
+            .iter()
+            .filter(|found| found.agent == agent)
+            .count()
+    }
+}
+
+/// Searches the standard places of `agents` (every agent when empty).
+pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
+    let mut discovery = Discovery::default();
+    let mut seen = std::collections::HashSet::new();
+    for agent in Agent::ALL {
+        if !agents.is_empty() && !agents.contains(&agent) {
+            continue;
+        }
+        for root in env.roots(agent) {
+            let mut report = RootReport {
+                exists: root.path.is_dir(),
+                root: root.clone(),
+                files: 0,
+                error: None,
+            };
+            if report.exists {
+                match dir_files(&root.path) {
+                    Ok(files) => {
+                        for file in files {
+                            if !root.is_session_file(&file.path) {
+                                continue;
+                            }
+                            let key = std::fs::canonicalize(&file.path)
+                                .unwrap_or_else(|_| file.path.clone());
+                            if !seen.insert(key) {
+                                continue;
+                            }
+                            report.files += 1;
+                            discovery.files.push(Found { agent, file });
+                        }
+                    }
+                    Err(err) => report.error = Some(err.to_string()),
+                }
+            }
+            discovery.roots.push(report);
+        }
+    }
+    discovery
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(home: &str) -> Environment {
+        Environment {
+            home: Some(PathBuf::from(home)),
+            ..Environment::default()
+        }
+    }
+
+    fn paths(roots: Vec<Root>) -> Vec<String> {
+        roots
+            .into_iter()
+            .map(|root| root.path.display().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn standard_places_follow_the_variables_that_move_them() {
+        let plain = env("/h");
+        assert_eq!(
+            paths(plain.roots(Agent::ClaudeCode)),
+            ["/h/.claude/projects", "/h/.config/claude/projects"]
+        );
+        assert_eq!(
+            paths(plain.roots(Agent::Codex)),
+            ["/h/.codex/sessions", "/h/.codex/archived_sessions"]
+        );
+        assert_eq!(paths(plain.roots(Agent::Pi)), ["/h/.pi/agent/sessions"]);
+        assert_eq!(paths(plain.roots(Agent::Gemini)), ["/h/.gemini/tmp"]);
+
+        let moved = Environment {
+            claude_config_dir: Some(" /a, ,/b ,".into()),
+            xdg_config_home: Some("/x".into()),
+            codex_home: Some("/c".into()),
+            pi_agent_dir: Some("/p".into()),
+            gemini_cli_home: Some("/g".into()),
+            ..env("/h")
+        };
+        assert_eq!(
+            paths(moved.roots(Agent::ClaudeCode)),
+            ["/a/projects", "/b/projects"]
+        );
+        assert_eq!(
+            paths(moved.roots(Agent::Codex)),
+            ["/c/sessions", "/c/archived_sessions"]
+        );
+        assert_eq!(paths(moved.roots(Agent::Pi)), ["/p/sessions"]);
+        assert_eq!(paths(moved.roots(Agent::Gemini)), ["/g/.gemini/tmp"]);
+        let xdg = Environment {
+            xdg_config_home: Some("/x".into()),
+            pi_session_dir: Some("/s".into()),
+            pi_agent_dir: Some("/p".into()),
+            ..env("/h")
+        };
+        assert_eq!(
+            paths(xdg.roots(Agent::ClaudeCode)),
+            ["/h/.claude/projects", "/x/claude/projects"]
+        );
+        assert_eq!(paths(xdg.roots(Agent::Pi)), ["/s"]);
+        assert!(Environment::default().roots(Agent::Pi).is_empty());
+    }
+
+    #[test]
+    fn only_session_files_are_picked_not_sub_agents_or_other_files() {
+        let claude = Root {
+            agent: Agent::ClaudeCode,
+            path: "/r".into(),
+        };
+        assert!(claude.is_session_file(Path::new("/r/-w-app/0a1b.jsonl")));
+        assert!(!claude.is_session_file(Path::new("/r/-w-app/agent-1.jsonl")));
+        assert!(!claude.is_session_file(Path::new("/r/-w-app/0a1b/subagents/agent-1.jsonl")));
+        assert!(!claude.is_session_file(Path::new("/r/-w-app/notes.txt")));
+        assert!(!claude.is_session_file(Path::new("/elsewhere/-w-app/0a1b.jsonl")));
+        let codex = Root {
+            agent: Agent::Codex,
+            path: "/r".into(),
+        };
+        assert!(codex.is_session_file(Path::new(
+            "/r/2026/11/30/rollout-2026-11-30T10-00-00-x.jsonl"
+        )));
+        assert!(!codex.is_session_file(Path::new("/r/2026/11/30/history.jsonl")));
+        let gemini = Root {
+            agent: Agent::Gemini,
+            path: "/r".into(),
+        };
+        assert!(
+            gemini.is_session_file(Path::new("/r/app/chats/session-2026-11-30T10-00-1a2b.json"))
+        );
+        assert!(gemini.is_session_file(Path::new(
+            "/r/app/chats/session-2026-11-30T10-00-1a2b.jsonl"
+        )));
+        assert!(!gemini.is_session_file(Path::new("/r/app/logs.json")));
+        assert!(!gemini.is_session_file(Path::new("/r/app/chats/1a2b/session-x.jsonl")));
+        assert_eq!(Agent::parse(" Claude "), Some(Agent::ClaudeCode));
+        assert_eq!(Agent::parse("gemini-cli"), Some(Agent::Gemini));
+        assert_eq!(Agent::parse("cursor"), None);
+    }
+}
