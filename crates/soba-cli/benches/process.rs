@@ -27,10 +27,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{MB, cat, peak_rss_kib, timed};
 use criterion::{Criterion, criterion_group};
 use soba_store::fixtures::{write_claude_code_session, write_linear_log, write_pi_session};
 
-const MB: u64 = 1 << 20;
+mod common;
 
 fn soba() -> &'static str {
     env!("CARGO_BIN_EXE_soba")
@@ -159,42 +160,6 @@ impl Fixtures {
             .stdout(Stdio::null());
         command
     }
-}
-
-/// `cat FILE > /dev/null`: the floor any reader of the file pays.
-fn cat(path: &Path) -> Command {
-    let mut command = Command::new("cat");
-    command.arg(path).stdout(Stdio::null());
-    command
-}
-
-/// Runs `command` to completion and returns its wall time.
-fn timed(mut command: Command) -> Duration {
-    let started = Instant::now();
-    let status = command.status().expect("spawn a benchmarked command");
-    let elapsed = started.elapsed();
-    assert!(status.success(), "{command:?} failed: {status}");
-    elapsed
-}
-
-/// Runs `command` once and returns its peak resident set in KiB, read from
-/// `wait4`'s resource usage of exactly that child.
-#[allow(unsafe_code)]
-fn peak_rss_kib(mut command: Command) -> i64 {
-    let child = command.spawn().expect("spawn a measured command");
-    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-    let mut status = 0;
-    // SAFETY: `rusage` is plain data wait4 fills in; `pid` is our own child,
-    // not yet reaped (the `Child` is forgotten so std never waits on it).
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    std::mem::forget(child);
-    assert_eq!(reaped, pid, "wait4 on {command:?}");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "{command:?} failed"
-    );
-    usage.ru_maxrss
 }
 
 /// The time from starting `soba -r ID` in a detached tmux window to the

@@ -115,7 +115,7 @@ pub struct ReplayArgs {
     /// whose folder contains this text.
     #[arg(long, value_name = "PROJECT")]
     pub project: Option<String>,
-    /// Threads replaying files at once (default: one per core).
+    /// Threads replaying files at once (default and most: one per core).
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0)]
     pub threads: usize,
     /// Policies to replay, repeated or comma-separated: none, soba,
@@ -144,6 +144,10 @@ pub struct ReplayArgs {
     /// (reported as <peer>@N).
     #[arg(long, value_name = "N")]
     pub peer_trigger: Option<u64>,
+    /// How the table shows cost: dollars (at built-in list prices, next to
+    /// billed-equivalent tokens; the default) or tokens alone.
+    #[arg(long, value_name = "UNIT", value_parser = ["dollars", "tokens"], default_value = "dollars")]
+    pub cost: String,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

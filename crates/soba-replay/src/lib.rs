@@ -35,6 +35,7 @@ pub mod chart;
 pub mod cost;
 pub mod discover;
 pub mod policy;
+pub mod price;
 pub mod probe;
 pub mod report;
 mod run;
@@ -92,6 +93,8 @@ pub struct ReplayOptions {
     pub counting: Counting,
     /// The model registry, with any `--set models.<id>.*` overrides.
     pub registry: ModelRegistry,
+    /// The prices dollars are figured at.
+    pub prices: price::PriceTable,
 }
 
 impl Default for ReplayOptions {
@@ -107,6 +110,7 @@ impl Default for ReplayOptions {
             peer_trigger: None,
             counting: Counting::Bpe,
             registry: ModelRegistry::new(),
+            prices: price::PriceTable::new(),
         }
     }
 }
@@ -295,6 +299,13 @@ pub fn replay_session(
     let output = run::run(&ctx, &mut runners);
     drop(runners);
     let real_summaries = real_summaries(&ctx);
+    let (recorded_dollars, recorded_output) = recorded_cost(&trace, &options.prices);
+    let price = options.prices.get(&trace.model);
+    let mut policies: Vec<PolicyStats> = output.recorders.iter().map(|r| r.stats.clone()).collect();
+    for stats in &mut policies {
+        stats.dollars =
+            price.map(|price| price.replayed(stats.billed_equivalent_tokens, recorded_output));
+    }
     let report = TraceReport {
         trace: trace.name.clone(),
         format: trace.format.as_str().to_owned(),
@@ -303,10 +314,11 @@ pub fn replay_session(
         max_output: trace.max_output,
         cache: Some(trace.cache),
         recorded_requests: steps,
+        recorded_dollars,
         calibration: trace.calibration.values().cloned().collect(),
         records_fixed: trace.records_fixed,
         soba_limits: output.soba_limits,
-        policies: output.recorders.iter().map(|r| r.stats.clone()).collect(),
+        policies,
         series: output.recorders.into_iter().map(|r| r.series).collect(),
         skipped: None,
         warnings: options
@@ -321,6 +333,30 @@ pub fn replay_session(
         report,
         real_summaries,
     })
+}
+
+/// Returns what the recorded requests cost (each at its own model's price,
+/// the trace model's when its own has none; `None` when a request with
+/// usage has no price or none records usage) and their output tokens.
+fn recorded_cost(trace: &Trace, prices: &price::PriceTable) -> (Option<f64>, u64) {
+    let fallback = prices.get(&trace.model);
+    let mut dollars = Some(0.0);
+    let mut output = 0;
+    let mut priced_any = false;
+    for step in &trace.steps {
+        let Some(usage) = &step.usage else {
+            continue;
+        };
+        output += usage.output;
+        match prices.get(&step.model).or(fallback) {
+            Some(price) => {
+                priced_any = true;
+                dollars = dollars.map(|sum| sum + price.recorded(usage));
+            }
+            None => dollars = None,
+        }
+    }
+    (dollars.filter(|_| priced_any), output)
 }
 
 /// Standard context windows, smallest first, for the window a recorded
@@ -539,6 +575,7 @@ pub fn replay_inputs(
         cache_ttl: options.cache_ttl,
         summarizer_price: options.summarizer_price,
         peer_trigger: options.peer_trigger,
+        show_dollars: true,
         ..ReplayReport::default()
     };
     for outcome in files.into_iter().flatten() {
@@ -602,6 +639,7 @@ pub fn replay_path(path: &Path, options: &ReplayOptions) -> Result<ReplayReport,
         cache_ttl: options.cache_ttl,
         summarizer_price: options.summarizer_price,
         peer_trigger: options.peer_trigger,
+        show_dollars: true,
         ..ReplayReport::default()
     };
     for item in loaded {

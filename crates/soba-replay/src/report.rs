@@ -31,6 +31,9 @@ pub struct PolicyStats {
     pub summarizer_output_tokens: u64,
     /// Billed-equivalent tokens: requests plus summarizer attempts.
     pub billed_equivalent_tokens: f64,
+    /// What the policy's requests would have cost in US dollars (see
+    /// [`crate::price`]); over several traces, the sum over those priced.
+    pub dollars: Option<f64>,
     /// Extra requests after an over-window one.
     pub resends: u64,
     /// Summarizer attempts that reached generation.
@@ -99,6 +102,7 @@ impl PolicyStats {
         self.summarizer_input_tokens += other.summarizer_input_tokens;
         self.summarizer_output_tokens += other.summarizer_output_tokens;
         self.billed_equivalent_tokens += other.billed_equivalent_tokens;
+        self.dollars = sum_priced(self.dollars, other.dollars);
         self.resends += other.resends;
         self.summarizer_calls += other.summarizer_calls;
         self.rejected_capsules += other.rejected_capsules;
@@ -159,6 +163,7 @@ impl PolicyStats {
             "summarizerInputTokens": self.summarizer_input_tokens,
             "summarizerOutputTokens": self.summarizer_output_tokens,
             "billedEquivalentTokens": self.billed_equivalent_tokens.round() as u64,
+            "dollars": self.dollars.map(micro_dollars),
             "probeRecallMean": json_ratio(self.recall_mean()),
             "probeRecallMin": json_ratio(self.recall_min),
             "gradedRequests": self.graded,
@@ -252,6 +257,10 @@ pub struct TraceReport {
     pub cache: Option<CacheMode>,
     /// Recorded inferences replayed.
     pub recorded_requests: usize,
+    /// What the recorded requests cost in US dollars, from the
+    /// transcript's own usage; `None` when its model has no price or it
+    /// records no usage.
+    pub recorded_dollars: Option<f64>,
     /// Calibration per model.
     pub calibration: Vec<ModelCalibration>,
     /// Whether the trace records its system prompt and tools.
@@ -302,6 +311,7 @@ impl TraceReport {
             "maxOutput": self.max_output,
             "cache": self.cache.map(CacheMode::as_str),
             "requests": self.recorded_requests,
+            "recordedDollars": self.recorded_dollars.map(micro_dollars),
             "fixedOverhead": primary.map_or(0, |c| c.overhead),
             "factor": primary.map(|c| (c.factor * 10_000.0).round() / 10_000.0),
             "recordsSystemPromptAndTools": self.records_fixed,
@@ -378,6 +388,10 @@ pub struct ReplayReport {
     pub summarizer_price: f64,
     /// `--peer-trigger`.
     pub peer_trigger: Option<u64>,
+    /// The recorded cost of the priced traces, in US dollars.
+    pub recorded_dollars: Option<f64>,
+    /// Whether the table shows dollars (`--cost dollars`, the default).
+    pub show_dollars: bool,
 }
 
 impl ReplayReport {
@@ -398,6 +412,11 @@ impl ReplayReport {
             }
         }
         self.totals = totals;
+        self.recorded_dollars = self
+            .traces
+            .iter()
+            .filter(|t| t.skipped.is_none())
+            .fold(None, |sum, t| sum_priced(sum, t.recorded_dollars));
     }
 
     /// Returns the `--json` document.
@@ -407,6 +426,8 @@ impl ReplayReport {
             "cacheTtl": self.cache_ttl,
             "summarizerPrice": self.summarizer_price,
             "peerTrigger": self.peer_trigger,
+            "pricesAsOf": crate::price::PRICES_AS_OF,
+            "recordedDollars": self.recorded_dollars.map(micro_dollars),
             "traces": self.traces.iter().map(TraceReport::to_json).collect::<Vec<_>>(),
             "policies": self.totals.iter().map(PolicyStats::to_json).collect::<Vec<_>>(),
             "realSummaries": self.real_summaries.iter().map(RealSummary::to_json).collect::<Vec<_>>(),
@@ -443,7 +464,50 @@ impl ReplayReport {
             self.traces.len() - self.replayed(),
             self.summarizer_price
         ));
-        out.push_str(&policy_table(&self.totals));
+        if self.show_dollars {
+            out.push_str(&self.dollar_lines());
+            out.push_str(&policy_table_with_dollars(&self.totals));
+        } else {
+            out.push_str(&policy_table(&self.totals));
+        }
+        out
+    }
+
+    /// The lines above the table when it shows dollars: what the
+    /// transcripts' own usage cost, and how close `none`'s model of it
+    /// comes.
+    fn dollar_lines(&self) -> String {
+        let priced = self
+            .traces
+            .iter()
+            .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
+            .count();
+        let Some(recorded) = self.recorded_dollars else {
+            return "no trace's model has a price: dollars are not shown\n\n".to_owned();
+        };
+        let mut out = format!(
+            "recorded ${}: what {priced} trace(s) cost by their own usage (list prices as of {})\n",
+            dollar_text(recorded),
+            crate::price::PRICES_AS_OF
+        );
+        // `none` over the same traces: every request as recorded, without
+        // the agent's own compactions, priced by the replay's cache model.
+        let modelled = self
+            .traces
+            .iter()
+            .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
+            .filter_map(|t| t.policies.iter().find(|stats| stats.name == "none"))
+            .fold(None, |sum, stats| sum_priced(sum, stats.dollars));
+        if let Some(modelled) = modelled
+            && recorded > 0.0
+        {
+            out.push_str(&format!(
+                "none   ${}: the replay's model of the same traces ({:+.1} % vs recorded)\n",
+                dollar_text(modelled),
+                (modelled / recorded - 1.0) * 100.0
+            ));
+        }
+        out.push('\n');
         out
     }
 
@@ -498,8 +562,51 @@ fn ratio_cell(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
 }
 
+/// Adds two figures over priced traces: the sum of those known.
+fn sum_priced(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Dollars for the table: cents, or four decimals under a dollar.
+fn dollar_text(dollars: f64) -> String {
+    if dollars >= 1.0 {
+        format!("{dollars:.2}")
+    } else {
+        format!("{dollars:.4}")
+    }
+}
+
+/// Rounds dollars for JSON: to a millionth (a small trace costs less
+/// than a cent).
+fn micro_dollars(dollars: f64) -> f64 {
+    (dollars * 1e6).round() / 1e6
+}
+
+/// Returns the policy table with a `$` column after `billed`.
+pub fn policy_table_with_dollars(policies: &[PolicyStats]) -> String {
+    let mut rows = policy_rows(policies);
+    for (idx, row) in rows.iter_mut().enumerate() {
+        let dollars = match idx.checked_sub(1) {
+            None => "$".to_owned(),
+            Some(n) => policies[n]
+                .dollars
+                .map_or_else(|| "-".to_owned(), dollar_text),
+        };
+        row.insert(9, dollars);
+    }
+    align(&rows)
+}
+
 /// Returns the policy table (the `--json` policy fields, one row each).
 pub fn policy_table(policies: &[PolicyStats]) -> String {
+    align(&policy_rows(policies))
+}
+
+/// The header and one row per policy.
+fn policy_rows(policies: &[PolicyStats]) -> Vec<Vec<String>> {
     let header = [
         "policy", "requests", "overWin", "compact", "peak", "mean", "summIn", "summOut", "billed",
         "recall", "min", "resends", "calls", "rejected", "hygiene",
@@ -524,7 +631,7 @@ pub fn policy_table(policies: &[PolicyStats]) -> String {
             group_thousands(stats.hygiene_passes),
         ]);
     }
-    align(&rows)
+    rows
 }
 
 /// Aligns rows: the first column left, the others right.

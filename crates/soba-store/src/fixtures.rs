@@ -187,11 +187,39 @@ const TURN_RESULT_BYTES: usize = 6_000;
 /// result and an answer, each assistant message with usage. Returns the
 /// number of turns.
 pub fn write_pi_session(path: &Path, target_bytes: u64) -> io::Result<u64> {
+    write_pi_session_shaped(
+        path,
+        target_bytes,
+        &PiShape {
+            result_bytes: TURN_RESULT_BYTES,
+            seed: 0,
+        },
+    )
+}
+
+/// How [`write_pi_session_shaped`] varies a pi session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PiShape {
+    /// The bytes of each turn's tool result (6,000 in [`write_pi_session`]):
+    /// larger results mean fewer requests per megabyte.
+    pub result_bytes: usize,
+    /// Varies the text and the session id (0 in [`write_pi_session`]).
+    pub seed: u64,
+}
+
+/// Writes a pi session as [`write_pi_session`] does, with each turn's
+/// result size and the text chosen by `shape`. Returns the number of
+/// turns.
+pub fn write_pi_session_shaped(path: &Path, target_bytes: u64, shape: &PiShape) -> io::Result<u64> {
     let file = File::create(path)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
-    let mut text = TextSource::new(0x5eed_0001);
+    let mut text = TextSource::new(0x5eed_0001 ^ shape.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let id = match shape.seed {
+        0 => "bench-pi".to_owned(),
+        seed => format!("bench-pi-{seed}"),
+    };
     let header = serde_json::json!({
-        "type": "session", "id": "bench-pi", "timestamp": "2025-11-20T23:33:50.805Z",
+        "type": "session", "id": id, "timestamp": "2025-11-20T23:33:50.805Z",
         "cwd": "/work/project", "provider": "anthropic", "modelId": "claude-sonnet-4-5",
         "thinkingLevel": "off",
     });
@@ -220,7 +248,7 @@ pub fn write_pi_session(path: &Path, target_bytes: u64) -> io::Result<u64> {
                 "stopReason": "toolUse", "timestamp": ms + 1}}),
             serde_json::json!({"type": "message", "timestamp": stamp, "message": {
                 "role": "toolResult", "toolCallId": call, "toolName": "read",
-                "content": [{"type": "text", "text": text.text(TURN_RESULT_BYTES)}],
+                "content": [{"type": "text", "text": text.text(shape.result_bytes)}],
                 "isError": false, "timestamp": ms + 2}}),
             serde_json::json!({"type": "message", "timestamp": stamp, "message": {
                 "role": "assistant", "content": [{"type": "text", "text": text.text(400)}],

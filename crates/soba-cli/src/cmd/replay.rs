@@ -25,7 +25,7 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
     let options = options(args, &ctx)?;
     let filter = filter(args)?;
     let agents = agents(args)?;
-    let report = match &args.path {
+    let mut report = match &args.path {
         Some(path) if !path.is_dir() => replay_one_file(path, &options, &filter)?,
         Some(dir) => {
             let inputs = Input::walk(dir).map_err(replay_error)?;
@@ -45,6 +45,7 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
         }
     };
 
+    report.show_dollars = args.cost != "tokens";
     if let Some(html_path) = &args.html {
         let page = replay::chart::html(&report)
             .map_err(|err| CliError::internal(format!("the chart could not be drawn: {err}")))?;
@@ -135,10 +136,22 @@ fn replay_many(
     let done = AtomicUsize::new(0);
     progress.set_message(format!("0/{files} files"));
     let started = Instant::now();
-    let threads = if threads == 0 {
-        std::thread::available_parallelism().map_or(1, usize::from)
-    } else {
-        threads
+    // Replay is CPU-bound and each thread holds a whole trace: more
+    // threads than cores (or files) cost memory and gain nothing.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let most = cores.min(files).max(1);
+    let threads = match threads {
+        0 => most,
+        asked if asked > most => {
+            crate::output::errln!(
+                "-j {asked}: using {most} thread{} ({cores} core{}, {files} file{})",
+                if most == 1 { "" } else { "s" },
+                if cores == 1 { "" } else { "s" },
+                if files == 1 { "" } else { "s" }
+            );
+            most
+        }
+        asked => asked,
     };
     let report = replay::replay_inputs(inputs, options, filter, threads, &|file| {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
@@ -156,10 +169,13 @@ fn replay_many(
         }
     }
     crate::output::errln!(
-        "replayed {} sessions from {files} files ({}) in {:.1} s on {threads} threads",
+        "replayed {} session{} from {files} file{} ({}) in {:.1} s on {threads} thread{}",
         report.replayed(),
+        if report.replayed() == 1 { "" } else { "s" },
+        if files == 1 { "" } else { "s" },
         human_bytes(bytes),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        if threads == 1 { "" } else { "s" }
     );
     if report.replayed() == 0 {
         return Err(match dir {
@@ -327,6 +343,7 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
         peer_trigger: args.peer_trigger,
         counting: replay::Counting::Bpe,
         registry: ctx.config().registry(),
+        prices: replay::price::PriceTable::new(),
     })
 }
 

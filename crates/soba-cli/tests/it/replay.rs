@@ -621,3 +621,47 @@ fn replay_without_a_path_in_an_empty_home_says_where_it_looked() {
     );
     assert!(stderr.contains("soba replay PATH"), "{stderr}");
 }
+
+/// The recorded cost is the transcript's own usage at the model's list
+/// price, and every policy's cost is its billed-equivalent input at the
+/// input price plus the recorded output at the output price; `--cost
+/// tokens` leaves dollars out of the table.
+#[test]
+fn dollars_price_the_recorded_usage_and_each_policys_requests() {
+    let sandbox = crate::support::Sandbox::new();
+    let path = sandbox.write("pi.jsonl", &crate::support::pi_session("fix the build"));
+    let path = path.to_str().unwrap();
+    let out = sandbox.run_ok(&["replay", path, "--json", "--policy", "none,soba"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // claude-sonnet-4-5 at $3 / $15 / $0.30 / $3.75 per million: input
+    // 10 + 5, output 20 + 7, cache reads 100 + 300, cache writes 50.
+    let recorded = (15.0 * 3.0 + 27.0 * 15.0 + 400.0 * 0.30 + 50.0 * 3.75) / 1e6;
+    let trace = &report["traces"][0];
+    assert!((trace["recordedDollars"].as_f64().unwrap() - recorded).abs() < 1e-6);
+    assert!((report["recordedDollars"].as_f64().unwrap() - recorded).abs() < 1e-6);
+    assert_eq!(report["pricesAsOf"], "2026-04");
+    for policy in trace["policies"].as_array().unwrap() {
+        let billed = policy["billedEquivalentTokens"].as_f64().unwrap();
+        let expected = (billed * 3.0 + 27.0 * 15.0) / 1e6;
+        let dollars = policy["dollars"].as_f64().unwrap();
+        assert!((dollars - expected).abs() < 2e-6, "{policy}");
+    }
+
+    let out = sandbox.run_ok(&["replay", path, "--policy", "none,soba"]);
+    let table = crate::support::text(&out.stdout);
+    assert!(
+        table.contains(
+            "recorded $0.0008: what 1 trace(s) cost by their own usage (list prices as of 2026-04)"
+        ),
+        "{table}"
+    );
+    let header = table
+        .lines()
+        .find(|line| line.starts_with("policy"))
+        .unwrap();
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(columns[8..11], ["billed", "$", "recall"], "{table}");
+    let out = sandbox.run_ok(&["replay", path, "--policy", "none,soba", "--cost", "tokens"]);
+    let table = crate::support::text(&out.stdout);
+    assert!(!table.contains('$'), "{table}");
+}
