@@ -19,7 +19,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use soba_store::import::{DirFile, dir_files};
+use soba_store::import::{DirFile, dir_files_within};
 
 /// An agent whose sessions are discovered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -106,25 +106,33 @@ impl Environment {
     /// Returns the folders searched for `agent`'s sessions, each with the
     /// rule that picks its session files, in search order.
     pub fn roots(&self, agent: Agent) -> Vec<Root> {
-        let home = self.home.as_deref();
+        // A relative home or variable would depend on where soba runs:
+        // such values are ignored, as the XDG spec says of its variables.
+        let absolute = |value: &OsString| Some(PathBuf::from(value)).filter(|p| p.is_absolute());
+        let home = self.home.as_deref().filter(|home| home.is_absolute());
         let under_home = |rest: &str| home.map(|home| home.join(rest));
-        let root = |path: PathBuf| Root { agent, path };
+        let root = |path: PathBuf, layout: Layout| Root {
+            agent,
+            path,
+            layout,
+        };
         match agent {
             Agent::ClaudeCode => match &self.claude_config_dir {
                 Some(list) => split_list(list)
                     .into_iter()
-                    .map(|dir| root(dir.join("projects")))
+                    .filter(|dir| dir.is_absolute())
+                    .map(|dir| root(dir.join("projects"), Layout::ClaudeProjects))
                     .collect(),
                 None => {
                     let xdg = self
                         .xdg_config_home
                         .as_ref()
-                        .map(PathBuf::from)
+                        .and_then(absolute)
                         .or_else(|| under_home(".config"));
                     under_home(".claude")
                         .into_iter()
                         .chain(xdg.map(|config| config.join("claude")))
-                        .map(|dir| root(dir.join("projects")))
+                        .map(|dir| root(dir.join("projects"), Layout::ClaudeProjects))
                         .collect()
                 }
             },
@@ -132,30 +140,40 @@ impl Environment {
                 let codex = self
                     .codex_home
                     .as_ref()
-                    .map(PathBuf::from)
+                    .and_then(absolute)
                     .or_else(|| under_home(".codex"));
                 codex
                     .into_iter()
-                    .flat_map(|dir| [dir.join("sessions"), dir.join("archived_sessions")])
-                    .map(root)
+                    .flat_map(|dir| {
+                        [
+                            root(dir.join("sessions"), Layout::CodexDated),
+                            root(dir.join("archived_sessions"), Layout::CodexFlat),
+                        ]
+                    })
                     .collect()
             }
             Agent::Pi => {
-                let sessions = match (&self.pi_session_dir, &self.pi_agent_dir) {
-                    (Some(dir), _) => Some(PathBuf::from(dir)),
-                    (None, Some(agent_dir)) => Some(PathBuf::from(agent_dir).join("sessions")),
+                let sessions = match (
+                    self.pi_session_dir.as_ref().and_then(absolute),
+                    self.pi_agent_dir.as_ref().and_then(absolute),
+                ) {
+                    (Some(dir), _) => Some(dir),
+                    (None, Some(agent_dir)) => Some(agent_dir.join("sessions")),
                     (None, None) => under_home(".pi/agent/sessions"),
                 };
-                sessions.into_iter().map(root).collect()
+                sessions
+                    .into_iter()
+                    .map(|dir| root(dir, Layout::PiProjects))
+                    .collect()
             }
             Agent::Gemini => {
                 let base = self
                     .gemini_cli_home
                     .as_ref()
-                    .map(PathBuf::from)
+                    .and_then(absolute)
                     .or_else(|| home.map(Path::to_owned));
                 base.into_iter()
-                    .map(|base| root(base.join(".gemini").join("tmp")))
+                    .map(|base| root(base.join(".gemini").join("tmp"), Layout::GeminiChats))
                     .collect()
             }
         }
@@ -179,6 +197,35 @@ pub struct Root {
     pub agent: Agent,
     /// The folder.
     pub path: PathBuf,
+    /// How deep sessions lie under it, in folders.
+    pub layout: Layout,
+}
+
+/// Where an agent's session files lie under a root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `<project>/<session>.jsonl` (Claude Code).
+    ClaudeProjects,
+    /// `YYYY/MM/DD/rollout-*.jsonl` (Codex's live sessions).
+    CodexDated,
+    /// `rollout-*.jsonl` (Codex's archived sessions).
+    CodexFlat,
+    /// `<project>/*.jsonl` or `*.jsonl` (pi).
+    PiProjects,
+    /// `<project>/chats/session-*.json[l]` (Gemini CLI).
+    GeminiChats,
+}
+
+impl Layout {
+    /// The most folders between the root and a session file.
+    pub fn depth(self) -> usize {
+        match self {
+            Layout::ClaudeProjects | Layout::PiProjects => 1,
+            Layout::CodexDated => 3,
+            Layout::CodexFlat => 0,
+            Layout::GeminiChats => 2,
+        }
+    }
 }
 
 impl Root {
@@ -189,28 +236,26 @@ impl Root {
         let Ok(relative) = path.strip_prefix(&self.path) else {
             return false;
         };
-        let parts: Vec<&str> = relative
+        // Names are matched as text; bytes that are not UTF-8 do not hide a
+        // file (they are replaced, and the name still ends in `.jsonl`).
+        let parts: Vec<String> = relative
             .components()
-            .map(|part| part.as_os_str().to_str().unwrap_or(""))
+            .map(|part| part.as_os_str().to_string_lossy().into_owned())
             .collect();
         let Some((name, folders)) = parts.split_last() else {
             return false;
         };
-        match self.agent {
-            // projects/<project>/<session>.jsonl
-            Agent::ClaudeCode => {
-                folders.len() == 1 && name.ends_with(".jsonl") && !name.starts_with("agent-")
-            }
-            // sessions/YYYY/MM/DD/rollout-….jsonl, archived_sessions/rollout-….jsonl
-            Agent::Codex => name.starts_with("rollout-") && name.ends_with(".jsonl"),
-            // sessions/<project>/<time>_<uuid>.jsonl (or a flat custom folder)
-            Agent::Pi => folders.len() <= 1 && name.ends_with(".jsonl"),
-            // tmp/<project>/chats/session-….json[l]
-            Agent::Gemini => {
+        let jsonl = name.ends_with(".jsonl");
+        match self.layout {
+            Layout::ClaudeProjects => folders.len() == 1 && jsonl && !name.starts_with("agent-"),
+            Layout::CodexDated => folders.len() == 3 && jsonl && name.starts_with("rollout-"),
+            Layout::CodexFlat => folders.is_empty() && jsonl && name.starts_with("rollout-"),
+            Layout::PiProjects => folders.len() <= 1 && jsonl,
+            Layout::GeminiChats => {
                 folders.len() == 2
                     && folders[1] == "chats"
                     && name.starts_with("session-")
-                    && (name.ends_with(".json") || name.ends_with(".jsonl"))
+                    && (jsonl || name.ends_with(".json"))
             }
         }
     }
@@ -234,8 +279,12 @@ pub struct RootReport {
     pub exists: bool,
     /// The session files found under it.
     pub files: usize,
-    /// Why it could not be read, when it exists but could not be walked.
+    /// Why it could not be searched, when it exists: not a folder, or not
+    /// readable (with the system's reason).
     pub error: Option<String>,
+    /// The folder it is the same as, when an earlier root already named it
+    /// (through a link or twice in a list): it is not searched again.
+    pub same_as: Option<PathBuf>,
 }
 
 /// Everything discovery found.
@@ -243,8 +292,10 @@ pub struct RootReport {
 pub struct Discovery {
     /// Each folder searched, in search order.
     pub roots: Vec<RootReport>,
-    /// The transcripts, root by root, each root's in walk order. A file
-    /// reached through two roots (one folder named twice) is listed once.
+    /// The transcripts, root by root, each root's in walk order, and the
+    /// subfolders where they could lie that could not be read (each an
+    /// entry whose [`DirFile::walk_error`] says why, replayed as a skipped
+    /// row). A file reached through two roots is listed once.
     pub files: Vec<Found>,
 }
 
@@ -259,37 +310,43 @@ impl Discovery {
 }
 
 /// Searches the standard places of `agents` (every agent when empty).
+/// Each root is walked only as deep as its agent's layout puts sessions.
 pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
     let mut discovery = Discovery::default();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen_files = std::collections::HashSet::new();
+    let mut seen_roots: Vec<(PathBuf, PathBuf)> = Vec::new();
     for agent in Agent::ALL {
         if !agents.is_empty() && !agents.contains(&agent) {
             continue;
         }
         for root in env.roots(agent) {
             let mut report = RootReport {
-                exists: root.path.is_dir(),
+                exists: false,
                 root: root.clone(),
                 files: 0,
                 error: None,
+                same_as: None,
             };
-            if report.exists {
-                match dir_files(&root.path) {
-                    Ok(files) => {
-                        for file in files {
-                            if !root.is_session_file(&file.path) {
-                                continue;
-                            }
-                            let key = std::fs::canonicalize(&file.path)
-                                .unwrap_or_else(|_| file.path.clone());
-                            if !seen.insert(key) {
-                                continue;
-                            }
-                            report.files += 1;
-                            discovery.files.push(Found { agent, file });
-                        }
-                    }
-                    Err(err) => report.error = Some(err.to_string()),
+            match std::fs::metadata(&root.path) {
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    report.exists = true;
+                    report.error = Some(format!("cannot be read: {err}"));
+                }
+                Ok(meta) if !meta.is_dir() => {
+                    report.exists = true;
+                    report.error = Some("is not a folder".to_owned());
+                }
+                Ok(_) => report.exists = true,
+            }
+            if report.exists && report.error.is_none() {
+                let canonical =
+                    std::fs::canonicalize(&root.path).unwrap_or_else(|_| root.path.clone());
+                if let Some((_, first)) = seen_roots.iter().find(|(seen, _)| *seen == canonical) {
+                    report.same_as = Some(first.clone());
+                } else {
+                    seen_roots.push((canonical, root.path.clone()));
+                    search(&root, &mut report, &mut seen_files, &mut discovery.files);
                 }
             }
             discovery.roots.push(report);
@@ -298,8 +355,46 @@ pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
     discovery
 }
 
+/// Walks one root and adds its session files (and its unreadable
+/// subfolders) to `files`.
+fn search(
+    root: &Root,
+    report: &mut RootReport,
+    seen: &mut std::collections::HashSet<PathBuf>,
+    files: &mut Vec<Found>,
+) {
+    let walked = match dir_files_within(&root.path, root.layout.depth()) {
+        Ok(walked) => walked,
+        Err(err) => {
+            let cause = std::error::Error::source(&err)
+                .map(|cause| format!(": {cause}"))
+                .unwrap_or_default();
+            report.error = Some(format!("cannot be read{cause}"));
+            return;
+        }
+    };
+    for file in walked {
+        if file.walk_error().is_none() && !root.is_session_file(&file.path) {
+            continue;
+        }
+        let key = std::fs::canonicalize(&file.path).unwrap_or_else(|_| file.path.clone());
+        if !seen.insert(key) {
+            continue;
+        }
+        if file.walk_error().is_none() {
+            report.files += 1;
+        }
+        files.push(Found {
+            agent: root.agent,
+            file,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
     use super::*;
 
     fn env(home: &str) -> Environment {
@@ -360,31 +455,51 @@ mod tests {
         );
         assert_eq!(paths(xdg.roots(Agent::Pi)), ["/s"]);
         assert!(Environment::default().roots(Agent::Pi).is_empty());
+        // Relative values are ignored: they would depend on where soba runs.
+        let relative = Environment {
+            codex_home: Some("rel/codex".into()),
+            xdg_config_home: Some("rel".into()),
+            ..env("/h")
+        };
+        assert_eq!(
+            paths(relative.roots(Agent::Codex)),
+            ["/h/.codex/sessions", "/h/.codex/archived_sessions"]
+        );
+        assert_eq!(
+            paths(relative.roots(Agent::ClaudeCode)),
+            ["/h/.claude/projects", "/h/.config/claude/projects"]
+        );
+        assert!(env("relative-home").roots(Agent::Gemini).is_empty());
     }
 
     #[test]
     fn only_session_files_are_picked_not_sub_agents_or_other_files() {
-        let claude = Root {
-            agent: Agent::ClaudeCode,
+        let root = |agent, layout| Root {
+            agent,
             path: "/r".into(),
+            layout,
         };
+        let claude = root(Agent::ClaudeCode, Layout::ClaudeProjects);
         assert!(claude.is_session_file(Path::new("/r/-w-app/0a1b.jsonl")));
         assert!(!claude.is_session_file(Path::new("/r/-w-app/agent-1.jsonl")));
         assert!(!claude.is_session_file(Path::new("/r/-w-app/0a1b/subagents/agent-1.jsonl")));
         assert!(!claude.is_session_file(Path::new("/r/-w-app/notes.txt")));
         assert!(!claude.is_session_file(Path::new("/elsewhere/-w-app/0a1b.jsonl")));
-        let codex = Root {
-            agent: Agent::Codex,
-            path: "/r".into(),
-        };
+        let codex = root(Agent::Codex, Layout::CodexDated);
         assert!(codex.is_session_file(Path::new(
             "/r/2026/11/30/rollout-2026-11-30T10-00-00-x.jsonl"
         )));
         assert!(!codex.is_session_file(Path::new("/r/2026/11/30/history.jsonl")));
-        let gemini = Root {
-            agent: Agent::Gemini,
-            path: "/r".into(),
-        };
+        assert!(!codex.is_session_file(Path::new("/r/rollout-x.jsonl")));
+        let archived = root(Agent::Codex, Layout::CodexFlat);
+        assert!(archived.is_session_file(Path::new("/r/rollout-x.jsonl")));
+        assert!(!archived.is_session_file(Path::new("/r/old/rollout-x.jsonl")));
+        let pi = root(Agent::Pi, Layout::PiProjects);
+        // A name that is not UTF-8 is still a session file.
+        let name = std::ffi::OsStr::from_bytes(b"/r/--w--/c\xfe.jsonl");
+        assert!(pi.is_session_file(Path::new(name)));
+        assert!(!pi.is_session_file(Path::new("/r/a/b/c.jsonl")));
+        let gemini = root(Agent::Gemini, Layout::GeminiChats);
         assert!(
             gemini.is_session_file(Path::new("/r/app/chats/session-2026-11-30T10-00-1a2b.json"))
         );

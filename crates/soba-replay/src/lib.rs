@@ -44,7 +44,7 @@ mod soba;
 mod testing;
 pub mod trace;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use soba_core::budget::Budget;
@@ -224,7 +224,7 @@ pub fn load(path: &Path) -> Result<Vec<Loaded>, ReplayError> {
             }),
             FileOutcome::Failed(err) => out.push(Loaded::Skipped {
                 name: file.path.display().to_string(),
-                reason: err.to_string(),
+                reason: error_text(&err),
             }),
         }
     }
@@ -449,11 +449,26 @@ pub struct Filter {
     /// The last day kept, in `zone`.
     pub until: Option<jiff::civil::Date>,
     /// Keeps sessions whose recorded working folder is this folder or
-    /// under it; a value that is not an absolute path keeps those whose
+    /// under it (an absolute path); any other value keeps those whose
     /// folder contains it.
     pub project: Option<String>,
-    /// The time zone days are counted in (the system's by default).
+    /// The time zone days are counted in (UTC when `None`; the CLI passes
+    /// the local one).
     pub zone: Option<jiff::tz::TimeZone>,
+}
+
+/// Why a filter left a session out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftOut {
+    /// It started before `since` or after `until`.
+    Day,
+    /// It records no start time, and a day filter is set.
+    NoDay,
+    /// It ran in another folder.
+    Project,
+    /// It records no working folder (Gemini CLI does not), and `project`
+    /// is set.
+    NoFolder,
 }
 
 impl Filter {
@@ -465,31 +480,89 @@ impl Filter {
     /// Returns the day a session started on, in the filter's zone.
     pub fn day(&self, session: &ImportedSession) -> Option<jiff::civil::Date> {
         let started: jiff::Timestamp = session.created_at.as_deref()?.parse().ok()?;
-        let zone = self.zone.clone().unwrap_or_else(jiff::tz::TimeZone::system);
+        let zone = self.zone.clone().unwrap_or(jiff::tz::TimeZone::UTC);
         Some(started.to_zoned_datetime(zone).date())
     }
 
-    /// Returns whether `session` passes the filter.
-    pub fn keeps(&self, session: &ImportedSession) -> bool {
+    /// Returns why the filter leaves `session` out, `None` when it keeps it.
+    pub fn left_out(&self, session: &ImportedSession) -> Option<LeftOut> {
         if self.since.is_some() || self.until.is_some() {
             let Some(day) = self.day(session) else {
-                return false;
+                return Some(LeftOut::NoDay);
             };
             if self.since.is_some_and(|since| day < since)
                 || self.until.is_some_and(|until| day > until)
             {
-                return false;
+                return Some(LeftOut::Day);
             }
         }
-        match (&self.project, session.cwd.as_deref()) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(project), Some(cwd)) if Path::new(project).is_absolute() => {
-                Path::new(cwd).starts_with(project)
-            }
-            (Some(project), Some(cwd)) => cwd.contains(project.as_str()),
+        let project = self.project.as_deref()?;
+        let Some(cwd) = session.cwd.as_deref() else {
+            return Some(LeftOut::NoFolder);
+        };
+        let kept = if Path::new(project).is_absolute() {
+            Path::new(cwd).starts_with(project)
+        } else {
+            cwd.contains(project)
+        };
+        (!kept).then_some(LeftOut::Project)
+    }
+
+    /// Returns whether `session` passes the filter.
+    pub fn keeps(&self, session: &ImportedSession) -> bool {
+        self.left_out(session).is_none()
+    }
+}
+
+/// How many sessions the filters left out, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeftOutCounts {
+    /// Started outside the days asked for.
+    pub day: usize,
+    /// Recorded no start time.
+    pub no_day: usize,
+    /// Ran in another folder.
+    pub project: usize,
+    /// Recorded no working folder.
+    pub no_folder: usize,
+}
+
+impl LeftOutCounts {
+    /// Counts one session left out.
+    pub fn add(&mut self, why: LeftOut) {
+        match why {
+            LeftOut::Day => self.day += 1,
+            LeftOut::NoDay => self.no_day += 1,
+            LeftOut::Project => self.project += 1,
+            LeftOut::NoFolder => self.no_folder += 1,
         }
     }
+
+    /// Adds another file's counts.
+    pub fn merge(&mut self, other: LeftOutCounts) {
+        self.day += other.day;
+        self.no_day += other.no_day;
+        self.project += other.project;
+        self.no_folder += other.no_folder;
+    }
+
+    /// Returns the sessions left out in all.
+    pub fn total(&self) -> usize {
+        self.day + self.no_day + self.project + self.no_folder
+    }
+}
+
+/// Returns an error's text with its causes, `cannot read x: permission
+/// denied`.
+pub fn error_text(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }
 
 /// One file of a replay of many.
@@ -549,7 +622,7 @@ pub fn replay_inputs(
     on_file: &(dyn Fn(&FileDone) + Sync),
 ) -> ReplayReport {
     use rayon::prelude::*;
-    let work = |input: Input| -> Vec<TraceOutcome> {
+    let work = |input: Input| -> FileRows {
         let path = input.file.path.clone();
         let bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
         let rows = replay_file(input, options, filter);
@@ -557,19 +630,19 @@ pub fn replay_inputs(
             path,
             bytes,
             replayed: rows
+                .outcomes
                 .iter()
-                .filter(|row| row.report.skipped.is_none())
+                .filter(|(_, row)| row.report.skipped.is_none())
                 .count(),
         });
         rows
     };
-    let files: Vec<Vec<TraceOutcome>> =
-        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-            // One file per task: a folder's files are of any size.
-            Ok(pool) => pool.install(|| inputs.into_par_iter().with_max_len(1).map(work).collect()),
-            // No threads to be had: the same work, on this one.
-            Err(_) => inputs.into_iter().map(work).collect(),
-        };
+    let files: Vec<FileRows> = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        // One file per task: a folder's files are of any size.
+        Ok(pool) => pool.install(|| inputs.into_par_iter().with_max_len(1).map(work).collect()),
+        // No threads to be had: the same work, on this one.
+        Err(_) => inputs.into_iter().map(work).collect(),
+    };
     let mut report = ReplayReport {
         cache: options.cache,
         cache_ttl: options.cache_ttl,
@@ -578,20 +651,53 @@ pub fn replay_inputs(
         show_dollars: true,
         ..ReplayReport::default()
     };
-    for outcome in files.into_iter().flatten() {
-        report.traces.push(outcome.report);
-        report.real_summaries.extend(outcome.real_summaries);
+    // The same session found twice (a copy, a second root, an archived
+    // rollout) is replayed once: the first in walk order counts.
+    let mut first_of: HashMap<(String, String), String> = HashMap::new();
+    for file in files {
+        report.left_out.merge(file.left_out);
+        for (session, outcome) in file.outcomes {
+            let key = session.map(|id| (outcome.report.format.clone(), id));
+            if let Some(key) = key
+                && outcome.report.skipped.is_none()
+            {
+                if let Some(first) = first_of.get(&key) {
+                    let reason = format!("the same session as {first}, counted once");
+                    report.traces.push(TraceReport::skipped(
+                        outcome.report.trace,
+                        Some(outcome.report.format),
+                        reason,
+                    ));
+                    continue;
+                }
+                first_of.insert(key, outcome.report.trace.clone());
+            }
+            report.traces.push(outcome.report);
+            report.real_summaries.extend(outcome.real_summaries);
+        }
     }
     report.total();
     report
 }
 
+/// What one file of many gave: its rows, each with the session's own id,
+/// and the sessions the filter left out.
+#[derive(Debug, Default)]
+struct FileRows {
+    outcomes: Vec<(Option<String>, TraceOutcome)>,
+    left_out: LeftOutCounts,
+}
+
 /// Imports one file of many and replays the sessions the filter keeps.
-fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> Vec<TraceOutcome> {
+fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRows {
     let skipped = |name: String, format: Option<String>, reason: String| TraceOutcome {
         report: TraceReport::skipped(name, format, reason),
         real_summaries: Vec::new(),
     };
+    let mut rows = FileRows::default();
+    // Only the agents' own folders hold copies of one session; elsewhere
+    // (evaluation outputs) two runs of one task share an id.
+    let discovered = input.agent.is_some();
     let import = input.file.import();
     let sessions = match import.outcome {
         FileOutcome::Imported(sessions) => sessions,
@@ -600,30 +706,34 @@ fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> Vec<Tr
                 .strip_prefix("skipped: ")
                 .map(str::to_owned)
                 .unwrap_or(reason);
-            return vec![skipped(import.path.display().to_string(), None, reason)];
+            let row = skipped(import.path.display().to_string(), None, reason);
+            rows.outcomes.push((None, row));
+            return rows;
         }
         FileOutcome::Failed(err) => {
-            return vec![skipped(
-                import.path.display().to_string(),
-                None,
-                err.to_string(),
-            )];
+            let row = skipped(import.path.display().to_string(), None, error_text(&err));
+            rows.outcomes.push((None, row));
+            return rows;
         }
     };
-    let kept: Vec<ImportedSession> = sessions
-        .into_iter()
-        .filter(|session| filter.keeps(session))
-        .collect();
-    let mut rows = Vec::new();
+    let mut kept = Vec::new();
+    for session in sessions {
+        match filter.left_out(&session) {
+            Some(why) => rows.left_out.add(why),
+            None => kept.push(session),
+        }
+    }
     for loaded in session_names(&import.path, kept) {
         let Loaded::Session { name, session } = loaded else {
             continue;
         };
         let format = session.format.as_str().to_owned();
-        match replay_session(name.clone(), *session, options) {
-            Ok(outcome) => rows.push(outcome),
-            Err(err) => rows.push(skipped(name, Some(format), err.to_string())),
-        }
+        let id = Some(session.original_id.clone()).filter(|id| discovered && !id.is_empty());
+        let row = match replay_session(name.clone(), *session, options) {
+            Ok(outcome) => outcome,
+            Err(err) => skipped(name, Some(format), err.to_string()),
+        };
+        rows.outcomes.push((id, row));
     }
     rows
 }

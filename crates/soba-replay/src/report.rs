@@ -392,6 +392,8 @@ pub struct ReplayReport {
     pub recorded_dollars: Option<f64>,
     /// Whether the table shows dollars (`--cost dollars`, the default).
     pub show_dollars: bool,
+    /// The sessions `--since`, `--until` and `--project` left out.
+    pub left_out: crate::LeftOutCounts,
 }
 
 impl ReplayReport {
@@ -428,6 +430,12 @@ impl ReplayReport {
             "peerTrigger": self.peer_trigger,
             "pricesAsOf": crate::price::PRICES_AS_OF,
             "recordedDollars": self.recorded_dollars.map(micro_dollars),
+            "leftOut": {
+                "day": self.left_out.day,
+                "noDay": self.left_out.no_day,
+                "project": self.left_out.project,
+                "noFolder": self.left_out.no_folder,
+            },
             "traces": self.traces.iter().map(TraceReport::to_json).collect::<Vec<_>>(),
             "policies": self.totals.iter().map(PolicyStats::to_json).collect::<Vec<_>>(),
             "realSummaries": self.real_summaries.iter().map(RealSummary::to_json).collect::<Vec<_>>(),
@@ -552,10 +560,12 @@ impl ReplayReport {
     }
 }
 
-/// Returns the last two path components of a trace name.
+/// Returns the last two path components of a trace name, on one line
+/// whatever the name holds.
 fn short_name(trace: &str) -> String {
     let parts: Vec<&str> = trace.rsplit('/').take(2).collect();
-    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+    let name = parts.into_iter().rev().collect::<Vec<_>>().join("/");
+    soba_core::terminal::sanitize_line(&name).into_owned()
 }
 
 fn ratio_cell(value: Option<f64>) -> String {

@@ -68,7 +68,8 @@ pub enum OutputPathError {
         /// The existing file.
         path: PathBuf,
     },
-    /// The path names no file (it ends in `..` or is empty). Not retryable.
+    /// The path names no file (it ends in `.` or `..`, or is empty). Not
+    /// retryable.
     #[error("{given} does not name a file")]
     NoFileName {
         /// The path given.
@@ -142,6 +143,16 @@ fn write_output_with(
     overwrite: bool,
     writer: Writer,
 ) -> Result<PathBuf, OutputPathError> {
+    // `.`, `dir/.` and `dir/` name no file (the path's own normalisation would
+    // otherwise read `.` as the folder above it); an existing folder is
+    // refused as not a regular file below.
+    let text = given.as_os_str().as_encoded_bytes();
+    let names_folder = text == b"." || text.ends_with(b"/.") || text.ends_with(b"/");
+    if names_folder {
+        return Err(OutputPathError::NoFileName {
+            given: given.to_path_buf(),
+        });
+    }
     let path = resolve_output(root, given)?;
     let confined = !given.is_absolute() || path.starts_with(root);
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -372,6 +383,19 @@ mod tests {
             assert!(matches!(err, OutputPathError::Outside { .. }), "{err:?}");
         }
         assert!(!rig.outside.join("x.md").exists());
+    }
+
+    #[test]
+    fn a_dot_names_no_file() {
+        let rig = rig();
+        std::fs::create_dir_all(rig.root.join("sub")).expect("a folder");
+        for given in [".", "sub/.", "./", "sub/"] {
+            let err = write_output(&rig.root, Path::new(given), b"x", true).unwrap_err();
+            assert!(
+                matches!(err, OutputPathError::NoFileName { .. }),
+                "{given}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -13,8 +13,8 @@ use crate::context::Context;
 use crate::error::{CliError, CliResult};
 use soba_replay::discover::{self, Agent, Discovery, Environment};
 use soba_replay::{
-    self as replay, CacheMode, Filter, Input, Loaded, PolicySpec, ReplayError, ReplayOptions,
-    ReplayReport,
+    self as replay, CacheMode, Filter, Input, LeftOutCounts, Loaded, PolicySpec, ReplayError,
+    ReplayOptions, ReplayReport,
 };
 
 /// Runs `soba replay`. SOBA's policy runs under the configuration of the
@@ -91,7 +91,8 @@ fn replay_one_file(
         let Loaded::Session { name, session } = item else {
             continue;
         };
-        if !filter.keeps(&session) {
+        if let Some(why) = filter.left_out(&session) {
+            report.left_out.add(why);
             continue;
         }
         let outcome = replay::replay_session(name.clone(), *session, options)
@@ -100,6 +101,14 @@ fn replay_one_file(
         report.real_summaries.extend(outcome.real_summaries);
     }
     if report.replayed() == 0 {
+        if report.left_out.total() > 0 {
+            print_left_out(&report.left_out);
+            return Err(CliError::user(format!(
+                "the filters left out every session of {}",
+                path.display()
+            ))
+            .hint("--since, --until or --project left every session out"));
+        }
         return Err(replay_error(ReplayError::NothingReplayed {
             path: path.to_owned(),
         }));
@@ -124,9 +133,9 @@ fn replay_many(
         .sum();
     let progress = if crate::output::stderr_is_terminal() {
         let bar = ProgressBar::new(bytes);
-        if let Ok(style) = ProgressStyle::with_template(
-            "{bar:30} {binary_bytes}/{binary_total_bytes} · {msg} · {eta} left",
-        ) {
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} · {msg} · {eta} left")
+        {
             bar.set_style(style);
         }
         bar
@@ -177,10 +186,14 @@ fn replay_many(
         started.elapsed().as_secs_f64(),
         if threads == 1 { "" } else { "s" }
     );
+    print_left_out(&report.left_out);
     if report.replayed() == 0 {
         return Err(match dir {
-            _ if !filter.is_empty() => CliError::user("no session passed the filters")
-                .hint("--since, --until or --project left every session out"),
+            // Only when nothing but the filters stood in the way.
+            _ if !filter.is_empty() && report.traces.is_empty() => {
+                CliError::user("no session passed the filters")
+                    .hint("--since, --until or --project left every session out")
+            }
             Some(dir) => replay_error(ReplayError::NothingReplayed {
                 path: dir.to_owned(),
             }),
@@ -189,6 +202,28 @@ fn replay_many(
         });
     }
     Ok(report)
+}
+
+/// Says how many sessions the filters left out, and why, on stderr.
+fn print_left_out(left_out: &LeftOutCounts) {
+    if left_out.total() == 0 {
+        return;
+    }
+    let mut parts = Vec::new();
+    for (n, why) in [
+        (left_out.day, "started outside the days asked for"),
+        (left_out.no_day, "record no start time"),
+        (left_out.project, "ran in other folders"),
+        (
+            left_out.no_folder,
+            "record no working folder (Gemini CLI records none)",
+        ),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {why}"));
+        }
+    }
+    crate::output::errln!("left out by the filters: {}", parts.join(", "));
 }
 
 /// `12.3 MB`.
@@ -206,13 +241,17 @@ fn print_discovery(discovery: &Discovery) {
         let folder =
             soba_core::terminal::sanitize_line(&root.root.path.display().to_string()).into_owned();
         let agent = root.root.agent;
-        match (&root.error, root.exists) {
-            (Some(error), _) => crate::output::errln!(
-                "{agent}: {folder} could not be read: {}",
+        match (&root.error, root.exists, &root.same_as) {
+            (Some(error), _, _) => crate::output::errln!(
+                "{agent}: {folder} {}",
                 soba_core::terminal::sanitize_line(error)
             ),
-            (None, false) => crate::output::errln!("{agent}: no {folder}"),
-            (None, true) => crate::output::errln!(
+            (None, false, _) => crate::output::errln!("{agent}: no {folder}"),
+            (None, true, Some(first)) => crate::output::errln!(
+                "{agent}: {folder} is {} (searched once)",
+                soba_core::terminal::sanitize_line(&first.display().to_string())
+            ),
+            (None, true, None) => crate::output::errln!(
                 "{agent}: {} session file{} in {folder}",
                 root.files,
                 if root.files == 1 { "" } else { "s" }
@@ -236,16 +275,18 @@ fn filter(args: &ReplayArgs) -> CliResult<Filter> {
             })
             .transpose()
     };
+    let since = day("--since", &args.since)?;
+    let until = day("--until", &args.until)?;
     let filter = Filter {
-        since: day("--since", &args.since)?,
-        until: day("--until", &args.until)?,
+        since,
+        until,
         project: args
             .project
             .as_deref()
             .map(str::trim)
             .filter(|project| !project.is_empty())
-            .map(str::to_owned),
-        zone: None,
+            .map(project_folder),
+        zone: (since.is_some() || until.is_some()).then(local_zone),
     };
     if let (Some(since), Some(until)) = (filter.since, filter.until)
         && since > until
@@ -255,6 +296,60 @@ fn filter(args: &ReplayArgs) -> CliResult<Filter> {
         )));
     }
     Ok(filter)
+}
+
+/// A `--project` value that names a folder (`.`, `../api`, `~/code/x`
+/// as the shell expands it) becomes its absolute path; any other value is
+/// matched as text.
+fn project_folder(value: &str) -> String {
+    match std::fs::canonicalize(value) {
+        Ok(path) if path.is_dir() => path.display().to_string(),
+        _ => value.to_owned(),
+    }
+}
+
+/// The local time zone days are counted in: `TZ` when it is a zone name,
+/// a POSIX rule or a zone file (read as outside bytes: a regular file of
+/// at most 1 MiB), else the system's; UTC, with a warning, when `TZ` is
+/// none of these.
+fn local_zone() -> jiff::tz::TimeZone {
+    use jiff::tz::TimeZone;
+    let Some(tz) = std::env::var_os("TZ").filter(|tz| !tz.is_empty()) else {
+        return TimeZone::try_system().unwrap_or(TimeZone::UTC);
+    };
+    let text = tz.to_string_lossy();
+    let name = text.strip_prefix(':').unwrap_or(&text);
+    let zone = if name.starts_with('/') {
+        soba_store::untrusted::read_untrusted(std::path::Path::new(name), 1 << 20)
+            .ok()
+            .and_then(|bytes| TimeZone::tzif(name, &bytes).ok())
+    } else if is_zone_name(name) {
+        TimeZone::get(name)
+            .ok()
+            .or_else(|| TimeZone::posix(name).ok())
+    } else {
+        TimeZone::posix(name).ok()
+    };
+    zone.unwrap_or_else(|| {
+        crate::output::errln!(
+            "warning: TZ={} is not a time zone soba can read; days are counted in UTC",
+            soba_core::terminal::sanitize_line(&text)
+        );
+        TimeZone::UTC
+    })
+}
+
+/// Whether `name` looks like a zone database name (`Europe/Paris`,
+/// `UTC`): letters, digits, `_`, `-`, `+` and `/`, no `..`.
+fn is_zone_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '/'))
 }
 
 /// `--agent`.
@@ -280,15 +375,18 @@ fn agents(args: &ReplayArgs) -> CliResult<Vec<Agent>> {
 /// Returns the per-trace lines: window, maximum output, cache and the
 /// calibration of the primary model.
 fn calibration_table(report: &ReplayReport) -> String {
+    // Names, models and reasons come from the transcripts: one line each,
+    // whatever they hold (a newline in a file name cannot fake a row).
+    use soba_core::terminal::sanitize_line as line;
     let mut out = String::from("\ntraces\n");
     for trace in &report.traces {
+        let name = line(&trace.trace);
         match (&trace.skipped, trace.primary_calibration()) {
-            (Some(reason), _) => out.push_str(&format!("  {}  skipped: {reason}\n", trace.trace)),
+            (Some(reason), _) => out.push_str(&format!("  {name}  skipped: {}\n", line(reason))),
             (None, Some(calibration)) => out.push_str(&format!(
-                "  {}  {} · {} · window {} · max output {} · cache {} · factor {:.4} · overhead {} ({}, {} samples)\n",
-                trace.trace,
-                trace.format,
-                trace.model,
+                "  {name}  {} · {} · window {} · max output {} · cache {} · factor {:.4} · overhead {} ({}, {} samples)\n",
+                line(&trace.format),
+                line(&trace.model),
                 group_thousands(trace.window),
                 group_thousands(trace.max_output),
                 trace.cache.map_or("none", CacheMode::as_str),
@@ -297,10 +395,10 @@ fn calibration_table(report: &ReplayReport) -> String {
                 calibration.source.as_str(),
                 calibration.samples,
             )),
-            (None, None) => out.push_str(&format!("  {}\n", trace.trace)),
+            (None, None) => out.push_str(&format!("  {name}\n")),
         }
         for warning in &trace.warnings {
-            out.push_str(&format!("    warning: {warning}\n"));
+            out.push_str(&format!("    warning: {}\n", line(warning)));
         }
     }
     out

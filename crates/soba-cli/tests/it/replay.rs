@@ -665,3 +665,95 @@ fn dollars_price_the_recorded_usage_and_each_policys_requests() {
     let table = crate::support::text(&out.stdout);
     assert!(!table.contains('$'), "{table}");
 }
+
+/// Discovery against odd homes (attack findings): a copy of a session in
+/// a second root is counted once, a zero-filled file is refused from its
+/// first bytes, files deeper than the layout are not read, a name that is
+/// not UTF-8 is still found, a newline in a name cannot fake a row on
+/// stdout, a relative `--project` names a folder, and a hostile `TZ`
+/// falls back to UTC with a warning instead of being read.
+#[test]
+fn discovery_holds_against_odd_homes() {
+    use std::os::unix::ffi::OsStrExt;
+    let sandbox = crate::support::Sandbox::new();
+    let home = sandbox.home.parent().unwrap().to_owned();
+    let ws = sandbox.ws.display().to_string();
+    let claude = home.join(".claude/projects/-work-project");
+    std::fs::create_dir_all(&claude).unwrap();
+    soba_store::fixtures::write_claude_code_session(&claude.join("0a1b.jsonl"), 20_000).unwrap();
+    let copy = home.join(".config/claude/projects/-work-project");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(claude.join("0a1b.jsonl"), copy.join("0a1b.jsonl")).unwrap();
+    let pi = home.join(".pi/agent/sessions/--ws--");
+    std::fs::create_dir_all(pi.join("deep/deeper")).unwrap();
+    let session = crate::support::pi_session("fix the build").replace("/work/app", &ws);
+    std::fs::write(pi.join("a\nFAKE ROW.jsonl"), &session).unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"c\xfe.jsonl");
+    std::fs::write(pi.join(odd), session.replace("pi-sess-1", "pi-sess-2")).unwrap();
+    std::fs::write(pi.join("deep/deeper/too-deep.jsonl"), &session).unwrap();
+    std::fs::write(pi.join("zeros.jsonl"), vec![0u8; 1 << 20]).unwrap();
+
+    let out = sandbox
+        .command(&[
+            "replay",
+            "--policy",
+            "none",
+            "--cost",
+            "tokens",
+            "--since",
+            "2025-01-01",
+        ])
+        .env("TZ", "/dev/zero")
+        .output()
+        .unwrap();
+    let stderr = crate::support::text(&out.stderr);
+    let stdout = crate::support::text(&out.stdout);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: TZ=/dev/zero is not a time zone soba can read; days are counted in UTC"
+        ),
+        "{stderr}"
+    );
+    // pi: the two sessions and the zero-filled file; not the one too deep.
+    assert!(
+        stderr.contains(&format!(
+            "pi: 3 session files in {}",
+            home.join(".pi/agent/sessions").display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("zeros.jsonl: ") && stderr.contains("is not a transcript soba can import"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the same session as"), "{stderr}");
+    assert!(
+        stderr.contains("replayed 3 sessions from 5 files"),
+        "{stderr}"
+    );
+    assert!(
+        !stdout.lines().any(|line| line.starts_with("FAKE")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("a\\nFAKE ROW.jsonl"), "{stdout}");
+
+    // `--project .` from the workspace keeps the two pi sessions run there.
+    let out = sandbox.run(&["replay", "--json", "--policy", "none", "--project", "."]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::text(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kept: Vec<&str> = report["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|trace| trace["skipped"].is_null())
+        .map(|trace| trace["format"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, ["pi-v1", "pi-v1"]);
+    // Both copies of the Claude Code session ran in /work/project.
+    assert_eq!(report["leftOut"]["project"], 2);
+}

@@ -88,6 +88,22 @@ impl Head {
         self.bytes.len() as u64
     }
 
+    /// Whether the file cannot be JSON text, whatever follows: its first
+    /// byte after a byte order mark and whitespace is neither `{` nor `[`
+    /// (a binary file, a run of zeros, a kernel file). Every supported
+    /// format is a JSON document or JSON lines, so such a file is told
+    /// apart without reading the rest of it.
+    pub(crate) fn cannot_be_json(&self) -> bool {
+        let bytes = self
+            .bytes
+            .strip_prefix(b"\xef\xbb\xbf")
+            .unwrap_or(&self.bytes);
+        bytes
+            .iter()
+            .find(|byte| !byte.is_ascii_whitespace())
+            .is_some_and(|first| !matches!(first, b'{' | b'['))
+    }
+
     /// What a file that can be streamed is: its head holds
     /// [`SNIFF_LINES`] lines, the first a JSON object on its own (so the
     /// file is not one JSON document and detection needs only these

@@ -463,6 +463,12 @@ pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
         path: path.to_owned(),
         source,
     })?;
+    if head.cannot_be_json() {
+        return Err(ImportError::UnknownFormat {
+            path: path.to_owned(),
+            formats: Format::list(),
+        });
+    }
     // A file that holds more than its reported size (`/proc` files report
     // 0) is read whole: the passes read the reported size.
     let detected = head.streamable().filter(|_| head.len() <= metadata.len());
@@ -666,12 +672,26 @@ impl DirFile {
     }
 }
 
+impl DirFile {
+    /// Returns why the walk could not read this subfolder, when it is one.
+    pub fn walk_error(&self) -> Option<&std::io::Error> {
+        self.walk_error.as_ref()
+    }
+}
+
 /// Walks `dir` as [`import_dir`] does and returns its files in walk order,
 /// not yet imported: a caller that writes each file's sessions before
 /// importing the next holds one file's sessions at a time.
 pub fn dir_files(dir: &Path) -> Result<Vec<DirFile>, ImportError> {
+    dir_files_within(dir, usize::MAX)
+}
+
+/// Walks `dir` as [`dir_files`] does, entering at most `depth` levels of
+/// subfolders (0: the files of `dir` itself): where an agent's layout puts
+/// sessions at a known depth, nothing deeper is read.
+pub fn dir_files_within(dir: &Path, depth: usize) -> Result<Vec<DirFile>, ImportError> {
     let mut walked = Vec::new();
-    if let Err(source) = collect_files(dir, &mut walked) {
+    if let Err(source) = collect_files(dir, depth, &mut walked) {
         return Err(ImportError::Io {
             path: dir.to_owned(),
             source,
@@ -709,6 +729,7 @@ fn not_regular_note(path: &Path, kind: FileKind) -> String {
 /// `dir` itself cannot be read.
 fn collect_files(
     dir: &Path,
+    depth: usize,
     walked: &mut Vec<(PathBuf, Option<std::io::Error>)>,
 ) -> std::io::Result<()> {
     let mut children: Vec<PathBuf> = std::fs::read_dir(dir)?
@@ -720,7 +741,10 @@ fn collect_files(
             continue;
         };
         if meta.is_dir() {
-            if let Err(err) = collect_files(&child, walked) {
+            if depth == 0 {
+                continue;
+            }
+            if let Err(err) = collect_files(&child, depth - 1, walked) {
                 walked.push((child, Some(err)));
             }
         } else {
