@@ -555,6 +555,23 @@ fn replay_without_a_path_discovers_every_agents_sessions() {
         .collect();
     assert_eq!(formats, ["claude-code", "codex-rollout", "pi-v1"]);
     assert!(traces.iter().all(|trace| trace["skipped"].is_null()));
+    // Each in tokens and dollars: the recorded cost from its own usage,
+    // and each policy's.
+    for trace in traces {
+        assert!(trace["recordedDollars"].as_f64().unwrap() > 0.0, "{trace}");
+        for policy in trace["policies"].as_array().unwrap() {
+            assert!(
+                policy["billedEquivalentTokens"].as_u64().unwrap() > 0,
+                "{policy}"
+            );
+            assert!(policy["dollars"].as_f64().unwrap() > 0.0, "{policy}");
+        }
+    }
+    let total: f64 = traces
+        .iter()
+        .map(|trace| trace["recordedDollars"].as_f64().unwrap())
+        .sum();
+    assert!((report["recordedDollars"].as_f64().unwrap() - total).abs() < 1e-5);
 
     // --agent, --since/--until and --project narrow it down.
     let only = |args: &[&str]| -> Vec<String> {
