@@ -491,7 +491,7 @@ impl ReplayReport {
             .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
             .count();
         let Some(recorded) = self.recorded_dollars else {
-            return "no trace's model has a price: dollars are not shown\n\n".to_owned();
+            return "recorded: no trace records usage at a known price (the `$` column prices each policy at the trace model's list price, `-` where it has none)\n\n".to_owned();
         };
         let mut out = format!(
             "recorded ${}: what {priced} trace(s) cost by their own usage (list prices as of {})\n",

@@ -681,6 +681,31 @@ fn dollars_price_the_recorded_usage_and_each_policys_requests() {
     let out = sandbox.run_ok(&["replay", path, "--policy", "none,soba", "--cost", "tokens"]);
     let table = crate::support::text(&out.stdout);
     assert!(!table.contains('$'), "{table}");
+
+    // Without usage records there is no recorded cost, and the table says
+    // why instead of blaming the price.
+    let no_usage: Vec<String> = crate::support::pi_session("fix the build")
+        .lines()
+        .map(
+            |line| match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(mut value) => {
+                    if let Some(message) = value.get_mut("message").and_then(|m| m.as_object_mut())
+                    {
+                        message.remove("usage");
+                    }
+                    value.to_string()
+                }
+                Err(_) => line.to_owned(),
+            },
+        )
+        .collect();
+    let bare = sandbox.write("bare.jsonl", &(no_usage.join("\n") + "\n"));
+    let out = sandbox.run_ok(&["replay", bare.to_str().unwrap(), "--policy", "none"]);
+    let table = crate::support::text(&out.stdout);
+    assert!(
+        table.contains("recorded: no trace records usage at a known price"),
+        "{table}"
+    );
 }
 
 /// Discovery against odd homes (attack findings): a copy of a session in
