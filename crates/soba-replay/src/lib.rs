@@ -652,12 +652,22 @@ pub fn replay_inputs(
         ..ReplayReport::default()
     };
     // The same session found twice (a copy, a second root, an archived
-    // rollout) is replayed once: the first in walk order counts.
-    let mut first_of: HashMap<(String, String), String> = HashMap::new();
+    // rollout) is replayed once: the first in walk order counts. Same means
+    // the same id and the same recorded requests and cost, so a longer or
+    // different file that shares an id is never dropped.
+    let mut first_of: HashMap<(String, String, usize, u64), String> = HashMap::new();
     for file in files {
         report.left_out.merge(file.left_out);
         for (session, outcome) in file.outcomes {
-            let key = session.map(|id| (outcome.report.format.clone(), id));
+            let key = session.map(|id| {
+                let cost = outcome.report.recorded_dollars.map_or(0, f64::to_bits);
+                (
+                    outcome.report.format.clone(),
+                    id,
+                    outcome.report.recorded_requests,
+                    cost,
+                )
+            });
             if let Some(key) = key
                 && outcome.report.skipped.is_none()
             {

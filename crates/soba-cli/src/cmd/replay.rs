@@ -126,9 +126,14 @@ fn replay_many(
     threads: usize,
     dir: Option<&std::path::Path>,
 ) -> CliResult<ReplayReport> {
-    let files = inputs.len();
+    // Unreadable subfolders are rows too, but not files.
+    let files = inputs
+        .iter()
+        .filter(|input| input.file.walk_error().is_none())
+        .count();
     let bytes: u64 = inputs
         .iter()
+        .filter(|input| input.file.walk_error().is_none())
         .map(|input| std::fs::metadata(&input.file.path).map_or(0, |meta| meta.len()))
         .sum();
     let progress = if crate::output::stderr_is_terminal() {
@@ -333,7 +338,7 @@ fn local_zone() -> jiff::tz::TimeZone {
     zone.unwrap_or_else(|| {
         crate::output::errln!(
             "warning: TZ={} is not a time zone soba can read; days are counted in UTC",
-            soba_core::terminal::sanitize_line(&text)
+            soba_core::terminal::sanitize_line(&text.chars().take(200).collect::<String>())
         );
         TimeZone::UTC
     })
@@ -419,9 +424,11 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
         })?),
         None => None,
     };
-    if !(args.summarizer_price.is_finite() && args.summarizer_price >= 0.0) {
+    // A summarizer token above 100 main-model tokens is no price anyone
+    // pays, and larger values overflow the billed figures.
+    if !(args.summarizer_price.is_finite() && (0.0..=100.0).contains(&args.summarizer_price)) {
         return Err(CliError::usage(format!(
-            "--summarizer-price {}: expected a number ≥ 0",
+            "--summarizer-price {:e}: expected a number from 0 to 100",
             args.summarizer_price
         )));
     }

@@ -394,6 +394,13 @@ fn bad_options_are_usage_errors() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown policy gemini"));
     let output = soba(&["replay", "nowhere.jsonl", "--cache", "redis"]);
     assert_eq!(output.status.code(), Some(2));
+    // A price that overflows the billed figures is refused.
+    let output = soba(&["replay", "nowhere.jsonl", "--summarizer-price", "1e308"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("--summarizer-price 1e308: expected a number from 0 to 100")
+    );
 }
 
 #[cfg_attr(

@@ -98,10 +98,12 @@ impl Head {
             .bytes
             .strip_prefix(b"\xef\xbb\xbf")
             .unwrap_or(&self.bytes);
-        bytes
-            .iter()
-            .find(|byte| !byte.is_ascii_whitespace())
-            .is_some_and(|first| !matches!(first, b'{' | b'['))
+        match bytes.iter().find(|byte| !byte.is_ascii_whitespace()) {
+            Some(first) => !matches!(first, b'{' | b'['),
+            // A head of nothing but whitespace as long as a head is read
+            // (16 MiB) is no transcript either.
+            None => self.len() >= HEAD_LIMIT,
+        }
     }
 
     /// What a file that can be streamed is: its head holds

@@ -759,6 +759,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_file_that_cannot_be_json_is_refused_from_its_head() {
+        let dir = tempfile::tempdir().expect("a folder");
+        // Zeros, and a head of nothing but whitespace, then anything.
+        let zeros = dir.path().join("zeros.jsonl");
+        std::fs::write(&zeros, vec![0u8; 1 << 20]).expect("write");
+        let spaces = dir.path().join("spaces.json");
+        let mut bytes = vec![b'\n'; 17 << 20];
+        bytes.extend_from_slice(b"{}");
+        std::fs::write(&spaces, bytes).expect("write");
+        for path in [zeros, spaces] {
+            let err = import_path(&path).expect_err("not a transcript");
+            assert!(matches!(err, ImportError::UnknownFormat { .. }), "{err}");
+        }
+    }
+
+    #[test]
     fn invalid_utf8_is_located_and_counted_as_the_lossy_reader_replaces_it() {
         assert_eq!(InvalidUtf8::scan("héllo".as_bytes()), None);
         assert_eq!(InvalidUtf8::scan(b""), None);
