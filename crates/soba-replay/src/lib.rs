@@ -116,6 +116,19 @@ impl Default for ReplayOptions {
 }
 
 impl ReplayOptions {
+    /// Returns a report with no rows yet, carrying these options' cache,
+    /// summarizer and trigger settings, dollars shown.
+    pub fn empty_report(&self) -> ReplayReport {
+        ReplayReport {
+            cache: self.cache,
+            cache_ttl: self.cache_ttl,
+            summarizer_price: self.summarizer_price,
+            peer_trigger: self.peer_trigger,
+            show_dollars: true,
+            ..ReplayReport::default()
+        }
+    }
+
     /// Returns the policies to run: the selection (all seven when empty),
     /// then `<peer>@N` for each selected peer under `--peer-trigger N`.
     pub fn resolved_policies(&self) -> Vec<PolicySpec> {
@@ -643,14 +656,7 @@ pub fn replay_inputs(
         // No threads to be had: the same work, on this one.
         Err(_) => inputs.into_iter().map(work).collect(),
     };
-    let mut report = ReplayReport {
-        cache: options.cache,
-        cache_ttl: options.cache_ttl,
-        summarizer_price: options.summarizer_price,
-        peer_trigger: options.peer_trigger,
-        show_dollars: true,
-        ..ReplayReport::default()
-    };
+    let mut report = options.empty_report();
     // The same session found twice (a copy, a second root, an archived
     // rollout) is replayed once: the first in walk order counts. Same means
     // the same id and the same recorded requests and cost, so a longer or
@@ -754,14 +760,7 @@ fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRo
 pub fn replay_path(path: &Path, options: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
     let loaded = load(path)?;
     let is_dir = path.is_dir();
-    let mut report = ReplayReport {
-        cache: options.cache,
-        cache_ttl: options.cache_ttl,
-        summarizer_price: options.summarizer_price,
-        peer_trigger: options.peer_trigger,
-        show_dollars: true,
-        ..ReplayReport::default()
-    };
+    let mut report = options.empty_report();
     for item in loaded {
         match item {
             Loaded::Skipped { name, reason } => {

@@ -80,13 +80,7 @@ fn replay_one_file(
     options: &ReplayOptions,
     filter: &Filter,
 ) -> CliResult<ReplayReport> {
-    let mut report = ReplayReport {
-        cache: options.cache,
-        cache_ttl: options.cache_ttl,
-        summarizer_price: options.summarizer_price,
-        peer_trigger: options.peer_trigger,
-        ..ReplayReport::default()
-    };
+    let mut report = options.empty_report();
     for item in replay::load(path).map_err(replay_error)? {
         let Loaded::Session { name, session } = item else {
             continue;
