@@ -86,7 +86,7 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Replay transcripts under SOBA and other agents' compaction policies
     /// and report tokens, cost and what each policy kept (offline).
-    Replay(ReplayArgs),
+    Replay(Box<ReplayArgs>),
 }
 
 /// `soba replay [file|dir]` (SPEC §15).
@@ -148,6 +148,11 @@ pub struct ReplayArgs {
     /// billed-equivalent tokens; the default) or tokens alone.
     #[arg(long, value_name = "UNIT", value_parser = ["dollars", "tokens"], default_value = "dollars")]
     pub cost: String,
+    /// Group a run of several sessions: one row per session, per day
+    /// (local time) or per project (working folder); the default is
+    /// session.
+    #[arg(long, value_name = "GROUP", value_parser = ["session", "day", "project"], default_value = "session")]
+    pub by: String,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -26,7 +26,8 @@
 //! - [`policy`]: `none` and the five peers; SOBA's barrier runs
 //!   synchronously on soba-core with deterministic capsules.
 //! - [`cost`]: the cache-prefix model; [`probe`]: the retention probes.
-//! - [`report`]: figures, the table and JSON; [`chart`]: the HTML page.
+//! - [`report`]: figures, the table and JSON; [`group`]: the same per
+//!   session, day and project; [`chart`]: the HTML page.
 //!
 //! Decisions the design leaves open are listed in each module's docs and
 //! in the repository's `ARCHITECTURE.md`.
@@ -34,6 +35,7 @@
 pub mod chart;
 pub mod cost;
 pub mod discover;
+pub mod group;
 pub mod policy;
 pub mod price;
 pub mod probe;
@@ -56,6 +58,7 @@ use soba_provider::registry::ModelRegistry;
 use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
 
 pub use cost::CacheMode;
+pub use group::GroupBy;
 pub use policy::{PolicyKind, PolicySpec};
 pub use report::{PolicyStats, RealSummary, ReplayReport, TraceReport};
 pub use trace::{Counting, Trace, TraceError, TraceOptions};
@@ -259,6 +262,12 @@ pub fn replay_session(
     session: ImportedSession,
     options: &ReplayOptions,
 ) -> Result<TraceOutcome, TraceError> {
+    let started = session
+        .created_at
+        .as_deref()
+        .and_then(|at| at.parse::<jiff::Timestamp>().ok());
+    let project = session.cwd.clone();
+    let agent = session.format.agent().to_owned();
     let trace = Trace::prepare(
         name,
         session,
@@ -322,6 +331,9 @@ pub fn replay_session(
     let report = TraceReport {
         trace: trace.name.clone(),
         format: trace.format.as_str().to_owned(),
+        agent,
+        started,
+        project,
         model: trace.model_shown.clone(),
         window: trace.window,
         max_output: trace.max_output,

@@ -247,6 +247,12 @@ pub struct TraceReport {
     pub trace: String,
     /// The format's name.
     pub format: String,
+    /// The agent that wrote it (`claude-code`, `codex`, `pi`, …).
+    pub agent: String,
+    /// When the session started, as it records.
+    pub started: Option<jiff::Timestamp>,
+    /// The working folder it ran in, as it records.
+    pub project: Option<String>,
     /// The primary model, as the transcript spells it.
     pub model: String,
     /// The context window.
@@ -394,6 +400,8 @@ pub struct ReplayReport {
     pub show_dollars: bool,
     /// The sessions `--since`, `--until` and `--project` left out.
     pub left_out: crate::LeftOutCounts,
+    /// The time zone days are counted in for the groups (UTC when `None`).
+    pub zone: Option<jiff::tz::TimeZone>,
 }
 
 impl ReplayReport {
@@ -421,6 +429,16 @@ impl ReplayReport {
             .fold(None, |sum, t| sum_priced(sum, t.recorded_dollars));
     }
 
+    /// Returns the replayed sessions grouped `by` session, day or
+    /// project, and their total (see [`crate::group`]).
+    pub fn groups(
+        &self,
+        by: crate::group::GroupBy,
+    ) -> (Vec<crate::group::Group>, crate::group::Group) {
+        let utc = jiff::tz::TimeZone::UTC;
+        crate::group::groups(self, by, self.zone.as_ref().unwrap_or(&utc))
+    }
+
     /// Returns the `--json` document.
     pub fn to_json(&self) -> Value {
         json!({
@@ -437,6 +455,13 @@ impl ReplayReport {
                 "noFolder": self.left_out.no_folder,
             },
             "traces": self.traces.iter().map(TraceReport::to_json).collect::<Vec<_>>(),
+            "groups": crate::group::GroupBy::ALL.iter().map(|by| {
+                let (groups, total) = self.groups(*by);
+                (by.as_str().to_owned(), json!({
+                    "rows": groups.iter().map(crate::group::Group::to_json).collect::<Vec<_>>(),
+                    "total": total.to_json(),
+                }))
+            }).collect::<Map<String, Value>>(),
             "policies": self.totals.iter().map(PolicyStats::to_json).collect::<Vec<_>>(),
             "realSummaries": self.real_summaries.iter().map(RealSummary::to_json).collect::<Vec<_>>(),
         })
@@ -485,30 +510,20 @@ impl ReplayReport {
     /// transcripts' own usage cost, and how close `none`'s model of it
     /// comes.
     fn dollar_lines(&self) -> String {
+        let Some(recorded) = self.recorded_dollars else {
+            return "recorded: no trace records usage at a known price (the `$` column prices each policy at the trace model's list price, `-` where it has none)\n\n".to_owned();
+        };
         let priced = self
             .traces
             .iter()
             .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
             .count();
-        let Some(recorded) = self.recorded_dollars else {
-            return "recorded: no trace records usage at a known price (the `$` column prices each policy at the trace model's list price, `-` where it has none)\n\n".to_owned();
-        };
         let mut out = format!(
             "recorded ${}: what {priced} trace(s) cost by their own usage (list prices as of {})\n",
             dollar_text(recorded),
             crate::price::PRICES_AS_OF
         );
-        // `none` over the same traces: every request as recorded, without
-        // the agent's own compactions, priced by the replay's cache model.
-        let modelled = self
-            .traces
-            .iter()
-            .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
-            .filter_map(|t| t.policies.iter().find(|stats| stats.name == "none"))
-            .fold(None, |sum, stats| sum_priced(sum, stats.dollars));
-        if let Some(modelled) = modelled
-            && recorded > 0.0
-        {
+        if let Some((recorded, modelled, _)) = self.none_vs_recorded() {
             out.push_str(&format!(
                 "none   ${}: the replay's model of the same traces ({:+.1} % vs recorded)\n",
                 dollar_text(modelled),
@@ -517,6 +532,26 @@ impl ReplayReport {
         }
         out.push('\n');
         out
+    }
+
+    /// Returns the recorded cost of the priced traces, `none`'s modelled
+    /// cost of the same traces (every request as recorded, without the
+    /// agent's own compactions, priced by the replay's cache model) and
+    /// how many they are; `None` when nothing is priced.
+    pub fn none_vs_recorded(&self) -> Option<(f64, f64, usize)> {
+        let priced: Vec<&TraceReport> = self
+            .traces
+            .iter()
+            .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
+            .collect();
+        let recorded = priced
+            .iter()
+            .fold(None, |sum, t| sum_priced(sum, t.recorded_dollars))?;
+        let modelled = priced
+            .iter()
+            .filter_map(|t| t.policies.iter().find(|stats| stats.name == "none"))
+            .fold(None, |sum, stats| sum_priced(sum, stats.dollars))?;
+        (recorded > 0.0).then_some((recorded, modelled, priced.len()))
     }
 
     /// Returns the real-summary comparison as an aligned table.
@@ -568,12 +603,12 @@ fn short_name(trace: &str) -> String {
     soba_core::terminal::sanitize_line(&name).into_owned()
 }
 
-fn ratio_cell(value: Option<f64>) -> String {
+pub(crate) fn ratio_cell(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
 }
 
 /// Adds two figures over priced traces: the sum of those known.
-fn sum_priced(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+pub(crate) fn sum_priced(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a + b),
         (a, b) => a.or(b),
@@ -581,7 +616,7 @@ fn sum_priced(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 /// Dollars for the table: cents, or four decimals under a dollar.
-fn dollar_text(dollars: f64) -> String {
+pub(crate) fn dollar_text(dollars: f64) -> String {
     if dollars >= 1.0 {
         format!("{dollars:.2}")
     } else {
@@ -591,7 +626,7 @@ fn dollar_text(dollars: f64) -> String {
 
 /// Rounds dollars for JSON: to a millionth (a small trace costs less
 /// than a cent).
-fn micro_dollars(dollars: f64) -> f64 {
+pub(crate) fn micro_dollars(dollars: f64) -> f64 {
     (dollars * 1e6).round() / 1e6
 }
 
@@ -645,7 +680,7 @@ fn policy_rows(policies: &[PolicyStats]) -> Vec<Vec<String>> {
 }
 
 /// Aligns rows: the first column left, the others right.
-fn align(rows: &[Vec<String>]) -> String {
+pub(crate) fn align(rows: &[Vec<String>]) -> String {
     let n_cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n_cols)
         .map(|col| {

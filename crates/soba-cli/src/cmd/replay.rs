@@ -46,6 +46,7 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
     };
 
     report.show_dollars = args.cost != "tokens";
+    report.zone = Some(filter.zone.clone().unwrap_or_else(local_zone));
     if let Some(html_path) = &args.html {
         let page = replay::chart::html(&report)
             .map_err(|err| CliError::internal(format!("the chart could not be drawn: {err}")))?;
@@ -63,7 +64,19 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
         writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
     } else {
         stdout.write_all(report.table().as_bytes())?;
-        stdout.write_all(calibration_table(&report).as_bytes())?;
+        if report.traces.len() > 1 {
+            // Many sessions: one row each (or per day, per project) in
+            // place of each trace's calibration line.
+            let by = replay::GroupBy::parse(&args.by).unwrap_or(replay::GroupBy::Session);
+            let (groups, total) = report.groups(by);
+            writeln!(stdout)?;
+            stdout.write_all(
+                replay::group::group_table(&groups, &total, by, report.show_dollars).as_bytes(),
+            )?;
+            stdout.write_all(notices(&report).as_bytes())?;
+        } else {
+            stdout.write_all(calibration_table(&report).as_bytes())?;
+        }
         let summaries = report.real_summary_table();
         if !summaries.is_empty() {
             writeln!(stdout)?;
@@ -403,6 +416,34 @@ fn calibration_table(report: &ReplayReport) -> String {
     out
 }
 
+/// Returns the skipped sessions and the warnings of a run of several, one
+/// line each (the skipped ones are on stderr too, as they happen).
+fn notices(report: &ReplayReport) -> String {
+    use soba_core::terminal::sanitize_line as line;
+    let mut out = String::new();
+    for trace in &report.traces {
+        if let Some(reason) = &trace.skipped {
+            out.push_str(&format!(
+                "  {}  skipped: {}\n",
+                line(&trace.trace),
+                line(reason)
+            ));
+        }
+        for warning in &trace.warnings {
+            out.push_str(&format!(
+                "  {}  warning: {}\n",
+                line(&trace.trace),
+                line(warning)
+            ));
+        }
+    }
+    if out.is_empty() {
+        out
+    } else {
+        format!("\nnotices\n{out}")
+    }
+}
+
 /// Builds the replay options from the command line.
 fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
     let mut policies = Vec::new();
@@ -442,8 +483,39 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
         peer_trigger: args.peer_trigger,
         counting: replay::Counting::Bpe,
         registry: ctx.config().registry(),
-        prices: replay::price::PriceTable::new(),
+        prices: price_table(ctx.config())?,
     })
+}
+
+/// The built-in prices with the config's `models.*.*Price` overrides: a
+/// price not given keeps the built-in one; a model soba has no price for
+/// needs its input and output prices, and its cache prices default to the
+/// input price.
+fn price_table(config: &crate::config::Config) -> CliResult<replay::price::PriceTable> {
+    let mut table = replay::price::PriceTable::new();
+    for (model, [input, output, read, write]) in &config.prices {
+        let builtin = table.get(model);
+        let (Some(input), Some(output)) = (
+            input.or(builtin.map(|p| p.input)),
+            output.or(builtin.map(|p| p.output)),
+        ) else {
+            return Err(CliError::usage(format!(
+                "models.\"{}\": soba has no built-in price for this model",
+                soba_core::terminal::sanitize_line(model)
+            ))
+            .hint("set both inputPrice and outputPrice (US dollars per million tokens)"));
+        };
+        table.set(
+            model,
+            replay::price::Price {
+                input,
+                output,
+                cache_read: read.or(builtin.map(|p| p.cache_read)).unwrap_or(input),
+                cache_write: write.or(builtin.map(|p| p.cache_write)).unwrap_or(input),
+            },
+        );
+    }
+    Ok(table)
 }
 
 fn replay_error(err: ReplayError) -> CliError {

@@ -35,7 +35,14 @@ pub enum ValueType {
     Enum(&'static [&'static str]),
     /// An array of strings.
     StringList,
+    /// A price in US dollars per million tokens: a number from 0 to
+    /// [`MAX_PRICE`].
+    Price,
 }
+
+/// The largest price accepted, in US dollars per million tokens (no model
+/// costs near it; larger values would only overflow the report).
+pub const MAX_PRICE: f64 = 10_000.0;
 
 impl ValueType {
     /// Returns what the type accepts, for error messages.
@@ -60,6 +67,9 @@ impl ValueType {
                 format!("one of {}", quoted.join(", "))
             }
             ValueType::StringList => "an array of strings".to_owned(),
+            ValueType::Price => {
+                format!("a number of US dollars per million tokens, from 0 to {MAX_PRICE}")
+            }
         }
     }
 
@@ -87,6 +97,9 @@ impl ValueType {
             ValueType::StringList => value
                 .as_array()
                 .is_some_and(|items| items.iter().all(Value::is_string)),
+            ValueType::Price => value
+                .as_f64()
+                .is_some_and(|price| (0.0..=MAX_PRICE).contains(&price)),
         }
     }
 
@@ -147,6 +160,7 @@ impl ValueType {
             ValueType::NullableString => json!({"type": ["string", "null"]}),
             ValueType::Enum(names) => json!({"type": "string", "enum": names}),
             ValueType::StringList => json!({"type": "array", "items": {"type": "string"}}),
+            ValueType::Price => json!({"type": "number", "minimum": 0, "maximum": MAX_PRICE}),
         }
     }
 }
@@ -295,6 +309,30 @@ pub const KEYS: &[KeySpec] = &[
         ValueType::Enum(TOKENIZERS),
         true,
         "The local tokenizer the model's tokens are counted with.",
+    ),
+    map_key(
+        "models.*.inputPrice",
+        ValueType::Price,
+        false,
+        "`soba replay`'s price of an uncached input token, in US dollars per million tokens (default: the built-in list price).",
+    ),
+    map_key(
+        "models.*.outputPrice",
+        ValueType::Price,
+        false,
+        "`soba replay`'s price of an output token, in US dollars per million tokens.",
+    ),
+    map_key(
+        "models.*.cacheReadPrice",
+        ValueType::Price,
+        false,
+        "`soba replay`'s price of a token read from the prompt cache, in US dollars per million tokens (default: the built-in price, else the input price).",
+    ),
+    map_key(
+        "models.*.cacheWritePrice",
+        ValueType::Price,
+        false,
+        "`soba replay`'s price of a token written to the prompt cache, in US dollars per million tokens (default: the built-in price, else the input price).",
     ),
     map_key(
         "models.*.toolCallsInText",

@@ -335,6 +335,9 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `models.*`: registry overrides.
     pub models: BTreeMap<String, ModelOverride>,
+    /// `models.*.{input,output,cacheRead,cacheWrite}Price`: `soba replay`'s
+    /// price overrides, in that order, US dollars per million tokens.
+    pub prices: BTreeMap<String, [Option<f64>; 4]>,
     /// `compaction.*`.
     pub compaction: CompactionConfig,
     /// `session.durability`.
@@ -886,6 +889,7 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
         model: None,
         providers: BTreeMap::new(),
         models: BTreeMap::new(),
+        prices: BTreeMap::new(),
         compaction: CompactionConfig::default(),
         durability: Durability::Fsync,
         tools_allow: Vec::new(),
@@ -929,6 +933,19 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
                     .entry((*name).to_owned())
                     .or_default()
                     .insert(field, setting.value.clone());
+            }
+            [
+                "models",
+                id,
+                field @ ("inputPrice" | "outputPrice" | "cacheReadPrice" | "cacheWritePrice"),
+            ] => {
+                let slot = match *field {
+                    "inputPrice" => 0,
+                    "outputPrice" => 1,
+                    "cacheReadPrice" => 2,
+                    _ => 3,
+                };
+                config.prices.entry((*id).to_owned()).or_default()[slot] = setting.value.as_f64();
             }
             ["models", id, field] => {
                 let entry = config.models.entry((*id).to_owned()).or_default();

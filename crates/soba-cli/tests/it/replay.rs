@@ -806,3 +806,179 @@ fn discovery_holds_against_odd_homes() {
     // Both copies of the Claude Code session ran in /work/project.
     assert_eq!(report["leftOut"]["project"], 2);
 }
+
+/// A run of several sessions reports them per session (the default), per
+/// day and per project, each row with the recorded cost, the session's own
+/// agent's compaction and SOBA's replayed, the saving, the requests over
+/// the window and recall; `--json` holds all three groupings.
+#[test]
+fn several_sessions_are_reported_per_session_day_and_project() {
+    let mut sandbox = crate::support::Sandbox::new();
+    sandbox.env.push(("TZ".to_owned(), "UTC".to_owned()));
+    let dir = sandbox.ws.join("sessions");
+    std::fs::create_dir_all(dir.join("claude")).unwrap();
+    // Claude Code's started on 2025-11-20 in /work/project, Codex's on
+    // 2026-11-30 in /work/api, pi's on 2025-02-01 in /work/app.
+    soba_store::fixtures::write_claude_code_session(&dir.join("claude/0a1b.jsonl"), 40_000)
+        .unwrap();
+    std::fs::write(
+        dir.join("rollout-r1.jsonl"),
+        codex_rollout("/work/api", "2026-11-30"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("pi.jsonl"),
+        crate::support::pi_session("fix the build"),
+    )
+    .unwrap();
+    let dir = dir.to_str().unwrap();
+    let run = |by: &str| -> Vec<Vec<String>> {
+        let out = sandbox.run_ok(&["replay", dir, "--by", by, "-j", "1"]);
+        let text = crate::support::text(&out.stdout);
+        // The grouped table: from its header to its total row.
+        text.lines()
+            .skip_while(|line| !line.starts_with(&format!("{by} ")))
+            .take_while(|line| !line.is_empty() && !line.starts_with("agent$"))
+            .map(|line| {
+                line.split("  ")
+                    .map(str::trim)
+                    .filter(|cell| !cell.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .collect()
+    };
+    let keys =
+        |rows: &[Vec<String>]| -> Vec<String> { rows.iter().map(|row| row[0].clone()).collect() };
+    let days = run("day");
+    assert_eq!(
+        days[0],
+        [
+            "day",
+            "sessions",
+            "requests",
+            "recorded$",
+            "agent$",
+            "soba$",
+            "saving",
+            "overWin",
+            "recall"
+        ]
+    );
+    assert_eq!(
+        keys(&days[1..]),
+        ["2025-02-01", "2025-11-20", "2026-11-30", "total"]
+    );
+    assert_eq!(days[4][1], "3", "{days:?}");
+    let projects = run("project");
+    assert_eq!(
+        keys(&projects[1..]),
+        ["/work/api", "/work/app", "/work/project", "total"]
+    );
+    let sessions = run("session");
+    assert_eq!(
+        keys(&sessions[1..]),
+        ["pi.jsonl", "claude/0a1b.jsonl", "rollout-r1.jsonl", "total"]
+    );
+    let agents: Vec<&str> = sessions[1..4].iter().map(|row| row[1].as_str()).collect();
+    assert_eq!(agents, ["pi", "claude-code", "codex"]);
+
+    let out = sandbox.run_ok(&["replay", dir, "--json", "-j", "1"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total = &report["groups"]["project"]["total"];
+    assert_eq!(total["sessions"], 3);
+    assert_eq!(total["own"]["policies"], "claude-code, codex, pi");
+    // The own policy's figures are the sum of each session's own agent's.
+    let traces = report["traces"].as_array().unwrap();
+    let own_sum: f64 = traces
+        .iter()
+        .map(|trace| {
+            let agent = match trace["format"].as_str().unwrap() {
+                "claude-code" => "claude-code",
+                "codex-rollout" => "codex",
+                _ => "pi",
+            };
+            trace["policies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|policy| policy["name"] == agent)
+                .unwrap()["dollars"]
+                .as_f64()
+                .unwrap()
+        })
+        .sum();
+    let own = total["own"]["dollars"].as_f64().unwrap();
+    assert!((own - own_sum).abs() < 1e-5, "{own} vs {own_sum}");
+    let soba = total["soba"]["dollars"].as_f64().unwrap();
+    let saving = total["savingDollars"].as_f64().unwrap();
+    assert!((saving - (own - soba)).abs() < 2e-6, "{total}");
+    let recorded = report["recordedDollars"].as_f64().unwrap();
+    assert!((total["recordedDollars"].as_f64().unwrap() - recorded).abs() < 1e-6);
+    let day_keys: Vec<&str> = report["groups"]["day"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(day_keys, ["2025-02-01", "2025-11-20", "2026-11-30"]);
+
+    // A single trace keeps its calibration line instead.
+    let pi = format!("{dir}/pi.jsonl");
+    let out = sandbox.run_ok(&["replay", &pi, "--policy", "none,soba"]);
+    let text = crate::support::text(&out.stdout);
+    assert!(text.contains("\ntraces\n"), "{text}");
+    assert!(!text.contains("agent$"), "{text}");
+}
+
+/// Prices come from the config when it sets them: a price not given keeps
+/// the built-in one, a model with no built-in price needs its input and
+/// output prices, and a negative price is refused with what to write.
+#[test]
+fn replay_prices_are_overridable_in_the_config() {
+    let sandbox = crate::support::Sandbox::new();
+    let path = sandbox.write("pi.jsonl", &crate::support::pi_session("fix the build"));
+    let path = path.to_str().unwrap();
+    sandbox.write_user_config(&serde_json::json!({
+        "models": {"anthropic/claude-sonnet-4-5": {"inputPrice": 30, "outputPrice": 150}}
+    }));
+    let out = sandbox.run_ok(&["replay", path, "--json", "--policy", "none"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Input 10 + 5, output 20 + 7 at the new prices; cache reads 100 + 300
+    // and writes 50 at the built-in $0.30 and $3.75.
+    let recorded = (15.0 * 30.0 + 27.0 * 150.0 + 400.0 * 0.30 + 50.0 * 3.75) / 1e6;
+    let got = report["recordedDollars"].as_f64().unwrap();
+    assert!((got - recorded).abs() < 1e-6, "{got} vs {recorded}");
+    let policy = &report["traces"][0]["policies"][0];
+    let billed = policy["billedEquivalentTokens"].as_f64().unwrap();
+    let expected = (billed * 30.0 + 27.0 * 150.0) / 1e6;
+    // billed is rounded to a token in JSON: half a token at $30 a million.
+    let dollars = policy["dollars"].as_f64().unwrap();
+    assert!((dollars - expected).abs() < 2e-5, "{dollars} vs {expected}");
+
+    sandbox.write_user_config(&serde_json::json!({
+        "models": {"acme/house-model": {"inputPrice": 1}}
+    }));
+    let out = sandbox.run(&["replay", path, "--policy", "none"]);
+    let stderr = crate::support::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("models.\"acme/house-model\": soba has no built-in price"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("set both inputPrice and outputPrice"),
+        "{stderr}"
+    );
+
+    sandbox.write_user_config(&serde_json::json!({
+        "models": {"anthropic/claude-sonnet-4-5": {"cacheReadPrice": -1}}
+    }));
+    let out = sandbox.run(&["replay", path, "--policy", "none"]);
+    let stderr = crate::support::text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("a number of US dollars per million tokens, from 0 to 10000"),
+        "{stderr}"
+    );
+}

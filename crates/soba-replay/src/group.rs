@@ -1,0 +1,497 @@
+//! Per session, per day and per project (`--by`): what each group of
+//! sessions cost by its own usage, next to what its own agent's
+//! compaction and SOBA's cost when both are replayed under one cost model,
+//! the requests each sent over the window and the recall each kept.
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde_json::{Value, json};
+use soba_core::tokens::group_thousands;
+
+use crate::report::{
+    PolicyStats, ReplayReport, TraceReport, align, dollar_text, micro_dollars, ratio_cell,
+    sum_priced,
+};
+
+/// How sessions are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// One row per session.
+    Session,
+    /// One row per day the sessions started on.
+    Day,
+    /// One row per working folder.
+    Project,
+}
+
+impl GroupBy {
+    /// Every grouping, in the order of the `--json` object.
+    pub const ALL: [GroupBy; 3] = [GroupBy::Session, GroupBy::Day, GroupBy::Project];
+
+    /// Parses a `--by` value (`session`, `day`, `project`; `daily` and
+    /// plurals too).
+    pub fn parse(name: &str) -> Option<GroupBy> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "session" | "sessions" => Some(GroupBy::Session),
+            "day" | "days" | "daily" => Some(GroupBy::Day),
+            "project" | "projects" | "folder" => Some(GroupBy::Project),
+            _ => None,
+        }
+    }
+
+    /// Returns the name (`session`, `day`, `project`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Session => "session",
+            GroupBy::Day => "day",
+            GroupBy::Project => "project",
+        }
+    }
+}
+
+/// The policy a session is measured against: its own agent's compaction
+/// when the replay ran it (Claude Code's, Codex's, pi's), else `none` (no
+/// compaction: every request as recorded).
+pub fn own_policy(trace: &TraceReport) -> Option<&PolicyStats> {
+    let named = |name: &str| trace.policies.iter().find(|stats| stats.name == name);
+    named(&trace.agent).or_else(|| named("none"))
+}
+
+/// One group of sessions.
+#[derive(Debug, Clone, Default)]
+pub struct Group {
+    /// The session's name, the day (`YYYY-MM-DD`) or the folder.
+    pub key: String,
+    /// The agents whose sessions it holds, sorted.
+    pub agents: Vec<String>,
+    /// Sessions replayed.
+    pub sessions: usize,
+    /// Recorded requests.
+    pub requests: u64,
+    /// What the sessions cost by their own usage, over those priced.
+    pub recorded_dollars: Option<f64>,
+    /// Sessions with a recorded cost (usage at a known price).
+    pub recorded_priced: usize,
+    /// Sessions whose model has a price (the replayed dollars' sessions).
+    pub replay_priced: usize,
+    /// Each session's own policy (see [`own_policy`]), summed; its name
+    /// lists the policies.
+    pub own: PolicyStats,
+    /// SOBA's figures, summed; `None` when `soba` was not replayed.
+    pub soba: Option<PolicyStats>,
+    /// For a session, its row's index in [`ReplayReport::traces`].
+    pub trace_index: Option<usize>,
+    /// The earliest start, for ordering sessions.
+    first_started: Option<Timestamp>,
+}
+
+impl Group {
+    fn new(key: String) -> Group {
+        Group {
+            key,
+            ..Group::default()
+        }
+    }
+
+    fn add(&mut self, trace: &TraceReport) {
+        self.sessions += 1;
+        self.requests += trace.recorded_requests as u64;
+        self.recorded_dollars = sum_priced(self.recorded_dollars, trace.recorded_dollars);
+        self.recorded_priced += usize::from(trace.recorded_dollars.is_some());
+        if !self.agents.contains(&trace.agent) {
+            self.agents.push(trace.agent.clone());
+            self.agents.sort();
+        }
+        if let Some(own) = own_policy(trace) {
+            self.replay_priced += usize::from(own.dollars.is_some());
+            let mut names: Vec<&str> = self
+                .own
+                .name
+                .split(", ")
+                .filter(|n| !n.is_empty())
+                .collect();
+            if !names.contains(&own.name.as_str()) {
+                names.push(&own.name);
+                names.sort_unstable();
+            }
+            let name = names.join(", ");
+            self.own.merge(own);
+            self.own.name = name;
+        }
+        if let Some(soba) = trace.policies.iter().find(|stats| stats.name == "soba") {
+            match &mut self.soba {
+                Some(total) => total.merge(soba),
+                None => self.soba = Some(soba.clone()),
+            }
+        }
+        self.first_started = match (self.first_started, trace.started) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// What SOBA would have saved against the sessions' own policies, in
+    /// dollars (over the priced sessions).
+    pub fn saving_dollars(&self) -> Option<f64> {
+        Some(self.own.dollars? - self.soba.as_ref()?.dollars?)
+    }
+
+    /// The same in billed-equivalent tokens.
+    pub fn saving_tokens(&self) -> Option<f64> {
+        Some(self.own.billed_equivalent_tokens - self.soba.as_ref()?.billed_equivalent_tokens)
+    }
+
+    /// Returns the `groups.<by>[]` row.
+    pub fn to_json(&self) -> Value {
+        let soba = self.soba.as_ref();
+        json!({
+            "key": self.key,
+            "agents": self.agents,
+            "sessions": self.sessions,
+            "requests": self.requests,
+            "recordedDollars": self.recorded_dollars.map(micro_dollars),
+            "recordedSessions": self.recorded_priced,
+            "pricedSessions": self.replay_priced,
+            "own": {
+                "policies": self.own.name,
+                "dollars": self.own.dollars.map(micro_dollars),
+                "billedEquivalentTokens": self.own.billed_equivalent_tokens.round() as u64,
+                "overWindow": self.own.over_window,
+                "probeRecallMean": self.own.recall_mean().map(round4),
+            },
+            "soba": soba.map(|soba| json!({
+                "dollars": soba.dollars.map(micro_dollars),
+                "billedEquivalentTokens": soba.billed_equivalent_tokens.round() as u64,
+                "overWindow": soba.over_window,
+                "probeRecallMean": soba.recall_mean().map(round4),
+            })),
+            "savingDollars": self.saving_dollars().map(micro_dollars),
+            "savingBilledEquivalentTokens": self.saving_tokens().map(|n| n.round() as i64),
+        })
+    }
+}
+
+fn round4(value: f64) -> f64 {
+    (value * 10_000.0).round() / 10_000.0
+}
+
+/// Returns the folder every trace name starts with (ending in `/`), so
+/// names can be shown relative to it; empty when they share none.
+pub fn common_folder<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut common: Option<&str> = None;
+    for name in names {
+        let folder = name.rfind('/').map_or("", |at| &name[..=at]);
+        common = Some(match common {
+            None => folder,
+            Some(prefix) => {
+                let shared = prefix
+                    .char_indices()
+                    .zip(folder.chars())
+                    .find(|((_, a), b)| a != b)
+                    .map_or(prefix.len().min(folder.len()), |((at, _), _)| at);
+                prefix[..shared].rfind('/').map_or("", |at| &prefix[..=at])
+            }
+        });
+    }
+    common.unwrap_or("").to_owned()
+}
+
+/// Returns the groups of the replayed sessions (sessions by start, days
+/// and folders in order; those without a date or folder last) and their
+/// total. Days are counted in `zone`.
+pub fn groups(report: &ReplayReport, by: GroupBy, zone: &TimeZone) -> (Vec<Group>, Group) {
+    let replayed: Vec<(usize, &TraceReport)> = report
+        .traces
+        .iter()
+        .enumerate()
+        .filter(|(_, trace)| trace.skipped.is_none())
+        .collect();
+    let folder = common_folder(report.traces.iter().map(|trace| trace.trace.as_str()));
+    let mut out: Vec<Group> = Vec::new();
+    let mut total = Group::new("total".to_owned());
+    for (idx, trace) in replayed {
+        let key = match by {
+            GroupBy::Session => trace.trace[folder.len()..].to_owned(),
+            GroupBy::Day => trace.started.map_or_else(
+                || "no date".to_owned(),
+                |at| at.to_zoned_datetime(zone.clone()).date().to_string(),
+            ),
+            GroupBy::Project => trace
+                .project
+                .clone()
+                .unwrap_or_else(|| "no folder".to_owned()),
+        };
+        let at = match by {
+            GroupBy::Session => out.len(),
+            _ => out
+                .iter()
+                .position(|group| group.key == key)
+                .unwrap_or(out.len()),
+        };
+        if at == out.len() {
+            out.push(Group::new(key));
+            if by == GroupBy::Session {
+                out[at].trace_index = Some(idx);
+            }
+        }
+        out[at].add(trace);
+        total.add(trace);
+    }
+    let unknown = |group: &Group| matches!(group.key.as_str(), "no date" | "no folder");
+    match by {
+        GroupBy::Session => out.sort_by(|a, b| {
+            (a.first_started.is_none(), a.first_started, &a.key).cmp(&(
+                b.first_started.is_none(),
+                b.first_started,
+                &b.key,
+            ))
+        }),
+        GroupBy::Day | GroupBy::Project => {
+            out.sort_by(|a, b| (unknown(a), &a.key).cmp(&(unknown(b), &b.key)));
+        }
+    }
+    (out, total)
+}
+
+/// Returns the grouped table: one row per group and a total, in dollars
+/// when `dollars` (else billed-equivalent tokens), with a line under it
+/// saying what the columns are.
+pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) -> String {
+    let mut header: Vec<&str> = vec![by.as_str(), "sessions", "requests"];
+    if dollars {
+        header.extend(["recorded$", "agent$", "soba$", "saving"]);
+    } else {
+        header.extend(["agent billed", "soba billed", "saving"]);
+    }
+    header.extend(["overWin", "recall"]);
+    if by == GroupBy::Session {
+        header[1] = "agent";
+    }
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    for group in groups.iter().chain([total]) {
+        let soba = group.soba.as_ref();
+        let key = soba_core::terminal::sanitize_line(&group.key).into_owned();
+        let mut row = vec![
+            key,
+            if by == GroupBy::Session && !std::ptr::eq(group, total) {
+                group.agents.join(", ")
+            } else {
+                group.sessions.to_string()
+            },
+            group_thousands(group.requests),
+        ];
+        if dollars {
+            let money = |d: Option<f64>| d.map_or_else(|| "-".to_owned(), dollar_text);
+            row.push(money(group.recorded_dollars));
+            row.push(money(group.own.dollars));
+            row.push(money(soba.and_then(|soba| soba.dollars)));
+            row.push(saving_cell(group.saving_dollars(), group.own.dollars, true));
+        } else {
+            let tokens = |n: f64| group_thousands(n.round() as u64);
+            row.push(tokens(group.own.billed_equivalent_tokens));
+            row.push(soba.map_or_else(|| "-".to_owned(), |s| tokens(s.billed_equivalent_tokens)));
+            row.push(saving_cell(
+                group.saving_tokens(),
+                Some(group.own.billed_equivalent_tokens),
+                false,
+            ));
+        }
+        row.push(format!(
+            "{}→{}",
+            group_thousands(group.own.over_window),
+            soba.map_or_else(|| "-".to_owned(), |s| group_thousands(s.over_window))
+        ));
+        row.push(format!(
+            "{}→{}",
+            ratio_cell(group.own.recall_mean()),
+            ratio_cell(soba.and_then(PolicyStats::recall_mean))
+        ));
+        rows.push(row);
+    }
+    let unit = if dollars { "$" } else { " billed" };
+    format!(
+        "{}\nagent{unit}: each session's own agent's compaction replayed (claude-code, codex, pi; none, \
+         no compaction, for the others); soba{unit}: SOBA's; saving: agent minus soba. Both are the \
+         replay's cost model{}. overWin: requests over the window, agent→soba. recall: probe recall, \
+         agent→soba.\n",
+        align(&rows),
+        if dollars {
+            "; recorded$ is what the transcripts' own usage cost"
+        } else {
+            ""
+        }
+    )
+}
+
+/// `1.23 (31.2 %)`: a saving and its share of `of`.
+fn saving_cell(saving: Option<f64>, of: Option<f64>, dollars: bool) -> String {
+    let Some(saving) = saving else {
+        return "-".to_owned();
+    };
+    let amount = if dollars {
+        if saving < 0.0 {
+            format!("-{}", dollar_text(-saving))
+        } else {
+            dollar_text(saving)
+        }
+    } else {
+        let n = group_thousands(saving.abs().round() as u64);
+        if saving < 0.0 { format!("-{n}") } else { n }
+    };
+    match of.filter(|of| *of > 0.0) {
+        Some(of) => format!("{amount} ({:.1} %)", saving / of * 100.0),
+        None => amount,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(
+        name: &str,
+        agent: &str,
+        started: &str,
+        project: &str,
+        own: f64,
+        soba: f64,
+    ) -> TraceReport {
+        let mut own_stats = PolicyStats::new(agent);
+        own_stats.dollars = Some(own);
+        own_stats.over_window = 2;
+        own_stats.billed_equivalent_tokens = own * 1e6;
+        let mut none = PolicyStats::new("none");
+        none.dollars = Some(own * 2.0);
+        let mut soba_stats = PolicyStats::new("soba");
+        soba_stats.dollars = Some(soba);
+        soba_stats.billed_equivalent_tokens = soba * 1e6;
+        TraceReport {
+            trace: name.to_owned(),
+            agent: agent.to_owned(),
+            started: started.parse().ok(),
+            project: Some(project.to_owned()).filter(|p| !p.is_empty()),
+            recorded_requests: 10,
+            recorded_dollars: Some(own * 1.1),
+            // Gemini CLI has no policy of its own in the replay.
+            policies: if agent == "gemini-cli" {
+                vec![none, soba_stats]
+            } else {
+                vec![none, own_stats, soba_stats]
+            },
+            ..TraceReport::default()
+        }
+    }
+
+    fn report() -> ReplayReport {
+        ReplayReport {
+            traces: vec![
+                trace(
+                    "/h/.claude/projects/a/s1.jsonl",
+                    "claude-code",
+                    "2026-11-30T23:30:00Z",
+                    "/code/a",
+                    4.0,
+                    3.0,
+                ),
+                trace(
+                    "/h/.codex/sessions/s2.jsonl",
+                    "codex",
+                    "2026-11-29T10:00:00Z",
+                    "/code/b",
+                    2.0,
+                    1.5,
+                ),
+                trace(
+                    "/h/.gemini/tmp/x/chats/s3.json",
+                    "gemini-cli",
+                    "",
+                    "",
+                    1.0,
+                    0.5,
+                ),
+                TraceReport::skipped("/h/broken.jsonl".into(), None, "bad".into()),
+            ],
+            ..ReplayReport::default()
+        }
+    }
+
+    #[test]
+    fn sessions_are_named_under_their_shared_folder_and_ordered_by_start() {
+        let (groups, total) = groups(&report(), GroupBy::Session, &TimeZone::UTC);
+        let keys: Vec<&str> = groups.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                ".codex/sessions/s2.jsonl",
+                ".claude/projects/a/s1.jsonl",
+                ".gemini/tmp/x/chats/s3.json"
+            ]
+        );
+        // Gemini CLI has no policy of its own here: it is measured against none.
+        assert_eq!(groups[2].own.name, "none");
+        assert_eq!(groups[2].own.dollars, Some(2.0));
+        assert_eq!(total.sessions, 3);
+        assert_eq!(total.own.name, "claude-code, codex, none");
+        assert_eq!(total.own.dollars, Some(8.0));
+        assert_eq!(total.saving_dollars(), Some(8.0 - 5.0));
+        assert_eq!(total.requests, 30);
+    }
+
+    #[test]
+    fn days_follow_the_zone_and_undated_sessions_come_last() {
+        let (utc, _) = groups(&report(), GroupBy::Day, &TimeZone::UTC);
+        let keys: Vec<&str> = utc.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["2026-11-29", "2026-11-30", "no date"]);
+        let tokyo =
+            TimeZone::get("Asia/Tokyo").unwrap_or_else(|_| TimeZone::fixed(jiff::tz::offset(9)));
+        let (east, _) = groups(&report(), GroupBy::Day, &tokyo);
+        let keys: Vec<&str> = east.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["2026-11-29", "2026-12-01", "no date"]);
+    }
+
+    #[test]
+    fn projects_group_by_folder_and_the_table_shows_savings() {
+        let (projects, total) = groups(&report(), GroupBy::Project, &TimeZone::UTC);
+        let keys: Vec<&str> = projects.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["/code/a", "/code/b", "no folder"]);
+        let table = group_table(&projects, &total, GroupBy::Project, true);
+        let row = table
+            .lines()
+            .find(|line| line.starts_with("/code/a"))
+            .unwrap();
+        let cells: Vec<&str> = row
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                "/code/a",
+                "1",
+                "10",
+                "4.40",
+                "4.00",
+                "3.00",
+                "1.00 (25.0 %)",
+                "2→0",
+                "-→-"
+            ]
+        );
+        let total_row = table
+            .lines()
+            .find(|line| line.starts_with("total"))
+            .unwrap();
+        assert!(total_row.contains("3.00 (37.5 %)"), "{total_row}");
+        let tokens = group_table(&projects, &total, GroupBy::Project, false);
+        assert!(tokens.contains("1,000,000 (25.0 %)"), "{tokens}");
+    }
+
+    #[test]
+    fn common_folder_is_a_whole_folder() {
+        assert_eq!(common_folder(["/a/bc/x.jsonl", "/a/bd/y.jsonl"]), "/a/");
+        assert_eq!(common_folder(["/a/b/x.jsonl"]), "/a/b/");
+        assert_eq!(common_folder(["x.jsonl", "/a/y.jsonl"]), "");
+        assert_eq!(common_folder(["/é/a/x", "/é/b/y"]), "/é/");
+    }
+}
