@@ -1210,26 +1210,40 @@ pub(crate) fn for_each_jsonl_line(
     mut each: impl FnMut(usize, Result<Map<String, Value>, &str>),
 ) {
     lines.each_line(|line_idx, line| {
-        let line = line.trim();
-        if line.is_empty() {
-            return true;
-        }
-        match serde_json::from_str::<Value>(line) {
-            Ok(Value::Object(obj)) => each(line_idx, Ok(obj)),
-            Ok(_) => {
-                diagnostics.push(format!("line {}: skipped: not a JSON object", line_idx + 1));
-                each(line_idx, Err(line));
-            }
-            Err(err) => {
-                diagnostics.push(format!(
-                    "line {}: skipped malformed JSON: {err}",
-                    line_idx + 1
-                ));
-                each(line_idx, Err(line));
-            }
+        if let Some(parsed) = jsonl_line(line_idx, line, diagnostics) {
+            each(line_idx, parsed);
         }
         true
     });
+}
+
+/// Parses one JSONL line (0-based `line_idx`): `None` when it is blank,
+/// else the object, or the trimmed text of a line that is not a JSON
+/// object after a diagnostic naming it. For importers that note things
+/// about the lines themselves, so all notes come in line order.
+pub(crate) fn jsonl_line<'a>(
+    line_idx: usize,
+    line: &'a str,
+    diagnostics: &mut Vec<String>,
+) -> Option<Result<Map<String, Value>, &'a str>> {
+    let line = line.trim();
+    if line.is_empty() {
+        return None;
+    }
+    Some(match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(obj)) => Ok(obj),
+        Ok(_) => {
+            diagnostics.push(format!("line {}: skipped: not a JSON object", line_idx + 1));
+            Err(line)
+        }
+        Err(err) => {
+            diagnostics.push(format!(
+                "line {}: skipped malformed JSON: {err}",
+                line_idx + 1
+            ));
+            Err(line)
+        }
+    })
 }
 
 #[cfg(test)]

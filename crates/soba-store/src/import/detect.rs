@@ -1,6 +1,6 @@
 //! Format detection (SPEC §3.4): SOBA first (a header with
 //! `schemaVersion`), then pi (`type: "session"` without it), then the shapes
-//! of `traces/FORMATS.md` §2–7.
+//! of `traces/FORMATS.md` §2–7 and Gemini CLI's JSONL header line.
 
 use std::fmt;
 use std::path::Path;
@@ -110,8 +110,9 @@ impl Head {
     /// [`SNIFF_LINES`] lines, the first a JSON object on its own (so the
     /// file is not one JSON document and detection needs only these
     /// lines: [`detect_bytes`] of the head is that of the whole file), and
-    /// they are a SOBA log or pi, Claude Code, Codex rollout or OpenHands
-    /// lines. `None` when the file must be read whole to be detected.
+    /// they are a SOBA log or pi, Claude Code, Codex rollout, OpenHands or
+    /// Gemini CLI JSONL lines. `None` when the file must be read whole to
+    /// be detected.
     pub(crate) fn streamable(&self) -> Option<Detected> {
         if !self.more {
             return None;
@@ -131,7 +132,8 @@ impl Head {
                 | Format::PiV3
                 | Format::ClaudeCode
                 | Format::CodexRollout
-                | Format::OpenHands,
+                | Format::OpenHands
+                | Format::GeminiCliJsonl,
             ) => Some(found),
             soba @ Detected::Soba { .. } => Some(soba),
             Detected::Foreign(_) => None,
@@ -183,8 +185,25 @@ pub fn detect_bytes(bytes: &[u8]) -> Option<Detected> {
         return Some(Detected::Foreign(format));
     }
 
+    // Gemini CLI JSONL: the first line is the session header. After the
+    // whole-document test, so a one-line JSON recording stays JSON.
+    if lines.first().is_some_and(is_gemini_header) {
+        return Some(Detected::Foreign(Format::GeminiCliJsonl));
+    }
+
     // JSONL shapes (§3, §7a, §7b).
     lines.iter().find_map(classify_line).map(Detected::Foreign)
+}
+
+/// Whether `line` is the header of a Gemini CLI JSONL chat recording: a
+/// string `sessionId` and `projectHash` (what Gemini CLI's reader requires
+/// of it), and neither the `type` every Claude Code, pi and Codex line has
+/// nor the `id` of a message record.
+fn is_gemini_header(line: &Map<String, Value>) -> bool {
+    str_field(line, "sessionId").is_some()
+        && str_field(line, "projectHash").is_some()
+        && !line.contains_key("type")
+        && !line.contains_key("id")
 }
 
 /// A whole-document JSON transcript that ends early: its beginning looks
@@ -453,6 +472,10 @@ mod tests {
             Some("gemini-cli"),
         );
         check(
+            "{\"sessionId\":\"s\",\"projectHash\":\"h\",\"startTime\":\"2026-01-30T06:08:50.429Z\"}\n{\"id\":\"u\",\"type\":\"user\",\"content\":\"hi\"}\n",
+            Some("gemini-cli-jsonl"),
+        );
+        check(
             r#"{"format":"openai-chat","messages":[]}"#,
             Some("claude-code-openai-chat"),
         );
@@ -471,6 +494,65 @@ mod tests {
         check(
             r#"{"timestamp":"2025-01-01T00:00:00Z","type":"session_meta","payload":{"id":"x"}}"#,
             Some("codex-rollout"),
+        );
+    }
+
+    #[test]
+    fn gemini_jsonl_is_known_by_its_header_on_the_first_line_only() {
+        let header = r#"{"sessionId":"s","projectHash":"h","startTime":"2026-01-30T06:08:50.429Z","lastUpdated":"2026-01-30T06:08:50.429Z","kind":"main"}"#;
+        let message = r#"{"id":"u","timestamp":"2026-01-30T06:08:51.000Z","type":"user","content":[{"text":"hi"}]}"#;
+        // A header alone, with messages, after a byte-order mark and blank
+        // lines, with control records.
+        check(header, Some("gemini-cli-jsonl"));
+        check(&format!("{header}\n{message}\n"), Some("gemini-cli-jsonl"));
+        check(
+            &format!("\u{feff}\n\n{header}\r\n{message}\r\n"),
+            Some("gemini-cli-jsonl"),
+        );
+        check(
+            &format!(
+                "{header}\n{message}\n{{\"$rewindTo\":\"u\"}}\n{{\"$set\":{{\"summary\":\"x\"}}}}\n"
+            ),
+            Some("gemini-cli-jsonl"),
+        );
+        // The whole-document form on one line stays JSON.
+        check(
+            &format!("{{\"sessionId\":\"s\",\"projectHash\":\"h\",\"messages\":[{message}]}}"),
+            Some("gemini-cli"),
+        );
+        // Not a header: a message first, a `type`, an `id`, a `sessionId`
+        // that is not text, no `projectHash`.
+        check(&format!("{message}\n{header}\n"), None);
+        for line in [
+            r#"{"sessionId":"s","projectHash":"h","type":"x"}"#,
+            r#"{"sessionId":"s","projectHash":"h","id":"m"}"#,
+            r#"{"sessionId":7,"projectHash":"h"}"#,
+            r#"{"sessionId":"s","startTime":"2026-01-30T06:08:50.429Z"}"#,
+        ] {
+            check(&format!("{line}\n{message}\n"), None);
+        }
+        // Claude Code (even with a `projectHash`), pi and Codex lines keep
+        // their formats.
+        check(
+            "{\"type\":\"user\",\"sessionId\":\"s\",\"uuid\":\"u\",\"projectHash\":\"h\"}\n",
+            Some("claude-code"),
+        );
+        check(
+            &format!("{{\"type\":\"session\",\"id\":\"a\"}}\n{header}\n"),
+            Some("pi-v1"),
+        );
+        check(
+            &format!(
+                "{{\"timestamp\":\"2025-01-01T00:00:00Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"x\"}}}}\n{header}\n"
+            ),
+            Some("codex-rollout"),
+        );
+        // A long recording is streamed.
+        let messages = format!("{message}\n").repeat(80);
+        let long = format!("{header}\n{messages}");
+        assert_eq!(
+            head_of(&long).streamable(),
+            Some(Detected::Foreign(Format::GeminiCliJsonl))
         );
     }
 

@@ -1,6 +1,7 @@
 //! Importers of foreign transcripts (SPEC §3.4): pi, SWE-agent, OpenHands,
-//! Gemini CLI, Claude Code and Codex sessions converted into SOBA domain
-//! values — entries, recorded inferences and import statistics.
+//! Gemini CLI (JSON and JSONL), Claude Code and Codex sessions converted
+//! into SOBA domain values — entries, recorded inferences and import
+//! statistics.
 //!
 //! The importers return values; writing them as a SOBA session is done by the
 //! session writer. Every importer is tolerant: a malformed line or record is
@@ -63,8 +64,11 @@ pub enum Format {
     SweAgent0,
     /// OpenHands evaluation `output.jsonl`, one instance per line.
     OpenHands,
-    /// Gemini CLI chat-recording JSON.
+    /// Gemini CLI chat-recording JSON (`session-*.json`, one document).
     GeminiCli,
+    /// Gemini CLI chat-recording JSONL (`session-*.jsonl`, the append-only
+    /// form that replaced the JSON one).
+    GeminiCliJsonl,
     /// Claude Code native session JSONL (and its stream-json variant).
     ClaudeCode,
     /// The "openai-chat" JSON export of a Claude Code session.
@@ -77,7 +81,7 @@ pub enum Format {
 
 impl Format {
     /// Every format, in detection order after SOBA itself.
-    pub const ALL: [Format; 10] = [
+    pub const ALL: [Format; 11] = [
         Format::PiV1,
         Format::PiV3,
         Format::SweAgent1,
@@ -86,6 +90,7 @@ impl Format {
         Format::GeminiCli,
         Format::ClaudeCodeOpenAiChat,
         Format::CodexMessagesMeta,
+        Format::GeminiCliJsonl,
         Format::ClaudeCode,
         Format::CodexRollout,
     ];
@@ -99,6 +104,7 @@ impl Format {
             Format::SweAgent0 => "swe-agent-0",
             Format::OpenHands => "openhands",
             Format::GeminiCli => "gemini-cli",
+            Format::GeminiCliJsonl => "gemini-cli-jsonl",
             Format::ClaudeCode => "claude-code",
             Format::ClaudeCodeOpenAiChat => "claude-code-openai-chat",
             Format::CodexRollout => "codex-rollout",
@@ -121,7 +127,7 @@ impl Format {
             Format::PiV1 | Format::PiV3 => "pi",
             Format::SweAgent1 | Format::SweAgent0 => "swe-agent",
             Format::OpenHands => "openhands",
-            Format::GeminiCli => "gemini-cli",
+            Format::GeminiCli | Format::GeminiCliJsonl => "gemini-cli",
             Format::ClaudeCode | Format::ClaudeCodeOpenAiChat => "claude-code",
             Format::CodexRollout | Format::CodexMessagesMeta => "codex",
         }
@@ -575,7 +581,7 @@ pub fn import_as(
 }
 
 /// Imports the lines of a line-oriented format (pi, Claude Code native, a
-/// Codex rollout, OpenHands).
+/// Codex rollout, OpenHands, Gemini CLI JSONL).
 fn import_lines(
     lines: &lines::Lines<'_>,
     format: Format,
@@ -591,6 +597,7 @@ fn import_lines(
         Format::OpenHands => openhands::import(lines, &ctx),
         Format::ClaudeCode => claude_code::import_native(lines, &ctx),
         Format::CodexRollout => codex::import_rollout(lines, &ctx),
+        Format::GeminiCliJsonl => gemini::import_jsonl(lines, &ctx),
         other => Err(format!("{other} is not a line-oriented format")),
     };
     if let Some((path, source)) = lines.take_error() {

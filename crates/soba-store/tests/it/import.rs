@@ -1496,6 +1496,16 @@ fn generated_fixtures() -> Vec<(&'static str, String)> {
     ]
     .join("\n");
     let gemini = r#"{"sessionId":"G","messages":[{"id":"1","type":"user","content":"go"},{"id":"2","type":"gemini","content":"ok","tokens":{"input":5,"output":-1},"toolCalls":[{"id":"g1","name":"ls","args":{},"result":[{"functionResponse":{"id":"g1","response":{"output":"a"}}}],"status":"success"}]}]}"#.to_owned();
+    let gemini_jsonl = [
+        r#"{"sessionId":"GL","projectHash":"h","startTime":"2026-01-30T06:08:50.429Z"}"#,
+        r#"{"id":"1","type":"user","content":"go"}"#,
+        r#"{"id":"2","type":"gemini","content":"","toolCalls":[{"id":"g1","name":"ls","args":{},"status":"executing"}]}"#,
+        r#"{"id":"2","type":"gemini","content":"ok","tokens":{"input":5,"output":1,"cached":0,"total":6},"toolCalls":[{"id":"g1","name":"ls","args":{},"result":[{"functionResponse":{"id":"g1","response":{"output":"a"}}}],"status":"success"}]}"#,
+        r#"{"id":"3","type":"user","content":"wrong"}"#,
+        r#"{"$rewindTo":"3"}"#,
+        r#"{"$set":{"lastUpdated":"2026-01-30T06:09:00.000Z"}}"#,
+    ]
+    .join("\n");
     let openhands = r#"{"instance_id":"i","history":[{"id":1,"source":"user","action":"message","args":{"content":"go"}},{"id":3,"source":"environment","observation":"run","content":"orphan","cause":2,"tool_call_metadata":{"tool_call_id":"nowhere"}}]}"#.to_owned();
     let swe = r#"{"history":[{"role":"system","content":"sys"},{"role":"user","content":"go"},{"role":"tool","content":"early","tool_call_ids":["w1"]},{"role":"assistant","content":"t","tool_calls":[{"id":"w1","type":"function","function":{"name":"bash","arguments":"{}"}}]}],"info":{"model_stats":{"tokens_sent":1.5,"tokens_received":2}}}"#.to_owned();
     let meta = r#"{"messages":[{"role":"user","content":[{"type":"text","text":"go"}],"_metadata":{"timestamp":"2025-09-01T10:00:00Z"}},{"role":"tool","tool_call_id":"z","content":[{"type":"tool_output","text":"orphan"}],"_metadata":{"timestamp":"2025-09-01T10:00:01Z"}}],"meta":{"session_meta":{"id":"M"},"token_counts":[]}}"#.to_owned();
@@ -1505,6 +1515,7 @@ fn generated_fixtures() -> Vec<(&'static str, String)> {
         ("chat.json", chat.to_owned()),
         ("rollout.jsonl", rollout + "\n"),
         ("gemini.json", gemini),
+        ("gemini.jsonl", gemini_jsonl + "\n"),
         ("openhands.jsonl", openhands + "\n"),
         ("swe.traj", swe),
         ("meta.json", meta),
@@ -1583,6 +1594,7 @@ fn generated_fixtures_report_their_pairing_problems() {
             ("chat.json", 1, 0, 1, 1),
             ("rollout.jsonl", 1, 0, 1, 1),
             ("gemini.json", 0, 0, 0, 0),
+            ("gemini.jsonl", 0, 0, 0, 0),
             ("openhands.jsonl", 1, 0, 0, 0),
             ("swe.traj", 0, 0, 1, 0),
             ("meta.json", 1, 0, 0, 0),

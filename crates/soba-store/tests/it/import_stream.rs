@@ -145,6 +145,49 @@ fn codex_rollouts_and_openhands_files_stream_as_their_bytes_import() {
     assert_eq!(assert_streamed_as_bytes(&openhands).len(), 70);
 }
 
+/// A long Gemini CLI JSONL recording, with messages written again as they
+/// complete, metadata updates, a torn line and a rewind, streams as its
+/// bytes import.
+#[test]
+fn a_long_gemini_jsonl_recording_streams_as_its_bytes_import() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("session-2026-01-30T06-08-7befeae5.jsonl");
+    let mut lines = vec![json!({"sessionId": "7befeae5-0000", "projectHash": "h", "startTime": "2026-01-30T06:08:50.429Z", "lastUpdated": "2026-01-30T06:08:50.429Z", "kind": "main"}).to_string()];
+    for turn in 0..40 {
+        lines.push(json!({"id": format!("u{turn}"), "timestamp": "2026-01-30T06:09:00.000Z", "type": "user", "content": [{"text": format!("question {turn}")}]}).to_string());
+        let running = json!({"id": format!("g{turn}"), "timestamp": "2026-01-30T06:09:01.000Z", "type": "gemini", "content": "", "model": "gemini-3",
+                             "toolCalls": [{"id": format!("c{turn}"), "name": "ls", "args": {}, "status": "executing"}]});
+        lines.push(running.to_string());
+        let mut done = running;
+        done["toolCalls"][0]["status"] = json!("success");
+        done["toolCalls"][0]["result"] = json!([{"functionResponse": {"id": format!("c{turn}"), "name": "ls", "response": {"output": "a b"}}}]);
+        done["tokens"] = json!({"input": 1000, "output": 10, "cached": 0, "thoughts": 0, "tool": 0, "total": 1010});
+        lines.push(done.to_string());
+        lines.push(json!({"$set": {"lastUpdated": "2026-01-30T06:09:02.000Z"}}).to_string());
+        if turn == 20 {
+            lines.push("{\"id\":\"torn".to_owned());
+            lines.push(json!({"$rewindTo": "u19"}).to_string());
+        }
+    }
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    assert_eq!(assert_streamed_as_bytes(&path), [Format::GeminiCliJsonl]);
+    let session = import_path(&path).expect("imports").remove(0);
+    // Turns 19 and 20 are rewound: 38 turns of a question, an answer and
+    // its tool result.
+    assert_eq!(session.original_id, "7befeae5-0000");
+    assert_eq!(session.entries.len(), 38 * 3);
+    assert_eq!(session.inference_count(), 38);
+    assert_eq!(session.stats.tool_results, 38);
+    assert_eq!(session.stats.usage.input, 38 * 1000);
+    assert_eq!(
+        session.stats.diagnostics.len(),
+        1,
+        "{:?}",
+        session.stats.diagnostics
+    );
+    assert!(session.stats.diagnostics[0].starts_with("line 86: skipped malformed JSON: "));
+}
+
 /// Files that must be read whole to be detected take the old path: a
 /// pretty-printed document, a one-line document, a file whose first line
 /// is longer than the head detection reads.
