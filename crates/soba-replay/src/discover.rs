@@ -377,6 +377,15 @@ fn search(
         if file.walk_error().is_none() && !root.is_session_file(&file.path) {
             continue;
         }
+        // Gemini CLI resumes an old `.json` recording by copying it into a
+        // `.jsonl` of the same name and going on there: the `.jsonl` holds
+        // the whole session, the `.json` only its start.
+        if root.layout == Layout::GeminiChats
+            && file.path.extension().is_some_and(|ext| ext == "json")
+            && file.path.with_extension("jsonl").is_file()
+        {
+            continue;
+        }
         let key = std::fs::canonicalize(&file.path).unwrap_or_else(|_| file.path.clone());
         if !seen.insert(key) {
             continue;
@@ -511,5 +520,34 @@ mod tests {
         assert_eq!(Agent::parse(" Claude "), Some(Agent::ClaudeCode));
         assert_eq!(Agent::parse("gemini-cli"), Some(Agent::Gemini));
         assert_eq!(Agent::parse("cursor"), None);
+    }
+
+    #[test]
+    fn a_gemini_recording_carried_on_in_jsonl_is_found_once() {
+        let home = tempfile::tempdir().unwrap();
+        let chats = home.path().join(".gemini/tmp/app/chats");
+        std::fs::create_dir_all(&chats).unwrap();
+        for name in ["session-a.json", "session-a.jsonl", "session-b.json"] {
+            std::fs::write(chats.join(name), "{}").unwrap();
+        }
+        let env = Environment {
+            home: Some(home.path().into()),
+            ..Environment::default()
+        };
+        let found = discover(&env, &[Agent::Gemini]);
+        let mut names: Vec<String> = found
+            .files
+            .iter()
+            .map(|f| {
+                f.file
+                    .path
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        assert_eq!(names, ["session-a.jsonl", "session-b.json"]);
     }
 }
