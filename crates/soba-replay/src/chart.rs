@@ -522,9 +522,9 @@ fn summary(report: &ReplayReport) -> String {
             "recorded".to_owned(),
             money(total.recorded_dollars),
             format!(
-                "what {} of them cost by their own usage, at list prices as of {}",
+                "what {} of them cost by their own usage, at {}",
                 total.recorded_priced,
-                crate::price::PRICES_AS_OF
+                report.prices.as_of()
             ),
         ));
         cards.push((

@@ -60,8 +60,13 @@ pub fn own_policy(trace: &TraceReport) -> Option<&PolicyStats> {
 /// One group of sessions.
 #[derive(Debug, Clone, Default)]
 pub struct Group {
-    /// The session's name, the day (`YYYY-MM-DD`) or the folder.
+    /// The session's name, the day (`YYYY-MM-DD`) or the folder; for the
+    /// sessions that record none, `(no date)` or `(no folder)`.
     pub key: String,
+    /// Whether the key is a recorded day or folder (not one of those, nor
+    /// the total): a folder named `(no folder)` is not the group of
+    /// sessions without one.
+    pub known: bool,
     /// The agents whose sessions it holds, sorted.
     pub agents: Vec<String>,
     /// Sessions replayed.
@@ -86,9 +91,10 @@ pub struct Group {
 }
 
 impl Group {
-    fn new(key: String) -> Group {
+    fn new(key: String, known: bool) -> Group {
         Group {
             key,
+            known,
             ..Group::default()
         }
     }
@@ -145,7 +151,7 @@ impl Group {
     pub fn to_json(&self) -> Value {
         let soba = self.soba.as_ref();
         json!({
-            "key": self.key,
+            "key": self.known.then_some(&self.key),
             "agents": self.agents,
             "sessions": self.sessions,
             "requests": self.requests,
@@ -196,6 +202,15 @@ pub fn common_folder<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     common.unwrap_or("").to_owned()
 }
 
+/// Returns a recorded working folder as one spelling (`/p/x/`, `/p/./x`
+/// and `//p/x` are `/p/x`, as `--project` matches them); `None` for an
+/// empty one.
+fn folder_key(cwd: &str) -> Option<String> {
+    let folder: std::path::PathBuf = std::path::Path::new(cwd.trim()).components().collect();
+    let text = folder.to_string_lossy().into_owned();
+    (!text.is_empty()).then_some(text)
+}
+
 /// Returns the groups of the replayed sessions (sessions by start, days
 /// and folders in order; those without a date or folder last) and their
 /// total. Days are counted in `zone`.
@@ -208,28 +223,29 @@ pub fn groups(report: &ReplayReport, by: GroupBy, zone: &TimeZone) -> (Vec<Group
         .collect();
     let folder = common_folder(report.traces.iter().map(|trace| trace.trace.as_str()));
     let mut out: Vec<Group> = Vec::new();
-    let mut total = Group::new("total".to_owned());
+    let mut total = Group::new("total".to_owned(), false);
     for (idx, trace) in replayed {
-        let key = match by {
-            GroupBy::Session => trace.trace[folder.len()..].to_owned(),
+        let (key, known) = match by {
+            GroupBy::Session => (trace.trace[folder.len()..].to_owned(), true),
             GroupBy::Day => trace.started.map_or_else(
-                || "no date".to_owned(),
-                |at| at.to_zoned_datetime(zone.clone()).date().to_string(),
+                || ("(no date)".to_owned(), false),
+                |at| (at.to_zoned_datetime(zone.clone()).date().to_string(), true),
             ),
             GroupBy::Project => trace
                 .project
-                .clone()
-                .unwrap_or_else(|| "no folder".to_owned()),
+                .as_deref()
+                .and_then(folder_key)
+                .map_or_else(|| ("(no folder)".to_owned(), false), |key| (key, true)),
         };
         let at = match by {
             GroupBy::Session => out.len(),
             _ => out
                 .iter()
-                .position(|group| group.key == key)
+                .position(|group| group.known == known && group.key == key)
                 .unwrap_or(out.len()),
         };
         if at == out.len() {
-            out.push(Group::new(key));
+            out.push(Group::new(key, known));
             if by == GroupBy::Session {
                 out[at].trace_index = Some(idx);
             }
@@ -237,7 +253,6 @@ pub fn groups(report: &ReplayReport, by: GroupBy, zone: &TimeZone) -> (Vec<Group
         out[at].add(trace);
         total.add(trace);
     }
-    let unknown = |group: &Group| matches!(group.key.as_str(), "no date" | "no folder");
     match by {
         GroupBy::Session => out.sort_by(|a, b| {
             (a.first_started.is_none(), a.first_started, &a.key).cmp(&(
@@ -247,7 +262,7 @@ pub fn groups(report: &ReplayReport, by: GroupBy, zone: &TimeZone) -> (Vec<Group
             ))
         }),
         GroupBy::Day | GroupBy::Project => {
-            out.sort_by(|a, b| (unknown(a), &a.key).cmp(&(unknown(b), &b.key)));
+            out.sort_by(|a, b| (!a.known, &a.key).cmp(&(!b.known, &b.key)));
         }
     }
     (out, total)
@@ -270,7 +285,7 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
     for group in groups.iter().chain([total]) {
         let soba = group.soba.as_ref();
-        let key = soba_core::terminal::sanitize_line(&group.key).into_owned();
+        let key = short_key(&soba_core::terminal::sanitize_line(&group.key));
         let mut row = vec![
             key,
             if by == GroupBy::Session && !std::ptr::eq(group, total) {
@@ -321,6 +336,21 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
             ""
         }
     )
+}
+
+/// The most characters of a key shown in the text table.
+const KEY_CHARS: usize = 72;
+
+/// A key of at most [`KEY_CHARS`] characters: a longer one keeps its
+/// start and end around `…`.
+fn short_key(key: &str) -> String {
+    let n = key.chars().count();
+    if n <= KEY_CHARS {
+        return key.to_owned();
+    }
+    let head: String = key.chars().take(KEY_CHARS / 2 - 1).collect();
+    let tail: String = key.chars().skip(n - KEY_CHARS / 2).collect();
+    format!("{head}…{tail}")
 }
 
 /// `1.23 (31.2 %)`: a saving and its share of `of`.
@@ -441,19 +471,19 @@ mod tests {
     fn days_follow_the_zone_and_undated_sessions_come_last() {
         let (utc, _) = groups(&report(), GroupBy::Day, &TimeZone::UTC);
         let keys: Vec<&str> = utc.iter().map(|g| g.key.as_str()).collect();
-        assert_eq!(keys, ["2026-11-29", "2026-11-30", "no date"]);
+        assert_eq!(keys, ["2026-11-29", "2026-11-30", "(no date)"]);
         let tokyo =
             TimeZone::get("Asia/Tokyo").unwrap_or_else(|_| TimeZone::fixed(jiff::tz::offset(9)));
         let (east, _) = groups(&report(), GroupBy::Day, &tokyo);
         let keys: Vec<&str> = east.iter().map(|g| g.key.as_str()).collect();
-        assert_eq!(keys, ["2026-11-29", "2026-12-01", "no date"]);
+        assert_eq!(keys, ["2026-11-29", "2026-12-01", "(no date)"]);
     }
 
     #[test]
     fn projects_group_by_folder_and_the_table_shows_savings() {
         let (projects, total) = groups(&report(), GroupBy::Project, &TimeZone::UTC);
         let keys: Vec<&str> = projects.iter().map(|g| g.key.as_str()).collect();
-        assert_eq!(keys, ["/code/a", "/code/b", "no folder"]);
+        assert_eq!(keys, ["/code/a", "/code/b", "(no folder)"]);
         let table = group_table(&projects, &total, GroupBy::Project, true);
         let row = table
             .lines()
@@ -485,6 +515,55 @@ mod tests {
         assert!(total_row.contains("3.00 (37.5 %)"), "{total_row}");
         let tokens = group_table(&projects, &total, GroupBy::Project, false);
         assert!(tokens.contains("1,000,000 (25.0 %)"), "{tokens}");
+    }
+
+    /// Attack findings: one folder spelled several ways is one row, a
+    /// folder named like the label of sessions without one is not merged
+    /// with them, and a huge key is shortened in the table.
+    #[test]
+    fn folders_are_one_spelling_and_labels_cannot_be_faked() {
+        let long = format!("/{}", "x".repeat(1_000));
+        let folders = [
+            "/p/x",
+            "/p/x/",
+            "/p/./x",
+            "//p/x",
+            "(no folder)",
+            "",
+            long.as_str(),
+        ];
+        let report = ReplayReport {
+            traces: folders
+                .iter()
+                .enumerate()
+                .map(|(n, folder)| trace(&format!("/t/{n}.jsonl"), "pi", "", folder, 1.0, 0.5))
+                .collect(),
+            ..ReplayReport::default()
+        };
+        let (projects, total) = groups(&report, GroupBy::Project, &TimeZone::UTC);
+        let rows: Vec<(&str, bool, usize)> = projects
+            .iter()
+            .map(|g| (g.key.as_str(), g.known, g.sessions))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("(no folder)", true, 1),
+                ("/p/x", true, 4),
+                (long.as_str(), true, 1),
+                ("(no folder)", false, 1)
+            ]
+        );
+        assert_eq!(projects[3].to_json()["key"], Value::Null);
+        let table = group_table(&projects, &total, GroupBy::Project, true);
+        assert!(
+            table
+                .lines()
+                .take_while(|line| !line.starts_with("agent$"))
+                .all(|line| line.chars().count() < 200),
+            "{table}"
+        );
+        assert!(table.contains("/xxxxxxxx"), "{table}");
     }
 
     #[test]

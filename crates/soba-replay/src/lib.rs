@@ -128,6 +128,7 @@ impl ReplayOptions {
             summarizer_price: self.summarizer_price,
             peer_trigger: self.peer_trigger,
             show_dollars: true,
+            prices: self.prices.clone(),
             ..ReplayReport::default()
         }
     }
@@ -723,9 +724,17 @@ fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRo
         real_summaries: Vec::new(),
     };
     let mut rows = FileRows::default();
-    // Only the agents' own folders hold copies of one session; elsewhere
-    // (evaluation outputs) two runs of one task share an id.
-    let discovered = input.agent.is_some();
+    // The agents' own folders hold copies of one session under other
+    // names (a resumed or archived copy); elsewhere (evaluation outputs)
+    // two runs of one task share an id, so there a copy must also be of
+    // the same size to count once.
+    let copy_of = match input.agent {
+        Some(_) => String::new(),
+        None => std::fs::metadata(&input.file.path).map_or_else(
+            |_| String::new(),
+            |meta| format!(" of {} bytes", meta.len()),
+        ),
+    };
     let import = input.file.import();
     let sessions = match import.outcome {
         FileOutcome::Imported(sessions) => sessions,
@@ -756,7 +765,8 @@ fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRo
             continue;
         };
         let format = session.format.as_str().to_owned();
-        let id = Some(session.original_id.clone()).filter(|id| discovered && !id.is_empty());
+        let id = Some(format!("{}{copy_of}", session.original_id))
+            .filter(|_| !session.original_id.is_empty());
         let row = match replay_session(name.clone(), *session, options) {
             Ok(outcome) => outcome,
             Err(err) => skipped(name, Some(format), err.to_string()),

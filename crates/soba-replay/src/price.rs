@@ -114,6 +114,20 @@ impl PriceTable {
         self.overrides.insert(canonical_name(model), price);
     }
 
+    /// Returns the models whose price was set, by canonical name.
+    pub fn overridden(&self) -> Vec<String> {
+        self.overrides.keys().cloned().collect()
+    }
+
+    /// Returns `as of <date>` for the built-in prices, plus how many were
+    /// set instead (`; 2 set in your config`).
+    pub fn as_of(&self) -> String {
+        match self.overrides.len() {
+            0 => format!("list prices as of {PRICES_AS_OF}"),
+            n => format!("list prices as of {PRICES_AS_OF}; {n} model price(s) from your config"),
+        }
+    }
+
     /// Returns the price of `model`, `None` when neither the overrides nor
     /// the built-in table know it.
     pub fn get(&self, model: &str) -> Option<Price> {

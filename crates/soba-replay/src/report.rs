@@ -402,6 +402,9 @@ pub struct ReplayReport {
     pub left_out: crate::LeftOutCounts,
     /// The time zone days are counted in for the groups (UTC when `None`).
     pub zone: Option<jiff::tz::TimeZone>,
+    /// The prices dollars were figured at (for the date and what the
+    /// config set).
+    pub prices: crate::price::PriceTable,
 }
 
 impl ReplayReport {
@@ -447,6 +450,7 @@ impl ReplayReport {
             "summarizerPrice": self.summarizer_price,
             "peerTrigger": self.peer_trigger,
             "pricesAsOf": crate::price::PRICES_AS_OF,
+            "pricesFromConfig": self.prices.overridden(),
             "recordedDollars": self.recorded_dollars.map(micro_dollars),
             "leftOut": {
                 "day": self.left_out.day,
@@ -519,9 +523,9 @@ impl ReplayReport {
             .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
             .count();
         let mut out = format!(
-            "recorded ${}: what {priced} trace(s) cost by their own usage (list prices as of {})\n",
+            "recorded ${}: what {priced} trace(s) cost by their own usage ({})\n",
             dollar_text(recorded),
-            crate::price::PRICES_AS_OF
+            self.prices.as_of()
         );
         if let Some((recorded, modelled, _)) = self.none_vs_recorded() {
             out.push_str(&format!(

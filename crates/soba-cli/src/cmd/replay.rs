@@ -56,6 +56,7 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
             CliError::user("cannot find the current folder for --html").caused_by(err)
         })?;
         soba_store::output::write_output(&here, html_path, page.as_bytes(), true)?;
+        crate::output::errln!("wrote {}", crate::output::path(html_path));
     }
     let mut stdout = crate::output::stdout();
     if args.json {
@@ -226,10 +227,7 @@ fn print_left_out(left_out: &LeftOutCounts) {
         (left_out.day, "started outside the days asked for"),
         (left_out.no_day, "record no start time"),
         (left_out.project, "ran in other folders"),
-        (
-            left_out.no_folder,
-            "record no working folder (Gemini CLI records none)",
-        ),
+        (left_out.no_folder, "record no working folder"),
     ] {
         if n > 0 {
             parts.push(format!("{n} {why}"));
@@ -489,21 +487,35 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
 
 /// The built-in prices with the config's `models.*.*Price` overrides: a
 /// price not given keeps the built-in one; a model soba has no price for
-/// needs its input and output prices, and its cache prices default to the
-/// input price.
+/// needs its input and output prices (without them the entry is left out,
+/// with a warning), and its cache prices default to the input price. Two
+/// entries naming one model (`claude-sonnet-4-5` and
+/// `anthropic/claude-sonnet-4-5`) are an error, not a mix of both.
 fn price_table(config: &crate::config::Config) -> CliResult<replay::price::PriceTable> {
+    use soba_core::terminal::sanitize_line as line;
     let mut table = replay::price::PriceTable::new();
+    let mut named: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
     for (model, [input, output, read, write]) in &config.prices {
+        let canonical = soba_provider::registry::canonical_name(model);
+        if let Some(first) = named.insert(canonical.clone(), model) {
+            return Err(CliError::usage(format!(
+                "models.\"{}\" and models.\"{}\" both set prices of {}",
+                line(first),
+                line(model),
+                line(&canonical)
+            ))
+            .hint("keep the prices under one of the two names in your user config"));
+        }
         let builtin = table.get(model);
         let (Some(input), Some(output)) = (
             input.or(builtin.map(|p| p.input)),
             output.or(builtin.map(|p| p.output)),
         ) else {
-            return Err(CliError::usage(format!(
-                "models.\"{}\": soba has no built-in price for this model",
-                soba_core::terminal::sanitize_line(model)
-            ))
-            .hint("set both inputPrice and outputPrice (US dollars per million tokens)"));
+            crate::output::errln!(
+                "warning: models.\"{}\": soba has no built-in price for this model, so its prices need both inputPrice and outputPrice (US dollars per million tokens); left out",
+                line(model)
+            );
+            continue;
         };
         table.set(
             model,

@@ -1108,7 +1108,11 @@ impl Loaded {
     pub fn rows(&self) -> Vec<ShowRow> {
         let mut rows = Vec::new();
         let provider_names: Vec<String> = self.config.providers.keys().cloned().collect();
-        let model_ids: Vec<String> = self.config.models.keys().cloned().collect();
+        // Models that set only prices are configured models too.
+        let mut model_ids: Vec<String> = self.config.models.keys().cloned().collect();
+        model_ids.extend(self.config.prices.keys().cloned());
+        model_ids.sort();
+        model_ids.dedup();
         let fields_of = |map: &str| -> Vec<&'static str> {
             KEYS.iter()
                 .filter_map(|spec| spec.path.strip_prefix(map)?.strip_prefix(".*."))

@@ -831,6 +831,9 @@ fn several_sessions_are_reported_per_session_day_and_project() {
         crate::support::pi_session("fix the build"),
     )
     .unwrap();
+    // A byte-identical copy in the same folder counts once (the first in
+    // walk order, `pi-copy.jsonl`, is kept).
+    std::fs::copy(dir.join("pi.jsonl"), dir.join("pi-copy.jsonl")).unwrap();
     let dir = dir.to_str().unwrap();
     let run = |by: &str| -> Vec<Vec<String>> {
         let out = sandbox.run_ok(&["replay", dir, "--by", by, "-j", "1"]);
@@ -878,11 +881,17 @@ fn several_sessions_are_reported_per_session_day_and_project() {
     let sessions = run("session");
     assert_eq!(
         keys(&sessions[1..]),
-        ["pi.jsonl", "claude/0a1b.jsonl", "rollout-r1.jsonl", "total"]
+        ["pi-copy.jsonl", "claude/0a1b.jsonl", "rollout-r1.jsonl", "total"]
     );
     let agents: Vec<&str> = sessions[1..4].iter().map(|row| row[1].as_str()).collect();
     assert_eq!(agents, ["pi", "claude-code", "codex"]);
 
+    let out = sandbox.run_ok(&["replay", dir, "-j", "1"]);
+    let text = crate::support::text(&out.stdout);
+    assert!(
+        text.contains("pi.jsonl  skipped: the same session as"),
+        "{text}"
+    );
     let out = sandbox.run_ok(&["replay", dir, "--json", "-j", "1"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let total = &report["groups"]["project"]["total"];
@@ -892,6 +901,7 @@ fn several_sessions_are_reported_per_session_day_and_project() {
     let traces = report["traces"].as_array().unwrap();
     let own_sum: f64 = traces
         .iter()
+        .filter(|trace| trace["skipped"].is_null())
         .map(|trace| {
             let agent = match trace["format"].as_str().unwrap() {
                 "claude-code" => "claude-code",
@@ -924,7 +934,7 @@ fn several_sessions_are_reported_per_session_day_and_project() {
     assert_eq!(day_keys, ["2025-02-01", "2025-11-20", "2026-11-30"]);
 
     // A single trace keeps its calibration line instead.
-    let pi = format!("{dir}/pi.jsonl");
+    let pi = format!("{dir}/pi-copy.jsonl");
     let out = sandbox.run_ok(&["replay", &pi, "--policy", "none,soba"]);
     let text = crate::support::text(&out.stdout);
     assert!(text.contains("\ntraces\n"), "{text}");
@@ -959,16 +969,38 @@ fn replay_prices_are_overridable_in_the_config() {
     sandbox.write_user_config(&serde_json::json!({
         "models": {"acme/house-model": {"inputPrice": 1}}
     }));
+    // An entry the replay cannot use is left out with a warning; the
+    // replay goes on.
+    let out = sandbox.run(&["replay", path, "--policy", "none"]);
+    let stderr = crate::support::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: models.\"acme/house-model\": soba has no built-in price for this model, so its prices need both inputPrice and outputPrice"),
+        "{stderr}"
+    );
+    // Two names of one model are an error naming both, not a mix.
+    sandbox.write_user_config(&serde_json::json!({
+        "models": {
+            "claude-sonnet-4-5": {"inputPrice": 7},
+            "anthropic/claude-sonnet-4-5": {"outputPrice": 2}
+        }
+    }));
     let out = sandbox.run(&["replay", path, "--policy", "none"]);
     let stderr = crate::support::text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("models.\"acme/house-model\": soba has no built-in price"),
+        stderr.contains("both set prices of claude-sonnet-4-5"),
         "{stderr}"
     );
+    // The report says which prices came from the config.
+    sandbox.write_user_config(&serde_json::json!({
+        "models": {"claude-sonnet-4-5": {"inputPrice": 7}}
+    }));
+    let out = sandbox.run_ok(&["replay", path, "--policy", "none"]);
+    let table = crate::support::text(&out.stdout);
     assert!(
-        stderr.contains("set both inputPrice and outputPrice"),
-        "{stderr}"
+        table.contains("(list prices as of 2026-04; 1 model price(s) from your config)"),
+        "{table}"
     );
 
     sandbox.write_user_config(&serde_json::json!({

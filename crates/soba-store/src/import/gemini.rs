@@ -183,6 +183,15 @@ impl Folded {
     ) {
         for (key, value) in fields {
             if key != "messages" {
+                // The session's identity stays a string: an update that
+                // breaks it would leave the whole recording unreadable.
+                if matches!(key.as_str(), "sessionId" | "projectHash") && !value.is_string() {
+                    diagnostics.push(format!(
+                        "line {}: skipped `{key}`: not a string; the earlier one is kept",
+                        line_idx + 1
+                    ));
+                    continue;
+                }
                 self.header.insert(key, value);
                 continue;
             }
@@ -195,12 +204,26 @@ impl Folded {
             };
             self.messages.clear();
             self.positions.clear();
+            // Items that are no message (not an object with a string
+            // `type`) are counted in one diagnostic, not kept: a list of
+            // millions of them must not cost a diagnostic and a value each.
+            let mut junk = 0usize;
             for (item_idx, message) in list.into_iter().enumerate() {
+                if message.get("type").and_then(Value::as_str).is_none() {
+                    junk += 1;
+                    continue;
+                }
                 let place = Place {
                     line_idx,
                     checkpoint_idx: Some(item_idx),
                 };
                 self.upsert(message, place);
+            }
+            if junk > 0 {
+                diagnostics.push(format!(
+                    "line {}: skipped {junk} item(s) of `messages`: not a message (an object with a string `type`)",
+                    line_idx + 1
+                ));
             }
         }
     }
@@ -247,13 +270,18 @@ fn convert(
     }
     b.created_at = timestamp_field(header, "startTime");
     let mut raw = RawUsage::default();
+    // Records that are not objects: the first named, the rest counted.
+    let mut not_objects: Option<(String, usize)> = None;
     for (idx, record) in messages.iter().enumerate() {
         b.messages += 1;
-        let at = label(idx);
         let Some(record) = record.as_object() else {
-            b.diag(format!("{at}: skipped: not an object"));
+            match &mut not_objects {
+                Some((_, n)) => *n += 1,
+                None => not_objects = Some((label(idx), 1)),
+            }
             continue;
         };
+        let at = label(idx);
         let kind = str_field(record, "type").unwrap_or("");
         b.count_record(kind);
         let timestamp = timestamp_field(record, "timestamp");
@@ -278,6 +306,11 @@ fn convert(
             // `info`, `error` and `warning` records are UI notices, not model context.
             _ => {}
         }
+    }
+    match not_objects {
+        Some((first, 1)) => b.diag(format!("{first}: skipped: not an object")),
+        Some((first, n)) => b.diag(format!("{first} and {} more: skipped: not objects", n - 1)),
+        None => {}
     }
     b.usage_raw = json!({
         "counting": "per-request",
@@ -596,6 +629,37 @@ mod tests {
                 (Role::Assistant, "final"),
                 (Role::User, "more"),
             ],
+        );
+    }
+
+    /// Attack findings: an update cannot break the session's identity, and
+    /// a checkpoint of junk costs one diagnostic, not one per item.
+    #[test]
+    fn updates_cannot_unmake_the_header_and_junk_items_are_counted_once() {
+        let mut records = vec![header(), user("u1", "a")];
+        records.push(json!({"$set": {"sessionId": 5, "projectHash": null, "lastUpdated": "x"}}));
+        let s = import_text(&lines_of(&records)).expect("still a recording");
+        assert_eq!(s.original_id, "g1");
+        assert_eq!(texts(&s), [(Role::User, "a".to_owned())]);
+        assert_eq!(
+            s.stats.diagnostics,
+            [
+                "line 3: skipped `sessionId`: not a string; the earlier one is kept",
+                "line 3: skipped `projectHash`: not a string; the earlier one is kept",
+            ]
+        );
+        let junk: Vec<Value> = (0..10_000)
+            .map(|n| if n % 2 == 0 { json!(1) } else { json!({}) })
+            .chain([user("u2", "kept")])
+            .collect();
+        let records = vec![header(), json!({"$set": {"messages": junk}})];
+        let s = import_text(&lines_of(&records)).expect("imports");
+        assert_eq!(texts(&s), [(Role::User, "kept".to_owned())]);
+        assert_eq!(
+            s.stats.diagnostics,
+            [
+                "line 2: skipped 10000 item(s) of `messages`: not a message (an object with a string `type`)"
+            ]
         );
     }
 
