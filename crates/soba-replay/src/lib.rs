@@ -353,6 +353,14 @@ pub fn replay_session(
             .then(|| window_warning(&trace))
             .flatten()
             .into_iter()
+            .chain(trace.calibration.values().filter_map(|c| {
+                c.unbounded_factor.map(|fitted| {
+                    format!(
+                        "the recorded usage of {} is {fitted:.1}× what its messages count locally; the replay holds the factor at {} (the usage may not be of these messages)",
+                        c.model, c.factor
+                    )
+                })
+            }))
             .collect(),
     };
     Ok(TraceOutcome {

@@ -118,7 +118,17 @@ pub struct ModelCalibration {
     pub samples: usize,
     /// How the figures were obtained.
     pub source: FitSource,
+    /// The factor the fit gave, when it lay outside [`FACTOR_RANGE`] and
+    /// `factor` was held at the range's nearest end.
+    pub unbounded_factor: Option<f64>,
 }
+
+/// The calibration factors a tokenizer can plausibly be off by: real
+/// models' tokenizers count 0.8× to 1.4× of o200k's. A fit outside it
+/// means the recorded usage is not of the recorded messages (usage summed
+/// over sub-agents, a synthetic file), and replaying at it would make every
+/// policy's input absurd.
+pub const FACTOR_RANGE: (f64, f64) = (0.25, 4.0);
 
 impl ModelCalibration {
     /// Returns the calibrated size of a request whose local count (without
@@ -554,8 +564,24 @@ impl Trace {
     }
 }
 
-/// Least squares over `(local, reported)` points.
+/// Least squares over `(local, reported)` points, the factor held within
+/// [`FACTOR_RANGE`].
 fn fit_points(
+    model: &str,
+    points: &[(f64, f64)],
+    factor_only: bool,
+    registry: &ModelRegistry,
+) -> ModelCalibration {
+    let mut fitted = fit_unbounded(model, points, factor_only, registry);
+    let (low, high) = FACTOR_RANGE;
+    if !(low..=high).contains(&fitted.factor) {
+        fitted.unbounded_factor = Some(fitted.factor);
+        fitted.factor = fitted.factor.clamp(low, high);
+    }
+    fitted
+}
+
+fn fit_unbounded(
     model: &str,
     points: &[(f64, f64)],
     factor_only: bool,
@@ -584,6 +610,7 @@ fn fit_points(
             overhead: 0,
             samples: 0,
             source: FitSource::Seed,
+            unbounded_factor: None,
         };
     }
     let factor_only_fit = || ModelCalibration {
@@ -592,6 +619,7 @@ fn fit_points(
         overhead: 0,
         samples: n,
         source: FitSource::FactorOnly,
+        unbounded_factor: None,
     };
     if factor_only || n < 2 {
         return factor_only_fit();
@@ -617,6 +645,7 @@ fn fit_points(
         overhead: overhead.round() as u64,
         samples: n,
         source: FitSource::Fit,
+        unbounded_factor: None,
     }
 }
 
@@ -634,6 +663,20 @@ mod tests {
         );
         assert_eq!(fitted.overhead, expected.1);
         assert_eq!(fitted.source, expected.2);
+    }
+
+    /// Attack finding: usage that is not of the messages (475× their local
+    /// count) cannot make the replay's inputs absurd; the fit is kept to
+    /// say so.
+    #[test]
+    fn an_implausible_factor_is_held_within_the_range() {
+        let fitted = fit_points("gpt-5", &[(10.0, 4_750.0)], false, &ModelRegistry::new());
+        assert_eq!(fitted.factor, FACTOR_RANGE.1);
+        assert_eq!(fitted.unbounded_factor, Some(475.0));
+        let fitted = fit_points("gpt-5", &[(1_000.0, 1.0)], false, &ModelRegistry::new());
+        assert_eq!(fitted.factor, FACTOR_RANGE.0);
+        let fitted = fit_points("gpt-5", &[(1_000.0, 1_200.0)], false, &ModelRegistry::new());
+        assert_eq!(fitted.unbounded_factor, None);
     }
 
     #[test]

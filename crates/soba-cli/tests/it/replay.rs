@@ -881,7 +881,12 @@ fn several_sessions_are_reported_per_session_day_and_project() {
     let sessions = run("session");
     assert_eq!(
         keys(&sessions[1..]),
-        ["pi-copy.jsonl", "claude/0a1b.jsonl", "rollout-r1.jsonl", "total"]
+        [
+            "pi-copy.jsonl",
+            "claude/0a1b.jsonl",
+            "rollout-r1.jsonl",
+            "total"
+        ]
     );
     let agents: Vec<&str> = sessions[1..4].iter().map(|row| row[1].as_str()).collect();
     assert_eq!(agents, ["pi", "claude-code", "codex"]);
