@@ -149,14 +149,14 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "UNIT", value_parser = ["dollars", "tokens"], default_value = "dollars")]
     pub cost: String,
     /// Group a run of several sessions: one row per session, per day
-    /// (local time) or per project (working folder); the default is
-    /// session.
+    /// (local time) or per project (working folder).
     #[arg(long, value_name = "GROUP", value_parser = ["session", "day", "project"], default_value = "session")]
     pub by: String,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Also write a self-contained HTML report with a chart.
+    /// Also write a self-contained HTML report: a summary, the groups by
+    /// project and day, and one chart per session.
     #[arg(long, value_name = "FILE")]
     pub html: Option<std::path::PathBuf>,
 }

@@ -111,9 +111,11 @@ impl Environment {
         let absolute = |value: &OsString| Some(PathBuf::from(value)).filter(|p| p.is_absolute());
         let home = self.home.as_deref().filter(|home| home.is_absolute());
         let under_home = |rest: &str| home.map(|home| home.join(rest));
+        // One spelling of each folder (`/c/` and `/c/./` are `/c`), so a
+        // root named twice is reported as one folder, not "X is X".
         let root = |path: PathBuf, layout: Layout| Root {
             agent,
-            path,
+            path: path.components().collect(),
             layout,
         };
         match agent {

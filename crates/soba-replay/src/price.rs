@@ -131,6 +131,10 @@ impl PriceTable {
     /// Returns the price of `model`, `None` when neither the overrides nor
     /// the built-in table know it.
     pub fn get(&self, model: &str) -> Option<Price> {
+        // OpenRouter's `:free` variants cost nothing, whatever the model.
+        if model.trim().to_ascii_lowercase().ends_with(":free") {
+            return Some(Price::new(0.0, 0.0, 0.0, 0.0));
+        }
         let name = canonical_name(model);
         self.overrides.get(&name).copied().or_else(|| {
             BUILTIN
@@ -152,6 +156,11 @@ mod tests {
         assert_eq!(sonnet, Price::new(3.0, 15.0, 0.30, 3.75));
         assert_eq!(table.get("openai/gpt-5").map(|p| p.cache_read), Some(0.125));
         assert_eq!(table.get("acme/unknown-model"), None);
+        // OpenRouter's free variant is free.
+        assert_eq!(
+            table.get("openrouter/openai/gpt-5:free"),
+            Some(Price::new(0.0, 0.0, 0.0, 0.0))
+        );
         table.set("openai/gpt-5", Price::new(1.0, 2.0, 0.5, 1.0));
         assert_eq!(table.get("gpt-5").map(|p| p.input), Some(1.0));
         table.set("acme/unknown-model", Price::new(1.0, 1.0, 1.0, 1.0));

@@ -257,6 +257,9 @@ fn print_discovery(discovery: &Discovery) {
                 soba_core::terminal::sanitize_line(error)
             ),
             (None, false, _) => crate::output::errln!("{agent}: no {folder}"),
+            (None, true, Some(first)) if *first == root.root.path => {
+                crate::output::errln!("{agent}: {folder} named twice (searched once)")
+            }
             (None, true, Some(first)) => crate::output::errln!(
                 "{agent}: {folder} is {} (searched once)",
                 soba_core::terminal::sanitize_line(&first.display().to_string())
