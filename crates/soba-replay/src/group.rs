@@ -331,9 +331,12 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
          agent→soba.\n",
         align(&rows),
         if dollars {
-            "; recorded$ is what the transcripts' own usage cost"
+            format!(
+                "; recorded$ is what the transcripts' own usage cost. Of the {} session(s), {} record                  usage at a known price and {} have a model with a price; `-` and the totals leave                  out the others",
+                total.sessions, total.recorded_priced, total.replay_priced
+            )
         } else {
-            ""
+            String::new()
         }
     )
 }

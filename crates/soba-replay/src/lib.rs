@@ -269,6 +269,14 @@ pub fn replay_session(
         .and_then(|at| at.parse::<jiff::Timestamp>().ok());
     let project = session.cwd.clone();
     let agent = session.format.agent().to_owned();
+    // Claude Code's writes to the 1-hour cache, billed at twice the input
+    // price rather than the 5-minute write price its usage records them at.
+    let one_hour_writes = session
+        .stats
+        .usage_raw
+        .get("cache_creation.ephemeral_1h_input_tokens")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
     let trace = Trace::prepare(
         name,
         session,
@@ -324,6 +332,13 @@ pub fn replay_session(
     let real_summaries = real_summaries(&ctx);
     let (recorded_dollars, recorded_output) = recorded_cost(&trace, &options.prices);
     let price = options.prices.get(&trace.model);
+    let recorded_dollars = match (recorded_dollars, price) {
+        (Some(dollars), Some(price)) if one_hour_writes > 0 => Some(
+            dollars
+                + one_hour_writes as f64 * (2.0 * price.input - price.cache_write).max(0.0) / 1e6,
+        ),
+        (dollars, _) => dollars,
+    };
     let mut policies: Vec<PolicyStats> = output.recorders.iter().map(|r| r.stats.clone()).collect();
     for stats in &mut policies {
         stats.dollars =

@@ -4,7 +4,9 @@
 //!
 //! - **recorded**: what the transcript's own usage cost, each request at
 //!   its own model's price: uncached input, cache reads, cache writes
-//!   (Anthropic's 5-minute write; the others bill a write as input) and
+//!   (Anthropic's 5-minute write, and twice the input price for the 1-hour
+//!   writes Claude Code records in `cache_creation`; the others bill a
+//!   write as input) and
 //!   output;
 //! - **replayed**: what a policy's requests would have cost, its
 //!   billed-equivalent input tokens (already weighted by the cache model:

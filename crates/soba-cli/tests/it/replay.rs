@@ -1019,3 +1019,41 @@ fn replay_prices_are_overridable_in_the_config() {
         "{stderr}"
     );
 }
+
+/// Claude Code's writes to the 1-hour cache are recorded inside
+/// `cache_creation_input_tokens` but billed at twice the input price, not
+/// at the 5-minute write price: the recorded cost counts them so.
+#[test]
+fn one_hour_cache_writes_are_priced_at_twice_the_input() {
+    let sandbox = crate::support::Sandbox::new();
+    let session = |split: &str| {
+        [
+            r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"S","timestamp":"2025-06-01T10:00:00.000Z","cwd":"/w","message":{"role":"user","content":"say hello"}}"#.to_owned(),
+            format!(
+                r#"{{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"S","timestamp":"2025-06-01T10:00:01.000Z","message":{{"id":"msg_1","model":"claude-sonnet-4-5","role":"assistant","type":"message","content":[{{"type":"text","text":"hello"}}],"usage":{{"input_tokens":10,"cache_creation_input_tokens":1000,"cache_read_input_tokens":0,"output_tokens":5{split}}}}}}}"#
+            ),
+        ]
+        .join("\n")
+            + "\n"
+    };
+    let recorded = |text: &str, name: &str| -> f64 {
+        let path = sandbox.write(name, text);
+        let out = sandbox.run_ok(&[
+            "replay",
+            path.to_str().unwrap(),
+            "--json",
+            "--policy",
+            "none",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["recordedDollars"].as_f64().unwrap()
+    };
+    // Sonnet 4.5: $3 input, $3.75 a 5-minute write, $6 a 1-hour one, $15 output.
+    let five_minutes = (10.0 * 3.0 + 1_000.0 * 3.75 + 5.0 * 15.0) / 1e6;
+    assert!((recorded(&session(""), "plain.jsonl") - five_minutes).abs() < 1e-9);
+    let split =
+        r#","cache_creation":{"ephemeral_5m_input_tokens":400,"ephemeral_1h_input_tokens":600}"#;
+    let with_hour = (10.0 * 3.0 + 400.0 * 3.75 + 600.0 * 6.0 + 5.0 * 15.0) / 1e6;
+    let got = recorded(&session(split), "hour.jsonl");
+    assert!((got - with_hour).abs() < 1e-9, "{got} vs {with_hour}");
+}

@@ -747,9 +747,12 @@ async fn a_local_model_without_a_configured_window_gets_its_servers() {
         ),
         "{stderr}"
     );
+    // The fake server's listener may still be closing when soba asks
+    // (under load): then the request fails instead of being refused.
     assert!(
         stderr.contains("hint: SOBA asked the server at http://127.0.0.1:")
-            && stderr.contains("/props: connection refused or unreachable"),
+            && (stderr.contains("/props: connection refused or unreachable")
+                || stderr.contains("/props: request failed")),
         "{stderr}"
     );
 }

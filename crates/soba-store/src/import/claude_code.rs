@@ -96,7 +96,9 @@ pub(crate) fn import_native(
     let mut responses: HashMap<String, (usize, Option<usize>)> = HashMap::new();
     // message.id → the raw figures of the last usage object seen (`None`
     // when unusable), in the order of `RAW_USAGE_KEYS`.
-    let mut raw_usage: HashMap<String, Option<[u64; 4]>> = HashMap::new();
+    // Per response: the four figures of RAW_USAGE_KEYS, then the 1-hour
+    // cache writes among `cache_creation_input_tokens`.
+    let mut raw_usage: HashMap<String, Option<[u64; 5]>> = HashMap::new();
     let mut synthetic = 0u64;
     let mut has_session_id = false;
     lines.each_object_at(&selected, |line_idx, obj| {
@@ -246,9 +248,12 @@ pub(crate) fn import_native(
                 if let (Some(id), Some(usage_obj)) = (msg_id, usage_obj)
                     && model_is_real(message)
                 {
-                    let kept = usage
-                        .is_some()
-                        .then(|| RAW_USAGE_KEYS.map(|key| count_field(usage_obj, key)));
+                    let kept = usage.is_some().then(|| {
+                        let [a, b, c, d] = RAW_USAGE_KEYS.map(|key| count_field(usage_obj, key));
+                        let long = obj_field(usage_obj, "cache_creation")
+                            .map_or(0, |split| count_field(split, ONE_HOUR_WRITES));
+                        [a, b, c, d, long.min(c)]
+                    });
                     raw_usage.insert(id, kept);
                 }
             }
@@ -269,10 +274,26 @@ pub(crate) fn import_native(
             .fold(0u64, |acc, figures| acc.saturating_add(figures[slot]));
         sums.insert(key.to_owned(), Value::from(sum));
     }
+    // Written only when some are: most sessions use the 5-minute cache.
+    let long: u64 = raw_usage
+        .values()
+        .flatten()
+        .fold(0u64, |acc, figures| acc.saturating_add(figures[4]));
+    if long > 0 {
+        sums.insert(
+            format!("cache_creation.{ONE_HOUR_WRITES}"),
+            Value::from(long),
+        );
+    }
     sums.insert("counting".into(), Value::from("per-request"));
     b.usage_raw = Value::Object(sums);
     Ok(vec![b.finish()])
 }
+
+/// The cache writes of `cache_creation_input_tokens` made with the 1-hour
+/// lifetime (billed at 2× input, not the 5-minute 1.25×), in
+/// `usage.cache_creation`.
+const ONE_HOUR_WRITES: &str = "ephemeral_1h_input_tokens";
 
 /// Anthropic's usage figures, summed raw into `usageRaw`.
 const RAW_USAGE_KEYS: [&str; 4] = [
