@@ -7,7 +7,7 @@
 use plotters::prelude::*;
 use soba_core::tokens::group_thousands;
 
-use super::group::{GroupBy, common_folder};
+use super::group::{GroupBy, HTML, common_folder, saving_cell};
 use super::probe::PROBE_NAMES;
 use super::report::{PolicyStats, ReplayReport, TraceReport, dollar_text};
 
@@ -424,7 +424,6 @@ fn group_table(report: &ReplayReport, by: GroupBy, folder: &str) -> String {
     out.push_str("</tr></thead><tbody>\n");
     for group in groups.iter().chain([&total]) {
         let is_total = std::ptr::eq(group, &total);
-        let soba = group.soba.as_ref();
         let key = match (by, group.trace_index) {
             (GroupBy::Session, Some(idx)) if !is_total => format!(
                 "<a href=\"#s{idx}\" title=\"{}\">{}</a>",
@@ -444,35 +443,7 @@ fn group_table(report: &ReplayReport, by: GroupBy, folder: &str) -> String {
             group.sessions.to_string()
         };
         let mut cells = vec![second, group_thousands(group.requests)];
-        if dollars {
-            cells.push(money(group.recorded_dollars));
-            cells.push(money(group.own.dollars));
-            cells.push(money(soba.and_then(|s| s.dollars)));
-            cells.push(saving(group.saving_dollars(), group.own.dollars, true));
-        } else {
-            cells.push(group_thousands(
-                group.own.billed_equivalent_tokens.round() as u64
-            ));
-            cells.push(soba.map_or_else(
-                || "–".to_owned(),
-                |s| group_thousands(s.billed_equivalent_tokens.round() as u64),
-            ));
-            cells.push(saving(
-                group.saving_tokens(),
-                Some(group.own.billed_equivalent_tokens),
-                false,
-            ));
-        }
-        cells.push(format!(
-            "{} → {}",
-            group_thousands(group.own.over_window),
-            soba.map_or_else(|| "–".to_owned(), |s| group_thousands(s.over_window))
-        ));
-        cells.push(format!(
-            "{} → {}",
-            ratio(group.own.recall_mean()),
-            ratio(soba.and_then(PolicyStats::recall_mean))
-        ));
+        cells.extend(group.figure_cells(dollars, &HTML));
         for cell in cells {
             out.push_str(&format!("<td>{cell}</td>"));
         }
@@ -480,23 +451,6 @@ fn group_table(report: &ReplayReport, by: GroupBy, folder: &str) -> String {
     }
     out.push_str("</tbody></table></div>\n");
     out
-}
-
-/// `$1.20 (31.2 %)`, or tokens.
-fn saving(value: Option<f64>, of: Option<f64>, dollars: bool) -> String {
-    let Some(value) = value else {
-        return "–".to_owned();
-    };
-    let sign = if value < 0.0 { "−" } else { "" };
-    let amount = if dollars {
-        format!("{sign}${}", dollar_text(value.abs()))
-    } else {
-        format!("{sign}{}", group_thousands(value.abs().round() as u64))
-    };
-    match of.filter(|of| *of > 0.0) {
-        Some(of) => format!("{amount} ({:.1} %)", value / of * 100.0),
-        None => amount,
-    }
 }
 
 /// The summary at the top: what the sessions cost, what SOBA would have
@@ -540,7 +494,7 @@ fn summary(report: &ReplayReport) -> String {
             money(soba.and_then(|s| s.dollars)),
             format!(
                 "saving {}",
-                saving(total.saving_dollars(), total.own.dollars, true)
+                saving_cell(total.saving_dollars(), total.own.dollars, true, &HTML)
             ),
         ));
     } else {
@@ -557,10 +511,11 @@ fn summary(report: &ReplayReport) -> String {
             ),
             format!(
                 "billed-equivalent tokens · saving {}",
-                saving(
+                saving_cell(
                     total.saving_tokens(),
                     Some(total.own.billed_equivalent_tokens),
-                    false
+                    false,
+                    &HTML
                 )
             ),
         ));

@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use soba_core::tokens::group_thousands;
 
 use crate::report::{
-    PolicyStats, ReplayReport, TraceReport, align, dollar_text, micro_dollars, ratio_cell,
-    sum_priced,
+    PolicyStats, ReplayReport, TraceReport, align, dollar_text, micro_dollars, sum_priced,
 };
 
 /// How sessions are grouped.
@@ -284,7 +283,6 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
     }
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
     for group in groups.iter().chain([total]) {
-        let soba = group.soba.as_ref();
         let key = short_key(&soba_core::terminal::sanitize_line(&group.key));
         let mut row = vec![
             key,
@@ -295,32 +293,7 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
             },
             group_thousands(group.requests),
         ];
-        if dollars {
-            let money = |d: Option<f64>| d.map_or_else(|| "-".to_owned(), dollar_text);
-            row.push(money(group.recorded_dollars));
-            row.push(money(group.own.dollars));
-            row.push(money(soba.and_then(|soba| soba.dollars)));
-            row.push(saving_cell(group.saving_dollars(), group.own.dollars, true));
-        } else {
-            let tokens = |n: f64| group_thousands(n.round() as u64);
-            row.push(tokens(group.own.billed_equivalent_tokens));
-            row.push(soba.map_or_else(|| "-".to_owned(), |s| tokens(s.billed_equivalent_tokens)));
-            row.push(saving_cell(
-                group.saving_tokens(),
-                Some(group.own.billed_equivalent_tokens),
-                false,
-            ));
-        }
-        row.push(format!(
-            "{}→{}",
-            group_thousands(group.own.over_window),
-            soba.map_or_else(|| "-".to_owned(), |s| group_thousands(s.over_window))
-        ));
-        row.push(format!(
-            "{}→{}",
-            ratio_cell(group.own.recall_mean()),
-            ratio_cell(soba.and_then(PolicyStats::recall_mean))
-        ));
+        row.extend(group.figure_cells(dollars, &TEXT));
         rows.push(row);
     }
     let unit = if dollars { "$" } else { " billed" };
@@ -356,20 +329,97 @@ fn short_key(key: &str) -> String {
     format!("{head}…{tail}")
 }
 
-/// `1.23 (31.2 %)`: a saving and its share of `of`.
-fn saving_cell(saving: Option<f64>, of: Option<f64>, dollars: bool) -> String {
-    let Some(saving) = saving else {
-        return "-".to_owned();
-    };
-    let amount = if dollars {
-        if saving < 0.0 {
-            format!("-{}", dollar_text(-saving))
+/// How a table writes its figures: the text table and the HTML page
+/// differ only in these marks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CellStyle {
+    /// A figure that is not known.
+    pub none: &'static str,
+    /// Before an amount of dollars.
+    pub dollar: &'static str,
+    /// Before a negative amount.
+    pub minus: &'static str,
+    /// Between the agent's figure and SOBA's.
+    pub arrow: &'static str,
+}
+
+/// The text table's marks.
+pub(crate) const TEXT: CellStyle = CellStyle {
+    none: "-",
+    dollar: "",
+    minus: "-",
+    arrow: "→",
+};
+
+/// The HTML page's marks.
+pub(crate) const HTML: CellStyle = CellStyle {
+    none: "–",
+    dollar: "$",
+    minus: "−",
+    arrow: " → ",
+};
+
+impl Group {
+    /// The row's figures after its key, count and requests: in dollars
+    /// (recorded, agent, soba, saving) or billed-equivalent tokens
+    /// (agent, soba, saving), then over-window and recall, agent → soba.
+    pub(crate) fn figure_cells(&self, dollars: bool, style: &CellStyle) -> Vec<String> {
+        let soba = self.soba.as_ref();
+        let none = || style.none.to_owned();
+        let money =
+            |d: Option<f64>| d.map_or_else(none, |d| format!("{}{}", style.dollar, dollar_text(d)));
+        let tokens = |n: f64| group_thousands(n.round() as u64);
+        let ratio = |r: Option<f64>| r.map_or_else(none, |r| format!("{r:.3}"));
+        let mut cells = if dollars {
+            vec![
+                money(self.recorded_dollars),
+                money(self.own.dollars),
+                money(soba.and_then(|s| s.dollars)),
+                saving_cell(self.saving_dollars(), self.own.dollars, true, style),
+            ]
         } else {
-            dollar_text(saving)
-        }
+            vec![
+                tokens(self.own.billed_equivalent_tokens),
+                soba.map_or_else(none, |s| tokens(s.billed_equivalent_tokens)),
+                saving_cell(
+                    self.saving_tokens(),
+                    Some(self.own.billed_equivalent_tokens),
+                    false,
+                    style,
+                ),
+            ]
+        };
+        cells.push(format!(
+            "{}{}{}",
+            group_thousands(self.own.over_window),
+            style.arrow,
+            soba.map_or_else(none, |s| group_thousands(s.over_window))
+        ));
+        cells.push(format!(
+            "{}{}{}",
+            ratio(self.own.recall_mean()),
+            style.arrow,
+            ratio(soba.and_then(PolicyStats::recall_mean))
+        ));
+        cells
+    }
+}
+
+/// `1.23 (31.2 %)`: a saving in dollars or tokens and its share of `of`.
+pub(crate) fn saving_cell(
+    saving: Option<f64>,
+    of: Option<f64>,
+    dollars: bool,
+    style: &CellStyle,
+) -> String {
+    let Some(saving) = saving else {
+        return style.none.to_owned();
+    };
+    let sign = if saving < 0.0 { style.minus } else { "" };
+    let amount = if dollars {
+        format!("{sign}{}{}", style.dollar, dollar_text(saving.abs()))
     } else {
-        let n = group_thousands(saving.abs().round() as u64);
-        if saving < 0.0 { format!("-{n}") } else { n }
+        format!("{sign}{}", group_thousands(saving.abs().round() as u64))
     };
     match of.filter(|of| *of > 0.0) {
         Some(of) => format!("{amount} ({:.1} %)", saving / of * 100.0),

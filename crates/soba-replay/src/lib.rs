@@ -674,7 +674,7 @@ pub fn replay_inputs(
     let work = |input: Input| -> FileRows {
         let path = input.file.path.clone();
         let bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
-        let rows = replay_file(input, options, filter);
+        let rows = replay_file(input, bytes, options, filter);
         on_file(&FileDone {
             path,
             bytes,
@@ -695,9 +695,11 @@ pub fn replay_inputs(
     let mut report = options.empty_report();
     // The same session found twice (a copy, a second root, an archived
     // rollout) is replayed once: the first in walk order counts. Same means
-    // the same id and the same recorded requests and cost, so a longer or
-    // different file that shares an id is never dropped.
-    let mut first_of: HashMap<(String, String, usize, u64), String> = HashMap::new();
+    // the same id and the same recorded requests and cost (and, outside
+    // the agents' folders, file size), so a longer or different file that
+    // shares an id is never dropped.
+    type Key = (String, SessionId, usize, u64);
+    let mut first_of: HashMap<Key, String> = HashMap::new();
     for file in files {
         report.left_out.merge(file.left_out);
         for (session, outcome) in file.outcomes {
@@ -732,16 +734,22 @@ pub fn replay_inputs(
     report
 }
 
+/// A session's own id, with its file's size where copies must match it
+/// too (outside the agents' folders, where two runs of one task share an
+/// id).
+type SessionId = (String, Option<u64>);
+
 /// What one file of many gave: its rows, each with the session's own id,
 /// and the sessions the filter left out.
 #[derive(Debug, Default)]
 struct FileRows {
-    outcomes: Vec<(Option<String>, TraceOutcome)>,
+    outcomes: Vec<(Option<SessionId>, TraceOutcome)>,
     left_out: LeftOutCounts,
 }
 
-/// Imports one file of many and replays the sessions the filter keeps.
-fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRows {
+/// Imports one file of many (`bytes` long) and replays the sessions the
+/// filter keeps.
+fn replay_file(input: Input, bytes: u64, options: &ReplayOptions, filter: &Filter) -> FileRows {
     let skipped = |name: String, format: Option<String>, reason: String| TraceOutcome {
         report: TraceReport::skipped(name, format, reason),
         real_summaries: Vec::new(),
@@ -751,13 +759,7 @@ fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRo
     // names (a resumed or archived copy); elsewhere (evaluation outputs)
     // two runs of one task share an id, so there a copy must also be of
     // the same size to count once.
-    let copy_of = match input.agent {
-        Some(_) => String::new(),
-        None => std::fs::metadata(&input.file.path).map_or_else(
-            |_| String::new(),
-            |meta| format!(" of {} bytes", meta.len()),
-        ),
-    };
+    let size = input.agent.is_none().then_some(bytes);
     let import = input.file.import();
     let sessions = match import.outcome {
         FileOutcome::Imported(sessions) => sessions,
@@ -788,8 +790,8 @@ fn replay_file(input: Input, options: &ReplayOptions, filter: &Filter) -> FileRo
             continue;
         };
         let format = session.format.as_str().to_owned();
-        let id = Some(format!("{}{copy_of}", session.original_id))
-            .filter(|_| !session.original_id.is_empty());
+        let id =
+            Some((session.original_id.clone(), size)).filter(|_| !session.original_id.is_empty());
         let row = match replay_session(name.clone(), *session, options) {
             Ok(outcome) => outcome,
             Err(err) => skipped(name, Some(format), err.to_string()),
