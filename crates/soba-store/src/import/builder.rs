@@ -16,6 +16,7 @@ use soba_core::{
 };
 
 use super::lines::Lines;
+use super::scan::{Scan, TopLevel, scan_line};
 use super::{Format, ImportStats, ImportedSession, Inference};
 
 /// Where an import reads from and how it dates undated entries.
@@ -1217,6 +1218,38 @@ pub(crate) fn for_each_jsonl_line(
     });
 }
 
+/// Reads JSONL lines for a first pass, which needs only a few top-level
+/// keys (see [`super::scan`]): calls `each(line_idx, line, scanned)` for
+/// every non-blank line, trimmed, with the `keys` values of a line that is
+/// a JSON object, or `None` after the diagnostic [`jsonl_line`] gives a
+/// line that is not.
+pub(crate) fn for_each_jsonl_scan(
+    lines: &Lines<'_>,
+    keys: &'static [&'static str],
+    diagnostics: &mut Vec<String>,
+    mut each: impl FnMut(usize, &str, Option<TopLevel>),
+) {
+    lines.each_line(|line_idx, line| {
+        let line = line.trim();
+        if line.is_empty() {
+            return true;
+        }
+        let scanned = match scan_line(line, keys) {
+            Ok(Scan::Object(top)) => Some(top),
+            Ok(Scan::NotObject) => {
+                diagnostics.push(not_an_object(line_idx));
+                None
+            }
+            Err(err) => {
+                diagnostics.push(malformed(line_idx, &err));
+                None
+            }
+        };
+        each(line_idx, line, scanned);
+        true
+    });
+}
+
 /// Parses one JSONL line (0-based `line_idx`): `None` when it is blank,
 /// else the object, or the trimmed text of a line that is not a JSON
 /// object after a diagnostic naming it. For importers that note things
@@ -1233,17 +1266,24 @@ pub(crate) fn jsonl_line<'a>(
     Some(match serde_json::from_str::<Value>(line) {
         Ok(Value::Object(obj)) => Ok(obj),
         Ok(_) => {
-            diagnostics.push(format!("line {}: skipped: not a JSON object", line_idx + 1));
+            diagnostics.push(not_an_object(line_idx));
             Err(line)
         }
         Err(err) => {
-            diagnostics.push(format!(
-                "line {}: skipped malformed JSON: {err}",
-                line_idx + 1
-            ));
+            diagnostics.push(malformed(line_idx, &err));
             Err(line)
         }
     })
+}
+
+/// The diagnostic of a JSONL line (0-based) that is JSON but no object.
+fn not_an_object(line_idx: usize) -> String {
+    format!("line {}: skipped: not a JSON object", line_idx + 1)
+}
+
+/// The diagnostic of a JSONL line (0-based) that is not JSON.
+fn malformed(line_idx: usize, err: &serde_json::Error) -> String {
+    format!("line {}: skipped malformed JSON: {err}", line_idx + 1)
 }
 
 #[cfg(test)]

@@ -18,10 +18,11 @@ use soba_core::{
 
 use super::builder::{
     Context, KeptTarget, SessionBuilder, content_field, content_text, count_field,
-    for_each_jsonl_line, image_from_url, is_interrupt_marker, message_with, obj_field, odd_content,
+    for_each_jsonl_scan, image_from_url, is_interrupt_marker, message_with, obj_field, odd_content,
     parse_document, str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
 use super::lines::Lines;
+use super::scan::{Top, TopLevel};
 use super::swe_agent::openai_tool_call;
 use super::tree::{Node, TreeKeys, branch, parsed_node, raw_flag, raw_node};
 use super::{Format, ImportedSession};
@@ -78,14 +79,19 @@ pub(crate) fn import_native(
     let mut scanned: Vec<Scanned> = Vec::new();
     // Damaged main-chain lines' ids and parents, read from their raw text.
     let mut damaged: Vec<Node> = Vec::new();
-    for_each_jsonl_line(lines, &mut b.diagnostics, |idx, line| match line {
-        Ok(obj) => scanned.push(Scanned::of(idx, &obj)),
-        Err(raw) => {
-            if !raw_flag(raw, "isSidechain") {
-                damaged.push(raw_node(idx, raw, CLAUDE_TREE));
+    for_each_jsonl_scan(
+        lines,
+        CLAUDE_SCAN,
+        &mut b.diagnostics,
+        |idx, line, top| match top {
+            Some(top) => scanned.push(Scanned::of(idx, &top)),
+            None => {
+                if !raw_flag(line, "isSidechain") {
+                    damaged.push(raw_node(idx, line, CLAUDE_TREE));
+                }
             }
-        }
-    });
+        },
+    );
     if scanned.is_empty() {
         return Err("no JSON line".into());
     }
@@ -314,6 +320,16 @@ const CLAUDE_TREE: TreeKeys = TreeKeys {
     logical_parent: Some("logicalParentUuid"),
 };
 
+/// The top-level keys the first pass reads.
+const CLAUDE_SCAN: &[&str] = &[
+    "type",
+    "uuid",
+    "parentUuid",
+    "logicalParentUuid",
+    "isSidechain",
+    "parent_tool_use_id",
+];
+
 /// What the first pass keeps of a line: whether it is conversational and
 /// its place in the tree.
 struct Scanned {
@@ -327,19 +343,19 @@ struct Scanned {
 }
 
 impl Scanned {
-    fn of(line_idx: usize, obj: &Map<String, Value>) -> Scanned {
-        let side = obj.get("isSidechain").and_then(Value::as_bool) == Some(true)
-            || obj.get("parent_tool_use_id").is_some_and(|v| !v.is_null());
-        let conversational = matches!(
-            str_field(obj, "type"),
-            Some("user" | "assistant" | "system")
-        ) && !side;
-        let in_tree = (obj.contains_key("uuid") || obj.contains_key("parentUuid")) && !side;
+    fn of(line_idx: usize, top: &TopLevel) -> Scanned {
+        let side = top.get("isSidechain") == Some(&Top::Bool(true))
+            || top
+                .get("parent_tool_use_id")
+                .is_some_and(|value| *value != Top::Null);
+        let conversational =
+            matches!(top.str("type"), Some("user" | "assistant" | "system")) && !side;
+        let in_tree = (top.has("uuid") || top.has("parentUuid")) && !side;
         Scanned {
             line_idx,
             conversational,
-            has_parent_key: obj.contains_key("parentUuid"),
-            node: in_tree.then(|| parsed_node(line_idx, obj, CLAUDE_TREE)),
+            has_parent_key: top.has("parentUuid"),
+            node: in_tree.then(|| parsed_node(line_idx, top, CLAUDE_TREE)),
         }
     }
 }

@@ -38,6 +38,7 @@ mod gemini;
 mod lines;
 mod openhands;
 mod pi;
+mod scan;
 mod swe_agent;
 mod tree;
 

@@ -10,7 +10,7 @@ use soba_core::{
 };
 
 use super::builder::{
-    Context, KeptTarget, SessionBuilder, content_field, count_field, for_each_jsonl_line,
+    Context, KeptTarget, SessionBuilder, content_field, count_field, for_each_jsonl_scan,
     message_with, obj_field, odd_content, str_field, text_of, timestamp_field, timestamp_of,
     tool_message, usage_figures,
 };
@@ -45,16 +45,22 @@ pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSes
     let mut scanned: Vec<Scanned> = Vec::new();
     // Damaged lines' ids and parents, read from their raw text.
     let mut damaged: Vec<Node> = Vec::new();
-    for_each_jsonl_line(lines, &mut diagnostics, |idx, line| match line {
-        Ok(obj) if header.is_none() && str_field(&obj, "type") == Some("session") => {
-            header = Some(obj);
-        }
-        Ok(obj) => scanned.push(Scanned {
-            node: parsed_node(idx, &obj, PI_TREE),
-            tree_keys: obj.contains_key("id") && obj.contains_key("parentId"),
-        }),
-        Err(raw) => damaged.push(raw_node(idx, raw, PI_TREE)),
-    });
+    for_each_jsonl_scan(
+        lines,
+        PI_SCAN,
+        &mut diagnostics,
+        |idx, line, top| match top {
+            // The header is read whole; it scanned as an object, so it parses.
+            Some(top) if header.is_none() && top.str("type") == Some("session") => {
+                header = serde_json::from_str(line).ok();
+            }
+            Some(top) => scanned.push(Scanned {
+                node: parsed_node(idx, &top, PI_TREE),
+                tree_keys: top.has("id") && top.has("parentId"),
+            }),
+            None => damaged.push(raw_node(idx, line, PI_TREE)),
+        },
+    );
     let header = header.ok_or_else(|| "no `session` header line".to_owned())?;
     let is_tree = count_field(&header, "version") >= 2
         || (header.contains_key("id") && header.contains_key("parentId"))
@@ -101,6 +107,9 @@ pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSes
     });
     Ok(vec![b.finish()])
 }
+
+/// The top-level keys the first pass reads.
+const PI_SCAN: &[&str] = &["type", "id", "parentId"];
 
 /// The keys of pi's tree.
 const PI_TREE: TreeKeys = TreeKeys {

@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Map, Value};
+use super::scan::{Top, TopLevel};
 
 /// The parent a node names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,21 +50,22 @@ pub(crate) struct TreeKeys {
     pub logical_parent: Option<&'static str>,
 }
 
-/// Returns the node of a line that parsed.
-pub(crate) fn parsed_node(line_idx: usize, obj: &Map<String, Value>, keys: TreeKeys) -> Node {
-    let id = obj.get(keys.id).and_then(Value::as_str).map(str::to_owned);
+/// Returns the node of a line that parsed, from its scanned top-level
+/// values (which include the `keys`).
+pub(crate) fn parsed_node(line_idx: usize, top: &TopLevel, keys: TreeKeys) -> Node {
+    let id = top.str(keys.id).map(str::to_owned);
     // A missing key is damage (every entry of a tree names its parent,
     // `null` at the root), not a root.
-    let parent_of = |key: &str| match obj.get(key) {
-        Some(Value::Null) => Parent::Root,
+    let parent_of = |key: &str| match top.get(key) {
+        Some(Top::Null) => Parent::Root,
         None => Parent::Unknown,
-        Some(Value::String(id)) => Parent::Id(id.clone()),
+        Some(Top::Str(id)) => Parent::Id(id.clone()),
         Some(_) => Parent::Unknown,
     };
     let mut parent = parent_of(keys.parent);
     if parent == Parent::Root
         && let Some(logical) = keys.logical_parent
-        && obj.get(logical).is_some_and(Value::is_string)
+        && top.str(logical).is_some()
     {
         parent = parent_of(logical);
     }
