@@ -532,18 +532,56 @@ impl SessionWriter {
         self.write_entry(entry, position)
     }
 
+    /// Appends complete entries as [`SessionWriter::append_entry`] does,
+    /// in order, encoding them on up to [`ENCODE_THREADS`] threads: entry
+    /// `i` is encoded by thread `i % n` (this one is thread 0) and written
+    /// here, in order, so the lines waiting to be written are at most
+    /// [`ENCODED_AHEAD`] per thread. The first entry that cannot be encoded
+    /// or written ends the call with its error, after the entries before it.
+    pub fn append_entries(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(ENCODE_THREADS);
+        if threads < 2 || entries.len() < PARALLEL_ENCODE_MIN {
+            return entries
+                .iter()
+                .try_for_each(|entry| self.append_entry(entry));
+        }
+        std::thread::scope(|scope| {
+            let receivers: Vec<_> = (1..threads)
+                .map(|first| {
+                    let (send, receive) = std::sync::mpsc::sync_channel(ENCODED_AHEAD);
+                    scope.spawn(move || {
+                        for entry in entries.iter().skip(first).step_by(threads) {
+                            // The writer stopped (an error): so does this.
+                            if send.send(encode_for_log(entry)).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    receive
+                })
+                .collect();
+            for (idx, entry) in entries.iter().enumerate() {
+                let position = self.position_after(entry)?;
+                let line = match idx % threads {
+                    0 => encode_for_log(entry),
+                    // A worker gone early (it panicked, which the scope
+                    // reports when it ends): encode here.
+                    worker => receivers[worker - 1]
+                        .recv()
+                        .unwrap_or_else(|_| encode_for_log(entry)),
+                }?;
+                self.write_line(&line)?;
+                self.leaf = Some(position);
+            }
+            Ok(())
+        })
+    }
+
     /// Writes `entry` and makes `position` the current leaf.
     fn write_entry(&mut self, entry: &Entry, position: EntryId) -> Result<(), StoreError> {
-        if let EntryBody::Unknown { type_name } | EntryBody::Damaged { type_name, .. } = &entry.body
-        {
-            return Err(StoreError::Encode {
-                id: entry.id.as_str().to_owned(),
-                reason: format!(
-                    "entries of unknown type or damaged ones ({type_name:?}) are only kept, never written"
-                ),
-            });
-        }
-        let line = wire::encode_entry(entry)?;
+        let line = encode_for_log(entry)?;
         self.write_line(&line)?;
         self.leaf = Some(position);
         Ok(())
@@ -604,6 +642,27 @@ impl Drop for SessionWriter {
     }
 }
 
+/// The most threads [`SessionWriter::append_entries`] encodes on.
+const ENCODE_THREADS: usize = 4;
+/// Lines each encoding thread may have ready before the writer takes them.
+const ENCODED_AHEAD: usize = 16;
+/// Fewer entries than this are encoded on the calling thread alone.
+const PARALLEL_ENCODE_MIN: usize = 256;
+
+/// Encodes `entry` as its log line; entries of unknown type and damaged
+/// ones are refused.
+fn encode_for_log(entry: &Entry) -> Result<String, StoreError> {
+    if let EntryBody::Unknown { type_name } | EntryBody::Damaged { type_name, .. } = &entry.body {
+        return Err(StoreError::Encode {
+            id: entry.id.as_str().to_owned(),
+            reason: format!(
+                "entries of unknown type or damaged ones ({type_name:?}) are only kept, never written"
+            ),
+        });
+    }
+    wire::encode_entry(entry)
+}
+
 /// Returns the position `entry` sets in file order (SPEC §3.1): its target
 /// for a `leaf` entry, else its own id. A target that is itself a `leaf`
 /// entry is settled further by the readers and the writer.
@@ -646,9 +705,7 @@ pub fn write_new_session(
             minter: Box::new(SystemMinter),
         };
         let mut writer = SessionWriter::create(partial, header, options)?;
-        for entry in entries {
-            writer.append_entry(entry)?;
-        }
+        writer.append_entries(entries)?;
         writer
             .file
             .sync_all()
@@ -804,6 +861,81 @@ mod whole_file_tests {
         let text = std::fs::read_to_string(&path).expect("the session");
         assert_eq!(text.lines().count(), 1);
         assert_eq!(names(&temp.path().join("sessions")), ["s.jsonl"]);
+    }
+
+    /// `n` chained user messages, with a `leaf` entry back to the tenth at
+    /// `n / 2`.
+    fn many_entries(minter: &mut SequentialMinter, n: usize) -> Vec<Entry> {
+        let mut entries: Vec<Entry> = Vec::new();
+        for idx in 0..n {
+            let body = if idx == n / 2 {
+                EntryBody::Leaf {
+                    target: entries[10].id.clone(),
+                }
+            } else {
+                EntryBody::Message(MessageEntry {
+                    message: Message::user(format!("message {idx} ").repeat(idx % 7 + 1)),
+                    tokens: None,
+                })
+            };
+            entries.push(Entry {
+                id: EntryId::from_uuid(IdKind::Entry, minter.uuid_v7()),
+                parent_id: entries.last().map(|entry: &Entry| entry.id.clone()),
+                timestamp: minter.timestamp(),
+                body,
+            });
+        }
+        entries
+    }
+
+    #[test]
+    fn entries_encoded_on_several_threads_are_written_as_one_thread_writes_them() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let mut minter = SequentialMinter::default();
+        let header = SessionHeader::new(&mut minter, "/ws");
+        let entries = many_entries(&mut minter, 3 * PARALLEL_ENCODE_MIN + 5);
+        let parallel = temp.path().join("parallel.jsonl");
+        write_new_session(&parallel, &header, &entries).expect("written");
+        let one_by_one = temp.path().join("one.jsonl");
+        let options = WriterOptions {
+            durability: Durability::Flush,
+            minter: Box::new(SequentialMinter::default()),
+        };
+        let mut writer = SessionWriter::create(&one_by_one, &header, options).expect("created");
+        for entry in &entries {
+            writer.append_entry(entry).expect("appended");
+        }
+        drop(writer);
+        let written = std::fs::read_to_string(&parallel).expect("the session");
+        assert_eq!(written.lines().count(), entries.len() + 1);
+        assert_eq!(
+            written,
+            std::fs::read_to_string(&one_by_one).expect("the other")
+        );
+    }
+
+    #[test]
+    fn an_unwritable_entry_among_many_fails_the_write_with_its_own_id() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let path = temp.path().join("s.jsonl");
+        let mut minter = SequentialMinter::default();
+        let header = SessionHeader::new(&mut minter, "/ws");
+        let mut entries = many_entries(&mut minter, 2 * PARALLEL_ENCODE_MIN);
+        // Two bad entries, on two threads' shares: the first one is named.
+        for idx in [301, 402] {
+            entries[idx].body = EntryBody::Unknown {
+                type_name: format!("future {idx}"),
+            };
+        }
+        let err = write_new_session(&path, &header, &entries).expect_err("refused");
+        match err {
+            StoreError::Encode { id, reason } => {
+                assert_eq!(id, entries[301].id.as_str());
+                assert!(reason.contains("future 301"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(names(temp.path()), Vec::<String>::new());
     }
 }
 

@@ -12,12 +12,14 @@
 //! rewritten in place between the passes is found by the hash of the bytes
 //! each pass read, and is an error, not a mixed session.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fs::File;
-use std::hash::{DefaultHasher, Hasher};
+use std::hash::Hasher;
 use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
+use rustc_hash::FxHasher;
 use serde_json::{Map, Value};
 
 use super::InvalidUtf8;
@@ -169,7 +171,7 @@ impl FileLines {
             return;
         }
         let mut reader = BufReader::with_capacity(READ_BUFFER, file.take(self.len));
-        let mut hasher = DefaultHasher::new();
+        let mut hasher = FxHasher::default();
         // After `each` says stop, the rest is still read for the hash.
         let mut calling = true;
         let mut buf: Vec<u8> = Vec::new();
@@ -209,15 +211,22 @@ impl FileLines {
                 Some(line) => line.strip_suffix(b"\r").unwrap_or(line),
                 None => bytes,
             };
-            if first_pass && let Some(found) = InvalidUtf8::scan(bytes) {
-                let total = invalid.get_or_insert(InvalidUtf8 {
-                    first_offset: line_start + skipped + found.first_offset,
-                    replaced: 0,
-                });
-                total.replaced += found.replaced;
-            }
+            // Valid text (the usual case) is checked by the fast test alone.
+            let text = match std::str::from_utf8(bytes) {
+                Ok(text) => Cow::Borrowed(text),
+                Err(_) => {
+                    if first_pass && let Some(found) = InvalidUtf8::scan(bytes) {
+                        let total = invalid.get_or_insert(InvalidUtf8 {
+                            first_offset: line_start + skipped + found.first_offset,
+                            replaced: 0,
+                        });
+                        total.replaced += found.replaced;
+                    }
+                    String::from_utf8_lossy(bytes)
+                }
+            };
             line_start += read as u64;
-            calling = each(line_idx, &String::from_utf8_lossy(bytes));
+            calling = each(line_idx, &text);
         }
         let hash = hasher.finish();
         if first_pass {
