@@ -20,6 +20,8 @@
 //! every rank), so the vocabulary is the same bytes embedded once.
 
 use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::OnceLock;
 
 use regex_automata::meta::{Cache, Regex};
@@ -61,7 +63,6 @@ const CACHE_PIECE_MAX: usize = 64;
 
 /// One vocabulary: merge ranks and the pre-tokenizer.
 pub struct FastBpe {
-    core: &'static CoreBPE,
     ranks: FxHashMap<Vec<u8>, Rank>,
     pattern: Regex,
     encoding: Encoding,
@@ -86,9 +87,9 @@ thread_local! {
 }
 
 impl FastBpe {
-    /// Builds the counter from tiktoken-rs's encoder of the same vocabulary;
-    /// `None` when the encoder or the pattern cannot be built.
-    pub fn from_core(core: &'static CoreBPE, encoding: Encoding) -> Option<FastBpe> {
+    /// Builds the counter from tiktoken-rs's encoder of the same vocabulary
+    /// (which it does not keep); `None` when the pattern cannot be built.
+    pub fn from_core(core: &CoreBPE, encoding: Encoding) -> Option<FastBpe> {
         let specials: Vec<Vec<u8>> = core
             .special_tokens()
             .iter()
@@ -116,8 +117,8 @@ impl FastBpe {
         // A larger lazy-DFA cache: the Unicode classes make many states, and
         // a thrashing cache falls back to slower engines.
         let pattern = Regex::new(pattern).ok()?;
+        ranks.shrink_to_fit();
         Some(FastBpe {
-            core,
             ranks,
             pattern,
             encoding,
@@ -134,13 +135,9 @@ impl FastBpe {
             return 1;
         }
         if piece.len() >= LONG_PIECE {
-            // tiktoken-rs's heap-based merge for long pieces (a 64 KiB run
-            // of spaces); the quadratic one behind `byte_pair_split` would
-            // take seconds. A piece is a whole match, so encoding it alone
-            // gives the same tokens.
-            return std::str::from_utf8(piece)
-                .map(|text| self.core.encode_ordinary(text).len() as u64)
-                .unwrap_or_else(|_| tiktoken_rs::byte_pair_split(piece, &self.ranks).len() as u64);
+            // tiktoken-rs's merge behind `byte_pair_split` is quadratic: a
+            // 64 KiB run of spaces would take seconds.
+            return self.merge_count(piece);
         }
         if piece.len() > CACHE_PIECE_MAX {
             return tiktoken_rs::byte_pair_split(piece, &self.ranks).len() as u64;
@@ -162,6 +159,54 @@ impl FastBpe {
             cache.insert(piece.into(), n as u32);
             n as u64
         })
+    }
+
+    /// Returns the number of tokens byte-pair merging makes of `piece`, as
+    /// tiktoken's merge does (the lowest-ranked adjacent pair first, the
+    /// leftmost of equal ones, until no pair has a rank), in O(n log n):
+    /// every pair that forms goes on a heap by (rank, start), and a popped
+    /// pair no longer adjacent is skipped.
+    fn merge_count(&self, piece: &[u8]) -> u64 {
+        let len = piece.len();
+        if len < 2 {
+            return len as u64;
+        }
+        let rank = |start: usize, end: usize| self.ranks.get(&piece[start..end]).copied();
+        // The parts, by the offset they start at: the next part's start
+        // (`len` after the last), the previous one's (`None` before the
+        // first), and whether the offset still starts a part.
+        let mut next: Vec<usize> = (1..=len).collect();
+        let mut prev: Vec<Option<usize>> = (0..len).map(|at| at.checked_sub(1)).collect();
+        let mut starts = vec![true; len];
+        let mut heap: BinaryHeap<Reverse<(Rank, usize, usize)>> = (0..len - 1)
+            .filter_map(|start| rank(start, start + 2).map(|r| Reverse((r, start, start + 2))))
+            .collect();
+        let mut parts = len as u64;
+        while let Some(Reverse((_, start, end))) = heap.pop() {
+            // Still the pair of the part at `start` and the one after it?
+            let second = next[start];
+            if !starts[start] || second >= len || next[second] != end {
+                continue;
+            }
+            starts[second] = false;
+            next[start] = end;
+            if end < len {
+                prev[end] = Some(start);
+            }
+            parts -= 1;
+            if let Some(before) = prev[start]
+                && let Some(r) = rank(before, end)
+            {
+                heap.push(Reverse((r, before, end)));
+            }
+            if end < len {
+                let after = next[end];
+                if let Some(r) = rank(start, after) {
+                    heap.push(Reverse((r, start, after)));
+                }
+            }
+        }
+        parts
     }
 
     /// Counts the tokens of `text` exactly as tiktoken-rs's
@@ -467,16 +512,24 @@ fn line_break_run(bytes: &[u8], start: usize, run_end: usize) -> usize {
 }
 
 /// Returns the process-wide fast counter of a vocabulary, built on first
-/// use; `None` when it cannot be built (the caller falls back).
-pub fn fast(encoding: Encoding, core: Option<&'static CoreBPE>) -> Option<&'static FastBpe> {
+/// use from tiktoken-rs's encoder, which is then dropped (it holds the
+/// vocabulary twice more); `None` when it cannot be built (the caller
+/// falls back to tiktoken-rs).
+pub fn fast(encoding: Encoding) -> Option<&'static FastBpe> {
     static O200K: OnceLock<Option<FastBpe>> = OnceLock::new();
     static CL100K: OnceLock<Option<FastBpe>> = OnceLock::new();
     let cell = match encoding {
         Encoding::O200kBase => &O200K,
         Encoding::Cl100kBase => &CL100K,
     };
-    cell.get_or_init(|| core.and_then(|core| FastBpe::from_core(core, encoding)))
-        .as_ref()
+    cell.get_or_init(|| {
+        let core = match encoding {
+            Encoding::O200kBase => tiktoken_rs::o200k_base(),
+            Encoding::Cl100kBase => tiktoken_rs::cl100k_base(),
+        };
+        FastBpe::from_core(&core.ok()?, encoding)
+    })
+    .as_ref()
 }
 
 #[cfg(test)]
@@ -594,6 +647,49 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The heap merge against tiktoken-rs's own merge, on pieces of
+        /// every length (it serves only the long ones).
+        #[test]
+        fn the_heap_merge_counts_as_tiktoken_merges(
+            piece in "([a-z]{1,12}|[A-Z]{1,3}|[0-9]|[ =_.\\-]{1,3}|é|中)*"
+        ) {
+            // Pieces are never empty, and one byte is one token.
+            proptest::prop_assume!(piece.len() >= 2);
+            for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+                let fast = fast_of(encoding);
+                let bytes = piece.as_bytes();
+                proptest::prop_assert_eq!(
+                    fast.merge_count(bytes),
+                    tiktoken_rs::byte_pair_split(bytes, &fast.ranks).len() as u64
+                );
+            }
+        }
+
+        #[test]
+        fn long_pieces_count_as_tiktoken_counts_them(
+            text in "[a-z]{100,700}|[A-Z][a-z]{99,300}|[ ]{100,3000}|[=]{100,900}|[-=#*]{100,400}|中{34,200}|[a-zé]{60,300}"
+        ) {
+            for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+                proptest::prop_assert_eq!(
+                    fast_of(encoding).count(&text),
+                    core_of(encoding).encode_ordinary(&text).len() as u64
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_run_of_spaces_is_counted_quickly_and_exactly() {
+        let spaces = " ".repeat(64 * 1024);
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            assert_eq!(
+                fast_of(encoding).count(&spaces),
+                core_of(encoding).encode_ordinary(&spaces).len() as u64
+            );
+        }
+    }
+
     fn core_of(encoding: Encoding) -> &'static CoreBPE {
         static O200K: OnceLock<CoreBPE> = OnceLock::new();
         static CL100K: OnceLock<CoreBPE> = OnceLock::new();
@@ -604,7 +700,7 @@ mod tests {
     }
 
     fn fast_of(encoding: Encoding) -> &'static FastBpe {
-        fast(encoding, Some(core_of(encoding))).unwrap()
+        fast(encoding).unwrap()
     }
 
     #[test]

@@ -322,21 +322,26 @@ impl TokenCounter for BpeCounter {
                 estimated: true,
             };
         }
-        let Some(encoder) = bpe(self.encoding) else {
+        // The fast exact counter (the same counts, checked by a differential
+        // test against tiktoken-rs), else tiktoken-rs itself.
+        let by_fast;
+        let by_tiktoken;
+        let count_piece: &dyn Fn(&str) -> u64 = if let Some(fast) = crate::bpe::fast(self.encoding)
+        {
+            by_fast = move |piece: &str| fast.count(piece);
+            &by_fast
+        } else if let Some(encoder) = bpe(self.encoding) {
+            by_tiktoken = move |piece: &str| encoder.encode_ordinary(piece).len() as u64;
+            &by_tiktoken
+        } else {
             return Counted {
                 n: estimate_by_size(text),
                 estimated: true,
             };
         };
-        // The fast exact counter (the same counts, checked by a differential
-        // test against tiktoken-rs), else tiktoken-rs itself.
-        let fast = crate::bpe::fast(self.encoding, Some(encoder));
         let mut total = Counted::default();
         for piece in pieces(text) {
-            let counted = catch_unwind(AssertUnwindSafe(|| match fast {
-                Some(fast) => fast.count(piece),
-                None => encoder.encode_ordinary(piece).len() as u64,
-            }));
+            let counted = catch_unwind(AssertUnwindSafe(|| count_piece(piece)));
             total += match counted {
                 Ok(n) => Counted {
                     n: TokenCount(n),

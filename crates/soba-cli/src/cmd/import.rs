@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 use soba_core::Encoding;
 use soba_core::terminal::Line;
-use soba_core::tokens::{BpeCounter, group_thousands};
+use soba_core::tokens::{BpeCounter, TokenCounter, group_thousands};
 use soba_store::import::{FileOutcome, ImportedSession, dir_files, import_path};
 use soba_store::log::{ImportedFrom, SessionHeader, SystemMinter, write_new_session};
 use soba_store::reader::{list_sessions, read_header, session_path};
@@ -23,6 +23,31 @@ use crate::error::{CliError, CliResult};
 /// picks it, else the configured one), `o200k_base` when neither resolves.
 fn import_counter(ctx: &Context, session: &ImportedSession) -> BpeCounter {
     BpeCounter::new(resume_model(ctx, session).map_or(Encoding::O200kBase, |info| info.tokenizer))
+}
+
+/// Loads `encoding`'s vocabulary on a thread of its own (a counter that
+/// needs it meanwhile waits for it). Loading builds the vocabulary twice
+/// over and drops one copy; that thread's freed memory goes back to the
+/// system, as no other thread's allocations would reuse it.
+fn preload_vocabulary(encoding: Encoding) {
+    std::thread::spawn(move || {
+        BpeCounter::new(encoding).count_text("load");
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        #[allow(unsafe_code)]
+        // SAFETY: `malloc_trim` only returns free memory to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
+}
+
+/// The tokenizer of the configured model, `o200k_base` when none resolves.
+fn configured_encoding(ctx: &Context) -> Encoding {
+    ctx.config()
+        .resolve_model(None, &ctx.env)
+        .ok()
+        .and_then(|configured| ctx.config().registry().resolve(&configured.id).ok())
+        .map_or(Encoding::O200kBase, |info| info.tokenizer)
 }
 
 /// The model an imported session resumes on: its own, as `soba run -c`
@@ -126,6 +151,9 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         previous_imports(&out_dir)
     };
     let image_tokens = ctx.config().compaction.image_tokens;
+    // The vocabulary sessions are most likely counted in (the configured
+    // model's) loads while the first file is read.
+    preload_vocabulary(configured_encoding(&ctx));
     // Each file's sessions are counted and written before the next file is
     // read, and their entries dropped once written: a folder costs the
     // memory of its largest file, not of all of them.
