@@ -379,6 +379,7 @@ fn session_json(
         "compactions": stats.compactions,
         "inferences": session.inference_count(),
         "diagnostics": stats.diagnostics,
+        "diagnosticsUnlisted": stats.diagnostics_unlisted,
         "invalidUtf8": stats.invalid_utf8.map(|invalid| json!({
             "firstOffset": invalid.first_offset,
             "replaced": invalid.replaced,
@@ -458,15 +459,22 @@ fn session_text(session: &ImportedSession, written: &Written) -> String {
     if stats.diagnostics.is_empty() {
         out.push_str("  diagnostics: none\n");
     } else {
-        out.push_str(&format!("  diagnostics: {}\n", stats.diagnostics.len()));
+        let total = stats.diagnostics_total();
+        out.push_str(&format!("  diagnostics: {}\n", n(total)));
         for line in stats.diagnostics.iter().take(MAX_DIAGNOSTICS_SHOWN) {
             out.push_str(&format!("    {}\n", Line(line)));
         }
-        if stats.diagnostics.len() > MAX_DIAGNOSTICS_SHOWN {
-            out.push_str(&format!(
-                "    … and {} more (--json lists them all)\n",
-                stats.diagnostics.len() - MAX_DIAGNOSTICS_SHOWN
-            ));
+        let more = total.saturating_sub(MAX_DIAGNOSTICS_SHOWN as u64);
+        if more > 0 {
+            let listed = if stats.diagnostics_unlisted == 0 {
+                "--json lists them all".to_owned()
+            } else {
+                format!(
+                    "--json lists the first {}",
+                    n(stats.diagnostics.len() as u64)
+                )
+            };
+            out.push_str(&format!("    … and {} more ({listed})\n", n(more)));
         }
     }
     out

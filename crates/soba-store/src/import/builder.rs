@@ -83,7 +83,51 @@ pub(crate) struct SessionBuilder {
     /// The peak prompt when it does not come from the inferences.
     pub peak_override: Option<u64>,
     /// Diagnostics so far.
-    pub diagnostics: Vec<String>,
+    pub diagnostics: Diagnostics,
+}
+
+/// The most diagnostics one import lists; the rest are only counted.
+pub(crate) const DIAGNOSTICS_LISTED: usize = 1_000;
+
+/// What an import skipped or guessed, one line each: the first
+/// [`DIAGNOSTICS_LISTED`] are kept, the rest only counted, so a file of a
+/// million damaged lines costs a thousand notes, not a million. Reads as
+/// the slice of the notes kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Diagnostics {
+    listed: Vec<String>,
+    unlisted: u64,
+}
+
+impl Diagnostics {
+    /// Adds one note.
+    pub fn push(&mut self, note: String) {
+        if self.listed.len() < DIAGNOSTICS_LISTED {
+            self.listed.push(note);
+        } else {
+            self.unlisted += 1;
+        }
+    }
+
+    /// Adds `notes`, in order, leaving it empty.
+    pub fn append(&mut self, notes: &mut Vec<String>) {
+        for note in notes.drain(..) {
+            self.push(note);
+        }
+    }
+
+    /// The notes kept and how many more there were.
+    pub fn into_parts(self) -> (Vec<String>, u64) {
+        (self.listed, self.unlisted)
+    }
+}
+
+impl std::ops::Deref for Diagnostics {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.listed
+    }
 }
 
 impl SessionBuilder {
@@ -123,7 +167,7 @@ impl SessionBuilder {
             usage_raw: Value::Null,
             usage_override: None,
             peak_override: None,
-            diagnostics: Vec::new(),
+            diagnostics: Diagnostics::default(),
         }
     }
 
@@ -695,11 +739,14 @@ impl SessionBuilder {
     }
 
     fn stats(&mut self) -> ImportStats {
+        let (diagnostics, diagnostics_unlisted) =
+            std::mem::take(&mut self.diagnostics).into_parts();
         let mut stats = ImportStats {
             messages: self.messages,
             records: std::mem::take(&mut self.records),
             usage_raw: std::mem::take(&mut self.usage_raw),
-            diagnostics: std::mem::take(&mut self.diagnostics),
+            diagnostics,
+            diagnostics_unlisted,
             ..ImportStats::default()
         };
         let mut call_ids = Vec::new();
@@ -909,7 +956,7 @@ pub(crate) fn usage_figures<const N: usize>(
     usage: &Map<String, Value>,
     keys: [&str; N],
     at: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Option<[u64; N]> {
     let mut out = [0u64; N];
     let mut valid = true;
@@ -987,7 +1034,7 @@ pub(crate) fn odd_content(
     value: &Value,
     at: &str,
     field: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Option<String> {
     let (kind, kept) = match value {
         Value::Null => {
@@ -1023,7 +1070,7 @@ pub(crate) fn content_field<'a>(
     key: &str,
     at: &str,
     field: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> &'a Value {
     match obj.get(key) {
         Some(value) => value,
@@ -1044,7 +1091,7 @@ pub(crate) fn content_text(
     value: &Value,
     at: &str,
     field: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> String {
     match value {
         Value::Array(parts) => {
@@ -1192,7 +1239,7 @@ pub(crate) fn parse_document(text: &str) -> Result<Map<String, Value>, String> {
 /// line. Line indexes are 0-based; diagnostics say "line N" 1-based.
 pub(crate) fn for_each_jsonl_object(
     lines: &Lines<'_>,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
     mut each: impl FnMut(usize, Map<String, Value>),
 ) {
     for_each_jsonl_line(lines, diagnostics, |line_idx, line| {
@@ -1207,7 +1254,7 @@ pub(crate) fn for_each_jsonl_object(
 /// diagnostic), so tree-shaped importers can still read its ids.
 pub(crate) fn for_each_jsonl_line(
     lines: &Lines<'_>,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
     mut each: impl FnMut(usize, Result<Map<String, Value>, &str>),
 ) {
     lines.each_line(|line_idx, line| {
@@ -1226,7 +1273,7 @@ pub(crate) fn for_each_jsonl_line(
 pub(crate) fn for_each_jsonl_scan(
     lines: &Lines<'_>,
     keys: &'static [&'static str],
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
     mut each: impl FnMut(usize, &str, Option<TopLevel>),
 ) {
     lines.each_line(|line_idx, line| {
@@ -1257,7 +1304,7 @@ pub(crate) fn for_each_jsonl_scan(
 pub(crate) fn jsonl_line<'a>(
     line_idx: usize,
     line: &'a str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Option<Result<Map<String, Value>, &'a str>> {
     let line = line.trim();
     if line.is_empty() {
@@ -1438,7 +1485,7 @@ mod tests {
 
     #[test]
     fn implausible_usage_figures_are_rejected() {
-        let mut diagnostics = Vec::new();
+        let mut diagnostics = Diagnostics::default();
         let usage = json!({"input_tokens": 1, "output_tokens": 18446744073709551615u64});
         let figures = usage_figures(
             usage.as_object().unwrap(),
@@ -1448,12 +1495,12 @@ mod tests {
         );
         assert_eq!(figures, None);
         assert_eq!(
-            diagnostics,
+            *diagnostics,
             [
                 "line 2: usage field `output_tokens` is 18446744073709551615 (implausible: more than 10^12 tokens for one request); this usage is not recorded and is kept out of calibration"
             ]
         );
-        let mut diagnostics = Vec::new();
+        let mut diagnostics = Diagnostics::default();
         let usage = json!({"input_tokens": MAX_PLAUSIBLE_TOKENS, "output_tokens": "1000000000001"});
         let figures = usage_figures(
             usage.as_object().unwrap(),
@@ -1472,7 +1519,7 @@ mod tests {
 
     #[test]
     fn null_and_missing_content_are_reported() {
-        let mut diagnostics = Vec::new();
+        let mut diagnostics = Diagnostics::default();
         assert_eq!(
             odd_content(&Value::Null, "line 2", "message.content", &mut diagnostics),
             None
@@ -1494,7 +1541,7 @@ mod tests {
             ""
         );
         assert_eq!(
-            diagnostics,
+            *diagnostics,
             [
                 "line 2: `message.content` is null, not text or a list of content blocks; kept as empty content",
                 "line 3: `content[0]` is null, not text or a list of content blocks; kept as empty content",

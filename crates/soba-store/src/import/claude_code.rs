@@ -16,6 +16,7 @@ use soba_core::{
     Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage,
 };
 
+use super::builder::Diagnostics;
 use super::builder::{
     Context, KeptTarget, SessionBuilder, content_field, content_text, count_field,
     for_each_jsonl_scan, image_from_url, is_interrupt_marker, message_with, obj_field, odd_content,
@@ -416,7 +417,7 @@ fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder)
 fn anthropic_usage(
     usage: &Map<String, Value>,
     at: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Option<Usage> {
     let [input, cache_read, cache_write, output] = usage_figures(
         usage,
@@ -440,7 +441,7 @@ fn anthropic_usage(
 
 /// Converts assistant content blocks (Anthropic Messages shape); content
 /// of unexpected shape is kept as text with a diagnostic naming `at`.
-fn assistant_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) -> Vec<Block> {
+fn assistant_blocks(content: &Value, at: &str, diagnostics: &mut Diagnostics) -> Vec<Block> {
     let items = match content {
         Value::String(text) => return vec![Block::Text(text.clone())],
         Value::Array(items) => items,
@@ -486,7 +487,7 @@ fn assistant_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) ->
 fn split_user_content(
     content: &Value,
     at: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> (Vec<Block>, Vec<Message>) {
     let mut blocks = Vec::new();
     let mut results = Vec::new();
@@ -538,7 +539,7 @@ fn result_parts(
     content: Option<&Value>,
     at: &str,
     field: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Vec<ResultPart> {
     match content {
         None => Vec::new(),
@@ -737,7 +738,7 @@ pub(crate) fn import_openai_chat(
 }
 
 /// Converts export user content (a string, or OpenAI content parts).
-fn chat_user_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) -> Vec<Block> {
+fn chat_user_blocks(content: &Value, at: &str, diagnostics: &mut Diagnostics) -> Vec<Block> {
     match content {
         Value::Array(parts) => parts
             .iter()

@@ -12,6 +12,7 @@
 use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
 
+use super::builder::Diagnostics;
 use super::builder::{
     Context, KeptTarget, SessionBuilder, array_field, content_field, content_text,
     for_each_jsonl_object, image_from_url, message_with, obj_field, parse_document, prompt_of,
@@ -27,7 +28,7 @@ use super::{Format, ImportedSession};
 fn codex_usage(
     usage: &Map<String, Value>,
     at: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Option<Usage> {
     let [input, cached, cache_write, output, reasoning] = usage_figures(
         usage,
@@ -55,7 +56,8 @@ fn codex_usage(
 /// Reads `last_token_usage` of a `token_count` info for an inference; its
 /// diagnostics are given once, by [`apply_cumulative`].
 fn last_usage(info: &Map<String, Value>) -> Option<Usage> {
-    obj_field(info, "last_token_usage").and_then(|last| codex_usage(last, "", &mut Vec::new()))
+    obj_field(info, "last_token_usage")
+        .and_then(|last| codex_usage(last, "", &mut Diagnostics::default()))
 }
 
 /// Returns the origin of user text: environment and instruction wrappers

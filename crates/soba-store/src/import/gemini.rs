@@ -22,6 +22,7 @@ use soba_core::{
     Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage,
 };
 
+use super::builder::Diagnostics;
 use super::builder::{
     Context, SessionBuilder, array_field, content_text, is_interrupt_marker, jsonl_line,
     message_with, obj_field, odd_content, parse_document, str_field, text_of, timestamp_field,
@@ -139,7 +140,7 @@ impl Folded {
         &mut self,
         line_idx: usize,
         mut record: Map<String, Value>,
-        diagnostics: &mut Vec<String>,
+        diagnostics: &mut Diagnostics,
     ) {
         let line_no = line_idx + 1;
         if let Some(target) = str_field(&record, "$rewindTo") {
@@ -179,7 +180,7 @@ impl Folded {
         &mut self,
         fields: Map<String, Value>,
         line_idx: usize,
-        diagnostics: &mut Vec<String>,
+        diagnostics: &mut Diagnostics,
     ) {
         for (key, value) in fields {
             if key != "messages" {
@@ -462,7 +463,7 @@ fn inline_image(part: &Map<String, Value>) -> Option<Image> {
 }
 
 /// Converts user content: a string or a list of Parts.
-fn user_blocks(content: &Value, at: &str, diagnostics: &mut Vec<String>) -> Vec<Block> {
+fn user_blocks(content: &Value, at: &str, diagnostics: &mut Diagnostics) -> Vec<Block> {
     match content {
         Value::Array(parts) => parts
             .iter()

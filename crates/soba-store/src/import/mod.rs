@@ -296,11 +296,34 @@ pub struct ImportStats {
     /// Recorded compactions (imported capsules).
     pub compactions: u64,
     /// What was skipped or guessed, one line each (with line numbers or
-    /// record indexes where known).
+    /// record indexes where known): the first thousand.
     pub diagnostics: Vec<String>,
+    /// How many more there were, not listed.
+    pub diagnostics_unlisted: u64,
     /// The file was not valid UTF-8: where and how much was replaced (also
     /// the first line of `diagnostics`).
     pub invalid_utf8: Option<InvalidUtf8>,
+}
+
+impl ImportStats {
+    /// The number of diagnostics, those not listed included.
+    pub fn diagnostics_total(&self) -> u64 {
+        self.diagnostics.len() as u64 + self.diagnostics_unlisted
+    }
+
+    /// Adds diagnostics found after the session was finished (a file's
+    /// own, on its last session), within the same limit.
+    pub(crate) fn add_diagnostics(&mut self, more: builder::Diagnostics) {
+        let (listed, unlisted) = more.into_parts();
+        for note in listed {
+            if self.diagnostics.len() < builder::DIAGNOSTICS_LISTED {
+                self.diagnostics.push(note);
+            } else {
+                self.diagnostics_unlisted += 1;
+            }
+        }
+        self.diagnostics_unlisted += unlisted;
+    }
 }
 
 /// Invalid UTF-8 in an imported file. Importers read it lossily: each

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
 
+use super::builder::Diagnostics;
 use super::builder::{
     Context, SessionBuilder, array_field, content_text, for_each_jsonl_object, image_from_url,
     message_with, obj_field, str_field, text_of, timestamp_field, tool_message, usage_figures,
@@ -30,7 +31,7 @@ struct RawUsage {
 /// The lines are read twice: once to find the JSON objects (and report
 /// the rest), once to convert them one instance at a time.
 pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
-    let mut file_diagnostics = Vec::new();
+    let mut file_diagnostics = Diagnostics::default();
     let mut instances = Vec::new();
     for_each_jsonl_object(lines, &mut file_diagnostics, |line_idx, _| {
         instances.push(line_idx)
@@ -64,7 +65,7 @@ pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSes
         ));
     }
     if let Some(last) = sessions.last_mut() {
-        last.stats.diagnostics.append(&mut file_diagnostics);
+        last.stats.add_diagnostics(file_diagnostics);
     }
     Ok(sessions)
 }
@@ -309,7 +310,7 @@ fn normalise(
     usage: &Map<String, Value>,
     raw: &mut RawUsage,
     at: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Option<Usage> {
     let [
         prompt,

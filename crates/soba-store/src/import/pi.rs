@@ -9,6 +9,7 @@ use soba_core::{
     Block, Image, ImageSource, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage,
 };
 
+use super::builder::Diagnostics;
 use super::builder::{
     Context, KeptTarget, SessionBuilder, content_field, count_field, for_each_jsonl_scan,
     message_with, obj_field, odd_content, str_field, text_of, timestamp_field, timestamp_of,
@@ -40,7 +41,7 @@ struct Scanned {
 /// twice: once for the header and the tree (ids and parents only), once
 /// for the lines on the branch, converted one at a time.
 pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
-    let mut diagnostics = Vec::new();
+    let mut diagnostics = Diagnostics::default();
     let mut header: Option<Map<String, Value>> = None;
     let mut scanned: Vec<Scanned> = Vec::new();
     // Damaged lines' ids and parents, read from their raw text.
@@ -484,7 +485,7 @@ fn pi_image(block: &Map<String, Value>) -> Image {
 fn result_parts(
     content: Option<&Value>,
     line_no: usize,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Vec<ResultPart> {
     let at = format!("line {line_no}");
     match content {

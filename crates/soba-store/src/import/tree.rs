@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::builder::Diagnostics;
 use super::scan::{Top, TopLevel};
 
 /// The parent a node names.
@@ -214,7 +215,7 @@ pub(crate) fn branch(
     nodes: &[Node],
     leaf: Option<usize>,
     what: &str,
-    diagnostics: &mut Vec<String>,
+    diagnostics: &mut Diagnostics,
 ) -> Vec<usize> {
     let Some(leaf) = leaf
         .filter(|&leaf| leaf < nodes.len())
@@ -331,13 +332,13 @@ mod tests {
             node(3, None, Parent::Unknown, true),
             node(4, Some("d"), Parent::Id("c".into()), false),
         ];
-        let mut diagnostics = Vec::new();
+        let mut diagnostics = crate::import::builder::Diagnostics::default();
         assert_eq!(
             branch(&nodes, None, "parentId", &mut diagnostics),
             [0, 1, 2, 3]
         );
         assert_eq!(
-            diagnostics,
+            *diagnostics,
             [
                 "line 5: parentId \"c\" not found; the file is linear, so the chain goes on in file order",
                 "line 4: parentId unreadable; the file is linear, so the chain goes on in file order"
@@ -354,10 +355,10 @@ mod tests {
             node(4, None, Parent::Unknown, true),
             node(5, Some("e"), Parent::Id("d".into()), false),
         ];
-        let mut diagnostics = Vec::new();
+        let mut diagnostics = crate::import::builder::Diagnostics::default();
         assert_eq!(branch(&nodes, None, "parentId", &mut diagnostics), [4]);
         assert_eq!(
-            diagnostics,
+            *diagnostics,
             ["line 6: parentId \"d\" not found; the branch starts there"]
         );
     }

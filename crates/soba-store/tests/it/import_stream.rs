@@ -224,3 +224,51 @@ fn a_long_soba_log_is_refused_from_its_head() {
         other => panic!("expected AlreadySoba, got {other:?}"),
     }
 }
+
+/// A file of many damaged lines keeps the first thousand notes and counts
+/// the rest, streamed or in memory, in every line-oriented format that
+/// reports lines: memory follows the session, not the damage.
+#[test]
+fn a_million_damaged_lines_cost_a_thousand_notes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let heads = [
+        (
+            "pi.jsonl",
+            vec![
+                json!({"type": "session", "version": 3, "id": "s1", "timestamp": "2025-01-01T00:00:00Z", "cwd": "/w"}),
+                json!({"type": "message", "id": "a", "parentId": null, "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}),
+            ],
+        ),
+        (
+            "claude.jsonl",
+            vec![
+                json!({"type": "user", "uuid": "u1", "parentUuid": null, "sessionId": "S", "cwd": "/w", "timestamp": "2025-01-01T00:00:00Z", "message": {"role": "user", "content": "hi"}}),
+            ],
+        ),
+    ];
+    let damaged = 1_000_000;
+    for (name, head) in heads {
+        let path = dir.path().join(name);
+        let mut text: String = head.iter().map(|line| format!("{line}\n")).collect();
+        text.push_str(&"x\n".repeat(damaged));
+        std::fs::write(&path, &text).expect("write");
+        for session in [
+            import_path(&path).expect("imports").remove(0),
+            import_bytes(text.as_bytes(), &path, &ImportOptions::with_fallback_ms(0))
+                .expect("imports")
+                .remove(0),
+        ] {
+            let stats = &session.stats;
+            assert_eq!(stats.diagnostics.len(), 1_000, "{name}");
+            assert_eq!(stats.diagnostics_total(), damaged as u64, "{name}");
+            assert_eq!(
+                stats.diagnostics[0],
+                format!(
+                    "line {}: skipped malformed JSON: expected value at line 1 column 1",
+                    head.len() + 1
+                )
+            );
+            assert_eq!(session.entries.len(), 1, "{name}");
+        }
+    }
+}
