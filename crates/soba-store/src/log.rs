@@ -533,10 +533,9 @@ impl SessionWriter {
     }
 
     /// Appends complete entries as [`SessionWriter::append_entry`] does,
-    /// in order, encoding them on up to [`ENCODE_THREADS`] threads: entry
-    /// `i` is encoded by thread `i % n` (this one is thread 0) and written
-    /// here, in order, so the lines waiting to be written are at most
-    /// [`ENCODED_AHEAD`] per thread. The first entry that cannot be encoded
+    /// in order, encoding them on up to four threads: entry `i` is encoded
+    /// by thread `i % n` (this one is thread 0) and written here, in order,
+    /// so the lines waiting to be written are at most sixteen per thread. The first entry that cannot be encoded
     /// or written ends the call with its error, after the entries before it.
     pub fn append_entries(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
         let threads = std::thread::available_parallelism()
