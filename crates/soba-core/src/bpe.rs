@@ -13,8 +13,11 @@
 //!   back to the next piece when a non-space follows;
 //! - counting without materialising token vectors for pieces that are
 //!   whole tokens;
-//! - a per-thread cache of piece → count, since source code and prose
-//!   repeat their words (bounded: cleared when it grows past a limit).
+//! - merge ranks keyed by a token's bytes packed into one `u128` (all
+//!   but the few tokens over 15 bytes), and a per-thread cache of piece →
+//!   count keyed the same way, since source code and prose repeat their
+//!   words (bounded: cleared when it grows past a limit); longer pieces
+//!   are merged each time.
 //!
 //! The merge ranks are read out of tiktoken-rs's own encoder (by decoding
 //! every rank), so the vocabulary is the same bytes embedded once.
@@ -56,16 +59,89 @@ const CL100K_PATTERN: &str = concat!(
 
 /// Per-thread cache entries before it is cleared.
 const CACHE_LIMIT: usize = 1 << 18;
-/// Pieces this long go to tiktoken-rs's own (heap-based) merge.
+/// Pieces this long go to the heap merge ([`FastBpe::merge_count`]).
 const LONG_PIECE: usize = 100;
-/// Pieces longer than this are not cached (rare, and costly to hash twice).
-const CACHE_PIECE_MAX: usize = 64;
 
 /// One vocabulary: merge ranks and the pre-tokenizer.
 pub struct FastBpe {
-    ranks: FxHashMap<Vec<u8>, Rank>,
+    ranks: Ranks,
     pattern: Regex,
     encoding: Encoding,
+}
+
+/// The merge ranks of a vocabulary. Almost every token is at most 15
+/// bytes long: those are keyed by their bytes packed into one `u128`, so a
+/// lookup hashes two words and compares one key in the table, without the
+/// pointer a `Vec<u8>` key is read through (that chase and the `memcmp`
+/// behind it were a fifth of an import's time). The few longer tokens
+/// keep byte keys.
+#[derive(Default)]
+struct Ranks {
+    short: FxHashMap<u128, Rank>,
+    long: FxHashMap<Box<[u8]>, Rank>,
+}
+
+/// The longest token [`Ranks`] keys by [`pack`].
+const PACKED_MAX: usize = 15;
+
+/// `bytes` (at most [`PACKED_MAX`]) packed little-endian into a `u128`
+/// with the length in the top byte, so no two byte strings share a key.
+/// Reads by fixed-size loads (a copy of `bytes.len()` bytes would call
+/// `memcpy`): two overlapping words, the second shifted to where its
+/// bytes belong, so the overlap ORs equal bytes together.
+fn pack(bytes: &[u8]) -> u128 {
+    let len = bytes.len();
+    let body = match len {
+        8.. => {
+            let head = u128::from(u64::from_le_bytes(first_bytes(bytes)));
+            let tail = u128::from(u64::from_le_bytes(first_bytes(&bytes[len - 8..])));
+            head | tail << ((len - 8) * 8)
+        }
+        4.. => {
+            let head = u128::from(u32::from_le_bytes(first_bytes(bytes)));
+            let tail = u128::from(u32::from_le_bytes(first_bytes(&bytes[len - 4..])));
+            head | tail << ((len - 4) * 8)
+        }
+        _ => bytes
+            .iter()
+            .enumerate()
+            .fold(0, |word, (at, &byte)| word | u128::from(byte) << (at * 8)),
+    };
+    body | (len as u128) << 120
+}
+
+/// The first `N` bytes of `bytes` (which holds at least `N`).
+fn first_bytes<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut word = [0; N];
+    word.copy_from_slice(&bytes[..N]);
+    word
+}
+
+impl Ranks {
+    fn insert(&mut self, bytes: Vec<u8>, rank: Rank) {
+        if bytes.len() <= PACKED_MAX {
+            self.short.insert(pack(&bytes), rank);
+        } else {
+            self.long.insert(bytes.into_boxed_slice(), rank);
+        }
+    }
+
+    fn get(&self, bytes: &[u8]) -> Option<Rank> {
+        if bytes.len() <= PACKED_MAX {
+            self.short.get(&pack(bytes)).copied()
+        } else {
+            self.long.get(bytes).copied()
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.short.len() + self.long.len()
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.short.shrink_to_fit();
+        self.long.shrink_to_fit();
+    }
 }
 
 impl std::fmt::Debug for FastBpe {
@@ -78,7 +154,7 @@ impl std::fmt::Debug for FastBpe {
 }
 
 thread_local! {
-    static CACHE: RefCell<[FxHashMap<Box<[u8]>, u32>; 2]> = RefCell::new([FxHashMap::default(), FxHashMap::default()]);
+    static CACHE: RefCell<[FxHashMap<u128, u32>; 2]> = RefCell::new([FxHashMap::default(), FxHashMap::default()]);
     /// Each thread's search cache of the pre-tokenizer, with the address
     /// of the pattern it belongs to: threads counting at once (an import
     /// counts its messages on every core) would otherwise contend for the
@@ -95,7 +171,7 @@ impl FastBpe {
             .iter()
             .map(|s| s.as_bytes().to_vec())
             .collect();
-        let mut ranks = FxHashMap::default();
+        let mut ranks = Ranks::default();
         let mut misses = 0;
         let mut rank: Rank = 0;
         // Ranks are dense apart from the special tokens at the end; stop
@@ -131,16 +207,16 @@ impl FastBpe {
     }
 
     fn count_piece(&self, piece: &[u8]) -> u64 {
-        if piece.len() == 1 || self.ranks.contains_key(piece) {
+        if piece.len() == 1 || self.ranks.get(piece).is_some() {
             return 1;
         }
         if piece.len() >= LONG_PIECE {
-            // tiktoken-rs's merge behind `byte_pair_split` is quadratic: a
-            // 64 KiB run of spaces would take seconds.
+            // The pairwise merge is quadratic: a 64 KiB run of spaces
+            // would take seconds.
             return self.merge_count(piece);
         }
-        if piece.len() > CACHE_PIECE_MAX {
-            return tiktoken_rs::byte_pair_split(piece, &self.ranks).len() as u64;
+        if piece.len() > PACKED_MAX {
+            return self.short_merge_count(piece);
         }
         let slot = match self.encoding {
             Encoding::O200kBase => 0,
@@ -149,16 +225,50 @@ impl FastBpe {
         CACHE.with(|cache| {
             let mut caches = cache.borrow_mut();
             let cache = &mut caches[slot];
-            if let Some(&n) = cache.get(piece) {
+            let key = pack(piece);
+            if let Some(&n) = cache.get(&key) {
                 return u64::from(n);
             }
-            let n = tiktoken_rs::byte_pair_split(piece, &self.ranks).len();
+            let n = self.short_merge_count(piece);
             if cache.len() >= CACHE_LIMIT {
                 cache.clear();
             }
-            cache.insert(piece.into(), n as u32);
-            n as u64
+            cache.insert(key, n as u32);
+            n
         })
+    }
+
+    /// Returns the number of tokens byte-pair merging makes of `piece` (at
+    /// least two bytes, shorter than [`LONG_PIECE`]): the rank of every
+    /// adjacent pair of parts is kept, and the lowest (the leftmost of
+    /// equal ones) merges until no pair has a rank, as tiktoken merges.
+    /// Each merge rescans the pairs, which on pieces this short costs less
+    /// than [`FastBpe::merge_count`]'s heap.
+    fn short_merge_count(&self, piece: &[u8]) -> u64 {
+        // `starts[i]` is where part `i` begins; `pair[i]` is the rank of
+        // parts `i` and `i + 1` together (`Rank::MAX`: no such token).
+        let mut starts: Vec<usize> = (0..=piece.len()).collect();
+        let pair_rank = |starts: &[usize], i: usize| -> Rank {
+            match starts.get(i + 2) {
+                Some(&end) => self.ranks.get(&piece[starts[i]..end]).unwrap_or(Rank::MAX),
+                None => Rank::MAX,
+            }
+        };
+        let mut pair: Vec<Rank> = (0..piece.len()).map(|i| pair_rank(&starts, i)).collect();
+        while let Some((at, _)) = pair
+            .iter()
+            .enumerate()
+            .filter(|&(_, &rank)| rank != Rank::MAX)
+            .min_by_key(|&(i, &rank)| (rank, i))
+        {
+            starts.remove(at + 1);
+            pair.remove(at + 1);
+            pair[at] = pair_rank(&starts, at);
+            if at > 0 {
+                pair[at - 1] = pair_rank(&starts, at - 1);
+            }
+        }
+        (starts.len() - 1) as u64
     }
 
     /// Returns the number of tokens byte-pair merging makes of `piece`, as
@@ -171,7 +281,7 @@ impl FastBpe {
         if len < 2 {
             return len as u64;
         }
-        let rank = |start: usize, end: usize| self.ranks.get(&piece[start..end]).copied();
+        let rank = |start: usize, end: usize| self.ranks.get(&piece[start..end]);
         // The parts, by the offset they start at: the next part's start
         // (`len` after the last), the previous one's (`None` before the
         // first), and whether the offset still starts a part.
@@ -648,21 +758,22 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The heap merge against tiktoken-rs's own merge, on pieces of
-        /// every length (it serves only the long ones).
+        /// Both merges against tiktoken-rs's own, on pieces of every
+        /// length (the heap serves only the long ones, the pairwise merge
+        /// only the short ones).
         #[test]
-        fn the_heap_merge_counts_as_tiktoken_merges(
-            piece in "([a-z]{1,12}|[A-Z]{1,3}|[0-9]|[ =_.\\-]{1,3}|é|中)*"
+        fn the_merges_count_as_tiktoken_merges(
+            piece in "([a-z]{1,12}|[A-Z]{1,3}|[0-9]|[ =_.\\-]{1,3}|é|中|\u{1F389}|[\u{0}-\u{7f}])*"
         ) {
             // Pieces are never empty, and one byte is one token.
             proptest::prop_assume!(piece.len() >= 2);
             for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
                 let fast = fast_of(encoding);
                 let bytes = piece.as_bytes();
-                proptest::prop_assert_eq!(
-                    fast.merge_count(bytes),
-                    tiktoken_rs::byte_pair_split(bytes, &fast.ranks).len() as u64
-                );
+                let expected =
+                    tiktoken_rs::byte_pair_split(bytes, reference_ranks(encoding)).len() as u64;
+                proptest::prop_assert_eq!(fast.merge_count(bytes), expected);
+                proptest::prop_assert_eq!(fast.short_merge_count(bytes), expected);
             }
         }
 
@@ -701,6 +812,59 @@ mod tests {
 
     fn fast_of(encoding: Encoding) -> &'static FastBpe {
         fast(encoding).unwrap()
+    }
+
+    /// The fast counter's ranks as tiktoken-rs keys them, for its merge.
+    fn reference_ranks(encoding: Encoding) -> &'static FxHashMap<Vec<u8>, Rank> {
+        static O200K: OnceLock<FxHashMap<Vec<u8>, Rank>> = OnceLock::new();
+        static CL100K: OnceLock<FxHashMap<Vec<u8>, Rank>> = OnceLock::new();
+        let cell = match encoding {
+            Encoding::O200kBase => &O200K,
+            Encoding::Cl100kBase => &CL100K,
+        };
+        cell.get_or_init(|| {
+            let ranks = &fast_of(encoding).ranks;
+            let short = ranks.short.iter().map(|(&key, &rank)| {
+                let word = key.to_le_bytes();
+                (word[..usize::from(word[15])].to_vec(), rank)
+            });
+            let long = ranks.long.iter().map(|(key, &rank)| (key.to_vec(), rank));
+            short.chain(long).collect()
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn packing_keeps_every_byte_and_the_length(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..=PACKED_MAX)) {
+            let word = pack(&bytes).to_le_bytes();
+            proptest::prop_assert_eq!(usize::from(word[15]), bytes.len());
+            proptest::prop_assert_eq!(&word[..bytes.len()], &bytes[..]);
+            proptest::prop_assert!(word[bytes.len()..15].iter().all(|&byte| byte == 0));
+        }
+    }
+
+    #[test]
+    fn every_token_is_found_under_its_own_bytes_and_keys_do_not_collide() {
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let core = core_of(encoding);
+            let fast = fast_of(encoding);
+            let ranks = reference_ranks(encoding);
+            // One key per token: packing lost none to a collision.
+            assert_eq!(ranks.len(), fast.vocabulary_size());
+            let mut long = 0;
+            for (bytes, &rank) in ranks {
+                assert_eq!(fast.ranks.get(bytes), Some(rank));
+                assert_eq!(core.decode_bytes(&[rank]).unwrap(), *bytes);
+                long += usize::from(bytes.len() > PACKED_MAX);
+            }
+            assert!(
+                long > 0,
+                "{encoding:?}: no token is longer than a packed key"
+            );
+            // A prefix or an extension of a token is its own key.
+            assert_eq!(fast.ranks.get(b" the\0"), None);
+            assert_eq!(fast.ranks.get(b""), None);
+        }
     }
 
     #[test]
