@@ -88,7 +88,7 @@ pub(crate) fn import_native(
             Some(top) => scanned.push(Scanned::of(idx, &top)),
             None => {
                 if !raw_flag(line, "isSidechain") {
-                    damaged.push(raw_node(idx, line, CLAUDE_TREE));
+                    damaged.extend(raw_node(idx, line, CLAUDE_TREE));
                 }
             }
         },

@@ -66,7 +66,7 @@ pub(crate) fn read_head(file: &std::fs::File) -> std::io::Result<Head> {
         if reader.read_until(b'\n', &mut bytes)? == 0 {
             return Ok(Head { bytes, more: false });
         }
-        let line = String::from_utf8_lossy(&bytes[start..]);
+        let line = super::text::decode(&bytes[start..]);
         let line = if start == 0 {
             line.trim_start_matches('\u{feff}')
         } else {
@@ -117,7 +117,7 @@ impl Head {
         if !self.more {
             return None;
         }
-        let text = String::from_utf8_lossy(&self.bytes);
+        let text = super::text::decode(&self.bytes);
         let first = text
             .trim_start_matches('\u{feff}')
             .lines()
@@ -144,7 +144,7 @@ impl Head {
 /// Detects the format of a transcript's bytes; `None` when it is none of
 /// the supported formats.
 pub fn detect_bytes(bytes: &[u8]) -> Option<Detected> {
-    let text = String::from_utf8_lossy(bytes);
+    let text = super::text::decode(bytes);
     let text = text.trim_start_matches('\u{feff}');
     let lines: Vec<Map<String, Value>> = text
         .lines()
@@ -225,7 +225,7 @@ const MAX_TOP_LEVEL_KEYS: usize = 64;
 /// end of input) whose top-level keys so far, or the `.traj` extension of
 /// `source`, match a format. `None` for anything else.
 pub fn detect_truncated(bytes: &[u8], source: &Path) -> Option<Truncated> {
-    let text = String::from_utf8_lossy(bytes);
+    let text = super::text::decode(bytes);
     let text = text.trim_start_matches('\u{feff}');
     if !text.trim_start().starts_with('{') {
         return None;

@@ -23,6 +23,7 @@ use rustc_hash::FxHasher;
 use serde_json::{Map, Value};
 
 use super::InvalidUtf8;
+use super::text::{self, LoneSurrogates};
 
 /// Bytes read from the file per system call.
 const READ_BUFFER: usize = 256 * 1024;
@@ -43,6 +44,8 @@ pub(crate) struct FileLines {
     len: u64,
     /// The invalid UTF-8 the first pass met.
     invalid_utf8: Cell<Option<InvalidUtf8>>,
+    /// The lone surrogate escapes the first pass replaced.
+    surrogates: Cell<Option<LoneSurrogates>>,
     /// The hash of the bytes the first pass read.
     scanned: Cell<Option<u64>>,
     /// The first read error or change found; the import fails with it.
@@ -58,6 +61,7 @@ impl Lines<'_> {
             file,
             len,
             invalid_utf8: Cell::new(None),
+            surrogates: Cell::new(None),
             scanned: Cell::new(None),
             error: RefCell::new(None),
         })
@@ -66,13 +70,14 @@ impl Lines<'_> {
     /// Calls `each(line_idx, line)` for every line: split as
     /// [`str::lines`] splits, a UTF-8 byte-order mark before the first
     /// line removed, invalid UTF-8 replaced by U+FFFD. `each` returns
-    /// `false` to stop early.
+    /// `false` to stop early. Lone surrogate escapes are replaced too
+    /// ([`text`]; text in memory was repaired whole when it was read).
     pub fn each_line(&self, mut each: impl FnMut(usize, &str) -> bool) {
         match self {
             Lines::Text(text) => {
                 let text = text.strip_prefix('\u{feff}').unwrap_or(text);
                 for (line_idx, line) in text.lines().enumerate() {
-                    if !each(line_idx, line) {
+                    if !each(line_idx, &text::repair_surrogates(line).0) {
                         return;
                     }
                 }
@@ -123,6 +128,15 @@ impl Lines<'_> {
         match self {
             Lines::Text(_) => None,
             Lines::File(file) => file.invalid_utf8.get(),
+        }
+    }
+
+    /// Returns the lone surrogate escapes the first pass over a file
+    /// replaced (text in memory: see [`Lines::each_line`]).
+    pub fn lone_surrogates(&self) -> Option<LoneSurrogates> {
+        match self {
+            Lines::Text(_) => None,
+            Lines::File(file) => file.surrogates.get(),
         }
     }
 
@@ -177,6 +191,7 @@ impl FileLines {
         let mut buf: Vec<u8> = Vec::new();
         let mut line_start = 0u64;
         let mut invalid: Option<InvalidUtf8> = None;
+        let mut surrogates: Option<LoneSurrogates> = None;
         for line_idx in 0usize.. {
             buf.clear();
             let read = match reader.read_until(b'\n', &mut buf) {
@@ -225,12 +240,17 @@ impl FileLines {
                     String::from_utf8_lossy(bytes)
                 }
             };
+            let (text, found) = text::repair_lossy(text);
+            if first_pass {
+                LoneSurrogates::add(&mut surrogates, line_start + skipped, found);
+            }
             line_start += read as u64;
             calling = each(line_idx, &text);
         }
         let hash = hasher.finish();
         if first_pass {
             self.invalid_utf8.set(invalid);
+            self.surrogates.set(surrogates);
             self.scanned.set(Some(hash));
         } else if self.scanned.get() != Some(hash) {
             self.fail(changed_error());

@@ -40,6 +40,7 @@ mod openhands;
 mod pi;
 mod scan;
 mod swe_agent;
+mod text;
 mod tree;
 
 use std::fmt;
@@ -50,6 +51,7 @@ use serde_json::Value;
 use soba_core::{Entry, Usage};
 
 pub use detect::{Detected, Truncated, detect_bytes, detect_format, detect_truncated};
+pub use text::LoneSurrogates;
 
 /// A foreign transcript format the importers understand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -581,7 +583,11 @@ pub fn import_as(
     options: &ImportOptions,
 ) -> Result<Vec<ImportedSession>, ImportError> {
     let invalid_utf8 = InvalidUtf8::scan(bytes);
-    let text = String::from_utf8_lossy(bytes);
+    let (text, surrogates) = text::repair_lossy(String::from_utf8_lossy(bytes));
+    let notes = TextNotes {
+        invalid_utf8,
+        surrogates,
+    };
     let ctx = builder::Context {
         source: source.to_owned(),
         fallback_ms: options.fallback_timestamp_ms,
@@ -593,7 +599,7 @@ pub fn import_as(
         Format::CodexMessagesMeta => codex::import_messages_meta(&text, &ctx),
         line_format => {
             return import_lines(&lines::Lines::Text(&text), line_format, source, options)
-                .map(|sessions| with_invalid_utf8(sessions, invalid_utf8, source));
+                .map(|sessions| notes.add_to(sessions, source));
         }
     };
     let sessions = sessions.map_err(|reason| ImportError::Malformed {
@@ -601,7 +607,7 @@ pub fn import_as(
         format,
         reason,
     })?;
-    Ok(with_invalid_utf8(sessions, invalid_utf8, source))
+    Ok(notes.add_to(sessions, source))
 }
 
 /// Imports the lines of a line-oriented format (pi, Claude Code native, a
@@ -632,24 +638,40 @@ fn import_lines(
         format,
         reason,
     })?;
-    Ok(with_invalid_utf8(sessions, lines.invalid_utf8(), source))
+    let notes = TextNotes {
+        invalid_utf8: lines.invalid_utf8(),
+        surrogates: lines.lone_surrogates(),
+    };
+    Ok(notes.add_to(sessions, source))
 }
 
-/// Records invalid UTF-8 in the file on every session it held: the first
-/// diagnostic says where it was and what was done.
-fn with_invalid_utf8(
-    mut sessions: Vec<ImportedSession>,
+/// What reading a file's bytes as text repaired ([`text`]).
+struct TextNotes {
     invalid_utf8: Option<InvalidUtf8>,
-    source: &Path,
-) -> Vec<ImportedSession> {
-    if let Some(invalid) = invalid_utf8 {
-        let note = format!("{}: {invalid}", source.display());
+    surrogates: Option<LoneSurrogates>,
+}
+
+impl TextNotes {
+    /// Records the repairs on every session the file held: the first
+    /// diagnostics say where they were and what was done.
+    fn add_to(self, mut sessions: Vec<ImportedSession>, source: &Path) -> Vec<ImportedSession> {
+        let notes: Vec<String> = [
+            self.invalid_utf8.map(|invalid| invalid.to_string()),
+            self.surrogates.map(|found| found.to_string()),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|note| format!("{}: {note}", source.display()))
+        .collect();
         for session in &mut sessions {
-            session.stats.invalid_utf8 = Some(invalid);
-            session.stats.diagnostics.insert(0, note.clone());
+            session.stats.invalid_utf8 = self.invalid_utf8;
+            session
+                .stats
+                .diagnostics
+                .splice(0..0, notes.iter().cloned());
         }
+        sessions
     }
-    sessions
 }
 
 /// Walks `dir` recursively (sorted by name, symlinked folders not followed)

@@ -59,7 +59,7 @@ pub(crate) fn import(lines: &Lines<'_>, ctx: &Context) -> Result<Vec<ImportedSes
                 node: parsed_node(idx, &top, PI_TREE),
                 tree_keys: top.has("id") && top.has("parentId"),
             }),
-            None => damaged.push(raw_node(idx, line, PI_TREE)),
+            None => damaged.extend(raw_node(idx, line, PI_TREE)),
         },
     );
     let header = header.ok_or_else(|| "no `session` header line".to_owned())?;

@@ -79,14 +79,16 @@ pub(crate) fn parsed_node(line_idx: usize, top: &TopLevel, keys: TreeKeys) -> No
 }
 
 /// Returns the node of a line that did not parse, its id and parent read
-/// from the top level of its raw text.
-pub(crate) fn raw_node(line_idx: usize, raw: &str, keys: TreeKeys) -> Node {
+/// from the top level of its raw text; `None` when no id can be read: no
+/// entry can name it as parent and nothing of it is converted, so it has
+/// no place in the tree (and a file of millions of damaged lines costs no
+/// memory per line).
+pub(crate) fn raw_node(line_idx: usize, raw: &str, keys: TreeKeys) -> Option<Node> {
     let mut wanted = vec![keys.id, keys.parent];
     wanted.extend(keys.logical_parent);
     let found = top_level_values(raw, &wanted);
-    let id = match &found[0] {
-        RawValue::Str(id) => Some(id.clone()),
-        _ => None,
+    let RawValue::Str(id) = &found[0] else {
+        return None;
     };
     let parent_of = |value: &RawValue| match value {
         RawValue::Null => Parent::Root,
@@ -97,12 +99,12 @@ pub(crate) fn raw_node(line_idx: usize, raw: &str, keys: TreeKeys) -> Node {
     if parent == Parent::Root && found.len() > 2 && matches!(found[2], RawValue::Str(_)) {
         parent = parent_of(&found[2]);
     }
-    Node {
+    Some(Node {
         line_idx,
-        id,
+        id: Some(id.clone()),
         parent,
         damaged: true,
-    }
+    })
 }
 
 /// Returns whether the raw text of a damaged line sets the top-level
@@ -219,7 +221,7 @@ pub(crate) fn branch(
 ) -> Vec<usize> {
     let Some(leaf) = leaf
         .filter(|&leaf| leaf < nodes.len())
-        .or_else(|| nodes.iter().rposition(|node| node.id.is_some()))
+        .or_else(|| default_leaf(nodes, what, diagnostics))
     else {
         return (0..nodes.len()).collect();
     };
@@ -283,7 +285,44 @@ pub(crate) fn branch(
     }
     let mut path: Vec<usize> = on_path.into_iter().collect();
     path.sort_unstable();
+    // Entries are converted in file order; one written before its parent
+    // is said, not silently moved.
+    let before_parent: Vec<usize> = path
+        .iter()
+        .filter(|&&pos| resolve(&nodes[pos]).is_some_and(|parent| parent > pos))
+        .map(|&pos| nodes[pos].line_idx + 1)
+        .collect();
+    if let Some(first) = before_parent.first() {
+        diagnostics.push(format!(
+            "line {first}: this entry comes before its parent in the file ({} such on the branch); entries are imported in file order, not reordered",
+            before_parent.len()
+        ));
+    }
     path
+}
+
+/// The branch's last node by default: the last node with an id, except a
+/// damaged one whose parent cannot be read (a line cut off as it was
+/// written), which says nothing about where the branch runs; then the
+/// node before it. `None` when no node has an id.
+fn default_leaf(nodes: &[Node], what: &str, diagnostics: &mut Diagnostics) -> Option<usize> {
+    let last = nodes.iter().rposition(|node| node.id.is_some())?;
+    let unplaced = |node: &Node| node.damaged && node.parent == Parent::Unknown;
+    if !unplaced(&nodes[last]) {
+        return Some(last);
+    }
+    let Some(before) = nodes[..last]
+        .iter()
+        .rposition(|node| node.id.is_some() && !unplaced(node))
+    else {
+        return Some(last);
+    };
+    diagnostics.push(format!(
+        "line {}: damaged and its {what} unreadable; the branch is followed from the entry on line {}",
+        nodes[last].line_idx + 1,
+        nodes[before].line_idx + 1
+    ));
+    Some(before)
 }
 
 #[cfg(test)]
@@ -302,17 +341,19 @@ mod tests {
             3,
             r#"{"type":"message","message":{"content":[{"id":"nested"}]},"id":"a\"b","parentId":"p","x":"#,
             PI,
-        );
+        )
+        .expect("an id");
         assert_eq!(node.id.as_deref(), Some("a\"b"));
         assert_eq!(node.parent, Parent::Id("p".into()));
-        let cut = raw_node(0, r#"{"type":"message","id":"a","parentId":"p"#, PI);
+        let cut = raw_node(0, r#"{"type":"message","id":"a","parentId":"p"#, PI).expect("an id");
         assert_eq!(
             (cut.id.as_deref(), cut.parent),
             (Some("a"), Parent::Unknown)
         );
-        let null = raw_node(0, r#"{"id":"a", "parentId" : null,"#, PI);
+        let null = raw_node(0, r#"{"id":"a", "parentId" : null,"#, PI).expect("an id");
         assert_eq!(null.parent, Parent::Root);
-        assert_eq!(raw_node(0, "garbage", PI).id, None);
+        assert!(raw_node(0, "garbage", PI).is_none());
+        assert!(raw_node(0, r#"{"parentId":"p","#, PI).is_none());
     }
 
     fn node(line: usize, id: Option<&str>, parent: Parent, damaged: bool) -> Node {
@@ -322,6 +363,52 @@ mod tests {
             parent,
             damaged,
         }
+    }
+
+    #[test]
+    fn a_branch_cut_off_in_its_last_line_is_followed_from_the_line_before() {
+        // a ← b ← c, then d on another branch from b, then a last line cut
+        // off after its id: the branch is the one `d` ends, not nothing.
+        let id = |parent: &str| Parent::Id(parent.to_owned());
+        let nodes = [
+            node(1, Some("a"), Parent::Root, false),
+            node(2, Some("b"), id("a"), false),
+            node(3, Some("c"), id("b"), false),
+            node(4, Some("d"), id("b"), false),
+            node(5, Some("e"), Parent::Unknown, true),
+        ];
+        let mut diagnostics = Diagnostics::default();
+        assert_eq!(
+            branch(&nodes, None, "parentId", &mut diagnostics),
+            [0, 1, 3]
+        );
+        assert_eq!(
+            diagnostics.into_parts().0,
+            [
+                "line 6: damaged and its parentId unreadable; the branch is followed from the entry on line 5"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_entry_before_its_parent_in_the_file_is_said() {
+        let id = |parent: &str| Parent::Id(parent.to_owned());
+        let nodes = [
+            node(0, Some("b"), id("a"), false),
+            node(1, Some("a"), Parent::Root, false),
+            node(2, Some("c"), id("b"), false),
+        ];
+        let mut diagnostics = Diagnostics::default();
+        assert_eq!(
+            branch(&nodes, None, "parentId", &mut diagnostics),
+            [0, 1, 2]
+        );
+        assert_eq!(
+            diagnostics.into_parts().0,
+            [
+                "line 1: this entry comes before its parent in the file (1 such on the branch); entries are imported in file order, not reordered"
+            ]
+        );
     }
 
     #[test]
