@@ -176,6 +176,10 @@ pub fn environment_hint(err: &std::io::Error) -> Option<&'static str> {
         Kind::NotADirectory | Kind::IsADirectory => {
             "a file is where a folder should be, or a folder where a file should be: check the path"
         }
+        // Creating a folder where a file (or a dangling link) already is.
+        Kind::AlreadyExists => {
+            "something already exists at that path (a file where a folder should be, or a dangling link): check the path or choose another"
+        }
         Kind::InvalidFilename => {
             "the file name is too long or not allowed here: use a shorter path"
         }

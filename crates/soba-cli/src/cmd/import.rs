@@ -254,7 +254,11 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         crate::output::errln!("{n_skipped} files skipped (see above)");
     }
     if n_failed > 0 {
-        crate::output::errln!("{n_failed} files could not be imported (see above)");
+        // The sessions above were written; the run still failed.
+        return Err(CliError::user(format!(
+            "{n_failed} of the files could not be imported (see above)"
+        ))
+        .hint("fix what each line above says and import the folder again: what was imported already is recognised and not written twice"));
     }
     Ok(())
 }

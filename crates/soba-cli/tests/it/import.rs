@@ -337,6 +337,58 @@ fn unknown_files_are_errors_and_skipped_inside_folders() {
 }
 
 #[test]
+fn a_folder_with_a_file_that_fails_exits_1_after_importing_the_rest() {
+    let sandbox = Sandbox::new();
+    sandbox.write("in/a.jsonl", &pi_session("hello"));
+    // A Gemini CLI recording cut off as it was written: recognised, not
+    // importable.
+    sandbox.write(
+        "in/b.json",
+        r#"{"sessionId":"g-1","projectHash":"p","startTime":"2025-02-01T10:00:00.000Z","messages":[{"type":"user","content":"cut"#,
+    );
+    let dir = sandbox.ws.join("in");
+    let out = sandbox.ws.join("out");
+    let output = sandbox.run(&[
+        "import",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reports.len(), 1, "the good file's session is reported");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1, "and written");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("b.json: ")
+            && stderr.contains("error: 1 of the files could not be imported (see above)")
+            && stderr.contains("hint: fix what each line above says"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_out_folder_that_is_a_file_exits_1_with_what_to_do() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("s.jsonl", &pi_session("hello"));
+    let blocker = sandbox.write("out", "a file");
+    let output = sandbox.run(&[
+        "import",
+        file.to_str().unwrap(),
+        "--out",
+        blocker.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("hint: something already exists at that path"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(std::fs::read(&blocker).unwrap(), b"a file");
+}
+
+#[test]
 fn an_import_that_cannot_be_written_exits_1_with_what_to_do_and_leaves_nothing() {
     let sandbox = Sandbox::new();
     let file = sandbox.write("s.jsonl", &pi_session("Fix the failing test."));
