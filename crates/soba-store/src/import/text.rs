@@ -18,8 +18,7 @@ use std::fmt;
 /// Lone surrogate escapes replaced in an imported file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoneSurrogates {
-    /// Byte offset of the first one (of its line's text in a streamed
-    /// file: see [`LoneSurrogates::at_line`]).
+    /// Byte offset of the first one in the file.
     pub first_offset: u64,
     /// How many were replaced.
     pub replaced: u64,
