@@ -982,6 +982,29 @@ pub(crate) fn usage_figures<const N: usize>(
     valid.then_some(out)
 }
 
+/// Reads `obj[key]`, a token figure a transcript records beside its usage
+/// (a compaction's tokens before it), as [`usage_figures`] reads one: a
+/// value that is not a plausible count is read as 0 with a diagnostic
+/// naming `at`, the key and the value.
+pub(crate) fn token_figure(
+    obj: &Map<String, Value>,
+    key: &str,
+    at: &str,
+    diagnostics: &mut Diagnostics,
+) -> u64 {
+    let field = obj.get(key);
+    figure_of(field).unwrap_or_else(|why| {
+        let shown: String = field
+            .map(Value::to_string)
+            .unwrap_or_default()
+            .chars()
+            .take(40)
+            .collect();
+        diagnostics.push(format!("{at}: `{key}` is {shown} ({why}); read as 0"));
+        0
+    })
+}
+
 /// Reads one usage figure; the error says what is wrong with it.
 fn figure_of(value: Option<&Value>) -> Result<u64, &'static str> {
     let figure = raw_figure_of(value)?;

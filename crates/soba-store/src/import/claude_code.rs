@@ -20,7 +20,7 @@ use super::builder::Diagnostics;
 use super::builder::{
     Context, KeptTarget, SessionBuilder, content_field, content_text, count_field,
     for_each_jsonl_scan, image_from_url, is_interrupt_marker, message_with, obj_field, odd_content,
-    parse_document, str_field, text_of, timestamp_field, tool_message, usage_figures,
+    parse_document, str_field, text_of, timestamp_field, token_figure, tool_message, usage_figures,
 };
 use super::lines::Lines;
 use super::scan::{Top, TopLevel};
@@ -134,8 +134,14 @@ pub(crate) fn import_native(
                         if let Some(previous) = pending.take() {
                             previous.close(None, &mut b);
                         }
-                        let tokens_before = obj_field(obj, "compactMetadata")
-                            .map_or(0, |meta| count_field(meta, "preTokens"));
+                        let tokens_before = obj_field(obj, "compactMetadata").map_or(0, |meta| {
+                            token_figure(
+                                meta,
+                                "preTokens",
+                                &format!("line {line_no}"),
+                                &mut b.diagnostics,
+                            )
+                        });
                         let original_id = str_field(obj, "uuid")
                             .map_or_else(|| format!("line:{line_idx}"), str::to_owned);
                         pending = Some(PendingBoundary {

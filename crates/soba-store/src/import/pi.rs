@@ -13,7 +13,7 @@ use super::builder::Diagnostics;
 use super::builder::{
     Context, KeptTarget, SessionBuilder, content_field, count_field, for_each_jsonl_scan,
     message_with, obj_field, odd_content, str_field, text_of, timestamp_field, timestamp_of,
-    tool_message, usage_figures,
+    token_figure, tool_message, usage_figures,
 };
 use super::lines::Lines;
 use super::tree::{Node, TreeKeys, branch, parsed_node, raw_node};
@@ -173,7 +173,12 @@ fn convert_line(
         "compaction" => {
             b.count_record("compaction");
             let summary = str_field(obj, "summary").unwrap_or_default().to_owned();
-            let tokens_before = count_field(obj, "tokensBefore");
+            let tokens_before = token_figure(
+                obj,
+                "tokensBefore",
+                &format!("line {line_no}"),
+                &mut b.diagnostics,
+            );
             let (original_id, kept_line) = if let Some(kept_id) = str_field(obj, "firstKeptEntryId")
             {
                 let own =
@@ -238,8 +243,14 @@ fn convert_line(
                 timestamp,
             );
         }
-        "thinking_level_change" | "custom" | "label" | "session_info" | "session" => {
-            b.count_record(kind)
+        "thinking_level_change" | "custom" | "label" | "session_info" => b.count_record(kind),
+        "session" => {
+            // The header was read on the first pass; another is damage
+            // (two files joined, or a key written twice), said, not merged.
+            b.count_record(kind);
+            b.diag(format!(
+                "line {line_no}: a second session header skipped (the first one describes the session)"
+            ));
         }
         other => {
             b.count_record(other);
