@@ -692,6 +692,31 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any text at all: every ASCII byte (controls included) beside
+        /// any Unicode scalar value, so both the hand-written ASCII path
+        /// and the pattern meet every neighbour.
+        #[test]
+        fn any_text_counts_equal_tiktoken(
+            chars in proptest::collection::vec(
+                proptest::prop_oneof![
+                    3 => proptest::strategy::Strategy::prop_map(0u8..=127, char::from),
+                    1 => proptest::char::any(),
+                ],
+                0..300,
+            )
+        ) {
+            let text: String = chars.into_iter().collect();
+            for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+                proptest::prop_assert_eq!(
+                    fast_of(encoding).count(&text),
+                    core_of(encoding).encode_ordinary(&text).len() as u64,
+                    "{:?} on {:?}", encoding, text
+                );
+            }
+        }
+    }
+
     /// The piece ends of `text` found by the pattern alone, and as the
     /// counter finds them (the ASCII path first).
     fn piece_ends(encoding: Encoding, text: &str) -> (Vec<usize>, Vec<usize>) {
