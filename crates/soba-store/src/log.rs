@@ -712,6 +712,46 @@ pub fn write_new_session(
     })
 }
 
+/// Removes the temporary files [`write_new_session`] leaves in `dir` when
+/// its process is killed (`.<name>.jsonl.partial`; on any error it removes
+/// its own), and returns their paths. A file is removed only when no
+/// process holds its lock (a writer locks it from creation to rename) and
+/// it has not changed for [`STALE_AFTER`]; anything else, and anything
+/// that cannot be read, is left alone.
+pub fn remove_stale_partials(dir: &Path) -> Vec<PathBuf> {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in read.flatten() {
+        let name = entry.file_name();
+        let is_partial = name
+            .to_str()
+            .is_some_and(|name| name.starts_with('.') && name.ends_with(".jsonl.partial"));
+        if !is_partial || !entry.file_type().is_ok_and(|kind| kind.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        let settled = file
+            .metadata()
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age >= STALE_AFTER));
+        if settled && file.try_lock().is_ok() && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// How long a partial session file must have been left unchanged before
+/// [`remove_stale_partials`] takes it for an interrupted write (a writer
+/// creates the file a moment before it locks it).
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs `write` on a temporary sibling of `path`, then renames it into
 /// place and syncs the folder; removes the temporary file on any failure.
 fn write_whole(
@@ -761,6 +801,42 @@ fn write_whole(
 #[cfg(test)]
 mod whole_file_tests {
     use super::*;
+
+    #[test]
+    fn only_partial_files_nobody_writes_are_swept() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let dir = temp.path();
+        let old = std::time::SystemTime::now() - 2 * STALE_AFTER;
+        let write = |name: &str, modified: Option<std::time::SystemTime>| {
+            let path = dir.join(name);
+            std::fs::write(&path, b"{\"type\":\"session\"}\n{\"half").expect("write");
+            if let Some(at) = modified {
+                File::options()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|file| file.set_modified(at))
+                    .expect("set the time");
+            }
+            path
+        };
+        let stale = write(".a.jsonl.partial", Some(old));
+        let locked = write(".b.jsonl.partial", Some(old));
+        let fresh = write(".c.jsonl.partial", None);
+        let session = write("d.jsonl", Some(old));
+        let other = write(".e.partial", Some(old));
+        // Another import still writing `b`.
+        let writer = File::options().write(true).open(&locked).expect("open");
+        writer.lock().expect("lock");
+        assert_eq!(remove_stale_partials(dir), std::slice::from_ref(&stale));
+        for kept in [&locked, &fresh, &session, &other] {
+            assert!(kept.exists(), "{} kept", kept.display());
+        }
+        assert!(!stale.exists());
+        // Once its writer is gone, it is swept too.
+        drop(writer);
+        assert_eq!(remove_stale_partials(dir), [locked]);
+        assert!(remove_stale_partials(&dir.join("missing")).is_empty());
+    }
 
     /// Returns the names in `dir`, sorted.
     fn names(dir: &Path) -> Vec<String> {

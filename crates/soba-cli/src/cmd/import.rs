@@ -11,7 +11,9 @@ use soba_core::Encoding;
 use soba_core::terminal::Line;
 use soba_core::tokens::{BpeCounter, TokenCounter, group_thousands};
 use soba_store::import::{FileOutcome, ImportedSession, dir_files, import_path};
-use soba_store::log::{ImportedFrom, SessionHeader, SystemMinter, write_new_session};
+use soba_store::log::{
+    ImportedFrom, SessionHeader, SystemMinter, remove_stale_partials, write_new_session,
+};
 use soba_store::reader::{list_sessions, read_header, session_path};
 
 use crate::cli::{GlobalArgs, ImportArgs};
@@ -148,6 +150,14 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     let previous = if args.dry_run {
         HashMap::new()
     } else {
+        let stale = remove_stale_partials(&out_dir);
+        if !stale.is_empty() {
+            crate::output::errln!(
+                "removed {} unfinished session file(s) an interrupted import left in {}",
+                stale.len(),
+                crate::output::path(&out_dir)
+            );
+        }
         previous_imports(&out_dir)
     };
     let image_tokens = ctx.config().compaction.image_tokens;
@@ -182,11 +192,19 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     };
     let mut n_failed = 0usize;
     let mut n_skipped = 0usize;
+    // A session that cannot be written (a full disk) stops a folder's
+    // import; what was written before it is still reported.
+    let mut stopped: Option<CliError> = None;
     if metadata.is_dir() {
         for file in dir_files(source)? {
             let file = file.import();
             match file.outcome {
-                FileOutcome::Imported(found) => handle(found)?,
+                FileOutcome::Imported(found) => {
+                    if let Err(err) = handle(found) {
+                        stopped = Some(err);
+                        break;
+                    }
+                }
                 FileOutcome::Skipped(diagnostic) => {
                     n_skipped += 1;
                     crate::output::errln!(
@@ -206,6 +224,9 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
             }
         }
         if reports.is_empty() {
+            if let Some(err) = stopped {
+                return Err(err);
+            }
             return Err(CliError::user(format!(
                 "no importable transcript in {}{}",
                 source.display(),
@@ -252,6 +273,12 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     stdout.flush()?;
     if n_skipped > 0 {
         crate::output::errln!("{n_skipped} files skipped (see above)");
+    }
+    if let Some(err) = stopped {
+        return Err(err.hint(format!(
+            "the {} session(s) listed above were imported before it stopped, and the files after it were not tried: import the folder again once this is fixed (nothing is written twice)",
+            reports.len()
+        )));
     }
     if n_failed > 0 {
         // The sessions above were written; the run still failed.

@@ -100,7 +100,10 @@ pub(crate) fn import_native(
 
     let mut pending: Option<PendingBoundary> = None;
     // message.id → (entry index, inference index).
-    let mut responses: HashMap<String, (usize, Option<usize>)> = HashMap::new();
+    // A response's lines are merged only while no user message has come
+    // since its first line (tool results may): `prompts` counts them.
+    let mut responses: HashMap<String, (usize, Option<usize>, usize)> = HashMap::new();
+    let mut prompts = 0usize;
     // message.id → the raw figures of the last usage object seen (`None`
     // when unusable), in the order of `RAW_USAGE_KEYS`.
     // Per response: the four figures of RAW_USAGE_KEYS, then the 1-hour
@@ -187,6 +190,7 @@ pub(crate) fn import_native(
                     b.push_message(result, timestamp.clone());
                 }
                 if !blocks.is_empty() {
+                    prompts += 1;
                     let origin = if is_summary {
                         MessageOrigin::Summary
                     } else if is_meta || is_injected(&blocks) {
@@ -226,8 +230,16 @@ pub(crate) fn import_native(
                     usage_obj.map(|usage| anthropic_usage(usage, &at, &mut b.diagnostics));
                 let usage = parsed_usage.flatten();
                 let msg_id = str_field(message, "id").map(str::to_owned);
-                if let Some((entry_idx, inference_idx)) =
-                    msg_id.as_ref().and_then(|id| responses.get(id)).copied()
+                let earlier = msg_id.as_ref().and_then(|id| responses.get(id)).copied();
+                if let (Some(id), Some((entry_idx, _, since))) = (&msg_id, earlier)
+                    && since != prompts
+                {
+                    b.diag(format!(
+                        "{at}: message.id {id:?} was the response at entry {entry_idx}, before a user message; kept as a response of its own"
+                    ));
+                }
+                if let Some((entry_idx, inference_idx, _)) =
+                    earlier.filter(|&(_, _, since)| since == prompts)
                 {
                     if let Some(target) = b.message_mut(entry_idx) {
                         target.content.extend(blocks);
@@ -255,7 +267,7 @@ pub(crate) fn import_native(
                         Some(b.push_inference(entry_idx, usage, timestamp, model, msg_id.clone()))
                     };
                     if let Some(id) = &msg_id {
-                        responses.insert(id.clone(), (entry_idx, inference_idx));
+                        responses.insert(id.clone(), (entry_idx, inference_idx, prompts));
                     }
                 }
                 if let (Some(id), Some(usage_obj)) = (msg_id, usage_obj)
