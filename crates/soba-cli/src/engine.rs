@@ -313,7 +313,7 @@ pub fn onboarding(ctx: &Context) -> Vec<String> {
         format!(
             "llama.cpp (llama-server -m model.gguf -c 32768 --jinja --port 8080): put {LLAMA_CPP_CONFIG} in the config file"
         ),
-        "`soba demo` runs the whole engine offline, no key needed".to_owned(),
+        "`soba demo` runs the whole engine offline, no key needed; `soba sessions` and `soba show ID` read your sessions (imported ones too) without one".to_owned(),
     ]
 }
 
