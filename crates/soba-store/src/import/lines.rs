@@ -71,13 +71,14 @@ impl Lines<'_> {
     /// [`str::lines`] splits, a UTF-8 byte-order mark before the first
     /// line removed, invalid UTF-8 replaced by U+FFFD. `each` returns
     /// `false` to stop early. Lone surrogate escapes are replaced too
-    /// ([`text`]; text in memory was repaired whole when it was read).
+    /// ([`text`]) in a file's lines; text in memory is read as given (the
+    /// importer repaired it whole when it decoded it).
     pub fn each_line(&self, mut each: impl FnMut(usize, &str) -> bool) {
         match self {
             Lines::Text(text) => {
                 let text = text.strip_prefix('\u{feff}').unwrap_or(text);
                 for (line_idx, line) in text.lines().enumerate() {
-                    if !each(line_idx, &text::repair_surrogates(line).0) {
+                    if !each(line_idx, line) {
                         return;
                     }
                 }
