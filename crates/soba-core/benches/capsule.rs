@@ -107,6 +107,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("extract only, ~1M tokens", |b| {
         b.iter(|| {
             let input = FactsInput {
+                tail: &[],
                 span: &span,
                 previous: None,
                 retained: &retained,
@@ -116,6 +117,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     let input = FactsInput {
+        tail: &[],
         span: &span,
         previous: None,
         retained: &retained,
@@ -130,6 +132,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("extract + deterministic capsule, ~1M tokens", |b| {
         b.iter(|| {
             let input = FactsInput {
+                tail: &[],
                 span: &span,
                 previous: None,
                 retained: &retained,

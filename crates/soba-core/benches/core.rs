@@ -265,6 +265,7 @@ fn plan_and_capsule(c: &mut Criterion) {
                 .collect();
             let facts = extract(
                 &FactsInput {
+                    tail: &[],
                     span: &path[..span_end],
                     previous: None,
                     retained: &retained,

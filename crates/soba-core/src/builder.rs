@@ -15,9 +15,11 @@ use crate::capsule::{
     BoundaryTruncation, Capsule, CapsuleState, ImportedCapsule, LocalSections, Narrative,
     NativeContinuation, OverflowRecord, Quality, SummaryScope, Trigger,
 };
+use crate::directive::constraint_key;
 use crate::entry::CheckpointKind;
 use crate::facts::{
-    Facts, PlanItem, PlanStatus, UnresolvedError, truncate_middle_chars, truncate_middle_tokens,
+    Facts, PlanItem, PlanState, PlanStatus, UnresolvedError, truncate_middle_lines,
+    truncate_middle_tokens,
 };
 use crate::id::EntryId;
 use crate::render::{self, CapsuleView, NONE_RECORDED, code_span};
@@ -37,6 +39,8 @@ pub const ERROR_HEAD_CHARS: usize = 250;
 pub const ERROR_TAIL_CHARS: usize = 250;
 /// Checkpoint entries listed, newest first.
 pub const CHECKPOINTS_SHOWN: usize = 20;
+/// Constraints are kept verbatim, oldest first, up to this many tokens.
+pub const CONSTRAINT_TOKENS: TokenCount = TokenCount::new(1_000);
 /// The earlier narrative is kept verbatim up to this many tokens.
 pub const EARLIER_NARRATIVE_TOKENS: TokenCount = TokenCount::new(2_000);
 /// No capsule is larger than this, whatever the window.
@@ -202,7 +206,7 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
                 // so the error's own first characters are never pushed out.
                 UnresolvedError {
                     key: error.key.clone(),
-                    text: truncate_middle_chars(&error.text, ERROR_HEAD_CHARS, ERROR_TAIL_CHARS),
+                    text: truncate_middle_lines(&error.text, ERROR_HEAD_CHARS, ERROR_TAIL_CHARS),
                 }
                 .to_stored()
             })
@@ -214,13 +218,55 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
             .cloned()
             .collect(),
         active_skills: facts.active_skills.clone(),
+        goal: facts
+            .goal
+            .as_deref()
+            .map(|goal| truncate_middle_tokens(goal.trim(), ORIGINAL_TASK_TOKENS, counter))
+            .unwrap_or_default(),
+        constraints: constraints_within(&facts.constraints, counter),
+        constraints_more: facts.constraints_hidden
+            + (facts.constraints.len() - constraints_within(&facts.constraints, counter).len())
+                as u64,
+        plan: facts
+            .plan
+            .as_ref()
+            .map(|plan| plan.items.clone())
+            .unwrap_or_default(),
+        plan_explanation: facts
+            .plan
+            .as_ref()
+            .and_then(|plan| plan.explanation.clone())
+            .unwrap_or_default(),
     }
 }
 
-/// Returns the previous capsule's narrative for the "Earlier narrative"
-/// section (an imported capsule's foreign summary), ≤ 2,000 tokens.
+/// Returns the constraints that fit [`CONSTRAINT_TOKENS`], oldest first.
+fn constraints_within(constraints: &[String], counter: &dyn TokenCounter) -> Vec<String> {
+    let mut used = TokenCount::ZERO;
+    constraints
+        .iter()
+        .take_while(|text| {
+            used += counter.count_text(&format!("- {text}\n")).n;
+            used <= CONSTRAINT_TOKENS
+        })
+        .cloned()
+        .collect()
+}
+
+/// Returns the "Earlier narrative" section, ≤ 2,000 tokens: the previous
+/// capsule's model-written narrative (or an imported capsule's foreign
+/// summary), which holds what the log cannot give back. A previous
+/// deterministic capsule's own sections are not repeated (its goal,
+/// constraints, plan and decisions are carried as facts); the earlier
+/// narrative it carried passes on once more.
 pub fn earlier_narrative(previous: Option<&Capsule>, counter: &dyn TokenCounter) -> Option<String> {
     let previous = previous?;
+    if previous.summarizer == DETERMINISTIC && previous.imported.is_none() {
+        return previous
+            .earlier_narrative
+            .clone()
+            .filter(|text| carried(text).is_some() && text != EARLIER_NARRATIVE_OMITTED);
+    }
     let has_narrative = previous
         .narrative
         .sections()
@@ -235,12 +281,7 @@ pub fn earlier_narrative(previous: Option<&Capsule>, counter: &dyn TokenCounter)
 }
 
 fn plan_line(item: &PlanItem) -> String {
-    let text = item.text.trim().replace('\n', " ");
-    match item.status {
-        PlanStatus::InProgress => format!("- (in progress) {text}"),
-        PlanStatus::Pending => format!("- {text}"),
-        PlanStatus::Completed => format!("- (done) {text}"),
-    }
+    format!("- {}", item.text.trim().replace('\n', " "))
 }
 
 /// Returns the start of the original task for the Goal: its first
@@ -254,56 +295,165 @@ fn task_gist(task: &str) -> String {
     gist
 }
 
-/// Builds the eight sections from local facts (SPEC §9.4).
-pub fn deterministic_narrative(
-    facts: &Facts,
-    previous: Option<&Capsule>,
-    instructions: Option<&str>,
-) -> Narrative {
-    let prev = previous.map(|capsule| &capsule.narrative);
-    let prev_section =
-        |pick: fn(&Narrative) -> &str| prev.and_then(|n| carried(pick(n))).map(str::to_owned);
+/// Said in a working-state section when no plan tool recorded a plan.
+pub const NO_PLAN: &str = "(no plan recorded: the latest user instructions and the messages after this capsule show the work in hand)";
 
-    let mut goal = prev_section(|n| &n.goal)
-        .or_else(|| {
-            facts
-                .original_task
-                .as_deref()
-                .filter(|task| !task.trim().is_empty())
-                .map(|task| {
-                    let gist = task_gist(task);
-                    if gist == task.trim() {
-                        gist
-                    } else {
-                        format!("{gist} (the full text is under Original task)")
-                    }
-                })
+/// The four working-state sections a plan gives: done, in progress,
+/// pending (after the next step) and next steps, each step in one of them.
+struct PlanSections {
+    done: Vec<String>,
+    in_progress: String,
+    pending: String,
+    next_steps: String,
+}
+
+fn plan_sections(plan: &PlanState) -> PlanSections {
+    let done = plan
+        .items
+        .iter()
+        .filter(|item| item.status == PlanStatus::Completed)
+        .map(plan_line)
+        .collect();
+    let in_progress: Vec<String> = plan
+        .items
+        .iter()
+        .filter(|item| item.status == PlanStatus::InProgress)
+        .map(plan_line)
+        .collect();
+    let mut pending = plan
+        .items
+        .iter()
+        .filter(|item| item.status == PlanStatus::Pending);
+    let next = pending.next();
+    let in_progress_text = in_progress.join("\n");
+    PlanSections {
+        done,
+        in_progress: if in_progress_text.is_empty() {
+            "(no plan step is in progress)".to_owned()
+        } else {
+            in_progress_text
+        },
+        pending: {
+            let rest: Vec<String> = pending.map(plan_line).collect();
+            if rest.is_empty() {
+                "(no other plan step is pending)".to_owned()
+            } else {
+                rest.join("\n")
+            }
+        },
+        next_steps: match next {
+            Some(item) => plan_line(item),
+            None if in_progress.is_empty() => "(every plan step is done)".to_owned(),
+            None => "(finish the step in progress; no plan step is pending)".to_owned(),
+        },
+    }
+}
+
+/// Returns `lines` with every line whose text (trimmed) an earlier line
+/// or `seen` already holds left out.
+fn unique_lines(lines: Vec<String>, seen: &mut std::collections::HashSet<String>) -> Vec<String> {
+    lines
+        .into_iter()
+        .filter(|line| {
+            let key = line.trim().to_owned();
+            key.is_empty() || seen.insert(key)
         })
-        .unwrap_or_default();
+        .collect()
+}
+
+/// Returns the Constraints section: every kept constraint verbatim, then
+/// how many the budget left out.
+fn constraints_section(constraints: &[String], more: u64) -> String {
+    let mut lines: Vec<String> = constraints.iter().map(|text| format!("- {text}")).collect();
+    if more > 0 {
+        lines.push(format!(
+            "- … and {more} more stated earlier (the session log has them verbatim)"
+        ));
+    }
+    lines.join("\n")
+}
+
+/// Returns the Goal: the redirected goal or the original task (its first
+/// paragraph, saying where the rest is), and the `/compact` instructions
+/// given for this capsule alone.
+fn goal_section(facts: &Facts, local: &LocalSections, instructions: Option<&str>) -> String {
+    let mut goal = if !local.goal.trim().is_empty() {
+        format!(
+            "{} (the work was redirected by this message; the first task is under Original task)",
+            task_gist(&local.goal)
+        )
+    } else {
+        facts
+            .original_task
+            .as_deref()
+            .filter(|task| !task.trim().is_empty())
+            .map(|task| {
+                let gist = task_gist(task);
+                if gist == task.trim() {
+                    gist
+                } else {
+                    format!("{gist} (the full text is under Original task)")
+                }
+            })
+            .unwrap_or_default()
+    };
     if let Some(instructions) = instructions.map(str::trim).filter(|i| !i.is_empty()) {
         if !goal.is_empty() {
             goal.push_str("\n\n");
         }
-        goal.push_str("Instructions given with /compact: ");
+        goal.push_str("Instructions given with /compact for this capsule: ");
         goal.push_str(instructions);
     }
+    goal
+}
 
-    let mut done: Vec<String> = facts
+/// Builds the eight sections from local facts (SPEC §9.4): the goal from
+/// the task (or the message that redirected it), the constraints verbatim,
+/// done / in progress / pending / next steps from the newest plan (and
+/// the milestones when there is none), decisions from plan pivots, each
+/// fact in one section.
+pub fn deterministic_narrative(
+    facts: &Facts,
+    local: &LocalSections,
+    previous: Option<&Capsule>,
+    instructions: Option<&str>,
+) -> Narrative {
+    let prev = previous
+        .filter(|capsule| capsule.summarizer == DETERMINISTIC)
+        .map(|capsule| &capsule.narrative);
+    let mut seen = std::collections::HashSet::new();
+
+    let plan = facts.plan.as_ref().filter(|plan| !plan.items.is_empty());
+    // Milestones are listed once, under Checkpoints (bounded there).
+    let milestones = match facts
         .checkpoints
         .iter()
-        .take(CHECKPOINTS_SHOWN)
         .filter(|(kind, _)| *kind == CheckpointKind::Milestone)
-        .map(|(_, note)| format!("- Milestone: {}", note.trim().replace('\n', " ")))
-        .collect();
-    done.reverse();
-    done.extend(
-        facts
-            .verification
-            .iter()
-            .take(VERIFICATION_SHOWN)
-            .filter(|v| v.passed)
-            .map(|v| format!("- Passed: {}", code_span(&v.command))),
-    );
+        .count()
+    {
+        0 => Vec::new(),
+        1 => vec!["- 1 milestone reached (listed under Checkpoints).".to_owned()],
+        n => vec![format!(
+            "- {n} milestones reached (the newest listed under Checkpoints)."
+        )],
+    };
+    let (mut done, in_progress, pending, next_steps) = match plan {
+        Some(plan) => {
+            let sections = plan_sections(plan);
+            (
+                sections.done,
+                sections.in_progress,
+                sections.pending,
+                sections.next_steps,
+            )
+        }
+        None => (
+            milestones,
+            NO_PLAN.to_owned(),
+            NO_PLAN.to_owned(),
+            NO_PLAN.to_owned(),
+        ),
+    };
     match facts.files_modified.len() {
         0 => {}
         1 => done.push("- Modified 1 file (listed under Files modified).".to_owned()),
@@ -311,31 +461,26 @@ pub fn deterministic_narrative(
             "- Modified {n} files (listed under Files modified)."
         )),
     }
+    let done = unique_lines(done, &mut seen);
 
-    let (pending, next_steps) = match &facts.plan {
-        Some(plan) => {
-            let mut pending: Vec<String> = Vec::new();
-            if let Some(explanation) = &plan.explanation {
-                pending.push(explanation.trim().to_owned());
-            }
-            pending.extend(plan.open_items().map(plan_line));
-            let next: Vec<String> = plan.next_items().into_iter().map(plan_line).collect();
-            (pending.join("\n"), next.join("\n"))
-        }
-        None => (
-            prev_section(|n| &n.pending).unwrap_or_default(),
-            prev_section(|n| &n.next_steps).unwrap_or_default(),
-        ),
-    };
-
-    let mut decisions: Vec<String> = facts
-        .span_pivots
-        .iter()
-        .map(|note| format!("- Plan pivot: {}", note.trim().replace('\n', " ")))
-        .collect();
-    if let Some(previous_decisions) = prev_section(|n| &n.decisions) {
-        decisions.push(previous_decisions);
+    let mut decisions: Vec<String> = prev
+        .and_then(|n| carried(&n.decisions))
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default();
+    decisions.extend(
+        facts
+            .span_pivots
+            .iter()
+            .map(|note| format!("- Plan pivot: {}", note.trim().replace('\n', " "))),
+    );
+    if let Some(explanation) = plan
+        .and_then(|plan| plan.explanation.as_deref())
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        decisions.push(format!("- Plan: {}", explanation.replace('\n', " ")));
     }
+    let decisions = unique_lines(decisions, &mut seen);
 
     let blockers: Vec<String> = facts
         .unresolved_errors
@@ -350,15 +495,52 @@ pub fn deterministic_narrative(
         .collect();
 
     Narrative {
-        goal,
-        constraints: prev_section(|n| &n.constraints).unwrap_or_default(),
+        goal: goal_section(facts, local, instructions),
+        constraints: constraints_section(&local.constraints, local.constraints_more),
         done: done.join("\n"),
-        in_progress: facts.last_assistant_text.clone().unwrap_or_default(),
+        in_progress,
         pending,
         decisions: decisions.join("\n"),
         blockers: blockers.join("\n"),
         next_steps,
     }
+}
+
+/// Completes a summarizer's narrative with what the log knows for certain:
+/// every kept constraint the model left out is added verbatim, and when a
+/// plan tool recorded a plan, in progress / pending / next steps are the
+/// plan's (the log is newer than anything the model recalls).
+pub fn ground_narrative(
+    mut narrative: Narrative,
+    facts: &Facts,
+    local: &LocalSections,
+) -> Narrative {
+    let missing: Vec<&String> = local
+        .constraints
+        .iter()
+        .filter(|text| !constraint_key(&narrative.constraints).contains(&constraint_key(text)))
+        .collect();
+    if !missing.is_empty() || local.constraints_more > 0 {
+        let extra = constraints_section(
+            &missing.into_iter().cloned().collect::<Vec<_>>(),
+            local.constraints_more,
+        );
+        let own = carried(&narrative.constraints)
+            .unwrap_or_default()
+            .to_owned();
+        narrative.constraints = [own, extra]
+            .into_iter()
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    if let Some(plan) = facts.plan.as_ref().filter(|plan| !plan.items.is_empty()) {
+        let sections = plan_sections(plan);
+        narrative.in_progress = sections.in_progress;
+        narrative.pending = sections.pending;
+        narrative.next_steps = sections.next_steps;
+    }
+    narrative
 }
 
 /// Builds the deterministic capsule from local facts only.
@@ -368,10 +550,11 @@ pub fn build_deterministic(
     options: &BuildOptions<'_>,
     counter: &dyn TokenCounter,
 ) -> CapsuleContent {
+    let local = bounded_local(facts, counter);
     let content = CapsuleContent {
-        narrative: deterministic_narrative(facts, previous, options.instructions),
+        narrative: deterministic_narrative(facts, &local, previous, options.instructions),
         earlier_narrative: earlier_narrative(previous, counter),
-        local: bounded_local(facts, counter),
+        local,
         quality: options.quality,
         trigger: options.trigger,
         summarizer: DETERMINISTIC.to_owned(),
@@ -393,10 +576,11 @@ pub fn build_with_narrative(
     options: &BuildOptions<'_>,
     counter: &dyn TokenCounter,
 ) -> CapsuleContent {
+    let local = bounded_local(facts, counter);
     let content = CapsuleContent {
-        narrative,
+        narrative: ground_narrative(narrative, facts, &local),
         earlier_narrative: None,
-        local: bounded_local(facts, counter),
+        local,
         quality: options.quality,
         trigger: options.trigger,
         summarizer: summarizer.to_owned(),

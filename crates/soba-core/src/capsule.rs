@@ -302,6 +302,62 @@ pub struct LocalSections {
     pub checkpoints: Vec<(crate::entry::CheckpointKind, String)>,
     /// Names of active skills.
     pub active_skills: Vec<String>,
+    /// The goal when the user redirected the work after the original task
+    /// (the redirecting message, ≤ 1,000 tokens); empty while the original
+    /// task is the goal.
+    pub goal: String,
+    /// Constraints stated by the user or `AGENTS.md`/`CLAUDE.md`, verbatim,
+    /// oldest first, within the constraint budget.
+    pub constraints: Vec<String>,
+    /// Constraints the budget left out (they are in the log).
+    pub constraints_more: u64,
+    /// The newest plan of the session (a plan tool's steps), in its order.
+    pub plan: Vec<PlanItem>,
+    /// The plan's explanation (Codex `update_plan`), empty when none.
+    pub plan_explanation: String,
+}
+
+/// The state of a plan step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Finished.
+    Completed,
+}
+
+impl PlanStatus {
+    /// Parses the status words of TodoWrite, `update_plan` and `write_todos`;
+    /// unknown words count as pending.
+    pub fn parse(word: &str) -> Self {
+        match word.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "in_progress" | "inprogress" | "active" | "doing" => PlanStatus::InProgress,
+            "completed" | "complete" | "done" | "finished" | "cancelled" | "canceled" => {
+                PlanStatus::Completed
+            }
+            _ => PlanStatus::Pending,
+        }
+    }
+
+    /// Returns the wire spelling (`pending`, `in_progress`, `completed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanStatus::Pending => "pending",
+            PlanStatus::InProgress => "in_progress",
+            PlanStatus::Completed => "completed",
+        }
+    }
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanItem {
+    /// What the step is.
+    pub text: String,
+    /// Its state.
+    pub status: PlanStatus,
 }
 
 /// How much of a span the LLM summarizer read, recorded when the span

@@ -15,8 +15,10 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::capsule::{Capsule, Verification};
+pub use crate::capsule::{PlanItem, PlanStatus};
 use crate::command::{self, OutcomeTracker, Status, path_arg, shown_key};
-use crate::entry::{CheckpointKind, Entry, EntryBody, SkillAction};
+use crate::directive;
+use crate::entry::{CheckpointKind, ContextSource, Entry, EntryBody, SkillAction};
 use crate::id::EntryId;
 use crate::message::{Role, ToolResult, ToolUse};
 use crate::tokens::{TokenCount, TokenCounter, group_thousands};
@@ -62,40 +64,10 @@ pub struct FactsInput<'a> {
     pub retained: &'a HashSet<EntryId>,
     /// The workspace root, stripped from absolute paths.
     pub cwd: Option<&'a str>,
-}
-
-/// The state of a plan step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PlanStatus {
-    /// Not started.
-    Pending,
-    /// Being worked on.
-    InProgress,
-    /// Finished.
-    Completed,
-}
-
-impl PlanStatus {
-    /// Parses the status words of TodoWrite, `update_plan` and `write_todos`;
-    /// unknown words count as pending.
-    pub fn parse(word: &str) -> Self {
-        match word.trim().to_ascii_lowercase().replace('-', "_").as_str() {
-            "in_progress" | "inprogress" | "active" | "doing" => PlanStatus::InProgress,
-            "completed" | "complete" | "done" | "finished" | "cancelled" | "canceled" => {
-                PlanStatus::Completed
-            }
-            _ => PlanStatus::Pending,
-        }
-    }
-}
-
-/// One step of a plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanItem {
-    /// What the step is.
-    pub text: String,
-    /// Its state.
-    pub status: PlanStatus,
+    /// The entries after the span on the path (the retained tail): read
+    /// only for a newer plan, so a capsule never lists as open a step the
+    /// tail already marks done.
+    pub tail: &'a [Entry],
 }
 
 /// Where a plan came from.
@@ -105,8 +77,8 @@ pub enum PlanSource {
     TodoWrite,
     /// Codex `update_plan`.
     UpdatePlan,
-    /// A SOBA `plan_pivot` checkpoint note.
-    Checkpoint,
+    /// Carried from the previous capsule.
+    Carried,
 }
 
 /// The latest plan-tool state in a span.
@@ -190,9 +162,20 @@ impl UnresolvedError {
 /// carried. Lists are not yet bounded: the builder applies SPEC §9.4.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Facts {
-    /// The first real user message of the session, in full (carried from the
-    /// previous capsule when it has one).
+    /// The first real user message of the session that asks for work
+    /// ([`directive::is_task`]: a greeting is not one), in full (carried
+    /// from the previous capsule when it has one).
     pub original_task: Option<String>,
+    /// The newest message that redirected the work away from the original
+    /// task ([`directive::is_redirect`]), in full, or the one the previous
+    /// capsule carried; `None` while the original task is the goal.
+    pub goal: Option<String>,
+    /// Constraints from real user messages and `AGENTS.md`/`CLAUDE.md`,
+    /// verbatim, each once, oldest first: the previous capsule's, then the
+    /// span's. Not yet bounded.
+    pub constraints: Vec<String>,
+    /// Constraints an earlier capsule's budget already left out.
+    pub constraints_hidden: u64,
     /// Real user messages outside the retained tail, newest first, within
     /// `userMessageBudgetTokens` (the oldest that fits middle-truncated).
     pub latest_instructions: Vec<String>,
@@ -212,7 +195,8 @@ pub struct Facts {
     pub span_pivots: Vec<String>,
     /// Active skills, in activation order.
     pub active_skills: Vec<String>,
-    /// The latest plan-tool state in the span.
+    /// The newest plan-tool state: the tail's, else the span's, else the
+    /// one the previous capsule carried.
     pub plan: Option<PlanState>,
     /// The last assistant text in the span, ≤ 300 tokens.
     pub last_assistant_text: Option<String>,
@@ -1159,6 +1143,43 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         }
     }
 
+    // Constraints and the project's declared checks, read before the walk
+    // so a declared command counts as verification wherever it runs.
+    let mut constraints: Vec<String> = previous_local_constraints(input.previous);
+    let mut constraint_keys: HashSet<String> = constraints
+        .iter()
+        .map(|text| directive::constraint_key(text))
+        .collect();
+    let mut declared: Vec<String> = Vec::new();
+    if let Some(agents) = input
+        .previous
+        .and_then(|previous| previous.state.pinned_agents_md.as_ref())
+    {
+        add_declared(&agents.text, &mut declared);
+    }
+    for text in &constraints {
+        add_declared(text, &mut declared);
+    }
+    for entry in input.span {
+        let found = match &entry.body {
+            EntryBody::Message(message_entry) if message_entry.message.is_real_user() => {
+                let text = message_entry.message.text();
+                add_declared(&text, &mut declared);
+                directive::user_constraints(&text)
+            }
+            EntryBody::Context(context) if context.source == ContextSource::AgentsMd => {
+                add_declared(&context.text, &mut declared);
+                directive::file_rules(&context.text)
+            }
+            _ => continue,
+        };
+        for text in found {
+            if constraint_keys.insert(directive::constraint_key(&text)) {
+                constraints.push(text);
+            }
+        }
+    }
+
     let mut seq: i64 = 0;
     for entry in input.span {
         match &entry.body {
@@ -1208,7 +1229,10 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                         errors.remove(&shown);
                     }
                     errors.insert(outcome.key, (seq, failing.then(|| result.text()), false));
-                    if let Some(command) = outcome.command.filter(|c| is_verification(c)) {
+                    if let Some(command) = outcome
+                        .command
+                        .filter(|c| is_verification(c) || directive::matches_declared(c, &declared))
+                    {
                         let shown = shown_key(&command);
                         verification.retain(|(_, v)| v.command != shown);
                         verification.push((
@@ -1224,16 +1248,6 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
             }
             EntryBody::Checkpoint { kind, note } => {
                 span_checkpoints.push((*kind, note.clone()));
-                if *kind == CheckpointKind::PlanPivot {
-                    plan = Some(PlanState {
-                        source: PlanSource::Checkpoint,
-                        explanation: None,
-                        items: vec![PlanItem {
-                            text: note.clone(),
-                            status: PlanStatus::Pending,
-                        }],
-                    });
-                }
             }
             EntryBody::Skill(skill) => match skill.action {
                 SkillAction::Activate => {
@@ -1248,6 +1262,61 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     }
 
     let previous_local = input.previous.map(|previous| &previous.local);
+
+    // The retained tail is newer than the span: a plan there wins, a
+    // success there settles an error and a verification command's result
+    // is its newest. Its own failures are not copied (the tail shows them
+    // verbatim), so the capsule never says "failing" or "open" where the
+    // messages after it say otherwise.
+    for entry in input.tail {
+        let EntryBody::Message(message_entry) = &entry.body else {
+            continue;
+        };
+        for call in message_entry.message.tool_uses() {
+            let facts = call_facts_in(call, input.cwd, &mut ctx);
+            if let Some(new_plan) = &facts.plan {
+                plan = Some(new_plan.clone());
+            }
+            outcomes.call(call);
+        }
+        for result in message_entry.message.tool_results() {
+            let outcome = outcomes.result(result);
+            let failing = match outcome.status {
+                Status::Pending => continue,
+                Status::Failure => true,
+                Status::Success => false,
+            };
+            seq += 1;
+            if !failing {
+                errors.remove(&shown_key(&outcome.key));
+                errors.remove(&outcome.key);
+            }
+            if let Some(command) = outcome
+                .command
+                .filter(|c| is_verification(c) || directive::matches_declared(c, &declared))
+            {
+                let shown = shown_key(&command);
+                verification.retain(|(_, v)| v.command != shown);
+                verification.push((
+                    seq,
+                    Verification {
+                        command: shown,
+                        passed: !failing,
+                        exit_code: outcome.exit_code,
+                    },
+                ));
+            }
+        }
+    }
+    if plan.is_none()
+        && let Some(local) = previous_local.filter(|local| !local.plan.is_empty())
+    {
+        plan = Some(PlanState {
+            source: PlanSource::Carried,
+            explanation: Some(local.plan_explanation.clone()).filter(|e| !e.trim().is_empty()),
+            items: local.plan.clone(),
+        });
+    }
 
     // Files read: newest first, each once, then the carried ones.
     let mut files_read: Vec<String> = Vec::new();
@@ -1319,13 +1388,25 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let carried_task = previous_local
         .map(|l| l.original_task.clone())
         .filter(|task| !task.trim().is_empty());
+    let first_task = user_messages
+        .iter()
+        .find(|(_, text)| directive::is_task(text));
     let first_user_id = if carried_task.is_none() {
-        user_messages.first().map(|(id, _)| *id)
+        first_task.map(|(id, _)| *id)
     } else {
         None
     };
-    let original_task =
-        carried_task.or_else(|| user_messages.first().map(|(_, text)| text.clone()));
+    let original_task = carried_task.or_else(|| first_task.map(|(_, text)| text.clone()));
+    let goal = user_messages
+        .iter()
+        .rev()
+        .find(|(id, text)| Some(*id) != first_user_id && directive::is_redirect(text))
+        .map(|(_, text)| text.clone())
+        .or_else(|| {
+            previous_local
+                .map(|l| l.goal.clone())
+                .filter(|goal| !goal.trim().is_empty())
+        });
 
     let candidates: Vec<String> = user_messages
         .iter()
@@ -1349,6 +1430,9 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
 
     Facts {
         original_task,
+        goal,
+        constraints,
+        constraints_hidden: previous_local.map_or(0, |l| l.constraints_more),
         latest_instructions,
         files_read,
         files_read_hidden,
@@ -1394,14 +1478,15 @@ pub fn is_go_on(text: &str) -> bool {
 }
 
 /// Drops what the latest-instructions budget should not be spent on, newest
-/// first as given: messages that only say to go on ([`is_go_on`]), except
+/// first as given: messages that ask for no work ([`directive::is_task`]:
+/// a go-on, a greeting, a question about the agent), except a go-on that is
 /// the newest candidate (it tells the model what was asked last), and
 /// repeats of a newer message (compared with whitespace collapsed).
 pub fn informative_instructions(candidates: Vec<String>) -> Vec<String> {
     let mut seen: HashSet<String> = HashSet::new();
     let mut out = Vec::with_capacity(candidates.len());
     for (idx, text) in candidates.into_iter().enumerate() {
-        if idx > 0 && is_go_on(&text) {
+        if !directive::is_task(&text) && (idx > 0 || !is_go_on(&text)) {
             continue;
         }
         let key = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -1438,11 +1523,161 @@ pub fn fill_budget(
     out
 }
 
+/// Returns the newest plan on a path (root → leaf): the last plan-tool
+/// call (`update_plan`, `TodoWrite`, `write_todos`), else the plan the
+/// newest capsule carries, else `None`.
+pub fn newest_plan(path: &[Entry]) -> Option<PlanState> {
+    for entry in path.iter().rev() {
+        match &entry.body {
+            EntryBody::Message(message_entry) => {
+                let plan = message_entry
+                    .message
+                    .tool_uses()
+                    .filter_map(|call| call_facts(call, None).plan)
+                    .last();
+                if plan.is_some() {
+                    return plan;
+                }
+            }
+            EntryBody::Capsule(capsule) if !capsule.local.plan.is_empty() => {
+                return Some(PlanState {
+                    source: PlanSource::Carried,
+                    explanation: Some(capsule.local.plan_explanation.clone())
+                        .filter(|e| !e.trim().is_empty()),
+                    items: capsule.local.plan.clone(),
+                });
+            }
+            EntryBody::Capsule(_) => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Adds the commands `text` names as checks ([`directive::declared_commands`]).
+fn add_declared(text: &str, declared: &mut Vec<String>) {
+    for command in directive::declared_commands(text) {
+        if !declared.contains(&command) {
+            declared.push(command);
+        }
+    }
+}
+
+/// Returns the constraints the previous capsule carried.
+fn previous_local_constraints(previous: Option<&Capsule>) -> Vec<String> {
+    previous
+        .map(|previous| previous.local.constraints.clone())
+        .unwrap_or_default()
+}
+
+/// Returns `text` with its middle cut on line boundaries: whole lines from
+/// the start within `head` characters, whole lines from the end within
+/// `tail`, and an omission marker line between. A first or last line too
+/// long on its own is cut at a word break (never inside a word, unless the
+/// word alone is longer than the budget). Text within `head + tail`
+/// characters is returned unchanged.
+pub fn truncate_middle_lines(text: &str, head: usize, tail: usize) -> String {
+    let total = text.chars().count();
+    if total <= head + tail {
+        return text.to_owned();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let mut head_end = 0;
+    let mut used = 0;
+    while head_end < lines.len() {
+        let n = lines[head_end].chars().count() + 1;
+        if used + n > head {
+            break;
+        }
+        used += n;
+        head_end += 1;
+    }
+    let mut tail_start = lines.len();
+    let mut tail_used = 0;
+    while tail_start > head_end {
+        let n = lines[tail_start - 1].chars().count() + 1;
+        if tail_used + n > tail {
+            break;
+        }
+        tail_used += n;
+        tail_start -= 1;
+    }
+    let mut head_text: Vec<String> = lines[..head_end].iter().map(|l| (*l).to_owned()).collect();
+    if head_end == 0 && !lines.is_empty() {
+        head_text.push(cut_at_word(lines[0], head, false));
+    }
+    let mut tail_text: Vec<String> = lines[tail_start..]
+        .iter()
+        .map(|l| (*l).to_owned())
+        .collect();
+    if tail_start == lines.len() && tail_start > head_end {
+        tail_text.insert(0, cut_at_word(lines[lines.len() - 1], tail, true));
+    }
+    // The newlines between kept lines count as kept: one fewer than the
+    // kept pieces.
+    let kept: usize = head_text
+        .iter()
+        .chain(&tail_text)
+        .map(|line| line.trim_matches('…').chars().count() + 1)
+        .sum::<usize>()
+        .saturating_sub(1);
+    let mut out = head_text.join("\n");
+    out.push_str(&omission_marker(total.saturating_sub(kept).max(1)));
+    out.push_str(&tail_text.join("\n"));
+    out
+}
+
+/// Returns at most `max` characters of `line` from its start (or, with
+/// `from_end`, its end), cut at a word break when one leaves at least half
+/// of them, with `…` where the cut is.
+fn cut_at_word(line: &str, max: usize, from_end: bool) -> String {
+    let chars: Vec<char> = line.chars().collect();
+    if chars.len() <= max {
+        return line.to_owned();
+    }
+    let max = max.saturating_sub(1).max(1);
+    if from_end {
+        let start = chars.len() - max;
+        let piece: String = chars[start..].iter().collect();
+        let cut = piece
+            .find(char::is_whitespace)
+            .filter(|pos| *pos <= piece.len() / 2)
+            .map_or(piece.as_str(), |pos| piece[pos..].trim_start());
+        format!("…{cut}")
+    } else {
+        let piece: String = chars[..max].iter().collect();
+        let cut = piece
+            .rfind(char::is_whitespace)
+            .filter(|pos| *pos >= piece.len() / 2)
+            .map_or(piece.as_str(), |pos| piece[..pos].trim_end());
+        format!("{cut}…")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::ToolInput;
     use crate::tokens::ByteCounter;
+
+    #[test]
+    fn errors_are_cut_on_line_boundaries() {
+        let text = "not ok 6 - status-class counts (2xx/4xx/5xx)\nline two of the failure\n\
+                    not ok 7 - percentile report\nok 8 - export";
+        // Whole lines from each end; the cut lines are counted.
+        let cut = truncate_middle_lines(text, 50, 20);
+        assert_eq!(
+            cut,
+            "not ok 6 - status-class counts (2xx/4xx/5xx)\n[… 53 characters omitted …]\nok 8 - export"
+        );
+        assert_eq!(truncate_middle_lines("short", 50, 20), "short");
+        // A single long line is cut at word breaks, never inside a word.
+        let line = "word ".repeat(40);
+        let cut = truncate_middle_lines(line.trim_end(), 30, 30);
+        let (head, rest) = cut.split_once('\n').expect("a marker line");
+        assert_eq!(head, "word word word word word…");
+        assert!(rest.ends_with("\n…word word word word word"), "{rest}");
+    }
 
     #[test]
     fn tail_chars_takes_characters_from_the_end() {

@@ -14,6 +14,7 @@ pub mod capsule;
 pub mod command;
 pub mod config;
 pub mod derived;
+pub mod directive;
 pub mod entry;
 pub mod facts;
 pub mod guard;

@@ -330,11 +330,32 @@ fn directory(path: &str) -> &str {
 }
 
 /// Renders the locally extracted sections and the earlier narrative under
-/// their `## ` headings.
+/// their `## ` headings, on their own (as an estimate of their size).
 pub fn local_markdown(local: &LocalSections, earlier_narrative: Option<&str>) -> String {
+    local_markdown_beside(local, earlier_narrative, None)
+}
+
+/// Said under Original task when the Goal holds the task whole.
+pub const TASK_IS_GOAL: &str = "(the Goal above, verbatim)";
+
+/// Said under Checkpoints when the narrative lists every one of them.
+pub const CHECKPOINTS_SHOWN_ABOVE: &str = "(each is listed above, under Done or Decisions)";
+
+/// Renders the locally extracted sections beside `narrative`, so nothing
+/// is said twice: the original task is not repeated when the Goal holds it
+/// whole, and a checkpoint the narrative already lists is left out.
+/// Constraints, the goal and the plan live in the narrative's sections.
+pub fn local_markdown_beside(
+    local: &LocalSections,
+    earlier_narrative: Option<&str>,
+    narrative: Option<&Narrative>,
+) -> String {
     let mut parts: Vec<(&str, String)> = Vec::with_capacity(LOCAL_HEADINGS.len());
-    let task = if local.original_task.trim().is_empty() {
+    let task = local.original_task.trim();
+    let task = if task.is_empty() {
         NONE_RECORDED.to_owned()
+    } else if narrative.is_some_and(|n| n.goal.trim_start().starts_with(task)) {
+        TASK_IS_GOAL.to_owned()
     } else {
         fenced(&local.original_task)
     };
@@ -401,12 +422,22 @@ pub fn local_markdown(local: &LocalSections, earlier_narrative: Option<&str>) ->
             .join("\n\n")
     };
     parts.push((LOCAL_HEADINGS[5], errors));
-    let checkpoints = local
+    let shown_above = |note: &str| {
+        let one_line = note.trim().replace('\n', " ");
+        narrative.is_some_and(|n| n.done.contains(&one_line) || n.decisions.contains(&one_line))
+    };
+    let checkpoints: Vec<String> = local
         .checkpoints
         .iter()
+        .filter(|(_, note)| !shown_above(note))
         .map(|(kind, note)| format!("- {}: {}", kind.as_str(), note.trim().replace('\n', "\n  ")))
         .collect();
-    parts.push((LOCAL_HEADINGS[6], list_or_none(checkpoints)));
+    let checkpoints = if checkpoints.is_empty() && !local.checkpoints.is_empty() {
+        CHECKPOINTS_SHOWN_ABOVE.to_owned()
+    } else {
+        list_or_none(checkpoints)
+    };
+    parts.push((LOCAL_HEADINGS[6], checkpoints));
     let skills = local
         .active_skills
         .iter()
@@ -435,7 +466,7 @@ pub fn sections_markdown(view: &CapsuleView<'_>) -> String {
         None => format!(
             "{}\n\n{}",
             narrative_markdown(view.narrative, 2),
-            local_markdown(view.local, view.earlier_narrative)
+            local_markdown_beside(view.local, view.earlier_narrative, Some(view.narrative))
         ),
     }
 }

@@ -83,6 +83,8 @@ pub struct BarrierContext {
 struct Snapshot {
     plan: Plan,
     span: Vec<Entry>,
+    /// The path after the span (the retained tail), for a newer plan.
+    tail: Vec<Entry>,
     previous: Option<(EntryId, Capsule)>,
     retained: HashSet<EntryId>,
     cwd: String,
@@ -105,6 +107,7 @@ struct Snapshot {
 
 fn facts_of(
     span: &[Entry],
+    tail: &[Entry],
     previous: Option<&Capsule>,
     retained: &HashSet<EntryId>,
     cwd: &str,
@@ -114,6 +117,7 @@ fn facts_of(
     facts::extract(
         &FactsInput {
             span,
+            tail,
             previous,
             retained,
             cwd: Some(cwd),
@@ -547,6 +551,7 @@ impl BarrierContext {
         let region: Vec<Entry> = path[core.live().region_start()..].to_vec();
         let all_facts = facts_of(
             &region,
+            &[],
             previous.as_ref().map(|(_, c)| c),
             &HashSet::new(),
             &cwd,
@@ -669,7 +674,16 @@ impl BarrierContext {
             pinned_agents_md: pinned.agents_md,
             pinned_system: pinned.system_messages,
         };
+        let tail: Vec<Entry> = match &planned.first_kept_entry_id {
+            Some(first) => path
+                .iter()
+                .skip_while(|entry| &entry.id != first)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Ok(Snapshot {
+            tail,
             auto_limit: planned.budget.auto_limit(),
             plan: planned,
             span,
@@ -749,6 +763,7 @@ impl BarrierContext {
         let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
         let facts = facts_of(
             &snapshot.span,
+            &snapshot.tail,
             previous,
             &snapshot.retained,
             &snapshot.cwd,

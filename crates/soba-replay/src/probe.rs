@@ -760,6 +760,7 @@ mod tests {
             .collect();
         let facts = soba_core::facts::extract(
             &soba_core::facts::FactsInput {
+                tail: &[],
                 span: &span,
                 previous: None,
                 retained: &std::collections::HashSet::new(),

@@ -227,6 +227,7 @@ impl<'a> Ctx<'a> {
         let counter = self.counter();
         let facts = facts::extract(
             &FactsInput {
+                tail: &[],
                 span,
                 previous,
                 retained,

@@ -151,6 +151,7 @@ impl SobaRunner {
         let region = &self.path[self.live.region_start()..];
         let all_facts = facts::extract(
             &FactsInput {
+                tail: &[],
                 span: region,
                 previous: previous_capsule,
                 retained: &HashSet::new(),
@@ -210,8 +211,14 @@ impl SobaRunner {
                 .collect(),
             None => HashSet::new(),
         };
+        let tail_start = planned
+            .first_kept_entry_id
+            .as_ref()
+            .and_then(|first| self.path.iter().position(|entry| &entry.id == first))
+            .unwrap_or(self.path.len());
         let facts = facts::extract(
             &FactsInput {
+                tail: &self.path[tail_start..],
                 span: &span,
                 previous: previous_capsule,
                 retained: &retained,

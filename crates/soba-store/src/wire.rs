@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
-    OverflowRecord, SummaryScope, Verification,
+    OverflowRecord, PlanItem, PlanStatus, SummaryScope, Verification,
 };
 use soba_core::entry::{ApprovalGrants, SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
@@ -702,6 +702,35 @@ pub struct LocalSectionsRecord {
     pub checkpoints: Vec<CheckpointRecord>,
     /// Active skill names.
     pub active_skills: Vec<String>,
+    /// The goal after a redirect (absent while the original task is it).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub goal: String,
+    /// Constraints, verbatim, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<String>,
+    /// Constraints the budget left out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub constraints_more: u64,
+    /// The newest plan's steps.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<PlanStepRecord>,
+    /// The plan's explanation.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub plan_explanation: String,
+}
+
+/// One plan step: `{step, status}` with status `pending`, `in_progress` or
+/// `completed` (another word reads as pending).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStepRecord {
+    /// What the step is.
+    pub step: String,
+    /// Its state.
+    pub status: String,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// One verification command.
@@ -1855,6 +1884,18 @@ impl CapsuleRecord {
                     })
                     .collect(),
                 unresolved_errors: local.unresolved_errors.clone(),
+                goal: local.goal.clone(),
+                constraints: local.constraints.clone(),
+                constraints_more: local.constraints_more,
+                plan: local
+                    .plan
+                    .iter()
+                    .map(|item| PlanStepRecord {
+                        step: item.text.clone(),
+                        status: item.status.as_str().to_owned(),
+                    })
+                    .collect(),
+                plan_explanation: local.plan_explanation.clone(),
                 checkpoints: local
                     .checkpoints
                     .iter()
@@ -2067,6 +2108,19 @@ impl CapsuleRecord {
                 unresolved_errors: self.local.unresolved_errors,
                 checkpoints,
                 active_skills: self.local.active_skills,
+                goal: self.local.goal,
+                constraints: self.local.constraints,
+                constraints_more: self.local.constraints_more,
+                plan: self
+                    .local
+                    .plan
+                    .into_iter()
+                    .map(|step| PlanItem {
+                        text: step.step,
+                        status: PlanStatus::parse(&step.status),
+                    })
+                    .collect(),
+                plan_explanation: self.local.plan_explanation,
             },
             markdown: self.markdown,
         })

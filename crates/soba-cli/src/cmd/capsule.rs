@@ -698,6 +698,7 @@ pub(crate) async fn create_handoff(input: HandoffInput<'_>) -> CliResult<Handoff
     let compaction = input.compaction;
     let facts = facts::extract(
         &FactsInput {
+            tail: &[],
             span: input.span,
             previous: input.previous,
             retained: &HashSet::new(),

@@ -16,6 +16,7 @@ use ratatui::layout::{Constraint, Direction, Layout, Position, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use soba_core::facts::PlanStatus;
 use soba_core::terminal::{self, Line as SafeLine};
 use soba_core::tokens::group_thousands;
 use unicode_width::UnicodeWidthChar;
@@ -361,6 +362,19 @@ fn render_sidebar(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
     match &side.last_compaction {
         Some(text) => lines.extend(wrap(text, width).into_iter().map(Line::from)),
         None => lines.push(Line::from("(none)")),
+    }
+    if !side.plan.is_empty() {
+        lines.push(Line::default());
+        lines.push(Line::from(Span::styled("plan", dim())));
+        for item in &side.plan {
+            let (mark, style) = match item.status {
+                PlanStatus::Completed => ("✓ ", dim()),
+                PlanStatus::InProgress => ("▸ ", Style::default().add_modifier(Modifier::BOLD)),
+                PlanStatus::Pending => ("· ", Style::default()),
+            };
+            let text = truncate_to(&format!("{mark}{}", item.text.trim()), width);
+            lines.push(Line::from(Span::styled(text, style)));
+        }
     }
     if !state.queue.is_empty() {
         lines.push(Line::default());

@@ -71,6 +71,8 @@ pub struct Sidebar {
     pub last_compaction: Option<String>,
     /// The full id of the latest capsule on the path.
     pub latest_capsule: Option<String>,
+    /// The newest plan on the path (`update_plan`), in its order.
+    pub plan: Vec<soba_core::facts::PlanItem>,
 }
 
 /// The header: what is running where.

@@ -304,6 +304,9 @@ pub fn sidebar(core: &SessionCore) -> Sidebar {
         latest_capsule: core.path().iter().rev().find_map(|entry| {
             matches!(entry.body, EntryBody::Capsule(_)).then(|| entry.id.as_str().to_owned())
         }),
+        plan: soba_core::facts::newest_plan(core.path())
+            .map(|plan| plan.items)
+            .unwrap_or_default(),
     }
 }
 
@@ -600,6 +603,7 @@ pub fn plan_rewind(
         .collect();
     let modified = facts::extract(
         &FactsInput {
+            tail: &[],
             span: &undone,
             previous: None,
             retained: &HashSet::new(),

@@ -116,6 +116,7 @@ fn replay_session(name: String, session: &soba_store::import::ImportedSession) -
                 let region = &path[live.region_start()..];
                 let all = facts::extract(
                     &FactsInput {
+                        tail: &[],
                         span: region,
                         previous: previous.as_ref(),
                         retained: &HashSet::new(),
@@ -151,6 +152,7 @@ fn replay_session(name: String, session: &soba_store::import::ImportedSession) -
                             planned.retained_entry_ids.iter().cloned().collect();
                         let facts = facts::extract(
                             &FactsInput {
+                                tail: &[],
                                 span: &span,
                                 previous: previous.as_ref(),
                                 retained: &retained,

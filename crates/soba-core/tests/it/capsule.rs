@@ -7,11 +7,14 @@ use std::collections::{BTreeSet, HashSet};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use soba_core::builder::{
-    BuildOptions, CapsuleFrame, EARLIER_NARRATIVE_OMITTED, build_deterministic,
+    self, BuildOptions, CapsuleFrame, EARLIER_NARRATIVE_OMITTED, build_deterministic,
     build_with_narrative, capsule_bound,
 };
 use soba_core::capsule::{Capsule, LocalSections, NARRATIVE_HEADINGS, Narrative, Quality, Trigger};
-use soba_core::entry::{CheckpointKind, Entry, EntryBody, MessageEntry, SkillAction, SkillEntry};
+use soba_core::entry::{
+    CheckpointKind, ContextEntry, ContextSource, Entry, EntryBody, MessageEntry, SkillAction,
+    SkillEntry,
+};
 use soba_core::facts::{
     Facts, FactsConfig, FactsInput, PlanStatus, call_facts, extract, omission_marker,
 };
@@ -94,6 +97,15 @@ impl Span {
         })
     }
 
+    fn agents_md(&mut self, text: &str) -> EntryId {
+        self.push(EntryBody::Context(ContextEntry {
+            source: ContextSource::AgentsMd,
+            path: "AGENTS.md".into(),
+            sha256: String::new(),
+            text: text.into(),
+        }))
+    }
+
     fn skill(&mut self, name: &str, action: SkillAction) -> EntryId {
         self.push(EntryBody::Skill(SkillEntry {
             name: name.into(),
@@ -110,6 +122,7 @@ fn facts_of(span: &Span) -> Facts {
 
 fn facts_with(span: &Span, previous: Option<&Capsule>, retained: &HashSet<EntryId>) -> Facts {
     let input = FactsInput {
+        tail: &[],
         span: &span.entries,
         previous,
         retained,
@@ -740,10 +753,13 @@ fn a_long_command_error_is_carried_with_its_own_text_and_resolved_later() {
     let carried = facts_with(&Span::default(), Some(&previous), &HashSet::new());
     assert_eq!(carried.unresolved_errors.len(), 1);
     assert_eq!(carried.unresolved_errors[0].key, key);
-    let head: String = output.chars().take(250).collect();
-    let tail: String = output.chars().skip(output.chars().count() - 250).collect();
-    assert!(carried.unresolved_errors[0].text.starts_with(&head));
-    assert!(carried.unresolved_errors[0].text.ends_with(&tail));
+    // Cut on line boundaries: the 600-character line goes whole, the first
+    // and last lines stay whole.
+    assert_eq!(
+        carried.unresolved_errors[0].text,
+        "/work/repo/node_modules/tsx/dist/register.cjs:3\n[… 601 characters omitted …]\nNode.js \
+         v23.4.0\n\nCommand exited with code 1"
+    );
 
     // The same command later, spaced differently, resolves the carried error.
     let mut later = Span::default();
@@ -817,19 +833,13 @@ fn plans_checkpoints_skills_and_last_assistant_text() {
         &options(1_000_000, Quality::Full),
         &ByteCounter,
     );
-    assert_eq!(
-        content.narrative.pending,
-        "- (in progress) Port the theme calls\n- Run the tests\n- Update the docs"
-    );
-    assert_eq!(
-        content.narrative.next_steps,
-        "- (in progress) Port the theme calls\n- Run the tests"
-    );
-    assert_eq!(content.narrative.done, "- Milestone: selector compiles");
-    assert_eq!(
-        content.narrative.in_progress,
-        "Now porting the theme calls in selector.ts."
-    );
+    // Each step in one section; with a plan, milestones stay under
+    // Checkpoints, and the last assistant sentence is not "in progress".
+    assert_eq!(content.narrative.done, "- Read the selector");
+    assert_eq!(content.narrative.in_progress, "- Port the theme calls");
+    assert_eq!(content.narrative.next_steps, "- Run the tests");
+    assert_eq!(content.narrative.pending, "- Update the docs");
+    assert!(content.markdown.contains("- milestone: selector compiles"));
 }
 
 #[test]
@@ -851,13 +861,17 @@ fn codex_update_plan_and_plan_pivots() {
         &options(1_000_000, Quality::Full),
         &ByteCounter,
     );
+    assert_eq!(content.narrative.done, "- Create the schema");
     assert_eq!(
-        content.narrative.pending,
-        "Schema first.\n- Implement the API"
+        content.narrative.in_progress,
+        "(no plan step is in progress)"
     );
     assert_eq!(content.narrative.next_steps, "- Implement the API");
+    assert_eq!(content.narrative.pending, "(no other plan step is pending)");
+    assert_eq!(content.narrative.decisions, "- Plan: Schema first.");
 
-    // A later plan_pivot checkpoint is the newest plan state.
+    // A plan_pivot checkpoint is a decision; it does not replace the plan
+    // (before, its note stayed "pending" long after the work it named).
     span.checkpoint(CheckpointKind::PlanPivot, "Use SQLite instead of MySQL");
     let facts = facts_of(&span);
     let content = build_deterministic(
@@ -866,10 +880,20 @@ fn codex_update_plan_and_plan_pivots() {
         &options(1_000_000, Quality::Full),
         &ByteCounter,
     );
-    assert_eq!(content.narrative.pending, "- Use SQLite instead of MySQL");
+    assert_eq!(content.narrative.next_steps, "- Implement the API");
     assert_eq!(
         content.narrative.decisions,
-        "- Plan pivot: Use SQLite instead of MySQL"
+        "- Plan pivot: Use SQLite instead of MySQL\n- Plan: Schema first."
+    );
+    // The pivot is said once: under Decisions, not again under Checkpoints.
+    assert_eq!(
+        content
+            .markdown
+            .matches("Use SQLite instead of MySQL")
+            .count(),
+        1,
+        "{}",
+        content.markdown
     );
 }
 
@@ -918,6 +942,7 @@ fn the_original_task_and_earlier_facts_are_carried() {
         ],
         checkpoints: vec![(CheckpointKind::Milestone, "schema done".into())],
         active_skills: vec!["go-style".into()],
+        ..LocalSections::default()
     };
     let previous = previous_capsule(
         Narrative {
@@ -964,12 +989,19 @@ fn the_original_task_and_earlier_facts_are_carried() {
         &options(1_000_000, Quality::Degraded),
         &ByteCounter,
     );
-    assert_eq!(content.narrative.goal, "Ship it");
+    // The goal comes from the log (the task), the model's own words from
+    // the previous capsule stay under Earlier narrative, once.
+    assert_eq!(content.narrative.goal, "Build the pharma platform.");
     assert!(
         content
             .earlier_narrative
             .as_deref()
             .is_some_and(|text| text.starts_with("### Goal\nShip it"))
+    );
+    assert!(
+        content
+            .markdown
+            .contains("## Original task\n(the Goal above, verbatim)")
     );
     assert_eq!(content.quality, Quality::Degraded);
 }
@@ -988,8 +1020,12 @@ fn every_section_is_filled() {
     );
     let text = capsule_input(&content.view());
     for heading in NARRATIVE_HEADINGS {
+        let empty = match heading {
+            "In progress" | "Pending" | "Next steps" => builder::NO_PLAN,
+            _ => NONE_RECORDED,
+        };
         assert!(
-            text.contains(&format!("## {heading}\n{NONE_RECORDED}\n")),
+            text.contains(&format!("## {heading}\n{empty}\n")),
             "{heading}"
         );
     }
@@ -1004,7 +1040,7 @@ fn every_section_is_filled() {
 }
 
 #[test]
-fn goal_is_the_previous_goal_else_the_task_plus_labelled_instructions() {
+fn goal_is_the_task_with_instructions_for_this_capsule_only() {
     let mut span = Span::default();
     span.user("Fix the tokenizer panic on empty input.\n\nIt crashes in lexer.rs.");
     let facts = facts_of(&span);
@@ -1012,24 +1048,232 @@ fn goal_is_the_previous_goal_else_the_task_plus_labelled_instructions() {
         instructions: Some("keep the error messages"),
         ..options(1_000_000, Quality::Full)
     };
-    let content = build_deterministic(&facts, None, &opts, &ByteCounter);
+    let first = build_deterministic(&facts, None, &opts, &ByteCounter);
     assert_eq!(
-        content.narrative.goal,
+        first.narrative.goal,
         "Fix the tokenizer panic on empty input.… (the full text is under Original task)\n\n\
-         Instructions given with /compact: keep the error messages"
+         Instructions given with /compact for this capsule: keep the error messages"
     );
-    let previous = previous_capsule(
-        Narrative {
-            goal: "Make the lexer total".into(),
-            ..Narrative::default()
-        },
-        LocalSections::default(),
+    // The next automatic capsule does not carry the /compact instructions.
+    let previous = first.into_capsule(CapsuleFrame::default());
+    let later = facts_with(&Span::default(), Some(&previous), &HashSet::new());
+    let next = build_deterministic(
+        &later,
+        Some(&previous),
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
     );
-    let content = build_deterministic(&facts, Some(&previous), &opts, &ByteCounter);
+    assert_eq!(
+        next.narrative.goal,
+        "Fix the tokenizer panic on empty input.… (the full text is under Original task)"
+    );
+}
+
+#[test]
+fn a_greeting_is_not_the_goal_and_a_redirect_replaces_it() {
+    let mut span = Span::default();
+    span.user("hello, what can you do?");
+    span.assistant("I can read, edit and run code in this repository.");
+    span.user("Add a --json flag to the report command.");
+    let facts = facts_of(&span);
+    assert_eq!(
+        facts.original_task.as_deref(),
+        Some("Add a --json flag to the report command.")
+    );
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
     assert_eq!(
         content.narrative.goal,
-        "Make the lexer total\n\nInstructions given with /compact: keep the error messages"
+        "Add a --json flag to the report command."
     );
+    assert!(
+        !content.markdown.contains("what can you do"),
+        "{}",
+        content.markdown
+    );
+
+    // A redirect becomes the goal, carried by the next capsule.
+    span.user("New task: port the exporter to the v2 API instead.");
+    let facts = facts_of(&span);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(
+        content.narrative.goal,
+        "New task: port the exporter to the v2 API instead. (the work was redirected by this message; the first \
+         task is under Original task)"
+    );
+    let previous = content.into_capsule(CapsuleFrame::default());
+    let carried = facts_with(&Span::default(), Some(&previous), &HashSet::new());
+    assert_eq!(
+        carried.goal.as_deref(),
+        Some("New task: port the exporter to the v2 API instead.")
+    );
+}
+
+#[test]
+fn constraints_are_kept_verbatim_once_and_carried() {
+    let mut span = Span::default();
+    span.agents_md("# demo\n\nAlways run python3 hello.py after editing.\n");
+    span.user(
+        "We are extending loglens. Always run `sh run_tests.sh` after a change and keep the public functions \
+         pure.",
+    );
+    span.user("Don't touch vendor/. Also, always run `sh run_tests.sh` after a change and keep the public functions pure.");
+    span.tool(
+        "bash",
+        json!({"command": "python3 hello.py"}),
+        "hello",
+        false,
+    );
+    let facts = facts_of(&span);
+    assert_eq!(
+        facts.constraints,
+        [
+            "Always run python3 hello.py after editing.",
+            "Always run `sh run_tests.sh` after a change and keep the public functions pure.",
+            "Don't touch vendor/.",
+            "Also, always run `sh run_tests.sh` after a change and keep the public functions pure.",
+        ]
+    );
+    // The project's own check counts as verification, with its result.
+    assert_eq!(facts.verification.len(), 1);
+    assert_eq!(facts.verification[0].command, "python3 hello.py");
+    assert!(facts.verification[0].passed);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(
+        content.narrative.constraints,
+        "- Always run python3 hello.py after editing.\n- Always run `sh run_tests.sh` after a change and keep the \
+         public functions pure.\n- Don't touch vendor/.\n- Also, always run `sh run_tests.sh` after a change and \
+         keep the public functions pure."
+    );
+    // Carried as they are by the next capsule, with no span at all.
+    let previous = content.into_capsule(CapsuleFrame::default());
+    let carried = facts_with(&Span::default(), Some(&previous), &HashSet::new());
+    assert_eq!(carried.constraints, facts.constraints);
+}
+
+#[test]
+fn constraints_beyond_the_budget_are_counted() {
+    let mut span = Span::default();
+    for i in 0..200 {
+        span.user(&format!(
+            "Never rename module number {i} of the billing service without asking."
+        ));
+    }
+    let facts = facts_of(&span);
+    assert_eq!(facts.constraints.len(), 200);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    let kept = content.local.constraints.len();
+    assert!(kept > 10 && kept < 200, "{kept}");
+    assert_eq!(content.local.constraints_more, (200 - kept) as u64);
+    assert!(content.narrative.constraints.ends_with(&format!(
+        "- … and {} more stated earlier (the session log has them verbatim)",
+        200 - kept
+    )));
+}
+
+#[test]
+fn a_newer_plan_in_the_tail_wins() {
+    let mut span = Span::default();
+    span.tool(
+        "update_plan",
+        json!({"plan": [
+            {"step": "feature 9", "status": "in_progress"},
+            {"step": "feature 10", "status": "pending"}
+        ]}),
+        "plan updated",
+        false,
+    );
+    let mut tail = Span::default();
+    tail.tool(
+        "update_plan",
+        json!({"plan": [
+            {"step": "feature 9", "status": "completed"},
+            {"step": "feature 10", "status": "in_progress"}
+        ]}),
+        "plan updated",
+        false,
+    );
+    let retained = HashSet::new();
+    let facts = soba_core::facts::extract(
+        &FactsInput {
+            tail: &tail.entries,
+            span: &span.entries,
+            previous: None,
+            retained: &retained,
+            cwd: Some(CWD),
+        },
+        &FactsConfig::default(),
+        &ByteCounter,
+    );
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(content.narrative.done, "- feature 9");
+    assert_eq!(content.narrative.in_progress, "- feature 10");
+    assert_eq!(
+        content.narrative.next_steps,
+        "(finish the step in progress; no plan step is pending)"
+    );
+}
+
+#[test]
+fn no_plan_says_so_and_no_line_repeats() {
+    let mut span = Span::default();
+    span.user("Add gzip input support. Keep the parser streaming.");
+    span.tool("bash", json!({"command": "cargo test"}), "ok", false);
+    span.checkpoint(CheckpointKind::Milestone, "gzip input works");
+    span.assistant("And its tests, tests/test_report.py.");
+    let content = build_deterministic(
+        &facts_of(&span),
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(content.narrative.in_progress, builder::NO_PLAN);
+    assert_eq!(
+        content.narrative.done,
+        "- 1 milestone reached (listed under Checkpoints)."
+    );
+    assert!(content.markdown.contains("- milestone: gzip input works"));
+    assert!(
+        !content.markdown.contains("And its tests"),
+        "{}",
+        content.markdown
+    );
+    let mut seen = HashSet::new();
+    for line in content
+        .markdown
+        .lines()
+        .filter(|line| line.len() > 12 && !line.starts_with(['#', '(']))
+    {
+        assert!(
+            seen.insert(line) || line == builder::NO_PLAN,
+            "repeated: {line}\n{}",
+            content.markdown
+        );
+    }
 }
 
 #[test]
@@ -1107,11 +1351,13 @@ fn unresolved_errors_show_the_newest_10_of_500_characters() {
     // command) stays whole above it.
     let text = format!("{}{} #11", "h".repeat(600), "t".repeat(400));
     let total = text.chars().count();
+    // One word longer than the bound is the one case cut inside a word,
+    // and the cut says so (`…`).
     let expected = format!(
-        "$ make check11\n{}{}{}",
-        text.chars().take(250).collect::<String>(),
-        omission_marker(total - 500),
-        text.chars().skip(total - 250).collect::<String>()
+        "$ make check11\n{}…{}…{}",
+        text.chars().take(249).collect::<String>(),
+        omission_marker(total - 499),
+        text.chars().skip(total - 249).collect::<String>()
     );
     assert_eq!(newest, &expected);
     assert!(newest.starts_with("$ make check11\nhhh"));
@@ -1196,6 +1442,7 @@ fn the_original_task_is_middle_truncated_to_1000_tokens() {
     span.user(&words);
     let facts = extract(
         &FactsInput {
+            tail: &[],
             span: &span.entries,
             previous: None,
             retained: &HashSet::new(),
@@ -1630,6 +1877,7 @@ fn realistic_span() -> (Span, HashSet<EntryId>) {
 fn realistic_capsule(counter: &dyn TokenCounter) -> soba_core::builder::CapsuleContent {
     let (span, retained) = realistic_span();
     let input = FactsInput {
+        tail: &[],
         span: &span.entries,
         previous: None,
         retained: &retained,
@@ -1662,8 +1910,9 @@ fn rendered_capsule_file() {
         source_leaf: "e_0190f3a2b4c577f3a9d1000000000042",
     };
     let file = capsule_file(&header, &content.view(), &ByteCounter);
-    assert_eq!(file.redactions, 1);
-    assert_eq!(file.redactions_by_kind, [("anthropic_key", 1)]);
+    // The key is in the constraint and in the instruction it came from.
+    assert_eq!(file.redactions, 2);
+    assert_eq!(file.redactions_by_kind, [("anthropic_key", 2)]);
     assert!(!file.text.contains("sk-ant-api03"));
     insta::assert_snapshot!("capsule_file", file.text);
 
@@ -1684,7 +1933,13 @@ fn rendered_capsule_file() {
     assert_eq!(parsed.front.quality, Some(Quality::Degraded));
     assert_eq!(parsed.front.trigger, Some(Trigger::User));
     assert_eq!(parsed.front.tokens, Some(file.tokens.get()));
-    assert_eq!(parsed.narrative, content.narrative);
+    // The file is redacted: the key in the constraint is too.
+    let mut expected_narrative = content.narrative.clone();
+    expected_narrative.constraints = expected_narrative.constraints.replace(
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz",
+        "[REDACTED:anthropic_key]",
+    );
+    assert_eq!(parsed.narrative, expected_narrative);
     let headings: Vec<&str> = parsed
         .sections
         .iter()
@@ -1742,6 +1997,7 @@ fn realistic_capsule_facts() {
 fn llm_summary_flow_renders_the_narrative_with_local_sections() {
     let (span, retained) = realistic_span();
     let input = FactsInput {
+        tail: &[],
         span: &span.entries,
         previous: None,
         retained: &retained,
@@ -2077,6 +2333,7 @@ fn claude_code_trace_files_modified_match_the_ground_truth() {
     }
     let span = span_from_chat(messages);
     let input = FactsInput {
+        tail: &[],
         span: &span.entries,
         previous: None,
         retained: &HashSet::new(),
@@ -2140,6 +2397,7 @@ fn codex_trace_files_modified_match_the_ground_truth() {
     }
     let span = span_from_chat(messages);
     let input = FactsInput {
+        tail: &[],
         span: &span.entries,
         previous: None,
         retained: &HashSet::new(),

@@ -943,6 +943,7 @@ fn check_unresolved(acts: &[Act]) -> Result<(), TestCaseError> {
     let retained = HashSet::new();
     let extracted = facts::extract(
         &FactsInput {
+            tail: &[],
             span: &session.path,
             previous: None,
             retained: &retained,

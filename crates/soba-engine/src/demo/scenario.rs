@@ -253,6 +253,31 @@ pub fn generate(seed: u64) -> DemoScenario {
     });
     for (idx, (feature, path, marker)) in FEATURES.iter().enumerate() {
         let n = idx + 1;
+        // The plan the model keeps: every feature asked for so far, this
+        // one in progress (then completed at its milestone).
+        let plan = |current: &str| {
+            let mut steps: Vec<Value> = FEATURES[..n]
+                .iter()
+                .enumerate()
+                .map(|(done_idx, (name, _, _))| {
+                    let status = if done_idx + 1 < n {
+                        "completed"
+                    } else {
+                        current
+                    };
+                    json!({ "step": format!("Feature {}: {name}", done_idx + 1), "status": status })
+                })
+                .collect();
+            match FEATURES.len() - n {
+                0 => {}
+                1 => steps.push(json!({ "step": "Feature 10, when the user asks for it", "status": "pending" })),
+                _ => steps.push(json!({
+                    "step": format!("Features {}-{}, one by one as the user asks for them", n + 1, FEATURES.len()),
+                    "status": "pending"
+                })),
+            }
+            call("update_plan", json!({ "plan": steps }))
+        };
         let helper_line = format!(
             "\n\n{marker}(*args, **kwargs):\n    \"\"\"Feature {n}: {feature}.\"\"\"\n    return None\n"
         );
@@ -261,7 +286,7 @@ pub fn generate(seed: u64) -> DemoScenario {
             steps: vec![
                 step(
                     &format!("I'll start by reading {path} and running the tests."),
-                    vec![read(path), run_tests()],
+                    vec![plan("in_progress"), read(path), run_tests()],
                 ),
                 step(
                     &format!("Test {n} fails as expected. Adding `{marker}` to {path}."),
@@ -277,10 +302,13 @@ pub fn generate(seed: u64) -> DemoScenario {
                 step("Re-running the tests.", vec![run_tests()]),
                 step(
                     &format!("Feature {n} ({feature}) is in; test {n} passes now."),
-                    vec![call(
-                        "checkpoint",
-                        json!({ "kind": "milestone", "note": format!("feature {n}: {feature}") }),
-                    )],
+                    vec![
+                        call(
+                            "checkpoint",
+                            json!({ "kind": "milestone", "note": format!("{marker} added to {path}; test {n} passes") }),
+                        ),
+                        plan("completed"),
+                    ],
                 ),
                 step(&format!("Done: {feature} lives in {path}."), vec![]),
             ],

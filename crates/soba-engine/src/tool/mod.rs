@@ -13,6 +13,7 @@ mod bash;
 mod checkpoint;
 mod edit;
 mod list;
+mod plan;
 mod read;
 mod search;
 mod walk;
@@ -37,6 +38,7 @@ pub use bash::Bash;
 pub use checkpoint::Checkpoint;
 pub use edit::EditFile;
 pub use list::ListFiles;
+pub use plan::UpdatePlan;
 pub use read::ReadFile;
 pub use search::Search;
 pub use workspace::Workspace;
@@ -385,6 +387,7 @@ impl ToolRegistry {
         registry.register(Box::new(Search));
         registry.register(Box::new(Bash));
         registry.register(Box::new(Checkpoint));
+        registry.register(Box::new(UpdatePlan));
         registry
     }
 
@@ -518,7 +521,8 @@ mod tests {
                 "list_files",
                 "search",
                 "bash",
-                "checkpoint"
+                "checkpoint",
+                "update_plan"
             ]
         );
         for schema in registry.tool_schemas() {

@@ -8,7 +8,7 @@ use proptest::test_runner::TestRunner;
 use serde_json::{Map, Value};
 use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
-    OverflowRecord, SummaryScope, Verification,
+    OverflowRecord, PlanItem, PlanStatus, SummaryScope, Verification,
 };
 use soba_core::entry::{SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
@@ -258,6 +258,37 @@ fn local_sections() -> impl Strategy<Value = LocalSections> {
                 unresolved_errors,
                 checkpoints,
                 active_skills,
+                ..LocalSections::default()
+            },
+        )
+        .prop_flat_map(|local| {
+            (
+                Just(local),
+                text(),
+                vec(text(), 0..3),
+                any::<u64>(),
+                vec((text(), 0..3u8), 0..3),
+                text(),
+            )
+        })
+        .prop_map(
+            |(mut local, goal, constraints, constraints_more, plan, plan_explanation)| {
+                local.goal = goal;
+                local.constraints = constraints;
+                local.constraints_more = constraints_more;
+                local.plan = plan
+                    .into_iter()
+                    .map(|(text, status)| PlanItem {
+                        text,
+                        status: match status {
+                            0 => PlanStatus::Pending,
+                            1 => PlanStatus::InProgress,
+                            _ => PlanStatus::Completed,
+                        },
+                    })
+                    .collect();
+                local.plan_explanation = plan_explanation;
+                local
             },
         )
 }
