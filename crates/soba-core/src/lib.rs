@@ -23,6 +23,7 @@ pub mod id;
 pub mod input;
 pub mod message;
 pub mod plan;
+pub mod preflight;
 pub mod redact;
 pub mod render;
 pub mod retention;

@@ -3,23 +3,21 @@
 //! capsule under a deadline and appends it under the session mutex only if
 //! the turn was not cancelled and the leaf did not move.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use soba_core::builder::{self, BuildOptions, CapsuleContent, CapsuleFrame};
+use soba_core::builder::{self, CapsuleContent};
 use soba_core::calibration::Factor;
 use soba_core::capsule::NativeContinuation;
-use soba_core::facts::{self, Facts, FactsConfig, FactsInput};
 use soba_core::guard;
-use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
-use soba_core::plan::{self, Plan, PlanRequest, SkipReason as PlanSkip};
+use soba_core::hygiene::HygieneDecision;
+use soba_core::plan::SkipReason as PlanSkip;
+use soba_core::preflight::{self, CompactJob, Decision, Verdict};
 use soba_core::summarize::{self, SummarizeError, Summarizer, SummaryRequest};
-use soba_core::trigger::{self, PreflightInput, TriggerConfig};
 use soba_core::{
-    Capsule, CapsuleState, Entry, EntryBody, EntryId, IdKind, Quality, SummaryScope, TokenCount,
-    TokenCounter, Trigger, Usage,
+    Capsule, Entry, EntryBody, EntryId, IdKind, Quality, SummaryScope, TokenCount, TokenCounter,
+    Trigger, Usage,
 };
 use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
 use tokio::sync::Mutex;
@@ -81,52 +79,15 @@ pub struct BarrierContext {
 
 /// Everything generation needs, taken under the lock.
 struct Snapshot {
-    plan: Plan,
-    span: Vec<Entry>,
-    /// The path after the span (the retained tail), for a newer plan.
-    tail: Vec<Entry>,
-    previous: Option<(EntryId, Capsule)>,
-    retained: HashSet<EntryId>,
-    cwd: String,
-    turn_start: Option<EntryId>,
-    state: CapsuleState,
-    auto_limit: TokenCount,
+    /// What the preflight decided to compact.
+    job: CompactJob,
     counter: Arc<dyn TokenCounter>,
-    instructions: Option<String>,
-    overflow: Option<soba_core::capsule::OverflowRecord>,
     max_output_tokens: TokenCount,
     /// `compaction.summarizer.maxChunks`: the most summarizer calls.
     max_chunks: usize,
-    /// `compaction.userMessageBudgetTokens`: the planner's facts and the
-    /// capsule's must be bounded alike, or the capsule outgrows its plan.
-    user_message_budget: TokenCount,
     timeout: Duration,
     /// The native compaction to run alongside the summarizer (SPEC §10.3).
     native: Option<NativeJob>,
-}
-
-fn facts_of(
-    span: &[Entry],
-    tail: &[Entry],
-    previous: Option<&Capsule>,
-    retained: &HashSet<EntryId>,
-    cwd: &str,
-    counter: &dyn TokenCounter,
-    budget: TokenCount,
-) -> Facts {
-    facts::extract(
-        &FactsInput {
-            span,
-            tail,
-            previous,
-            retained,
-            cwd: Some(cwd),
-        },
-        &FactsConfig {
-            user_message_budget: budget,
-        },
-        counter,
-    )
 }
 
 impl BarrierContext {
@@ -134,21 +95,11 @@ impl BarrierContext {
         (self.events)(event);
     }
 
-    /// The budget an overflow recovery plans for when the provider stated
-    /// a window smaller than the one SOBA was told (a configured
-    /// `contextWindow` above what the server was started with): the
-    /// session's limits would only rebuild a request the server refuses
-    /// again. Says so once, with the fix. `None` when the stated window is
-    /// not smaller, or leaves no room for the request's `max_tokens`.
-    fn stated_budget(&self, core: &SessionCore, stated: u64) -> Option<soba_core::budget::Budget> {
+    /// Says once, with the fix, that an overflow recovery plans for the
+    /// window the provider `stated`, smaller than the one SOBA was told (a
+    /// configured `contextWindow` above what the server was started with).
+    fn stated_window_warning(&self, core: &SessionCore, stated: u64) {
         let told = core.budget().context_window();
-        if stated >= told.get() {
-            return None;
-        }
-        let window = TokenCount::new(stated);
-        let max_output = core.budget().max_output_tokens();
-        let config = core.config().compaction.for_window(window, max_output);
-        let budget = soba_core::budget::Budget::compute(window, max_output, &config).ok()?;
         self.emit(EngineEvent::Warning {
             message: format!(
                 "the server's context window is {} tokens, not the {} soba was told: this recovery compacts for {}; \
@@ -160,7 +111,6 @@ impl BarrierContext {
                 stated
             ),
         });
-        Some(budget)
     }
 
     fn flight_record(
@@ -233,8 +183,8 @@ impl BarrierContext {
             }
         };
         let operation_id = (self.operation_ids)();
-        let trigger = snapshot.plan.trigger;
-        let before = snapshot.plan.effective;
+        let trigger = snapshot.job.trigger();
+        let before = snapshot.job.plan.effective;
         let layout = self
             .summarizer
             .as_ref()
@@ -247,7 +197,7 @@ impl BarrierContext {
         self.emit(EngineEvent::CompactionStart {
             operation_id: operation_id.clone(),
             trigger,
-            plan: snapshot.plan.explain(),
+            plan: snapshot.job.plan.explain(),
             tokens_before: before,
             estimate,
         });
@@ -267,22 +217,19 @@ impl BarrierContext {
             duration_ms: started.elapsed().as_millis() as u64,
             reason,
         };
+        let abandon = |core: &mut SessionCore, end: CompactionEnd| {
+            preflight::abandoned(&snapshot.job, &mut core.turn);
+            self.finish(core, end, None)
+        };
         let (content, usage, fallback) = match generated {
             Generated::Cancelled => {
-                return Ok(self.finish(
+                return Ok(abandon(
                     &mut core,
-                    &snapshot,
                     end(Outcome::Cancelled, Some("cancelled by the user".into())),
-                    None,
                 ));
             }
             Generated::Failed(reason) => {
-                return Ok(self.finish(
-                    &mut core,
-                    &snapshot,
-                    end(Outcome::Failed, Some(reason)),
-                    None,
-                ));
+                return Ok(abandon(&mut core, end(Outcome::Failed, Some(reason))));
             }
             Generated::Content {
                 content,
@@ -291,86 +238,59 @@ impl BarrierContext {
             } => (*content, usage, fallback),
         };
         if cancel.is_cancelled() {
-            return Ok(self.finish(
+            return Ok(abandon(
                 &mut core,
-                &snapshot,
                 end(Outcome::Cancelled, Some("cancelled by the user".into())),
-                None,
             ));
         }
-        if core.leaf() != snapshot.plan.expected_leaf.as_ref() {
-            return Ok(self.finish(
+        if core.leaf() != snapshot.job.plan.expected_leaf.as_ref() {
+            return Ok(abandon(
                 &mut core,
-                &snapshot,
                 end(
                     Outcome::Stale,
                     Some("the session leaf moved during the barrier".into()),
                 ),
-                None,
             ));
         }
         let quality = content.quality;
         let summarizer_model = content.summarizer.clone();
-        let mut capsule = content.into_capsule(CapsuleFrame {
-            first_kept_entry_id: snapshot.plan.first_kept_entry_id.clone(),
-            boundary_truncation: snapshot.plan.boundary_truncation.clone(),
-            tokens_before: before,
-            tokens_after: TokenCount::ZERO,
-            previous_capsule_id: snapshot.previous.as_ref().map(|(id, _)| id.clone()),
-            state: snapshot.state.clone(),
-            instructions: snapshot.instructions.clone(),
-            native: None,
-            overflow: snapshot.overflow,
-            imported: None,
-        });
-        let after = measure_with_capsule(&core, &capsule, snapshot.plan.factor);
+        let mut capsule = content.into_capsule(snapshot.job.frame());
+        let after = measure_with_capsule(&core, &capsule, snapshot.job.plan.factor);
         capsule.tokens_after = after;
-        let post = plan::post_roi(trigger, before, after, core.budget());
         let summary = Some(FlightSummarizer {
             model: summarizer_model,
             usage,
         });
-        if !post.ok {
-            let share = match before.get() {
-                0 => 0.0,
-                total => post.reclaimed.max(0) as f64 * 100.0 / total as f64,
-            };
-            let reason = format!(
-                "post-ROI: reclaimed {} of {} tokens ({share:.1} %), below roiFloor {} or minSavingsRatio {}",
-                soba_core::tokens::group_thousands(post.reclaimed.max(0) as u64),
-                before,
-                core.budget().roi_floor(),
-                core.budget().min_savings_ratio()
-            );
-            if trigger.is_soft() {
-                let budget = *core.budget();
-                core.turn
-                    .mark_soft_rejection(snapshot.turn_start.as_ref(), &post, &budget);
+        let budget = *core.budget();
+        match preflight::accept(&snapshot.job, after, &budget, &mut core.turn) {
+            Verdict::Append => {}
+            Verdict::Rejected(post) => {
+                let share = match before.get() {
+                    0 => 0.0,
+                    total => post.reclaimed.max(0) as f64 * 100.0 / total as f64,
+                };
+                let reason = format!(
+                    "post-ROI: reclaimed {} of {} tokens ({share:.1} %), below roiFloor {} or minSavingsRatio {}",
+                    soba_core::tokens::group_thousands(post.reclaimed.max(0) as u64),
+                    before,
+                    budget.roi_floor(),
+                    budget.min_savings_ratio()
+                );
+                return Ok(self.finish(&mut core, end(Outcome::Skipped, Some(reason)), summary));
             }
-            return Ok(self.finish(
-                &mut core,
-                &snapshot,
-                end(Outcome::Skipped, Some(reason)),
-                summary,
-            ));
-        }
-        // The plan's limits: the session's, or a stated window's (an
-        // overflow recovery on a server smaller than configured).
-        let hard_limit = snapshot.plan.budget.hard_limit();
-        if after > hard_limit {
-            let reason = format!("capsule input {after} tokens > hardLimit {hard_limit}");
-            return Ok(self.finish(
-                &mut core,
-                &snapshot,
-                end(Outcome::Failed, Some(reason)),
-                summary,
-            ));
+            // Against the plan's limits: the session's, or a stated
+            // window's (an overflow recovery on a server smaller than
+            // configured).
+            Verdict::TooLarge { after, hard_limit } => {
+                let reason = format!("capsule input {after} tokens > hardLimit {hard_limit}");
+                return Ok(self.finish(&mut core, end(Outcome::Failed, Some(reason)), summary));
+            }
         }
         // The outcome and tokensAfter are the portable capsule's; the native
         // item only rides along, unless sending it would not fit.
         if let Some(native) = native {
             capsule.native = Some(native);
-            let with_native = measure_with_capsule(&core, &capsule, snapshot.plan.factor);
+            let with_native = measure_with_capsule(&core, &capsule, snapshot.job.plan.factor);
             if with_native > core.budget().hard_limit() {
                 tracing::warn!(
                     "native continuation dropped: the input would be {with_native} tokens > hardLimit {}",
@@ -380,6 +300,7 @@ impl BarrierContext {
             }
         }
         let entry = core.append(EntryBody::Capsule(Box::new(capsule)))?;
+        preflight::appended(&mut core.turn);
         let completed = CompactionEnd {
             tokens_after: after,
             reclaimed: before.saturating_sub(after),
@@ -391,25 +312,18 @@ impl BarrierContext {
             }),
             ..end(Outcome::Completed, None)
         };
-        Ok(self.finish(&mut core, &snapshot, completed, summary))
+        Ok(self.finish(&mut core, completed, summary))
     }
 
-    /// Records the end of a barrier: soft cap, flight record, event.
+    /// Records the end of a barrier: flight record, event. The turn's
+    /// marks are left by [`preflight`]'s functions before.
     fn finish(
         &self,
         core: &mut SessionCore,
-        snapshot: &Snapshot,
         end: CompactionEnd,
         summarizer: Option<FlightSummarizer>,
     ) -> Preflight {
         let trigger = end.trigger;
-        if trigger.is_soft() && end.outcome != Outcome::Completed {
-            core.turn
-                .mark_soft_attempt_without_capsule(snapshot.turn_start.as_ref());
-        }
-        if end.outcome == Outcome::Completed {
-            core.turn.clear_raised_bar();
-        }
         let mut record = self.flight_record(
             core,
             Some(trigger),
@@ -445,262 +359,203 @@ impl BarrierContext {
     }
 
     /// Steps 1–4 of SPEC §7 under the session lock: measure, hygiene,
-    /// trigger, plan. `Err(decided)` ends the preflight without generation.
+    /// trigger, plan, decided by [`preflight::decide`]; this records and
+    /// emits what it decided. `Err(decided)` ends the preflight without
+    /// generation.
     fn plan_under_lock(
         &self,
         core: &mut SessionCore,
         forced: Option<Forced>,
     ) -> Result<Result<Snapshot, Preflight>, EngineError> {
-        let mut measurement = core.measure();
         let derived = core.derived();
-        let turn_start = derived.turn_start.clone();
-        core.turn.sync(turn_start.as_ref());
-
-        // Hygiene: once per turn, at the first preflight at or above hygieneLimit.
-        let considered = core.hygiene_considered.as_ref() == Some(&turn_start);
-        if hygiene::is_due(
-            measurement.tokens,
-            core.budget().hygiene_limit(),
-            considered,
-        ) {
-            core.hygiene_considered = Some(turn_start.clone());
-            let config = HygieneConfig::new(core.budget(), &core.config().compaction);
-            let decision = hygiene::plan_hygiene(core.live(), measurement.tokens, &config);
-            let before = measurement.tokens;
-            let mut record = self.flight_record(core, None, FlightLevel::Hygiene, before);
-            match decision {
-                HygieneDecision::Apply(pass) => {
-                    let entry = core.append(pass.entry_body())?;
-                    measurement = core.measure();
-                    record.outcome = FlightOutcome::Completed;
-                    record.tokens_after = measurement.tokens;
-                    record.reclaimed = before.saturating_sub(measurement.tokens);
-                    record.expected_cache_write = Some(measurement.tokens);
-                    core.flight(&record);
-                    self.emit(EngineEvent::Hygiene {
-                        entry_id: entry.id,
-                        reclaimed: pass.reclaimed_tokens,
-                        stubbed: pass.stubbed.len(),
-                        tokens_before: before,
-                    });
-                }
-                other => {
-                    record.reason = Some(other.to_string());
-                    core.flight(&record);
-                }
-            }
-        }
-
-        let effective = measurement.tokens;
-        let mut stated_window = None;
-        let (chosen, instructions, overflow) = match forced {
-            Some(Forced::User { instructions }) => (Trigger::User, instructions, None),
+        let (forced, stated_window) = match forced {
+            None => (None, None),
+            Some(Forced::User { instructions }) => (
+                Some(preflight::Forced {
+                    trigger: Trigger::User,
+                    instructions,
+                    overflow: None,
+                    budget: None,
+                }),
+                None,
+            ),
             Some(Forced::ContextOverflow {
                 stated_prompt,
                 request_tokens_local,
                 stated_limit,
             }) => {
-                stated_window = stated_limit;
+                let budget = stated_limit.and_then(|stated| {
+                    preflight::stated_budget(core.budget(), &core.config().compaction, stated)
+                });
+                let stated_window = stated_limit.filter(|_| budget.is_some());
                 (
-                    Trigger::ContextOverflow,
-                    None,
-                    Some(soba_core::capsule::OverflowRecord {
-                        stated_prompt,
-                        request_tokens_local,
+                    Some(preflight::Forced {
+                        trigger: Trigger::ContextOverflow,
+                        instructions: None,
+                        overflow: Some(soba_core::capsule::OverflowRecord {
+                            stated_prompt,
+                            request_tokens_local,
+                        }),
+                        budget,
                     }),
+                    stated_window,
                 )
             }
-            None => {
-                let config = TriggerConfig::resolve(&core.config().compaction, &derived);
-                let idle_ms = core.idle_ms(&(self.clock)());
-                let decision = trigger::choose_trigger(&PreflightInput {
-                    effective,
-                    budget: core.budget(),
-                    config,
+        };
+        loop {
+            let measurement = core.measure();
+            let effective = measurement.tokens;
+            // The idle gap is read only for a trigger choice.
+            let idle_ms = match forced {
+                None => core.idle_ms(&(self.clock)()),
+                Some(_) => None,
+            };
+            let mut turn = std::mem::take(&mut core.turn);
+            let mut hygiene_considered = core.hygiene_considered.take();
+            let decided = preflight::decide(
+                &preflight::Input {
+                    live: core.live(),
+                    path: core.path(),
                     derived: &derived,
-                    turn: &core.turn,
+                    budget: core.budget(),
+                    config: &core.config().compaction,
+                    effective,
+                    factor: core.factor(),
+                    counter: core.counter().as_ref(),
+                    cwd: Some(&core.header().cwd),
+                    model: core.model_id(),
                     idle_ms,
-                });
-                for skipped in &decision.not_chosen {
-                    let mut record = self.flight_record(
-                        core,
-                        Some(skipped.trigger),
-                        FlightLevel::Compaction,
-                        effective,
-                    );
-                    record.reason = Some(skipped.reason.to_string());
-                    core.flight(&record);
-                }
-                match decision.chosen {
-                    Some(chosen) => (chosen, None, None),
-                    None => return Ok(Err(Preflight::Proceed)),
-                }
+                    cache_ttl_ms: None,
+                    forced: forced.as_ref(),
+                },
+                &mut turn,
+                &mut hygiene_considered,
+            );
+            core.turn = turn;
+            core.hygiene_considered = hygiene_considered;
+            if let Some(stated) = stated_window
+                && !matches!(decided.decision, Decision::Hygiene(_))
+            {
+                self.stated_window_warning(core, stated);
             }
-        };
-
-        let path = core.path().to_vec();
-        let previous = path.iter().rev().find_map(|entry| match &entry.body {
-            EntryBody::Capsule(capsule) => Some((entry.id.clone(), (**capsule).clone())),
-            _ => None,
-        });
-        let counter = core.counter().clone();
-        let cwd = core.header().cwd.clone();
-        let compaction = core.config().compaction.clone();
-        let factor = core.factor();
-        // Facts of everything live, an upper bound for any boundary (§7.2).
-        let region: Vec<Entry> = path[core.live().region_start()..].to_vec();
-        let all_facts = facts_of(
-            &region,
-            &[],
-            previous.as_ref().map(|(_, c)| c),
-            &HashSet::new(),
-            &cwd,
-            counter.as_ref(),
-            compaction.user_message_budget_tokens,
-        );
-        let facts_tokens = counter
-            .count_text(&soba_core::render::local_markdown(
-                &builder::bounded_local(&all_facts, counter.as_ref()),
-                None,
-            ))
-            .n;
-        let plan_budget = match stated_window.and_then(|window| self.stated_budget(core, window)) {
-            Some(budget) => budget,
-            None => *core.budget(),
-        };
-        let request = PlanRequest {
-            trigger: chosen,
-            effective,
-            budget: &plan_budget,
-            summarizer_max_output_tokens: compaction.summarizer.max_output_tokens,
-            facts_tokens,
-            factor,
-        };
-        let planned = match plan::plan(core.live(), &request) {
-            Ok(planned) => planned,
-            // `read_cost` is a standing candidate: a plan that does not
-            // work, is skipped or does not pay is no attempt and no record.
-            Err(_) if chosen == Trigger::ReadCost => return Ok(Err(Preflight::Proceed)),
-            Err(err) => {
-                let end = CompactionEnd {
-                    operation_id: (self.operation_ids)(),
-                    outcome: Outcome::Failed,
-                    trigger: chosen,
-                    tokens_before: effective,
-                    tokens_after: effective,
-                    reclaimed: TokenCount::ZERO,
-                    checkpoint_id: None,
-                    quality: None,
-                    duration_ms: 0,
-                    reason: Some(err.to_string()),
-                };
-                let snapshot_turn = turn_start.clone();
-                let mut record =
-                    self.flight_record(core, Some(chosen), FlightLevel::Compaction, effective);
-                record.outcome = FlightOutcome::Failed;
-                record.reason = end.reason.clone();
+            for skipped in &decided.not_chosen {
+                let mut record = self.flight_record(
+                    core,
+                    Some(skipped.trigger),
+                    FlightLevel::Compaction,
+                    effective,
+                );
+                record.reason = Some(skipped.reason.to_string());
                 core.flight(&record);
-                if chosen.is_soft() {
-                    core.turn
-                        .mark_soft_attempt_without_capsule(snapshot_turn.as_ref());
+            }
+            let job = match decided.decision {
+                Decision::Hygiene(decision) => {
+                    self.hygiene(core, decision, effective)?;
+                    continue; // measure again, then the trigger
+                }
+                Decision::Proceed => return Ok(Err(Preflight::Proceed)),
+                Decision::Skipped { trigger, reason } => {
+                    let mut record =
+                        self.flight_record(core, Some(trigger), FlightLevel::Compaction, effective);
+                    record.reason = Some(reason.as_str().to_owned());
+                    core.flight(&record);
+                    if reason == PlanSkip::NothingToCompact && !trigger.is_soft() {
+                        let end = CompactionEnd {
+                            operation_id: record.operation_id,
+                            outcome: Outcome::Skipped,
+                            trigger,
+                            tokens_before: effective,
+                            tokens_after: effective,
+                            reclaimed: TokenCount::ZERO,
+                            checkpoint_id: None,
+                            quality: None,
+                            duration_ms: 0,
+                            reason: Some("nothing to compact before the keep window".into()),
+                        };
+                        self.emit(EngineEvent::CompactionEnd(end.clone()));
+                        return Ok(Err(Preflight::Compacted(end)));
+                    }
                     return Ok(Err(Preflight::Proceed));
                 }
-                self.emit(EngineEvent::CompactionEnd(end.clone()));
-                return Ok(Err(Preflight::EndTurn(end)));
-            }
-        };
-        if chosen == Trigger::ReadCost {
-            let growth = derived.growth_per_request(effective);
-            let pays = growth.is_some_and(|growth| plan::pays_off(&planned, growth));
-            if planned.skip.is_some() || !pays {
-                return Ok(Err(Preflight::Proceed));
-            }
+                Decision::Failed { trigger, error } => {
+                    let end = CompactionEnd {
+                        operation_id: (self.operation_ids)(),
+                        outcome: Outcome::Failed,
+                        trigger,
+                        tokens_before: effective,
+                        tokens_after: effective,
+                        reclaimed: TokenCount::ZERO,
+                        checkpoint_id: None,
+                        quality: None,
+                        duration_ms: 0,
+                        reason: Some(error.to_string()),
+                    };
+                    let mut record =
+                        self.flight_record(core, Some(trigger), FlightLevel::Compaction, effective);
+                    record.outcome = FlightOutcome::Failed;
+                    record.reason = end.reason.clone();
+                    core.flight(&record);
+                    // A soft trigger's soft cap is marked by the decision.
+                    if trigger.is_soft() {
+                        return Ok(Err(Preflight::Proceed));
+                    }
+                    self.emit(EngineEvent::CompactionEnd(end.clone()));
+                    return Ok(Err(Preflight::EndTurn(end)));
+                }
+                Decision::Compact(job) => *job,
+            };
+            let native = core.native_compactor().map(|compactor| {
+                NativeJob::prepare(
+                    compactor.clone(),
+                    &core.live().view(),
+                    core.path(),
+                    &job.plan.span_entry_ids,
+                    job.plan.boundary_truncation.as_ref(),
+                )
+            });
+            let compaction = &core.config().compaction;
+            return Ok(Ok(Snapshot {
+                job,
+                counter: core.counter().clone(),
+                max_output_tokens: compaction.summarizer.max_output_tokens,
+                max_chunks: compaction.summarizer.max_chunks,
+                timeout: Duration::from_millis(compaction.timeout_ms),
+                native,
+            }));
         }
-        if let Some(skip) = planned.skip {
-            let mut record =
-                self.flight_record(core, Some(chosen), FlightLevel::Compaction, effective);
-            record.reason = Some(skip.as_str().to_owned());
-            core.flight(&record);
-            if skip == PlanSkip::NothingToCompact && !chosen.is_soft() {
-                let end = CompactionEnd {
-                    operation_id: record.operation_id,
-                    outcome: Outcome::Skipped,
-                    trigger: chosen,
-                    tokens_before: effective,
-                    tokens_after: effective,
-                    reclaimed: TokenCount::ZERO,
-                    checkpoint_id: None,
-                    quality: None,
-                    duration_ms: 0,
-                    reason: Some("nothing to compact before the keep window".into()),
-                };
-                self.emit(EngineEvent::CompactionEnd(end.clone()));
-                return Ok(Err(Preflight::Compacted(end)));
-            }
-            return Ok(Err(Preflight::Proceed));
-        }
+    }
 
-        let span = plan::span_entries(&region, &planned);
-        let truncated = planned
-            .boundary_truncation
-            .as_ref()
-            .map(|cut| cut.entry_id.clone());
-        let retained: HashSet<EntryId> = match &planned.first_kept_entry_id {
-            Some(first) => path
-                .iter()
-                .skip_while(|entry| &entry.id != first)
-                .map(|entry| entry.id.clone())
-                .filter(|id| Some(id) != truncated.as_ref())
-                .collect(),
-            None => HashSet::new(),
-        };
-        let native = core.native_compactor().map(|compactor| {
-            NativeJob::prepare(
-                compactor.clone(),
-                &core.live().view(),
-                &path,
-                &planned.span_entry_ids,
-                planned.boundary_truncation.as_ref(),
-            )
-        });
-        let pinned = core.live().pinned_state();
-        let state = CapsuleState {
-            model: core.model_id().to_owned(),
-            calibration: vec![(core.model_id().to_owned(), factor.get())],
-            auto_compact: derived.auto_compact_or(compaction.auto),
-            auto_compact_override: derived.auto_compact,
-            approvals: derived.approvals.clone(),
-            skills: pinned.skills,
-            pinned_agents_md: pinned.agents_md,
-            pinned_system: pinned.system_messages,
-        };
-        let tail: Vec<Entry> = match &planned.first_kept_entry_id {
-            Some(first) => path
-                .iter()
-                .skip_while(|entry| &entry.id != first)
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
-        Ok(Ok(Snapshot {
-            tail,
-            auto_limit: planned.budget.auto_limit(),
-            plan: planned,
-            span,
-            previous,
-            retained,
-            cwd,
-            turn_start,
-            state,
-            counter,
-            instructions,
-            overflow,
-            max_output_tokens: compaction.summarizer.max_output_tokens,
-            max_chunks: compaction.summarizer.max_chunks,
-            user_message_budget: compaction.user_message_budget_tokens,
-            timeout: Duration::from_millis(compaction.timeout_ms),
-            native,
-        }))
+    /// Appends a hygiene pass that applies, with its flight record and
+    /// event, or records why hygiene did not apply.
+    fn hygiene(
+        &self,
+        core: &mut SessionCore,
+        decision: HygieneDecision,
+        before: TokenCount,
+    ) -> Result<(), EngineError> {
+        let mut record = self.flight_record(core, None, FlightLevel::Hygiene, before);
+        match decision {
+            HygieneDecision::Apply(pass) => {
+                let entry = core.append(pass.entry_body())?;
+                let after = core.measure().tokens;
+                record.outcome = FlightOutcome::Completed;
+                record.tokens_after = after;
+                record.reclaimed = before.saturating_sub(after);
+                record.expected_cache_write = Some(after);
+                core.flight(&record);
+                self.emit(EngineEvent::Hygiene {
+                    entry_id: entry.id,
+                    reclaimed: pass.reclaimed_tokens,
+                    stubbed: pass.stubbed.len(),
+                    tokens_before: before,
+                });
+            }
+            other => {
+                record.reason = Some(other.to_string());
+                core.flight(&record);
+            }
+        }
+        Ok(())
     }
 
     /// Step 6: the capsule content, and with a native compactor the native
@@ -760,25 +615,12 @@ impl BarrierContext {
         layout: Option<ChunkLayout>,
     ) -> Generated {
         let counter = snapshot.counter.as_ref();
-        let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
-        let facts = facts_of(
-            &snapshot.span,
-            &snapshot.tail,
-            previous,
-            &snapshot.retained,
-            &snapshot.cwd,
-            counter,
-            snapshot.user_message_budget,
-        );
-        let trigger = snapshot.plan.trigger;
+        let job = &snapshot.job;
+        let previous = job.previous_capsule();
+        let facts = job.facts(counter);
+        let trigger = job.trigger();
         let deterministic = |quality: Quality| {
-            let options = BuildOptions {
-                auto_limit: snapshot.auto_limit,
-                trigger,
-                quality,
-                instructions: snapshot.instructions.as_deref(),
-            };
-            builder::build_deterministic(&facts, previous, &options, counter)
+            builder::build_deterministic(&facts, previous, &job.build_options(quality), counter)
         };
         let (Some(summarizer), Some(layout)) = (&self.summarizer, layout) else {
             if cancel.is_cancelled() {
@@ -860,7 +702,7 @@ impl BarrierContext {
                 chunk_index: chunk_idx,
                 chunk_count: chunks.len(),
                 earlier_omitted: scope.is_some(),
-                instructions: snapshot.instructions.clone(),
+                instructions: snapshot.job.instructions.clone(),
                 max_output_tokens: snapshot.max_output_tokens.get() as u32,
             };
             let (finished, count) = (chunk_idx, chunks.len());
@@ -929,14 +771,9 @@ impl BarrierContext {
             }
         }
         let text = state.unwrap_or_default();
-        match guard::check_summary(&text, snapshot.plan.span_tokens, counter) {
+        match guard::check_summary(&text, snapshot.job.plan.span_tokens, counter) {
             Ok(narrative) => {
-                let options = BuildOptions {
-                    auto_limit: snapshot.auto_limit,
-                    trigger,
-                    quality: Quality::Full,
-                    instructions: snapshot.instructions.as_deref(),
-                };
+                let options = job.build_options(Quality::Full);
                 let mut content = builder::build_with_narrative(
                     narrative,
                     summarizer.model(),
@@ -982,14 +819,16 @@ struct ChunkLayout {
 
 fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout {
     let counter = snapshot.counter.as_ref();
-    let previous = snapshot.previous.as_ref().map(|(_, capsule)| capsule);
-    let previous_state = previous.map(summarize::previous_state);
-    let items = summarize::span_items_indexed(&snapshot.span);
+    let previous_state = snapshot
+        .job
+        .previous_capsule()
+        .map(summarize::previous_state);
+    let items = summarize::span_items_indexed(&snapshot.job.span);
     let chunk_budget = summarize::chunk_tokens(
         summarizer.window_tokens(),
         snapshot.max_output_tokens.get() as u32,
         previous_state.as_deref(),
-        snapshot.instructions.as_deref(),
+        snapshot.job.instructions.as_deref(),
         counter,
     );
     if chunk_budget < MIN_CHUNK_TOKENS {
@@ -1005,14 +844,14 @@ fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout
     }
     let packed = summarize::chunk_newest(&items, chunk_budget, snapshot.max_chunks, counter);
     let scope = packed.cut.map(|cut| SummaryScope {
-        from_entry_id: Some(snapshot.span[cut.first_entry].id.clone()),
+        from_entry_id: Some(snapshot.job.span[cut.first_entry].id.clone()),
         partial: cut.partial,
         chunks: packed.chunks.len() as u64,
         summarized_tokens: packed.tokens,
         // In the plan's terms, as the compaction's own line counts the
         // span: what the model input carries of it (after hygiene), less
         // what the chunks carry.
-        facts_only_tokens: snapshot.plan.span_tokens.saturating_sub(packed.tokens),
+        facts_only_tokens: snapshot.job.plan.span_tokens.saturating_sub(packed.tokens),
     });
     ChunkLayout {
         previous_state,

@@ -1,25 +1,25 @@
 //! The `soba` policy: SOBA's own preflight barrier (SPEC §7) driven
-//! synchronously on soba-core — measure, hygiene once per turn, trigger
-//! choice with the soft cap and re-arm rule, the planner with its ROI and
-//! fail-closed fit, the deterministic capsule, the post-generation ROI
-//! check — on a session path of its own. A request above hardLimit is never
+//! synchronously on soba-core's one decision (`soba_core::preflight`, the
+//! engine's barrier calls the same) — measure, hygiene once per turn,
+//! trigger choice with the soft cap and re-arm rule, the planner with its
+//! ROI and fail-closed fit, the deterministic capsule, the post-generation
+//! ROI check — on a session path of its own. A request above hardLimit is never
 //! sent: it counts in `overWindow`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use soba_core::budget::Budget;
-use soba_core::builder::{self, BuildOptions, CapsuleFrame};
+use soba_core::builder;
 use soba_core::calibration::Factor;
-use soba_core::capsule::{CapsuleState, Quality, Trigger};
+use soba_core::capsule::Quality;
 use soba_core::config::CompactionConfig;
 use soba_core::derived::DerivedState;
-use soba_core::facts::{self, FactsConfig, FactsInput};
-use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
+use soba_core::hygiene::HygieneDecision;
 use soba_core::input::{InputConfig, InputOrigin, InputSetup, LiveInput};
-use soba_core::plan::{self, PlanRequest};
+use soba_core::preflight::{self, CompactJob, Decision, Verdict};
 use soba_core::render::{self, CapsuleView};
-use soba_core::trigger::{self, PreflightInput, TriggerConfig, TurnState};
+use soba_core::trigger::TurnState;
 use soba_core::{Capsule, Entry, EntryBody, EntryId, IdKind, TokenCount};
 
 use super::probe::{Item, TextItem, message_text};
@@ -52,6 +52,10 @@ pub(crate) struct SobaRunner {
     /// part of message 0 of every request (not of SOBA's path), so the
     /// preflight adds them to what it measures.
     system_local: u64,
+    /// What each preflight decided beyond proceeding, for the parity test
+    /// with the engine.
+    #[cfg(test)]
+    decided: Vec<(usize, String)>,
 }
 
 impl SobaRunner {
@@ -82,6 +86,8 @@ impl SobaRunner {
             items: Vec::new(),
             recorder: Recorder::new("soba", ctx.trace.steps.len()),
             system_local: 0,
+            #[cfg(test)]
+            decided: Vec::new(),
         }
     }
 
@@ -111,157 +117,37 @@ impl SobaRunner {
             .apply(self.live.total_tokens() + TokenCount::new(self.system_local))
     }
 
-    /// Runs hygiene when due (SPEC §8.1): once per turn, at the first
-    /// preflight at or above hygieneLimit.
-    fn hygiene(&mut self, effective: TokenCount, turn_start: &Option<EntryId>) {
-        let considered = self.hygiene_considered.as_ref() == Some(turn_start);
-        if !hygiene::is_due(effective, self.budget.hygiene_limit(), considered) {
-            return;
-        }
-        self.hygiene_considered = Some(turn_start.clone());
-        let config = HygieneConfig::new(&self.budget, &self.config);
-        if let HygieneDecision::Apply(pass) = hygiene::plan_hygiene(&self.live, effective, &config)
-        {
+    /// Appends a hygiene pass that applies (SPEC §8.1).
+    fn hygiene(&mut self, step: usize, decision: HygieneDecision) {
+        if let HygieneDecision::Apply(pass) = decision {
             self.push(pass.entry_body(), IdKind::Entry);
             self.recorder.hygiene();
+            self.note(step, || "hygiene".to_owned());
         }
     }
 
-    /// Plans, builds and (when it passes the checks) appends a capsule.
-    fn compact(
-        &mut self,
-        ctx: &Ctx<'_>,
-        step: usize,
-        chosen: Trigger,
-        effective: TokenCount,
-        turn_start: &Option<EntryId>,
-        derived_growth: Option<TokenCount>,
-    ) {
+    /// Notes a decision for the parity test.
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn note(&mut self, step: usize, what: impl FnOnce() -> String) {
+        #[cfg(test)]
+        self.decided.push((step, what()));
+    }
+
+    /// Builds the deterministic capsule of `job` and appends it when it
+    /// passes the post-generation check.
+    fn compact(&mut self, ctx: &Ctx<'_>, step: usize, job: &CompactJob) {
         let counter = ctx.counter();
-        let cwd = ctx.trace.cwd.as_deref();
-        let previous = self.path.iter().rev().find_map(|entry| match &entry.body {
-            EntryBody::Capsule(capsule) => Some((entry.id.clone(), (**capsule).clone())),
-            _ => None,
-        });
-        let previous_capsule = previous.as_ref().map(|(_, capsule)| capsule);
-        let facts_config = FactsConfig {
-            user_message_budget: self.config.user_message_budget_tokens,
-        };
-        // Facts of everything live: an upper bound for any boundary (§7.2).
-        let region = &self.path[self.live.region_start()..];
-        let all_facts = facts::extract(
-            &FactsInput {
-                tail: &[],
-                span: region,
-                previous: previous_capsule,
-                retained: &HashSet::new(),
-                cwd,
-            },
-            &facts_config,
-            counter,
-        );
-        let facts_tokens = counter
-            .count_text(&render::local_markdown(
-                &builder::bounded_local(&all_facts, counter),
-                None,
-            ))
-            .n;
-        let request = PlanRequest {
-            trigger: chosen,
-            effective,
-            budget: &self.budget,
-            summarizer_max_output_tokens: self.config.summarizer.max_output_tokens,
-            facts_tokens,
-            factor: self.factor,
-        };
-        let planned = match plan::plan(&self.live, &request) {
-            Ok(planned) => planned,
-            Err(_) if chosen == Trigger::ReadCost => return,
-            Err(_) => {
-                // Fail-closed: a soft trigger proceeds without compacting; a
-                // forced one leaves the input over hardLimit, and the
-                // request is not sent.
-                if chosen.is_soft() {
-                    self.turn
-                        .mark_soft_attempt_without_capsule(turn_start.as_ref());
-                }
-                return;
-            }
-        };
-        if planned.skip.is_some() {
-            return; // nothing to compact, or a pre-ROI skip: not an attempt
-        }
-        if chosen == Trigger::ReadCost
-            && !derived_growth.is_some_and(|growth| plan::pays_off(&planned, growth))
-        {
-            return; // carrying the span is still cheaper: not an attempt
-        }
-        let span = plan::span_entries(&self.path[self.live.region_start()..], &planned);
-        let truncated = planned
-            .boundary_truncation
-            .as_ref()
-            .map(|cut| cut.entry_id.clone());
-        let retained: HashSet<EntryId> = match &planned.first_kept_entry_id {
-            Some(first) => self
-                .path
-                .iter()
-                .skip_while(|entry| &entry.id != first)
-                .map(|entry| entry.id.clone())
-                .filter(|id| Some(id) != truncated.as_ref())
-                .collect(),
-            None => HashSet::new(),
-        };
-        let tail_start = planned
-            .first_kept_entry_id
-            .as_ref()
-            .and_then(|first| self.path.iter().position(|entry| &entry.id == first))
-            .unwrap_or(self.path.len());
-        let facts = facts::extract(
-            &FactsInput {
-                tail: &self.path[tail_start..],
-                span: &span,
-                previous: previous_capsule,
-                retained: &retained,
-                cwd,
-            },
-            &facts_config,
-            counter,
-        );
+        let previous_capsule = job.previous_capsule();
+        let facts = job.facts(counter);
         let content = builder::build_deterministic(
             &facts,
             previous_capsule,
-            &BuildOptions {
-                auto_limit: self.budget.auto_limit(),
-                trigger: chosen,
-                quality: Quality::Full,
-                instructions: None,
-            },
+            &job.build_options(Quality::Full),
             counter,
         );
-        let pinned = self.live.pinned_state();
-        let capsule = content.into_capsule(CapsuleFrame {
-            first_kept_entry_id: planned.first_kept_entry_id.clone(),
-            boundary_truncation: planned.boundary_truncation.clone(),
-            tokens_before: effective,
-            tokens_after: TokenCount::ZERO,
-            previous_capsule_id: previous.as_ref().map(|(id, _)| id.clone()),
-            state: CapsuleState {
-                model: ctx.trace.model.clone(),
-                calibration: vec![(ctx.trace.model.clone(), self.factor.get())],
-                auto_compact: self.config.auto,
-                auto_compact_override: None,
-                approvals: None,
-                skills: pinned.skills,
-                pinned_agents_md: pinned.agents_md,
-                pinned_system: pinned.system_messages,
-            },
-            instructions: None,
-            native: None,
-            overflow: None,
-            imported: None,
-        });
+        let capsule = content.into_capsule(job.frame());
         // The attempt reached generation: it is costed whatever follows.
-        let input = ctx.summarizer_input(&span, previous_capsule);
+        let input = ctx.summarizer_input(&job.span, previous_capsule);
         let output = ctx.narrative_tokens(&capsule);
         self.recorder.summarizer(ctx, input, output);
 
@@ -277,21 +163,24 @@ impl SobaRunner {
             LiveInput::build(self.setup.clone(), &self.path).total_tokens()
                 + TokenCount::new(self.system_local),
         );
-        let post = plan::post_roi(chosen, effective, after, &self.budget);
-        if !post.ok || after > self.budget.hard_limit() {
-            self.path.pop();
-            if !post.ok {
-                self.recorder.stats.rejected_capsules += 1;
-                if chosen.is_soft() {
-                    self.turn
-                        .mark_soft_rejection(turn_start.as_ref(), &post, &self.budget);
+        let verdict = preflight::accept(job, after, &self.budget, &mut self.turn);
+        self.note(step, || {
+            let outcome = match verdict {
+                Verdict::Append => "completed",
+                Verdict::Rejected(_) => "skipped",
+                Verdict::TooLarge { .. } => "failed",
+            };
+            format!("compact {} {outcome}", job.trigger().as_str())
+        });
+        match verdict {
+            Verdict::Append => {}
+            verdict => {
+                self.path.pop();
+                if matches!(verdict, Verdict::Rejected(_)) {
+                    self.recorder.stats.rejected_capsules += 1;
                 }
+                return;
             }
-            if chosen.is_soft() {
-                self.turn
-                    .mark_soft_attempt_without_capsule(turn_start.as_ref());
-            }
-            return;
         }
         if let Some(Entry {
             body: EntryBody::Capsule(capsule),
@@ -302,7 +191,7 @@ impl SobaRunner {
         }
         self.trace_idx.push(None);
         self.live.extend(&self.path);
-        self.turn.clear_raised_bar();
+        preflight::appended(&mut self.turn);
         self.capsule_keys.insert(capsule_id, ctx.fresh_key());
         self.recorder.compaction(step);
     }
@@ -390,28 +279,45 @@ impl Runner for SobaRunner {
         self.system_local = message0.local.saturating_sub(ctx.trace.fixed_local);
         self.live.extend(&self.path);
         let derived = DerivedState::from_path(&self.path);
-        let turn_start = derived.turn_start.clone();
-        self.turn.sync(turn_start.as_ref());
-        let effective = self.effective();
-        self.hygiene(effective, &turn_start);
-        let effective = self.effective();
-        let mut config = TriggerConfig::resolve(&self.config, &derived);
-        if config.cache_ttl_ms > 0 {
-            // The provider's cache lifetime is the one the replay prices
-            // by (`--cache-ttl`); cacheTtlSeconds 0 still turns it off.
-            config.cache_ttl_ms = u64::try_from(ctx.cost.ttl_ms).unwrap_or(0);
-        }
-        let decision = trigger::choose_trigger(&PreflightInput {
-            effective,
-            budget: &self.budget,
-            config,
-            derived: &derived,
-            turn: &self.turn,
-            idle_ms: ctx.idle_ms.get(step).copied().flatten(),
-        });
-        if let Some(chosen) = decision.chosen {
-            let growth = derived.growth_per_request(effective);
-            self.compact(ctx, step, chosen, effective, &turn_start, growth);
+        // The provider's cache lifetime is the one the replay prices by
+        // (`--cache-ttl`).
+        let cache_ttl_ms = Some(u64::try_from(ctx.cost.ttl_ms).unwrap_or(0));
+        loop {
+            let effective = self.effective();
+            let decided = preflight::decide(
+                &preflight::Input {
+                    live: &self.live,
+                    path: &self.path,
+                    derived: &derived,
+                    budget: &self.budget,
+                    config: &self.config,
+                    effective,
+                    factor: self.factor,
+                    counter: ctx.counter(),
+                    cwd: ctx.trace.cwd.as_deref(),
+                    model: &ctx.trace.model,
+                    idle_ms: ctx.idle_ms.get(step).copied().flatten(),
+                    cache_ttl_ms,
+                    forced: None,
+                },
+                &mut self.turn,
+                &mut self.hygiene_considered,
+            );
+            match decided.decision {
+                Decision::Hygiene(decision) => self.hygiene(step, decision),
+                Decision::Compact(job) => {
+                    self.compact(ctx, step, &job);
+                    break;
+                }
+                // Fail-closed: a soft trigger proceeds without compacting; a
+                // forced one leaves the input over hardLimit, and the
+                // request is not sent.
+                Decision::Failed { trigger, .. } => {
+                    self.note(step, || format!("failed {}", trigger.as_str()));
+                    break;
+                }
+                Decision::Proceed | Decision::Skipped { .. } => break,
+            }
         }
         self.refresh_items(ctx);
         let effective = self.effective();
@@ -439,6 +345,9 @@ impl Runner for SobaRunner {
         ))
     }
 }
+
+#[cfg(test)]
+mod parity;
 
 #[cfg(test)]
 mod tests {
