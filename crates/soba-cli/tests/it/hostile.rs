@@ -516,7 +516,7 @@ fn is_root() -> bool {
 }
 
 /// Returns whether uid 65534 can execute the binary under test, asked once
-/// (`setpriv … soba --version`): a binary below a folder other users
+/// (`setpriv … sh -c 'exec soba --version'`): a binary below a folder other users
 /// cannot enter (a clone under `/root`, a `mktemp -d` of mode 700) cannot
 /// run as nobody, so the cases that drop root are skipped with the reason
 /// instead of failing on exit 126.
@@ -524,10 +524,12 @@ fn nobody_can_run() -> Result<(), String> {
     static ANSWER: OnceLock<Result<(), String>> = OnceLock::new();
     ANSWER
         .get_or_init(|| {
+            // Through `sh`, as the cases run: setpriv itself keeps root's
+            // saved uid and can still exec what uid 65534 cannot reach.
             let output = Command::new("setpriv")
                 .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .args(["sh", "-c", "exec \"$0\" --version"])
                 .arg(binary())
-                .arg("--version")
                 .stdin(Stdio::null())
                 .output();
             match output {
