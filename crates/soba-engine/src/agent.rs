@@ -2,9 +2,10 @@
 //! preceded by the preflight barrier; tool calls run between steps; a
 //! context overflow gets one forced compaction and one retry.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use soba_core::{Block, EntryBody, Message, TokenCount};
+use soba_core::{Block, Entry, EntryBody, Message, TokenCount};
 use soba_provider::client::ModelClient;
 use soba_provider::request::{ChatRequest, StreamEvent, ToolSchema};
 use tokio_util::sync::CancellationToken;
@@ -69,6 +70,76 @@ pub fn adopt_text_call(message: &mut Message, tools: &ToolRegistry) -> bool {
     }));
     message.content = content;
     true
+}
+
+/// The longest id a renamed tool call gets when the original fits in it:
+/// OpenAI Chat Completions refuses tool-call ids over 40 characters.
+const MAX_RENAMED_ID: usize = 40;
+
+/// Makes the tool-call ids of a new assistant message unique before any
+/// call runs: an id given twice in the message, or already used by a call
+/// or result on `earlier` (the session's live path), is renamed `<id>_2`
+/// (`_3`, … until unused); the first use keeps its id. Returns the renames
+/// (old id, new id) in block order.
+///
+/// Without this, two calls sharing an id both run, but the model input
+/// pairs only the first with a result, so the model never sees a tool that
+/// ran. The suffix is `_N` because every dialect accepts it: Anthropic
+/// allows only `[A-Za-z0-9_-]` in ids (no `#`), and OpenAI Chat at most 40
+/// characters, so an id that fits keeps fitting (its end is cut for the
+/// suffix).
+pub fn unique_call_ids(message: &mut Message, earlier: &[Entry]) -> Vec<(String, String)> {
+    let mut used: HashSet<String> = earlier
+        .iter()
+        .filter_map(|entry| match &entry.body {
+            EntryBody::Message(logged) => Some(&logged.message),
+            _ => None,
+        })
+        .flat_map(|logged| &logged.content)
+        .filter_map(|block| match block {
+            Block::ToolUse(call) => Some(call.id.clone()),
+            Block::ToolResult(result) => Some(result.tool_use_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut renames = Vec::new();
+    for block in &mut message.content {
+        let Block::ToolUse(call) = block else {
+            continue;
+        };
+        if used.insert(call.id.clone()) {
+            continue;
+        }
+        let fresh = (2_u64..)
+            .map(|n| suffixed_id(&call.id, n))
+            .find(|candidate| !used.contains(candidate))
+            .expect("a finite set of used ids leaves some suffix free");
+        used.insert(fresh.clone());
+        renames.push((std::mem::replace(&mut call.id, fresh.clone()), fresh));
+    }
+    renames
+}
+
+/// Returns `id` with the suffix `_n`, its end cut (on a character
+/// boundary) when that keeps an id of at most [`MAX_RENAMED_ID`] within it.
+fn suffixed_id(id: &str, n: u64) -> String {
+    let suffix = format!("_{n}");
+    let mut base = id;
+    if id.len() <= MAX_RENAMED_ID && id.len() + suffix.len() > MAX_RENAMED_ID {
+        let mut cut = MAX_RENAMED_ID.saturating_sub(suffix.len());
+        while !id.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        base = &id[..cut];
+    }
+    format!("{base}{suffix}")
+}
+
+/// Returns the warning told when a tool call was renamed.
+pub fn renamed_call_warning(old: &str, new: &str) -> String {
+    format!(
+        "the model gave tool-call id {old:?} to more than one call; this call is {new:?}, so each call is paired with its own result"
+    )
 }
 
 /// Builds the request the session would send now with SOBA's tools (see
@@ -264,13 +335,17 @@ impl Agent {
             if self.text_tool_calls {
                 adopt_text_call(&mut message, &self.tools);
             }
+            let (entry, renames) = {
+                let mut core = self.barrier.core.lock().await;
+                let renames = unique_call_ids(&mut message, core.path());
+                (core.append_message(message.clone())?, renames)
+            };
+            for (old, new) in &renames {
+                self.emit(EngineEvent::Warning {
+                    message: renamed_call_warning(old, new),
+                });
+            }
             let calls: Vec<_> = message.tool_uses().cloned().collect();
-            let entry = self
-                .barrier
-                .core
-                .lock()
-                .await
-                .append_message(message.clone())?;
             self.emit(EngineEvent::AssistantMessage {
                 entry_id: entry.id,
                 text: message.text(),
@@ -355,4 +430,49 @@ pub fn describe_call(call: &soba_core::ToolUse) -> String {
 /// Returns the tokens of the current effective input (for printers).
 pub fn effective_tokens(core: &SessionCore) -> TokenCount {
     core.measure().tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renamed_id_stays_within_every_dialects_limits() {
+        assert_eq!(suffixed_id("toolu_01A", 2), "toolu_01A_2");
+        let forty = "c".repeat(40);
+        assert_eq!(suffixed_id(&forty, 2), format!("{}_2", "c".repeat(38)));
+        assert_eq!(suffixed_id(&forty, 12), format!("{}_12", "c".repeat(37)));
+        // An id already over the limit came from a provider that allows it.
+        let long = "d".repeat(50);
+        assert_eq!(suffixed_id(&long, 2), format!("{long}_2"));
+        // Cut on a character boundary.
+        let wide = format!("{}éx", "e".repeat(37));
+        assert_eq!(wide.len(), 40);
+        assert_eq!(suffixed_id(&wide, 2), format!("{}_2", "e".repeat(37)));
+    }
+
+    #[test]
+    fn duplicates_in_a_message_and_on_the_path_are_renamed_once_each() {
+        let call = |id: &str| {
+            Block::ToolUse(soba_core::ToolUse {
+                id: id.into(),
+                name: "read".into(),
+                input: soba_core::ToolInput::from_json_text("{}"),
+            })
+        };
+        let mut message = Message::new(
+            soba_core::Role::Assistant,
+            vec![call("a"), call("a"), call("a_2"), call("b")],
+        );
+        let renames = unique_call_ids(&mut message, &[]);
+        let ids: Vec<&str> = message.tool_uses().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["a", "a_2", "a_2_2", "b"]);
+        assert_eq!(
+            renames,
+            [
+                ("a".to_owned(), "a_2".to_owned()),
+                ("a_2".to_owned(), "a_2_2".to_owned())
+            ]
+        );
+    }
 }

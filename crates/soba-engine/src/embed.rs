@@ -332,6 +332,10 @@ struct LoopState {
     last_local: Option<u64>,
     /// Whether silent truncation was already reported (SPEC §10.4: once).
     truncation_warned: bool,
+    /// The tool calls of the last assistant message as (id the model
+    /// gave, id as appended, answered), so that results the host reports
+    /// under a duplicate id reach the renamed calls in order.
+    calls: Vec<(String, String, bool)>,
 }
 
 /// One embedded session: its log, the preflight barrier, and the events it
@@ -569,6 +573,13 @@ impl Engine {
     /// request. A reported prompt above the context window (silent
     /// overflow) or below 0.8 × the estimate (silent truncation, reported
     /// once) emits an [`EngineEvent::Warning`].
+    ///
+    /// A tool-call id given twice, or already used on the path, is made
+    /// unique first (`<id>_2`, with a warning; see
+    /// [`crate::agent::unique_call_ids`]): results reported with
+    /// [`Engine::append_tool_result`] under the id the model gave are
+    /// paired with its calls in order, and [`Step::message`] shows the ids
+    /// as appended.
     pub async fn append_assistant(&self, message: Message) -> Result<EntryId, EmbedError> {
         let mut message = message;
         if message.role != Role::Assistant {
@@ -604,8 +615,18 @@ impl Engine {
                 }
             }
         }
-        let entry = core.append_message(message)?;
+        let given: Vec<String> = message.tool_uses().map(|call| call.id.clone()).collect();
+        let renames = crate::agent::unique_call_ids(&mut message, core.path());
+        for (old, new) in &renames {
+            warnings.push(crate::agent::renamed_call_warning(old, new));
+        }
+        let entry = core.append_message(message.clone())?;
         drop(core);
+        self.state().calls = given
+            .into_iter()
+            .zip(message.tool_uses().map(|call| call.id.clone()))
+            .map(|(given, appended)| (given, appended, false))
+            .collect();
         for message in warnings {
             (self.barrier.events)(EngineEvent::Warning { message });
         }
@@ -614,14 +635,30 @@ impl Engine {
 
     /// Appends the result of one tool call (one `tool` message per result,
     /// SPEC §3.1), answering the call `tool_use_id` of the last assistant
-    /// message.
+    /// message. When [`Engine::append_assistant`] renamed calls sharing
+    /// that id, each result under it answers the next of them, in order.
     pub async fn append_tool_result(
         &self,
         tool_use_id: impl Into<String>,
         output: impl Into<String>,
         is_error: bool,
     ) -> Result<EntryId, EmbedError> {
-        self.append_message(Message::tool_result(tool_use_id, output, is_error))
+        let given = tool_use_id.into();
+        let appended = {
+            let mut state = self.state();
+            match state
+                .calls
+                .iter_mut()
+                .find(|(id, _, answered)| *id == given && !answered)
+            {
+                Some((_, appended, answered)) => {
+                    *answered = true;
+                    appended.clone()
+                }
+                None => given,
+            }
+        };
+        self.append_message(Message::tool_result(appended, output, is_error))
             .await
     }
 

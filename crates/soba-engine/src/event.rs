@@ -123,17 +123,22 @@ impl CompactionEnd {
     }
 
     /// Returns the one result line the UI keeps (SPEC §11.2), e.g.
-    /// `Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_7f3a`.
+    /// `Compacted (auto_threshold): 41,210 → 23,480 tokens (−43%) · ck_7f3a`;
+    /// a capsule larger than the span it replaced shows its growth
+    /// (`(+3%)`) and says so.
     pub fn result_line(&self, short_id: impl Fn(&EntryId) -> String) -> String {
         match self.outcome {
             Outcome::Completed => {
                 let mut line = format!(
-                    "Compacted ({}): {} → {} tokens (\u{2212}{}%)",
+                    "Compacted ({}): {} → {} tokens ({})",
                     self.trigger.as_str(),
                     self.tokens_before,
                     self.tokens_after,
-                    self.percent()
+                    size_change(self.tokens_before.get(), self.tokens_after.get())
                 );
+                if self.tokens_after > self.tokens_before {
+                    line.push_str(" · the capsule is larger than what it replaced");
+                }
                 if let Some(id) = &self.checkpoint_id {
                     line.push_str(&format!(" · {}", short_id(id)));
                 }
@@ -377,6 +382,22 @@ impl EngineEvent {
     }
 }
 
+/// Returns how a compaction changed the context, in whole percent of
+/// `before`, rounded, signed: `−43%` smaller, `+3%` larger (a capsule can
+/// be larger than what it replaced), `±0%` unchanged.
+pub fn size_change(before: u64, after: u64) -> String {
+    let percent = |delta: u64| match before {
+        0 => 0,
+        before => (u128::from(delta) * 100 + u128::from(before) / 2) / u128::from(before),
+    };
+    match after.cmp(&before) {
+        std::cmp::Ordering::Less => format!("\u{2212}{}%", percent(before - after)),
+        std::cmp::Ordering::Greater if before == 0 => "+∞%".to_owned(),
+        std::cmp::Ordering::Greater => format!("+{}%", percent(after - before)),
+        std::cmp::Ordering::Equal => "±0%".to_owned(),
+    }
+}
+
 /// Formats a token count with separators (re-exported for printers).
 pub fn format_tokens(n: TokenCount) -> String {
     group_thousands(n.get())
@@ -415,6 +436,24 @@ mod tests {
         let degraded =
             end(Outcome::Completed, Some(Quality::Degraded)).result_line(|id| id.short_with(4));
         assert!(degraded.ends_with(" · fallback used"));
+    }
+
+    #[test]
+    fn a_capsule_larger_than_its_span_shows_its_growth() {
+        let mut grown = end(Outcome::Completed, Some(Quality::Full));
+        grown.tokens_before = TokenCount::new(10_000);
+        grown.tokens_after = TokenCount::new(10_300);
+        grown.reclaimed = TokenCount::new(0);
+        assert_eq!(
+            grown.result_line(|id| id.short_with(4)),
+            "Compacted (auto_threshold): 10,000 → 10,300 tokens (+3%) · the capsule is larger than what it replaced · ck_7f3a"
+        );
+        assert_eq!(size_change(41_210, 23_480), "\u{2212}43%");
+        assert_eq!(size_change(10_000, 10_300), "+3%");
+        assert_eq!(size_change(10_000, 10_000), "±0%");
+        assert_eq!(size_change(10_000, 9_990), "\u{2212}0%");
+        assert_eq!(size_change(0, 0), "±0%");
+        assert_eq!(size_change(u64::MAX, 0), "\u{2212}100%");
     }
 
     #[test]

@@ -395,12 +395,20 @@ impl StreamDecoder for AnthropicDecoder {
         self.done
     }
 
+    /// Returns the response. Empty ([`ProviderError::EmptyResponse`]): no
+    /// text, thinking (text or signature), redacted thinking or `tool_use`
+    /// block, and no `stop_reason` in a `message_delta`, e.g.
+    /// `message_start` straight to `message_stop`. A `stop_reason` with no
+    /// content is the model's own empty answer and is returned.
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
         if !self.done {
             return Err(ProviderError::malformed(
                 "the stream ended before message_stop",
                 "",
             ));
+        }
+        if self.stop.is_none() && self.assembly.carries_nothing() {
+            return Err(ProviderError::EmptyResponse { attempts: 1 });
         }
         let assembly = std::mem::take(&mut self.assembly);
         let stop = self.stop.clone().unwrap_or(if assembly.has_tools() {

@@ -143,6 +143,40 @@ pub enum ProviderError {
         body: String,
     },
 
+    /// The provider answered with a redirect (3xx). No redirect is ever
+    /// followed: the request carries the API key, which must never reach
+    /// another origin (a same-origin redirect is refused too, so that no
+    /// redirect chain can wander off). Not retried; retrying does not help:
+    /// put the final URL in the provider's `baseUrl`.
+    #[error("{}", redirect_message(*status, url, origin, location.as_ref()))]
+    Redirected {
+        /// The HTTP status (301, 302, 303, 307, 308…).
+        status: u16,
+        /// The URL that was requested, without credentials.
+        url: String,
+        /// The requested URL's origin, `scheme://host:port`.
+        origin: String,
+        /// Where the server redirected to (resolved against `url`, without
+        /// credentials, query or fragment) and that URL's origin; `None`
+        /// when the server named no valid `location`.
+        location: Option<(String, String)>,
+    },
+
+    /// The provider's stream carried nothing: no text, no tool call, no
+    /// reasoning and no stated reason for stopping (each stream decoder's
+    /// `finish` says what that means in its dialect; a stream that is only
+    /// `data: [DONE]` is one). The HTTP transport retries it once; an error
+    /// that reaches the caller got an empty response on every attempt.
+    /// Retrying later may help when the server was overloaded; more often
+    /// the model name or the endpoint is wrong.
+    #[error(
+        "the provider sent an empty response ({attempts} attempt(s)): no text, tool call, reasoning or stop reason; check that the model name exists on the server and that baseUrl points at an API of this kind, and look at the server's log (a local server may be out of memory or context)"
+    )]
+    EmptyResponse {
+        /// How many requests got an empty response.
+        attempts: u32,
+    },
+
     /// The caller cancelled the request. Not an error of the provider.
     #[error("the request was cancelled")]
     Cancelled,
@@ -154,6 +188,30 @@ pub enum ProviderError {
         /// What was wrong.
         detail: String,
     },
+}
+
+/// Says why a redirect was refused: a loop, another origin (both named
+/// as `scheme://host:port`), the same origin, or no `location` at all.
+fn redirect_message(
+    status: u16,
+    url: &str,
+    origin: &str,
+    location: Option<&(String, String)>,
+) -> String {
+    match location {
+        None => format!(
+            "the provider at {origin} answered http {status} (a redirect) without a valid location: check the provider's baseUrl"
+        ),
+        Some((location, _)) if location == url => format!(
+            "redirect loop: {url} redirects (http {status}) to itself: check the provider's baseUrl and the server's configuration"
+        ),
+        Some((location, to)) if to != origin => format!(
+            "the provider at {origin} redirected (http {status}) to another origin, {to} ({location}); soba follows no redirect and never sends the API key to another origin: put the final URL in the provider's baseUrl"
+        ),
+        Some((location, _)) => format!(
+            "the provider at {origin} redirected (http {status}) to {location}; soba follows no redirect, so the API key stays where it was configured: put the final URL in the provider's baseUrl"
+        ),
+    }
 }
 
 fn stated_suffix(stated: Option<u64>) -> String {

@@ -316,6 +316,11 @@ impl Script {
         }
     }
 
+    /// Returns a redirect (`status` 3xx) to `location`.
+    pub fn redirect(status: u16, location: &str) -> Self {
+        Script::error(status, "").with_header("location", location)
+    }
+
     /// Returns a 429 with the given `retry-after` value.
     pub fn rate_limited(retry_after: &str) -> Self {
         Script::error(429, r#"{"error":{"type":"rate_limit_error","message":"Rate limited. Please retry later."}}"#)

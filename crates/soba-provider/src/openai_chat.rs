@@ -274,6 +274,11 @@ impl StreamDecoder for ChatDecoder {
         self.done
     }
 
+    /// Returns the response. Empty ([`ProviderError::EmptyResponse`]): no
+    /// `content`, no `reasoning_content`/`reasoning`, no `tool_calls` and
+    /// no `finish_reason` in any chunk, e.g. a stream that is only
+    /// `data: [DONE]`. A `finish_reason` with no content is the model's own
+    /// empty answer and is returned.
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
         // Some servers close without `[DONE]`; a finish_reason is enough.
         if !self.done && self.stop.is_none() {
@@ -281,6 +286,9 @@ impl StreamDecoder for ChatDecoder {
                 "the stream ended before a finish_reason or [DONE]",
                 "",
             ));
+        }
+        if self.stop.is_none() && self.assembly.carries_nothing() {
+            return Err(ProviderError::EmptyResponse { attempts: 1 });
         }
         let assembly = std::mem::take(&mut self.assembly);
         let stop = match self.stop.clone() {

@@ -174,6 +174,11 @@ pub struct ResponsesDecoder {
     usage: Option<Usage>,
     stop: Option<StopReason>,
     done: bool,
+    /// Whether the terminal event was `response.incomplete` (a stated
+    /// reason for stopping).
+    incomplete: bool,
+    /// Whether the terminal event's response listed any output item.
+    listed_output: bool,
 }
 
 impl ResponsesDecoder {
@@ -186,6 +191,8 @@ impl ResponsesDecoder {
             usage: None,
             stop: None,
             done: false,
+            incomplete: false,
+            listed_output: false,
         }
     }
 
@@ -358,7 +365,12 @@ impl StreamDecoder for ResponsesDecoder {
                     out.push(StreamEvent::Usage(usage));
                 }
                 self.assembly.end_all_tools(out);
-                self.stop = Some(if kind == "response.incomplete" {
+                self.incomplete = kind == "response.incomplete";
+                self.listed_output = data
+                    .pointer("/response/output")
+                    .and_then(Value::as_array)
+                    .is_some_and(|items| !items.is_empty());
+                self.stop = Some(if self.incomplete {
                     match wire::str_at(&data, "/response/incomplete_details/reason") {
                         Some("max_output_tokens") => StopReason::MaxTokens,
                         Some("content_filter") => StopReason::Refusal,
@@ -382,6 +394,13 @@ impl StreamDecoder for ResponsesDecoder {
         self.done
     }
 
+    /// Returns the response. Empty ([`ProviderError::EmptyResponse`]): a
+    /// `response.completed` with no output item at all (no message, no
+    /// reasoning, no function call, neither streamed nor listed). Responses
+    /// states no stop reason besides its status, and `completed` with
+    /// nothing in it says nothing; `response.incomplete` names its reason
+    /// and is returned. A message item with empty text is the model's own
+    /// empty answer and is returned.
     fn finish(&mut self) -> Result<ChatResponse, ProviderError> {
         let Some(stop) = self.stop.clone().filter(|_| self.done) else {
             return Err(ProviderError::malformed(
@@ -389,6 +408,13 @@ impl StreamDecoder for ResponsesDecoder {
                 "",
             ));
         };
+        if !self.incomplete
+            && !self.listed_output
+            && self.items.is_empty()
+            && self.assembly.carries_nothing()
+        {
+            return Err(ProviderError::EmptyResponse { attempts: 1 });
+        }
         let assembly = std::mem::take(&mut self.assembly);
         Ok(wire::response(
             assembly,

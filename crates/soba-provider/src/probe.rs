@@ -137,6 +137,9 @@ pub async fn server_context_window(
         .map(|url| (url.username().to_owned(), url.password().map(str::to_owned)));
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
+        // The requests may carry a key or basic credentials: like the model
+        // clients, follow no redirect, so they never reach another origin.
+        .redirect(crate::transport::no_redirects())
         .build()
         .map_err(|err| ProbeError {
             attempts: vec![format!("cannot build the HTTP client: {err}")],
@@ -191,8 +194,6 @@ async fn fetch(request: reqwest::RequestBuilder) -> Result<Value, String> {
     let mut response = request.send().await.map_err(|err| {
         if err.is_timeout() {
             "no answer within 3 s".to_owned()
-        } else if err.is_redirect() {
-            "too many redirects".to_owned()
         } else if err.is_connect() {
             UNREACHABLE.to_owned()
         } else {
@@ -200,6 +201,14 @@ async fn fetch(request: reqwest::RequestBuilder) -> Result<Value, String> {
         }
     })?;
     let status = response.status();
+    if status.is_redirection() {
+        let error = crate::transport::redirect_error(
+            status.as_u16(),
+            response.url().as_str(),
+            response.headers(),
+        );
+        return Err(error.to_string());
+    }
     if !status.is_success() {
         return Err(format!("HTTP {}", status.as_u16()));
     }

@@ -10,8 +10,16 @@
 //! since retrying sooner than asked would only fail again. An idle stream
 //! (no byte for `idle_timeout`, also while waiting for the response
 //! headers) fails with [`ProviderError::IdleTimeout`] without a retry: the
-//! caller already waited that long. Cancellation wins over everything,
+//! caller already waited that long. An empty stream
+//! ([`ProviderError::EmptyResponse`]) is retried once, announced like any
+//! retry; a second one is the error. Cancellation wins over everything,
 //! including the backoff sleep, and drops the connection.
+//!
+//! No redirect is followed, with or without a key: every request carries
+//! credentials (`x-api-key`, `authorization`), and reqwest strips only
+//! `authorization` when a redirect changes origin. A 3xx answer is
+//! [`ProviderError::Redirected`], naming both origins, never retried (see
+//! [`no_redirects`]).
 
 use std::error::Error as StdError;
 use std::hash::{BuildHasher, Hasher};
@@ -119,10 +127,16 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// A failure that can be retried, kept raw until the retries are spent.
 enum Transient {
-    Status { status: u16, body: String },
+    Status {
+        status: u16,
+        body: String,
+    },
     Connect(Box<dyn StdError + Send + Sync>),
     Dropped(Option<Box<dyn StdError + Send + Sync>>),
     Stream(ProviderError),
+    /// The stream carried nothing ([`ProviderError::EmptyResponse`]):
+    /// retried once only, whatever `max_retries` says.
+    Empty,
 }
 
 /// How one attempt failed.
@@ -149,6 +163,10 @@ impl Transient {
             Transient::Connect(source) => root_cause(source.as_ref()),
             Transient::Dropped(_) => "the connection dropped before the response".to_owned(),
             Transient::Stream(error) => error.to_string(),
+            Transient::Empty => {
+                "the provider sent an empty response (no text, tool call, reasoning or stop reason)"
+                    .to_owned()
+            }
         }
     }
 
@@ -171,6 +189,7 @@ impl Transient {
             },
             Transient::Dropped(source) => ProviderError::StreamInterrupted { source },
             Transient::Stream(error) => error,
+            Transient::Empty => ProviderError::EmptyResponse { attempts },
         }
     }
 }
@@ -199,6 +218,8 @@ struct Retrier<'a> {
     policy: &'a RetryPolicy,
     url: &'a str,
     attempts: u32,
+    /// Whether an empty response was already retried (once is the limit).
+    empty_retried: bool,
 }
 
 impl Retrier<'_> {
@@ -218,9 +239,11 @@ impl Retrier<'_> {
             } => (failure, retry_after),
         };
         let too_long = retry_after.is_some_and(|wait| wait > self.policy.max_retry_after);
-        if self.attempts > self.policy.max_retries || too_long {
+        let empty_again = matches!(failure, Transient::Empty) && self.empty_retried;
+        if self.attempts > self.policy.max_retries || too_long || empty_again {
             return Err(failure.into_error(self.url, self.attempts, retry_after));
         }
+        self.empty_retried |= matches!(failure, Transient::Empty);
         let delay =
             retry_after.unwrap_or_else(|| self.policy.backoff(self.attempts - 1, jitter_unit()));
         tracing::debug!(
@@ -229,9 +252,15 @@ impl Retrier<'_> {
             delay_ms = delay.as_millis() as u64,
             "retrying provider request"
         );
+        // An empty response gets one retry, so that one is the last.
+        let max_attempts = if matches!(failure, Transient::Empty) {
+            self.attempts + 1
+        } else {
+            self.policy.max_retries + 1
+        };
         on_retry(StreamEvent::Retrying {
             attempt: self.attempts + 1,
-            max_attempts: self.policy.max_retries + 1,
+            max_attempts,
             delay,
             reason: failure.reason(),
         });
@@ -240,6 +269,55 @@ impl Retrier<'_> {
             () = cancel.cancelled() => Err(ProviderError::Cancelled),
             () = tokio::time::sleep(delay) => Ok(()),
         }
+    }
+}
+
+/// Returns the redirect policy of every HTTP client in this crate: follow
+/// none. A redirect then reaches the caller as a 3xx response, which
+/// [`redirect_error`] turns into an error naming where it pointed.
+pub(crate) fn no_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::none()
+}
+
+/// Returns a URL's origin as `scheme://host:port`, the port always written
+/// (the default one too) so two origins differ visibly.
+fn origin_of(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port_or_known_default() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    }
+}
+
+/// Returns a URL as it may be shown: without user name, password, query or
+/// fragment.
+fn bare_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+/// Builds the error for a redirect answer (`status` 3xx) to a request for
+/// `url`: where its `location` points (resolved against `url`), or that it
+/// named none.
+pub(crate) fn redirect_error(status: u16, url: &str, headers: &HeaderMap) -> ProviderError {
+    let requested = reqwest::Url::parse(url).ok();
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|location| match &requested {
+            Some(base) => base.join(location.trim()).ok(),
+            None => reqwest::Url::parse(location.trim()).ok(),
+        })
+        .map(|target| (bare_url(&target), origin_of(&target)));
+    ProviderError::Redirected {
+        status,
+        url: requested.as_ref().map_or_else(|| url.to_owned(), bare_url),
+        origin: requested.as_ref().map_or_else(|| url.to_owned(), origin_of),
+        location,
     }
 }
 
@@ -255,6 +333,7 @@ impl Transport {
     pub fn new(config: HttpConfig) -> Result<Self, ProviderError> {
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
+            .redirect(no_redirects())
             .build()
             .map_err(|err| ProviderError::InvalidConfig {
                 detail: format!("cannot build the HTTP client: {err}"),
@@ -286,6 +365,7 @@ impl Transport {
             policy: &self.config.retry,
             url,
             attempts: 0,
+            empty_retried: false,
         };
         loop {
             if cancel.is_cancelled() {
@@ -325,6 +405,7 @@ impl Transport {
             policy: &self.config.retry,
             url,
             attempts: 0,
+            empty_retried: false,
         };
         loop {
             retrier.attempts += 1;
@@ -380,6 +461,9 @@ impl Transport {
 
     async fn status_error(&self, url: &str, mut response: reqwest::Response) -> AttemptError {
         let status = response.status().as_u16();
+        if response.status().is_redirection() {
+            return redirect_error(status, url, response.headers()).into();
+        }
         let retry_after = parse_retry_after(response.headers());
         let mut raw = Vec::new();
         while raw.len() < MAX_ERROR_BODY {
@@ -520,7 +604,7 @@ impl Transport {
                 if decoder.is_done() {
                     // Dropping the stream closes the connection; nothing
                     // after the terminal event matters.
-                    return Ok(decoder.finish()?);
+                    return finished(decoder.finish());
                 }
             }
             if chunk.is_none() {
@@ -536,12 +620,29 @@ impl Transport {
         }
         match decoder.finish() {
             Ok(response) => Ok(response),
+            Err(error @ ProviderError::EmptyResponse { .. }) => finished(Err(error)),
             Err(_) if content_seen => Err(ProviderError::StreamInterrupted { source: None }.into()),
             Err(_) => Err(AttemptError::Transient {
                 failure: Transient::Dropped(None),
                 retry_after: None,
             }),
         }
+    }
+}
+
+/// Returns a decoder's final answer as an attempt's outcome: an empty
+/// response is transient (retried once), any other error fatal.
+fn finished(outcome: Result<ChatResponse, ProviderError>) -> Result<ChatResponse, AttemptError> {
+    match outcome {
+        Ok(response) => Ok(response),
+        Err(ProviderError::EmptyResponse { .. }) => {
+            tracing::debug!("the provider sent an empty response");
+            Err(AttemptError::Transient {
+                failure: Transient::Empty,
+                retry_after: None,
+            })
+        }
+        Err(error) => Err(error.into()),
     }
 }
 

@@ -26,7 +26,10 @@ pub trait StreamDecoder: Send {
     fn is_done(&self) -> bool;
 
     /// Returns the complete response; fails when the stream ended before
-    /// the response was complete.
+    /// the response was complete, and with [`ProviderError::EmptyResponse`]
+    /// when it is empty: no text, no tool call, no reasoning and no stated
+    /// reason for stopping (each decoder's `finish` says what that is in
+    /// its dialect). The HTTP transport retries an empty response once.
     fn finish(&mut self) -> Result<ChatResponse, ProviderError>;
 }
 
@@ -199,6 +202,18 @@ impl Assembly {
 
     pub fn has_tools(&self) -> bool {
         self.n_tools > 0
+    }
+
+    /// Returns whether the message would carry nothing: no tool call, no
+    /// text, no reasoning text and no reasoning signature (the blocks
+    /// [`Assembly::into_message`] keeps).
+    pub fn carries_nothing(&self) -> bool {
+        !self.has_tools()
+            && self.blocks.iter().all(|partial| match partial {
+                Partial::Text(text) => text.is_empty(),
+                Partial::Thinking { text, signature } => text.is_empty() && signature.is_none(),
+                Partial::Tool { .. } => false,
+            })
     }
 
     /// Returns the text accumulated in a block, when it is a text block.

@@ -181,13 +181,25 @@ pub enum ConfigError {
         /// The project file.
         path: PathBuf,
     },
-    /// A `--set` argument is not `PATH=VALUE`.
+    /// A `--set` argument is not `PATH=VALUE` (no `=`, or no key before
+    /// it: `--set '='`).
     #[error(
-        "--set {assignment}: expected PATH=VALUE, e.g. --set compaction.keepRecentTokens=30000"
+        "--set '{assignment}': expected PATH=VALUE, e.g. --set compaction.keepRecentTokens=30000"
     )]
     BadAssignment {
-        /// The argument.
+        /// The argument, as given.
         assignment: String,
+    },
+    /// A `SOBA_*` variable's name has an empty key segment (`SOBA_=1`,
+    /// `SOBA_COMPACTION__=1`), so it names no setting.
+    #[error(
+        "environment variable '{name}={value}' names no setting: expected SOBA_<KEY>=value, with __ between nested keys, e.g. SOBA_COMPACTION__KEEP_RECENT_TOKENS=30000"
+    )]
+    BadVariable {
+        /// The variable's name.
+        name: String,
+        /// Its value.
+        value: String,
     },
     /// A user-defined provider lacks a required field.
     #[error(
@@ -663,6 +675,12 @@ pub fn env_var_name(path: &str) -> String {
 fn env_assignment(name: &str, text: &str) -> Result<Assignment, ConfigError> {
     let source = Source::Env(name.to_owned());
     let rest = &name["SOBA_".len()..];
+    if rest.split("__").any(str::is_empty) {
+        return Err(ConfigError::BadVariable {
+            name: name.to_owned(),
+            value: text.to_owned(),
+        });
+    }
     let mut segments: Vec<String> = Vec::new();
     for raw in rest.split("__") {
         let current: Vec<&str> = segments.iter().map(String::as_str).collect();
@@ -766,7 +784,7 @@ fn set_path(path: &str) -> Option<Vec<String>> {
         segments.push(token.clone());
         idx += 1;
     }
-    (!segments.iter().any(String::is_empty)).then_some(segments)
+    (!segments.is_empty() && !segments.iter().any(String::is_empty)).then_some(segments)
 }
 
 /// Reads one `--set PATH=VALUE`.

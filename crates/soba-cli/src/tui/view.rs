@@ -224,16 +224,14 @@ pub fn last_compaction(path: &[Entry], short: usize) -> Option<String> {
     path.iter().rev().find_map(|entry| match &entry.body {
         EntryBody::Capsule(capsule) => {
             let before = capsule.tokens_before.get();
-            let reclaimed = before.saturating_sub(capsule.tokens_after.get());
-            let percent = (reclaimed * 100 + before / 2)
-                .checked_div(before)
-                .unwrap_or(0);
+            let after = capsule.tokens_after.get();
             let mut line = format!(
-                "{} {}: {} → {} (\u{2212}{percent}%)",
+                "{} {}: {} → {} ({})",
                 entry.id.short_with(short),
                 capsule.trigger.as_str(),
                 group_thousands(before),
-                group_thousands(capsule.tokens_after.get()),
+                group_thousands(after),
+                soba_engine::event::size_change(before, after),
             );
             if capsule.quality == Quality::Degraded {
                 line.push_str(" · fallback used");

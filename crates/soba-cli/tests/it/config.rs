@@ -320,8 +320,29 @@ fn unknown_keys_say_did_you_mean() {
     );
     assert_eq!(
         error(&f, &[], &["compaction.keepRecentTokens"]),
-        "--set compaction.keepRecentTokens: expected PATH=VALUE, e.g. --set compaction.keepRecentTokens=30000"
+        "--set 'compaction.keepRecentTokens': expected PATH=VALUE, e.g. --set compaction.keepRecentTokens=30000"
     );
+    // No key before the `=`: the argument is named as given, not an empty key.
+    for given in ["=", "=1", ".=1", " =x"] {
+        assert_eq!(
+            error(&f, &[], &[given]),
+            format!(
+                "--set '{given}': expected PATH=VALUE, e.g. --set compaction.keepRecentTokens=30000"
+            )
+        );
+    }
+    for (name, value) in [
+        ("SOBA_", "1"),
+        ("SOBA_COMPACTION__", "5"),
+        ("SOBA___MODEL", "x"),
+    ] {
+        assert_eq!(
+            error(&f, &[(name, value)], &[]),
+            format!(
+                "environment variable '{name}={value}' names no setting: expected SOBA_<KEY>=value, with __ between nested keys, e.g. SOBA_COMPACTION__KEEP_RECENT_TOKENS=30000"
+            )
+        );
+    }
     // SOBA_HOME and SOBA_LOG are not settings; empty variables are unset.
     let loaded = load(
         &f,

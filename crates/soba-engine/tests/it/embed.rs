@@ -607,3 +607,86 @@ async fn an_unknown_entry_type_on_the_path() {
     // is there, as live.
     assert_eq!(engine.current_request().await.messages.len(), 3);
 }
+
+/// Returns (calls, results) of a request's messages: each call's id, and
+/// each result's id with its text.
+fn calls_and_results(request: &ChatRequest) -> (Vec<String>, Vec<(String, String)>) {
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for message in &request.messages {
+        for block in &message.content {
+            match block {
+                Block::ToolUse(call) => calls.push(call.id.clone()),
+                Block::ToolResult(result) => results.push((
+                    result.tool_use_id.clone(),
+                    match result.content.first() {
+                        Some(soba_core::ResultPart::Text(text)) => text.clone(),
+                        _ => String::new(),
+                    },
+                )),
+                _ => {}
+            }
+        }
+    }
+    (calls, results)
+}
+
+#[tokio::test]
+async fn calls_sharing_an_id_are_renamed_and_keep_their_own_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let warnings = Arc::new(StdMutex::new(Vec::new()));
+    let sink = warnings.clone();
+    let config = config().on_event(move |event| {
+        if let EngineEvent::Warning { message } = event {
+            sink.lock().unwrap().push(message.clone());
+        }
+    });
+    let engine = Engine::create(&dir.path().join("s.jsonl"), config).unwrap();
+    let fetch_call = |id: &str, n: u64| {
+        Block::ToolUse(ToolUse {
+            id: id.into(),
+            name: "fetch".into(),
+            input: ToolInput::from_value(json!({ "n": n })),
+        })
+    };
+    engine.append_user("fetch 1 and 2").await.unwrap();
+    let twice = Message::new(
+        Role::Assistant,
+        vec![fetch_call("dup", 1), fetch_call("dup", 2)],
+    );
+    engine.append_assistant(twice).await.unwrap();
+    // The host answers under the id the model gave, in order.
+    engine
+        .append_tool_result("dup", "doc 1", false)
+        .await
+        .unwrap();
+    engine
+        .append_tool_result("dup", "doc 2", false)
+        .await
+        .unwrap();
+    // A later step reuses an id already on the path.
+    let again = Message::new(Role::Assistant, vec![fetch_call("dup", 3)]);
+    engine.append_assistant(again).await.unwrap();
+    engine
+        .append_tool_result("dup", "doc 3", false)
+        .await
+        .unwrap();
+    let prepared = engine.prepare(&CancellationToken::new()).await.unwrap();
+    let (calls, results) = calls_and_results(&prepared.request);
+    assert_eq!(calls, ["dup", "dup_2", "dup_3"]);
+    assert_eq!(
+        results,
+        [
+            ("dup".to_owned(), "doc 1".to_owned()),
+            ("dup_2".to_owned(), "doc 2".to_owned()),
+            ("dup_3".to_owned(), "doc 3".to_owned()),
+        ]
+    );
+    assert_eq!(
+        *warnings.lock().unwrap(),
+        [
+            "the model gave tool-call id \"dup\" to more than one call; this call is \"dup_2\", so each call is paired with its own result",
+            "the model gave tool-call id \"dup\" to more than one call; this call is \"dup_3\", so each call is paired with its own result",
+        ]
+    );
+}

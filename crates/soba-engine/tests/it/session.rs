@@ -587,3 +587,82 @@ async fn a_resume_reads_stored_counts_and_an_old_log_recounts_to_the_same_reques
     assert_eq!(old_measured, long_measured);
     drop(dir);
 }
+
+/// Two calls sharing an id in one response, and a later call reusing an id
+/// from the path, each run once and keep their own result in the next
+/// request (issue 33): the duplicates are renamed `<id>_2`, `<id>_3` in the
+/// log and on the wire, with a warning each.
+#[tokio::test]
+async fn calls_sharing_an_id_each_keep_their_own_result() {
+    use soba_provider::fake::{Dialect, Reply, Script};
+    let h = Harness::start(no_hygiene()).await;
+    let twice = Reply::text("")
+        .with_tool_call("dup", "read_file", json!({ "path": "data/file00.txt" }))
+        .with_tool_call("dup", "read_file", json!({ "path": "data/file01.txt" }));
+    h.server.push(Script::stream(Dialect::Chat, &twice));
+    let again =
+        Reply::text("").with_tool_call("dup", "read_file", json!({ "path": "data/file02.txt" }));
+    h.server.push(Script::stream(Dialect::Chat, &again));
+    h.push_text("done");
+    assert_eq!(h.turn("read three files").await, TurnEnd::Completed);
+    assert_paired(&h.server);
+    let last = h.server.requests().pop().unwrap();
+    let messages = last.body["messages"].as_array().unwrap();
+    let calls: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+        .map(|call| call["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls, ["dup", "dup_2", "dup_3"]);
+    let results: Vec<(&str, bool)> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let id = m["tool_call_id"].as_str().unwrap();
+            let file = match id {
+                "dup" => "file 0:",
+                "dup_2" => "file 1:",
+                _ => "file 2:",
+            };
+            (id, m["content"].as_str().unwrap().contains(file))
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [("dup", true), ("dup_2", true), ("dup_3", true)],
+        "each result answers its own call"
+    );
+    // The log holds the renamed ids, so a resume sends the same thing.
+    let logged: Vec<String> = h
+        .logged_entries()
+        .iter()
+        .filter_map(|entry| match &entry.body {
+            EntryBody::Message(logged) => Some(logged.message.clone()),
+            _ => None,
+        })
+        .flat_map(|message| {
+            message
+                .tool_uses()
+                .map(|call| call.id.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(logged, ["dup", "dup_2", "dup_3"]);
+    let warnings: Vec<String> = h
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|event| match event {
+            EngineEvent::Warning { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "the model gave tool-call id \"dup\" to more than one call; this call is \"dup_2\", so each call is paired with its own result",
+            "the model gave tool-call id \"dup\" to more than one call; this call is \"dup_3\", so each call is paired with its own result",
+        ]
+    );
+}

@@ -4,10 +4,12 @@
 //! stalls ≥ 5 s, SPEC §17).
 
 mod common;
+mod empty;
 mod errors;
 mod layout;
 mod overflow;
 mod probe;
+mod redirect;
 mod retry;
 mod snapshots;
 mod streaming;
