@@ -96,6 +96,7 @@
 //! "expectedCacheWrite"?}` — never summary text.
 #![warn(missing_docs)]
 
+pub mod beneath;
 pub mod check;
 pub mod error;
 #[cfg(feature = "testing")]

@@ -34,7 +34,7 @@ pub enum FileKind {
 
 impl FileKind {
     /// Returns the kind of a file that is not a regular one.
-    fn of(metadata: &Metadata) -> FileKind {
+    pub fn of(metadata: &Metadata) -> FileKind {
         let file_type = metadata.file_type();
         if file_type.is_dir() {
             return FileKind::Directory;

@@ -1,14 +1,15 @@
 //! `edit_file`: exact string replacement in a workspace file, failing on no
 //! match or on several unless `replaceAll` (SPEC §11.1).
 
-use std::fs;
-use std::io;
+use std::io::Read;
 
 use serde_json::{Value, json};
 use soba_core::ToolInput;
 
 use super::args::Args;
-use super::{Tool, ToolContext, ToolError, ToolFuture, ToolOutcome, Workspace, run_blocking};
+use super::{
+    READ_MAX_BYTES, Tool, ToolContext, ToolError, ToolFuture, ToolOutcome, Workspace, run_blocking,
+};
 
 /// The `edit_file` tool.
 #[derive(Debug, Clone, Copy, Default)]
@@ -88,28 +89,33 @@ fn edit_file(workspace: &Workspace, edit: &Edit) -> ToolOutcome {
             "oldString and newString are identical; there is nothing to change",
         );
     }
-    let resolved = match workspace.resolve_for_write(path) {
-        Ok(resolved) => resolved,
+    // Opened beneath the root and checked on the handle; the size is
+    // checked before reading, so a huge (or sparse) file is neither read
+    // into memory nor written back as real disk.
+    let (file, meta, resolved) = match workspace.open_read(path) {
+        Ok(opened) => opened,
         Err(error) => return error.into(),
     };
-    let io_error = |source: io::Error| -> ToolOutcome {
-        if source.kind() == io::ErrorKind::NotFound {
-            ToolError::NotFound {
-                path: path.to_owned(),
-            }
-            .into()
-        } else {
-            ToolError::Io {
-                path: path.to_owned(),
-                source,
-            }
-            .into()
+    let too_large = |size: u64| -> ToolOutcome {
+        ToolOutcome::error(format!(
+            "`{path}` is {size} bytes; edit_file edits files of at most 4 MiB ({READ_MAX_BYTES} bytes): use bash tools (such as `sed -i`) for huge files"
+        ))
+    };
+    if meta.len() > READ_MAX_BYTES {
+        return too_large(meta.len());
+    }
+    let mut bytes = Vec::new();
+    // The cap holds while reading too: the file may grow after the fstat.
+    if let Err(source) = file.take(READ_MAX_BYTES + 1).read_to_end(&mut bytes) {
+        return ToolError::Io {
+            path: path.to_owned(),
+            source,
         }
-    };
-    let bytes = match fs::read(&resolved) {
-        Ok(bytes) => bytes,
-        Err(source) => return io_error(source),
-    };
+        .into();
+    }
+    if bytes.len() as u64 > READ_MAX_BYTES {
+        return too_large(bytes.len() as u64);
+    }
     let Ok(text) = String::from_utf8(bytes) else {
         return ToolOutcome::error(format!(
             "`{path}` is not valid UTF-8; edit_file only edits text files"
@@ -132,8 +138,8 @@ fn edit_file(workspace: &Workspace, edit: &Edit) -> ToolOutcome {
         _ => {}
     }
     let updated = text.replace(edit.old.as_str(), &edit.new);
-    if let Err(source) = fs::write(&resolved, updated) {
-        return io_error(source);
+    if let Err(error) = workspace.create_or_replace(path, updated.as_bytes()) {
+        return error.into();
     }
     let noun = if n_matches == 1 {
         "occurrence"

@@ -65,7 +65,7 @@ fn list_files(
     let run = || -> Result<ToolOutcome, ToolOutcome> {
         let base = walk::base(workspace, path)?;
         let filter = walk::glob(&base, pattern)?;
-        let files = walk::files(&base, filter.as_ref(), cancel)?;
+        let files = walk::files(workspace, &base, filter.as_ref(), cancel)?;
         if files.is_empty() {
             return Ok(ToolOutcome::ok(match pattern {
                 Some(pattern) if !pattern.is_empty() => format!("(no files match `{pattern}`)"),

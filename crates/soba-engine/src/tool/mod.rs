@@ -141,6 +141,18 @@ pub enum ToolError {
         /// The path as given.
         path: String,
     },
+    /// The path names a FIFO, socket or device where a regular file is
+    /// expected; it is refused without being opened for long (a FIFO would
+    /// wait for a writer). Not retryable with the same path.
+    #[error(
+        "`{path}` is {kind}, not a regular file; file tools read and write regular files only (use bash for special files)"
+    )]
+    NotRegular {
+        /// The path as given.
+        path: String,
+        /// What it is.
+        kind: soba_store::untrusted::FileKind,
+    },
     /// Any other I/O failure on a path (permissions, a symlink loop); a
     /// retry helps only if the cause goes away.
     #[error("cannot access `{path}`")]

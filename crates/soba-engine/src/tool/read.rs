@@ -1,7 +1,6 @@
 //! `read_file`: numbered lines of a text file in the workspace, 2,000 at a
 //! time, refusing whole reads of files over 4 MiB (SPEC §11.1).
 
-use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader};
 
 use serde_json::{Value, json};
@@ -75,39 +74,19 @@ struct ReadRequest {
 
 fn read_file(workspace: &Workspace, request: &ReadRequest) -> ToolOutcome {
     let path = request.path.as_str();
-    let resolved = match workspace.resolve(path) {
-        Ok(resolved) => resolved,
+    // Opened beneath the root and checked on the handle: a FIFO, socket,
+    // device or directory is refused without blocking.
+    let (file, meta, _) = match workspace.open_read(path) {
+        Ok(opened) => opened,
         Err(error) => return error.into(),
     };
     let io_error = |source: io::Error| -> ToolOutcome {
-        if source.kind() == io::ErrorKind::NotFound {
-            ToolError::NotFound {
-                path: path.to_owned(),
-            }
-            .into()
-        } else {
-            ToolError::Io {
-                path: path.to_owned(),
-                source,
-            }
-            .into()
-        }
-    };
-    let meta = match fs::metadata(&resolved) {
-        Ok(meta) => meta,
-        Err(source) => return io_error(source),
-    };
-    if meta.is_dir() {
-        return ToolError::IsDirectory {
+        ToolError::Io {
             path: path.to_owned(),
+            source,
         }
-        .into();
-    }
-    if !meta.is_file() {
-        return ToolOutcome::error(format!(
-            "`{path}` is not a regular file; read_file reads regular files only"
-        ));
-    }
+        .into()
+    };
     let ranged = request.offset.is_some() || request.limit.is_some();
     if !ranged && meta.len() > READ_MAX_BYTES {
         return ToolOutcome::error(format!(
@@ -115,10 +94,6 @@ fn read_file(workspace: &Workspace, request: &ReadRequest) -> ToolOutcome {
             meta.len()
         ));
     }
-    let file = match File::open(&resolved) {
-        Ok(file) => file,
-        Err(source) => return io_error(source),
-    };
     let offset = request.offset.unwrap_or(1);
     let limit = request.limit.map_or(READ_DEFAULT_LINES, |limit| {
         usize::try_from(limit).unwrap_or(usize::MAX)

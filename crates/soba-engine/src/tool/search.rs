@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 
 use regex::Regex;
 use serde_json::{Value, json};
@@ -96,7 +95,7 @@ fn search(
         })?;
         let base = walk::base(workspace, request.path.as_deref())?;
         let filter = walk::glob(&base, request.glob.as_deref())?;
-        let files = walk::files(&base, filter.as_ref(), cancel)?;
+        let files = walk::files(workspace, &base, filter.as_ref(), cancel)?;
         let mut shown: Vec<String> = Vec::new();
         let mut n_matches = 0usize;
         for file in &files {
@@ -104,7 +103,12 @@ fn search(
                 return Err(ToolOutcome::error("cancelled"));
             }
             let relative = workspace.relative(file);
-            scan(file, &regex, |line_no, text| {
+            // Opened beneath the root following no symlink: a folder swapped
+            // for a link since the walk cannot make it read outside.
+            let Some(opened) = workspace.open_entry(file) else {
+                continue;
+            };
+            scan(opened, &regex, |line_no, text| {
                 n_matches += 1;
                 if shown.len() < MAX_LISTED {
                     shown.push(format!("{relative}:{line_no}:{}", clip(text)));
@@ -125,14 +129,9 @@ fn search(
     run().unwrap_or_else(|error| error)
 }
 
-/// Calls `on_match` for each matching line of a text file. Symlinks,
-/// unreadable files and binaries (a NUL in the first 8 KiB) are skipped.
-fn scan(path: &Path, regex: &Regex, mut on_match: impl FnMut(u64, &str)) {
-    // The walk does not follow symlinks; opening one here would.
-    if path.symlink_metadata().map_or(true, |meta| !meta.is_file()) {
-        return;
-    }
-    let Ok(file) = File::open(path) else { return };
+/// Calls `on_match` for each matching line of a text file. Unreadable
+/// files and binaries (a NUL in the first 8 KiB) are skipped.
+fn scan(file: File, regex: &Regex, mut on_match: impl FnMut(u64, &str)) {
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     let mut position = 0usize;
@@ -206,9 +205,10 @@ mod tests {
         std::fs::write(&text, b"needle\nhay\nneedle again\n").unwrap();
         let regex = Regex::new("needle").unwrap();
         let mut found = Vec::new();
-        scan(&binary, &regex, |n, t| found.push((n, t.to_owned())));
+        let open = |path| File::open(path).unwrap();
+        scan(open(&binary), &regex, |n, t| found.push((n, t.to_owned())));
         assert!(found.is_empty());
-        scan(&text, &regex, |n, t| found.push((n, t.to_owned())));
+        scan(open(&text), &regex, |n, t| found.push((n, t.to_owned())));
         assert_eq!(
             found,
             [(1, "needle".to_owned()), (3, "needle again".to_owned())]

@@ -43,7 +43,13 @@ pub(crate) fn glob(base: &Path, glob: Option<&str>) -> Result<Option<Override>, 
 
 /// Returns every non-directory entry under `base` that is not ignored and
 /// matches `filter`, sorted by path. Symlinks are listed, not followed.
+///
+/// The walker opens folders by path, so a folder swapped for a symlink
+/// while it runs could make it list a folder outside; each entry is kept
+/// only if it is beneath the root, reached without any symlink, when
+/// checked through the root's handle ([`Workspace::has_entry`]).
 pub(crate) fn files(
+    workspace: &Workspace,
     base: &Path,
     filter: Option<&Override>,
     cancel: &CancellationToken,
@@ -72,6 +78,9 @@ pub(crate) fn files(
         if let Some(filter) = filter
             && !filter.matched(entry.path(), false).is_whitelist()
         {
+            continue;
+        }
+        if !workspace.has_entry(entry.path()) {
             continue;
         }
         found.push(entry.into_path());

@@ -1,19 +1,39 @@
-//! Path confinement: every file tool resolves its paths through the
-//! [`Workspace`], which refuses `..`, absolute-path, symlink and hard-link
-//! escapes from the workspace root (SPEC §11.1, §17).
+//! Path confinement: every file tool resolves its paths and opens its files
+//! through the [`Workspace`], which refuses `..`, absolute-path, symlink and
+//! hard-link escapes from the workspace root (SPEC §11.1, §17).
+//!
+//! A path is first checked by name ([`Workspace::resolve`], for a clear
+//! error), then every file is opened, created and replaced through a handle
+//! on the root ([`soba_store::beneath`]: `openat2` with `RESOLVE_BENEATH`),
+//! so a folder swapped for a symlink between the check and the use cannot
+//! lead a tool out of the workspace.
 
-use std::fs;
+use std::fs::{self, File, Metadata};
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use soba_store::beneath::{Beneath, BeneathError, Links, Replaced};
+use soba_store::untrusted::FileKind;
 
 use super::ToolError;
 
 /// The directory the file tools are confined to: the canonicalised
-/// workspace root (SPEC §14.1).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// workspace root (SPEC §14.1), held open so that every file is resolved
+/// beneath it.
+#[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    beneath: Arc<Beneath>,
 }
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
+
+impl Eq for Workspace {}
 
 impl Workspace {
     /// Opens a workspace at `root`, canonicalising it.
@@ -29,7 +49,14 @@ impl Workspace {
         if !root.is_dir() {
             return Err(ToolError::RootNotDirectory { path: root });
         }
-        Ok(Workspace { root })
+        let beneath = Beneath::open(&root).map_err(|error| ToolError::Root {
+            path: given.to_path_buf(),
+            source: io::Error::other(error),
+        })?;
+        Ok(Workspace {
+            root,
+            beneath: Arc::new(beneath),
+        })
     }
 
     /// Returns the canonical root.
@@ -113,17 +140,24 @@ impl Workspace {
     }
 
     /// Resolves a path that is about to be written or edited: as
-    /// [`Workspace::resolve`], and refuses directories and regular files
-    /// with more than one hard link (another link may live outside the root,
-    /// and writing would change that file too).
+    /// [`Workspace::resolve`], and refuses directories, special files and
+    /// regular files with more than one hard link (another link may live
+    /// outside the root, and the write would break it). The checks look
+    /// through the root's handle; [`Workspace::create_or_replace`] is what
+    /// keeps the write itself inside.
     pub fn resolve_for_write(&self, path: impl AsRef<Path>) -> Result<PathBuf, ToolError> {
         let resolved = self.resolve(path.as_ref())?;
         let shown = path.as_ref().display().to_string();
-        match fs::metadata(&resolved) {
-            Ok(meta) if meta.is_dir() => Err(ToolError::IsDirectory { path: shown }),
-            Ok(meta) => {
+        let inside = self.inside(&resolved);
+        match self.beneath.metadata(inside, Links::FollowBeneath) {
+            Ok(Some(meta)) if meta.is_dir() => Err(ToolError::IsDirectory { path: shown }),
+            Ok(Some(meta)) if !meta.is_file() => Err(ToolError::NotRegular {
+                path: shown,
+                kind: FileKind::of(&meta),
+            }),
+            Ok(Some(meta)) => {
                 let links = hard_links(&meta);
-                if meta.is_file() && links > 1 {
+                if links > 1 {
                     Err(ToolError::HardLink {
                         path: shown,
                         links,
@@ -133,11 +167,104 @@ impl Workspace {
                     Ok(resolved)
                 }
             }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(resolved),
-            Err(source) => Err(ToolError::Io {
+            Ok(None) => Ok(resolved),
+            Err(error) => Err(self.beneath_error(&shown, inside, error)),
+        }
+    }
+
+    /// Opens a regular file for reading: resolved by name, then opened
+    /// beneath the root, and checked on the handle (a FIFO, socket, device
+    /// or directory is refused without blocking). Returns the file, its
+    /// metadata and the resolved path.
+    pub fn open_read(&self, path: &str) -> Result<(File, Metadata, PathBuf), ToolError> {
+        let resolved = self.resolve(path)?;
+        let inside = self.inside(&resolved);
+        let (file, meta) = self
+            .beneath
+            .open_regular(inside, Links::FollowBeneath)
+            .map_err(|error| self.beneath_error(path, inside, error))?;
+        Ok((file, meta, resolved))
+    }
+
+    /// Writes `bytes` as the whole content of `path`, creating missing
+    /// parent folders: checked as [`Workspace::resolve_for_write`], then a
+    /// temporary file in the parent folder's handle is renamed over the
+    /// name, so no swapped folder or planted link can redirect it. Returns
+    /// what it did and the resolved path.
+    pub fn create_or_replace(
+        &self,
+        path: &str,
+        bytes: &[u8],
+    ) -> Result<(Replaced, PathBuf), ToolError> {
+        let resolved = self.resolve_for_write(path)?;
+        let inside = self.inside(&resolved);
+        if let Some(parent) = inside.parent() {
+            self.beneath
+                .create_dir_all(parent)
+                .map_err(|error| self.beneath_error(path, parent, error))?;
+        }
+        let replaced = self
+            .beneath
+            .replace(inside, bytes)
+            .map_err(|error| self.beneath_error(path, inside, error))?;
+        Ok((replaced, resolved))
+    }
+
+    /// Returns whether `path` (a path a walk found under the root) names a
+    /// file or symlink that is beneath the root right now, reached without
+    /// following any symlink: the walk itself follows paths, so what it
+    /// reports is kept only when this holds.
+    pub(crate) fn has_entry(&self, path: &Path) -> bool {
+        let Ok(inside) = path.strip_prefix(&self.root) else {
+            return false;
+        };
+        matches!(self.beneath.metadata(inside, Links::Refuse), Ok(Some(meta)) if !meta.is_dir())
+    }
+
+    /// Opens a regular file a walk found under the root, following no
+    /// symlink (the walk lists links but never follows them); `None` for
+    /// anything else.
+    pub(crate) fn open_entry(&self, path: &Path) -> Option<File> {
+        let inside = path.strip_prefix(&self.root).ok()?;
+        self.beneath
+            .open_regular(inside, Links::Refuse)
+            .ok()
+            .map(|(file, _)| file)
+    }
+
+    /// Returns a resolved (canonical) path relative to the root.
+    fn inside<'a>(&self, resolved: &'a Path) -> &'a Path {
+        resolved.strip_prefix(&self.root).unwrap_or(Path::new(""))
+    }
+
+    /// Turns a failure beneath the root into the tool error the model sees.
+    fn beneath_error(&self, shown: &str, inside: &Path, error: BeneathError) -> ToolError {
+        let shown = shown.to_owned();
+        match error {
+            // The name check passed, so a link on the way changed since:
+            // say where it leads now, as the name check would have.
+            BeneathError::Escape { .. } => {
+                let joined = self.root.join(inside);
+                ToolError::SymlinkEscape {
+                    path: shown,
+                    target: fs::canonicalize(&joined).unwrap_or(joined),
+                    root: self.root.clone(),
+                }
+            }
+            BeneathError::NotRegular {
+                kind: FileKind::Directory,
+                ..
+            } => ToolError::IsDirectory { path: shown },
+            BeneathError::NotRegular { kind, .. } => ToolError::NotRegular { path: shown, kind },
+            error if error.is_not_found() => ToolError::NotFound { path: shown },
+            BeneathError::Io { source, .. } => ToolError::Io {
                 path: shown,
                 source,
-            }),
+            },
+            other => ToolError::Io {
+                path: shown,
+                source: io::Error::other(other),
+            },
         }
     }
 
@@ -169,7 +296,7 @@ fn normalize(path: &Path) -> PathBuf {
     normal
 }
 
-fn hard_links(meta: &fs::Metadata) -> u64 {
+fn hard_links(meta: &Metadata) -> u64 {
     use std::os::unix::fs::MetadataExt;
     meta.nlink()
 }

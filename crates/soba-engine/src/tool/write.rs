@@ -1,14 +1,13 @@
 //! `write_file`: creates or replaces a file inside the workspace, creating
 //! missing parent directories (SPEC §11.1).
 
-use std::fs;
-use std::io;
-
 use serde_json::{Value, json};
 use soba_core::ToolInput;
+use soba_store::beneath::Replaced;
 
 use super::args::Args;
-use super::{Tool, ToolContext, ToolError, ToolFuture, ToolOutcome, Workspace, run_blocking};
+
+use super::{Tool, ToolContext, ToolFuture, ToolOutcome, Workspace, run_blocking};
 
 /// The `write_file` tool.
 #[derive(Debug, Clone, Copy, Default)]
@@ -54,30 +53,18 @@ impl Tool for WriteFile {
 }
 
 fn write_file(workspace: &Workspace, path: &str, content: &str) -> ToolOutcome {
-    let resolved = match workspace.resolve_for_write(path) {
-        Ok(resolved) => resolved,
+    // A temporary file in the parent folder's handle, renamed over the name:
+    // a folder swapped for a link, or a link planted on the name, cannot
+    // send the bytes outside the workspace.
+    let (replaced, resolved) = match workspace.create_or_replace(path, content.as_bytes()) {
+        Ok(done) => done,
         Err(error) => return error.into(),
     };
-    let io_error = |source: io::Error| -> ToolOutcome {
-        ToolError::Io {
-            path: path.to_owned(),
-            source,
-        }
-        .into()
-    };
-    let existed = resolved.exists();
-    if let Some(parent) = resolved.parent() {
-        // The missing directories lie under an ancestor that resolve() found
-        // inside the root, and missing names cannot be symlinks.
-        if let Err(source) = fs::create_dir_all(parent) {
-            return io_error(source);
-        }
-    }
-    if let Err(source) = fs::write(&resolved, content) {
-        return io_error(source);
-    }
     let shown = workspace.relative(&resolved);
-    let verb = if existed { "overwrote" } else { "created" };
+    let verb = match replaced {
+        Replaced::Overwrote => "overwrote",
+        Replaced::Created => "created",
+    };
     let unit = if content.len() == 1 { "byte" } else { "bytes" };
     ToolOutcome::ok(format!("{verb} {shown} ({} {unit})", content.len()))
 }

@@ -2,6 +2,7 @@
 //! Integration tests of soba-engine, one binary with a module per subsystem.
 
 mod barrier;
+mod confine;
 mod crash;
 mod embed;
 mod escape;
