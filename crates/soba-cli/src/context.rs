@@ -42,6 +42,16 @@ impl Context {
     /// Loads everything from an explicit environment and directory.
     pub fn load_with(env: Env, cwd: &Path, global: &GlobalArgs) -> CliResult<Self> {
         let workspace = Workspace::at(cwd)?;
+        if let Some(dir) = &global.session_dir
+            && let Ok(metadata) = std::fs::metadata(dir)
+            && !metadata.is_dir()
+        {
+            return Err(
+                CliError::user(format!("--session-dir {} is not a folder", dir.display())).hint(
+                    "pass the folder that holds the session logs (it is created when missing)",
+                ),
+            );
+        }
         let locations = Locations::resolve(&env, &workspace, global.session_dir.as_deref())?;
         let project_file = workspace.project_config();
         let loaded = config::load(&LoadInput {
@@ -82,7 +92,12 @@ impl Context {
                 if text.ends_with(".jsonl") && as_path.is_file() {
                     return Ok(summary_of_file(&as_path));
                 }
-                Ok(find_session(dir, text)?)
+                match find_session(dir, text) {
+                    Err(err @ soba_store::StoreError::SessionNotFound { .. }) => {
+                        Err(not_a_session_file(&as_path).unwrap_or_else(|| err.into()))
+                    }
+                    found => Ok(found?),
+                }
             }
             None => list_sessions(dir)?
                 .into_iter()
@@ -93,6 +108,66 @@ impl Context {
                 }),
         }
     }
+}
+
+/// Says why `path`, which names no session by id, is not a session file
+/// either, when something is there that is not a regular file: a folder,
+/// a special file, a symbolic link loop. `None` when nothing is there or
+/// it is a regular file.
+fn not_a_session_file(path: &Path) -> Option<CliError> {
+    let shown = path.display();
+    let link = std::fs::symlink_metadata(path).ok()?;
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        // ELOOP (40 on Linux, 62 on macOS and the BSDs): the links never
+        // reach a file.
+        Err(err)
+            if link.file_type().is_symlink() && matches!(err.raw_os_error(), Some(40 | 62)) =>
+        {
+            return Some(
+                CliError::user(format!(
+                    "{shown} is a symbolic link loop (following its links never reaches a file), not a session file"
+                ))
+                .hint("point the link at a session file, or pass the file itself"),
+            );
+        }
+        Err(err) if link.file_type().is_symlink() => {
+            return Some(
+                CliError::user(format!(
+                    "{shown} is a symbolic link whose target cannot be read, not a session file"
+                ))
+                .caused_by(err),
+            );
+        }
+        Err(_) => return None,
+    };
+    if metadata.is_dir() {
+        return Some(
+            CliError::user(format!("{shown} is a folder, not a session file")).hint(format!(
+                "pass a session file in it, import the transcripts it holds with `soba import {shown}`, or replay them with `soba replay {shown}`"
+            )),
+        );
+    }
+    if metadata.is_file() {
+        return None;
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let file_type = metadata.file_type();
+    let kind = if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else {
+        "a special file"
+    };
+    Some(
+        CliError::user(format!(
+            "{shown} is {kind}, not a session file: soba reads sessions only from regular files"
+        ))
+        .hint("copy what it holds into a file and pass that file"),
+    )
 }
 
 /// Returns the line printed when a session is left: its shortest unique id

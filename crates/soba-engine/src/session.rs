@@ -115,6 +115,30 @@ impl std::fmt::Debug for SessionCore {
     }
 }
 
+/// Says what a resumed session loses when the capsule the model input
+/// starts from (the last one on the path) keeps from an entry that is not
+/// before it (a hand edit, or a line pasted from another session): the
+/// input has the capsule and what follows it, not the tail it meant to keep.
+fn foreign_kept_from(stretch: &[Entry]) -> Option<String> {
+    let (idx, capsule) =
+        stretch
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(idx, entry)| match &entry.body {
+                EntryBody::Capsule(capsule) => Some((idx, capsule)),
+                _ => None,
+            })?;
+    let first = capsule.first_kept_entry_id.as_ref()?;
+    if stretch[..idx].iter().any(|entry| &entry.id == first) {
+        return None;
+    }
+    Some(format!(
+        "capsule {} keeps from entry {first}, which is not before it in this session (a hand edit, or a line from another session): the tail that capsule meant to keep is not in the model input, only the capsule and what follows it; `soba show --check` for details",
+        stretch[idx].id
+    ))
+}
+
 impl SessionCore {
     fn setup(
         config: &SessionConfig,
@@ -223,12 +247,14 @@ impl SessionCore {
         let header = resumed.header.clone().ok_or_else(|| {
             EngineError::Invalid(format!("{} has no valid session header", path.display()))
         })?;
-        let diagnostics = resumed.diagnostics.iter().map(|d| d.to_string()).collect();
-        let stretch = resumed
+        let mut diagnostics: Vec<String> =
+            resumed.diagnostics.iter().map(|d| d.to_string()).collect();
+        let stretch: Vec<Entry> = resumed
             .stretch
             .into_iter()
             .map(|logged| logged.entry)
             .collect();
+        diagnostics.extend(foreign_kept_from(&stretch));
         let dir = path.parent().map(Path::to_path_buf);
         Ok((
             Self::assemble(writer, header, stretch, config, dir.as_deref())?,

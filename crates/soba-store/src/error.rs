@@ -22,13 +22,17 @@ pub enum StoreError {
     /// Another process holds the session open for writing. Retrying helps
     /// only after that process ends.
     #[error(
-        "session {session} is already open for writing by another process ({path}); close it there or resume another session"
+        "session {session} is already open for writing by another process{} ({path}); close it there or resume another session",
+        holder.as_ref().map(|holder| format!(" ({holder})")).unwrap_or_default()
     )]
     Locked {
         /// The session's id (from its header, else its file name).
         session: String,
         /// The session file.
         path: PathBuf,
+        /// The process holding the lock, `pid N, command`, when the system
+        /// says (Linux's `/proc/locks`).
+        holder: Option<String>,
     },
     /// `create` found a file already at the path. Not retryable: pick a new id.
     #[error("session file {path} already exists; choose a new session id")]
@@ -78,10 +82,64 @@ pub enum StoreError {
         /// The ids that match.
         candidates: Vec<String>,
     },
+    /// The session file at the path is no longer the one this writer
+    /// opened: another program replaced it (an editor saving by rename) or
+    /// removed it. The append is refused, so nothing is written to a file
+    /// no path names; the lines the file at the path lacks went to a
+    /// recovery file when one could be made. Not retryable.
+    #[error("{}", replaced_message(path, how, session, recovery.as_deref(), recovery_error.as_ref()))]
+    LogReplaced {
+        /// The session file's path.
+        path: PathBuf,
+        /// `replaced` or `removed`.
+        how: &'static str,
+        /// The session's id.
+        session: String,
+        /// The recovery file (`<id>.recovered-<time>.jsonl`), when made.
+        recovery: Option<PathBuf>,
+        /// Why the recovery file could not be written, when it could not
+        /// (in the message, so not a `#[source]`).
+        recovery_error: Option<std::io::Error>,
+    },
+    /// Two or more files in the sessions folder carry the session id looked
+    /// for in their headers (a copy, or files joined by hand). Not
+    /// retryable: pass the file meant by its path, or move the copy away.
+    #[error("session {id} is in {} files ({}); pass the one meant by its path, or move the other out of the sessions folder", paths.len(), paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", "))]
+    DuplicateSession {
+        /// The shared header id.
+        id: String,
+        /// The files carrying it.
+        paths: Vec<PathBuf>,
+    },
     /// A session path names something other than a regular file (a FIFO,
     /// a device, a directory). Not retryable: give a session file.
     #[error(transparent)]
     Unreadable(crate::untrusted::UntrustedReadError),
+}
+
+/// Says what happened to a replaced log and where its unwritten lines are.
+fn replaced_message(
+    path: &std::path::Path,
+    how: &str,
+    session: &str,
+    recovery: Option<&std::path::Path>,
+    recovery_error: Option<&std::io::Error>,
+) -> String {
+    let head = format!(
+        "the log of session {session} ({}) was {how} by another program while soba was writing it, so nothing more is written to it",
+        path.display()
+    );
+    match (recovery, recovery_error) {
+        (Some(recovery), _) => format!(
+            "{head}; the entries missing from the file now at that path are in {recovery}: look at them with `cat {recovery}`, and append them to the log (`cat {recovery} >> {path}`) if it should keep them",
+            recovery = recovery.display(),
+            path = path.display()
+        ),
+        (None, Some(err)) => format!(
+            "{head}; the entries not written there are lost: no recovery file could be made beside it ({err})"
+        ),
+        (None, None) => format!("{head}; the entries not written there are lost"),
+    }
 }
 
 impl StoreError {

@@ -275,6 +275,13 @@ pub struct SessionWriter {
     minter: Box<dyn Minter>,
     torn_tail: bool,
     line: Vec<u8>,
+    /// The device and inode of the file opened, compared with the path's
+    /// before every append (another program may have replaced the file).
+    identity: (u64, u64),
+    /// Where this writer's own lines start in the file it opened.
+    written_from: u64,
+    /// The recovery file, once an append was refused: later lines go there.
+    recovery: Option<PathBuf>,
 }
 
 impl fmt::Debug for SessionWriter {
@@ -314,6 +321,7 @@ impl SessionWriter {
                 }
             })?;
         lock(&file, header.id.as_str(), &path)?;
+        let identity = identity_of(&file).map_err(|err| StoreError::io("stat", &path, err))?;
         let mut writer = SessionWriter {
             file,
             path,
@@ -323,9 +331,13 @@ impl SessionWriter {
             minter: options.minter,
             torn_tail: false,
             line: Vec::new(),
+            identity,
+            written_from: 0,
+            recovery: None,
         };
         let line = wire::encode_header(header)?;
         writer.write_line(&line)?;
+        writer.written_from = line.len() as u64 + 1;
         if writer.durability == Durability::Fsync {
             sync_parent_dir(&writer.path)?;
         }
@@ -408,6 +420,7 @@ impl SessionWriter {
             });
             break;
         }
+        let identity = identity_of(&file).map_err(|err| StoreError::io("stat", &path, err))?;
         Ok(SessionWriter {
             file,
             path,
@@ -417,6 +430,9 @@ impl SessionWriter {
             minter: options.minter,
             torn_tail,
             line: Vec::new(),
+            identity,
+            written_from: len,
+            recovery: None,
         })
     }
 
@@ -432,7 +448,12 @@ impl SessionWriter {
     /// nothing another writer appended can be missed, and a log with any
     /// message is never removed. Returns whether it was removed.
     pub fn close_removing_if_unused(self) -> Result<bool, StoreError> {
-        if crate::reader::has_content(&self.path) {
+        // A file another program put at the path is not this session's
+        // to remove, whatever it holds.
+        if self.recovery.is_some()
+            || self.replaced().is_some()
+            || crate::reader::has_content(&self.path)
+        {
             return Ok(false);
         }
         std::fs::remove_file(&self.path)
@@ -608,8 +629,146 @@ impl SessionWriter {
         Ok(crate::reader::read_log(&self.path)?.position_at(target))
     }
 
-    /// Writes `line` and its newline in one `write`, then syncs.
+    /// Returns how the path no longer names the file this writer opened
+    /// (`replaced` or `removed`), `None` while it does. One `stat`.
+    fn replaced(&self) -> Option<&'static str> {
+        match std::fs::metadata(&self.path) {
+            Ok(metadata) => {
+                use std::os::unix::fs::MetadataExt;
+                ((metadata.dev(), metadata.ino()) != self.identity).then_some("replaced")
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some("removed"),
+            // The path cannot be looked at (permissions changed): the next
+            // write says what is wrong, if anything.
+            Err(_) => None,
+        }
+    }
+
+    /// Refuses to append `line` to a file that is no longer at the path:
+    /// the lines this writer wrote that the file now at the path lacks,
+    /// then `line`, go to a recovery file beside the log, which the error
+    /// names.
+    fn refuse(&mut self, line: &str, how: &'static str) -> StoreError {
+        let mut lines = match &self.recovery {
+            Some(_) => Vec::new(),
+            None => self.lines_missing_at_path(),
+        };
+        lines.extend_from_slice(line.as_bytes());
+        lines.push(b'\n');
+        let recovery = self.write_recovery(&lines);
+        StoreError::LogReplaced {
+            path: self.path.clone(),
+            how,
+            session: self.session.as_str().to_owned(),
+            recovery: recovery.as_ref().ok().cloned(),
+            recovery_error: recovery.err(),
+        }
+    }
+
+    /// Returns the complete lines this writer wrote (read back through its
+    /// own handle) whose entry id the file now at the path does not hold.
+    fn lines_missing_at_path(&self) -> Vec<u8> {
+        #[derive(serde::Deserialize)]
+        struct IdOnly {
+            id: Option<String>,
+        }
+        let Ok(metadata) = self.file.metadata() else {
+            return Vec::new();
+        };
+        let len = metadata.len().saturating_sub(self.written_from);
+        let Ok(len) = usize::try_from(len) else {
+            return Vec::new();
+        };
+        let mut written = vec![0u8; len];
+        if read_exact_at(&self.file, &mut written, self.written_from).is_err() {
+            return Vec::new();
+        }
+        let at_path: std::collections::HashSet<EntryId> = crate::reader::entry_ids(&self.path)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mut missing = Vec::new();
+        for line in written.split_inclusive(|&byte| byte == b'\n') {
+            if !line.ends_with(b"\n") {
+                continue;
+            }
+            let on_disk = serde_json::from_slice::<IdOnly>(line)
+                .ok()
+                .and_then(|only| only.id)
+                .and_then(|id| EntryId::parse(&id).ok())
+                .is_some_and(|id| at_path.contains(&id));
+            if !on_disk && line.iter().any(|byte| !byte.is_ascii_whitespace()) {
+                missing.extend_from_slice(line);
+            }
+        }
+        missing
+    }
+
+    /// Appends `lines` to this writer's recovery file, creating it (never
+    /// over an existing file) the first time, and syncs it.
+    fn write_recovery(&mut self, lines: &[u8]) -> Result<PathBuf, std::io::Error> {
+        let mut file = match &self.recovery {
+            Some(path) => OpenOptions::new().append(true).open(path)?,
+            None => {
+                let dir = self
+                    .path
+                    .parent()
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                let stamp: String = self
+                    .minter
+                    .timestamp()
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .collect();
+                let mut attempt = 1;
+                loop {
+                    let suffix = if attempt == 1 {
+                        String::new()
+                    } else {
+                        format!("-{attempt}")
+                    };
+                    let path = dir.join(format!(
+                        "{}{RECOVERED_INFIX}{stamp}{suffix}.jsonl",
+                        self.session
+                    ));
+                    match OpenOptions::new().append(true).create_new(true).open(&path) {
+                        Ok(file) => {
+                            self.recovery = Some(path);
+                            break file;
+                        }
+                        Err(err)
+                            if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 =>
+                        {
+                            attempt += 1;
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+            }
+        };
+        file.write_all(lines)?;
+        file.sync_all()?;
+        let path = self
+            .recovery
+            .clone()
+            .expect("the recovery file was opened or created above");
+        // The new name durable too; a failure here loses nothing written.
+        let _ = sync_parent_dir(&path);
+        Ok(path)
+    }
+
+    /// Writes `line` and its newline in one `write`, then syncs; refused
+    /// (see [`StoreError::LogReplaced`]) when the path no longer names the
+    /// file this writer opened.
     fn write_line(&mut self, line: &str) -> Result<(), StoreError> {
+        if self.recovery.is_some() {
+            let how = self.replaced().unwrap_or("replaced");
+            return Err(self.refuse(line, how));
+        }
+        if let Some(how) = self.replaced() {
+            return Err(self.refuse(line, how));
+        }
         self.line.clear();
         self.line.reserve(line.len() + 2);
         if self.torn_tail {
@@ -672,15 +831,80 @@ pub fn leaf_after(entry: &Entry) -> EntryId {
     }
 }
 
+/// What names a recovery file: `<id>.recovered-<time>.jsonl`.
+pub const RECOVERED_INFIX: &str = ".recovered-";
+
+/// Returns the device and inode of an open file.
+fn identity_of(file: &File) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = file.metadata()?;
+    Ok((metadata.dev(), metadata.ino()))
+}
+
 fn lock(file: &File, session: &str, path: &Path) -> Result<(), StoreError> {
     match file.try_lock() {
         Ok(()) => Ok(()),
         Err(TryLockError::WouldBlock) => Err(StoreError::Locked {
             session: session.to_owned(),
             path: path.to_path_buf(),
+            holder: lock_holder(file),
         }),
         Err(TryLockError::Error(err)) => Err(StoreError::io("lock", path, err)),
     }
+}
+
+/// Returns who holds the `flock` lock on `file`, as `pid N (command)`,
+/// from the kernel's table of locks (`/proc/locks`, Linux): a `flock` lock
+/// records the process that took it, and the table names it with the
+/// file's device and inode, so nothing extra is written beside the log and
+/// nothing goes stale when a holder dies. `None` where the table is missing
+/// (another system) or has no line for the file.
+fn lock_holder(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = file.metadata().ok()?;
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    let pid = holder_in_table(&table, metadata.dev(), metadata.ino())?;
+    let command = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|name| {
+            // The name is the other program's: printable ASCII only.
+            name.trim_end_matches('\n')
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_graphic() || c == ' ' {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty());
+    Some(match command {
+        Some(command) => format!("pid {pid}, {command}"),
+        None => format!("pid {pid}"),
+    })
+}
+
+/// Finds the process holding a `FLOCK` lock on the file with device `dev`
+/// and inode `ino` in a `/proc/locks` table (`1: FLOCK  ADVISORY  WRITE
+/// 2011 fe:00:5309287 0 EOF`; waiting requests, marked `->`, are passed over).
+fn holder_in_table(table: &str, dev: u64, ino: u64) -> Option<u32> {
+    // Linux's dev_t encoding, as glibc's major() and minor() decode it.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let pid: u32 = fields.get(4)?.parse().ok()?;
+        let mut file_id = fields.get(5)?.split(':');
+        let line_major = u64::from_str_radix(file_id.next()?, 16).ok()?;
+        let line_minor = u64::from_str_radix(file_id.next()?, 16).ok()?;
+        let line_ino: u64 = file_id.next()?.parse().ok()?;
+        (line_major == major && line_minor == minor && line_ino == ino).then_some(pid)
+    })
 }
 
 /// Writes a complete new session file at `path` — the header line, then
@@ -1034,6 +1258,18 @@ pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lock_holder_is_found_by_device_and_inode() {
+        let table = "1: FLOCK  ADVISORY  WRITE 2011 fe:00:5309287 0 EOF\n\
+                     1: -> FLOCK  ADVISORY  WRITE 2099 08:01:77 0 EOF\n\
+                     2: POSIX  ADVISORY  WRITE 3000 08:01:77 0 EOF\n\
+                     3: FLOCK  ADVISORY  WRITE 4242 08:01:77 0 EOF\n";
+        // 08:01 is device 0x801.
+        assert_eq!(holder_in_table(table, 0x801, 77), Some(4242));
+        assert_eq!(holder_in_table(table, 0xfe00, 5309287), Some(2011));
+        assert_eq!(holder_in_table(table, 0x801, 78), None);
+    }
 
     #[test]
     fn session_ids_are_safe_file_names() {

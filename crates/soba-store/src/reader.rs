@@ -112,6 +112,10 @@ pub enum DiagnosticKind {
         /// The repeated id.
         id: EntryId,
     },
+    /// The line starts with a byte order mark (U+FEFF), as files joined with
+    /// `cat` leave where the second one began; the line is read without it
+    /// (a mark is never part of JSON, so nothing of the line is lost).
+    ByteOrderMark,
     /// An entry on the current path names a parent that is not in the log;
     /// the path stops there.
     DanglingParent {
@@ -230,6 +234,12 @@ impl fmt::Display for Diagnostic {
                     "{at}: duplicate entry id {id}; this line replaces the earlier one"
                 )
             }
+            DiagnosticKind::ByteOrderMark => {
+                write!(
+                    f,
+                    "{at}: the line starts with a byte order mark (U+FEFF), as where files joined with `cat` begin; it is read without the mark"
+                )
+            }
             DiagnosticKind::DanglingParent { id, parent } => {
                 write!(
                     f,
@@ -333,6 +343,13 @@ pub(crate) enum LineOutcome {
     Damaged(DiagnosticKind),
 }
 
+/// Returns whether a line after the first starts with a byte order mark,
+/// which [`classify_line`] reads past and the caller names
+/// ([`DiagnosticKind::ByteOrderMark`]).
+pub(crate) fn starts_with_bom(bytes: &[u8], is_first: bool) -> bool {
+    !is_first && bytes.starts_with(UTF8_BOM)
+}
+
 /// Classifies one complete line (without its newline). Line 1 is tried as a
 /// header first; `missing_header` receives why it is not one.
 pub(crate) fn classify_line(
@@ -341,11 +358,10 @@ pub(crate) fn classify_line(
     missing_header: &mut Option<String>,
 ) -> LineOutcome {
     // An editor may have saved the file with a byte order mark: line 1 is
-    // still the header (import detection strips it too).
-    let bytes = match bytes.strip_prefix(UTF8_BOM) {
-        Some(rest) if is_first => rest,
-        _ => bytes,
-    };
+    // still the header (import detection strips it too). Further down, a
+    // mark is where a file joined with `cat` began: the line is read
+    // without it, and the caller names it ([`starts_with_bom`]).
+    let bytes = bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes);
     if bytes.iter().all(u8::is_ascii_whitespace) {
         if is_first {
             *missing_header = Some("line 1 is blank".to_owned());
@@ -648,6 +664,9 @@ impl LogBuilder {
             }
             return;
         }
+        if starts_with_bom(bytes, is_first) {
+            self.push_diagnostic(location, DiagnosticKind::ByteOrderMark);
+        }
         match classify_line(bytes, is_first, &mut self.missing_header) {
             LineOutcome::Blank => {}
             LineOutcome::Header(header) => self.log.header = Some(header),
@@ -817,7 +836,8 @@ pub fn session_path(dir: impl AsRef<Path>, id: &crate::log::SessionId) -> PathBu
     dir.as_ref().join(format!("{id}.jsonl"))
 }
 
-/// Lists the `*.jsonl` sessions in `dir` (flight records excluded), most
+/// Lists the `*.jsonl` sessions in `dir` (flight records and recovery
+/// files excluded), most
 /// recently modified first. A missing directory has no sessions.
 pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, StoreError> {
     let dir = dir.as_ref();
@@ -836,7 +856,10 @@ pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, Store
         let Some(stem) = name.strip_suffix(".jsonl") else {
             continue;
         };
-        if stem.ends_with(".flight") || stem.is_empty() {
+        if stem.ends_with(".flight")
+            || stem.contains(crate::log::RECOVERED_INFIX)
+            || stem.is_empty()
+        {
             continue;
         }
         let Ok(metadata) = dir_entry.metadata() else {
@@ -977,13 +1000,24 @@ pub fn entry_ids(path: impl AsRef<Path>) -> Result<Vec<EntryId>, StoreError> {
 pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummary, StoreError> {
     let dir = dir.as_ref();
     let sessions = list_sessions(dir)?;
-    if let Some(exact) = sessions.iter().find(|s| s.id == prefix) {
-        return Ok(exact.clone());
+    let exact: Vec<&SessionSummary> = sessions.iter().filter(|s| s.id == prefix).collect();
+    let mut matching: Vec<SessionSummary> = if exact.is_empty() {
+        sessions
+            .iter()
+            .filter(|s| s.id.starts_with(prefix))
+            .cloned()
+            .collect()
+    } else {
+        exact.into_iter().cloned().collect()
+    };
+    // Two files with one header id (a copy, files joined by hand): which
+    // one is meant cannot be guessed.
+    if matching.len() > 1 && matching.iter().all(|s| s.id == matching[0].id) {
+        let id = matching[0].id.clone();
+        let mut paths: Vec<PathBuf> = matching.into_iter().map(|s| s.path).collect();
+        paths.sort();
+        return Err(StoreError::DuplicateSession { id, paths });
     }
-    let mut matching: Vec<SessionSummary> = sessions
-        .into_iter()
-        .filter(|s| s.id.starts_with(prefix))
-        .collect();
     match matching.len() {
         0 => Err(StoreError::SessionNotFound {
             prefix: prefix.to_owned(),

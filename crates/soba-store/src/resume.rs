@@ -15,6 +15,7 @@ use crate::error::StoreError;
 use crate::log::{SessionHeader, leaf_after};
 use crate::reader::{
     Diagnostic, DiagnosticKind, LineOutcome, Location, LoggedEntry, StretchChase, classify_line,
+    starts_with_bom,
 };
 
 /// Resume reads this many bytes per positioned read.
@@ -158,6 +159,12 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
             }
             continue;
         }
+        // Collected backwards: a line's own diagnostics in reverse, the
+        // byte order mark (named first when read forwards) last.
+        let bom = starts_with_bom(&line.bytes, line.offset == 0).then_some(Diagnostic {
+            location,
+            kind: DiagnosticKind::ByteOrderMark,
+        });
         let (entry, raw) = match classify_line(&line.bytes, line.offset == 0, &mut ignored) {
             LineOutcome::Entry { entry, raw, damage } => {
                 backward_diagnostics.extend(
@@ -166,13 +173,18 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
                         .rev()
                         .map(|kind| Diagnostic { location, kind }),
                 );
+                backward_diagnostics.extend(bom);
                 (entry, raw)
             }
             LineOutcome::Damaged(kind) => {
                 backward_diagnostics.push(Diagnostic { location, kind });
+                backward_diagnostics.extend(bom);
                 continue;
             }
-            LineOutcome::Blank | LineOutcome::Header(_) => continue,
+            LineOutcome::Blank | LineOutcome::Header(_) => {
+                backward_diagnostics.extend(bom);
+                continue;
+            }
         };
         if resumed.leaf.is_none() {
             let leaf = leaf_after(&entry);

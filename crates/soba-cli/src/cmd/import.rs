@@ -147,6 +147,22 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     let metadata = std::fs::metadata(source).map_err(|err| {
         CliError::user(format!("cannot read {}", source.display())).caused_by(err)
     })?;
+    if let Ok(out_metadata) = std::fs::metadata(&out_dir)
+        && !out_metadata.is_dir()
+    {
+        return Err(CliError::user(format!(
+            "{} is not a folder, and --out takes a folder",
+            crate::output::path(&out_dir)
+        ))
+        .hint("pass the folder to write the sessions into (it is created when missing)"));
+    }
+    // Held until the import ends: the check for earlier imports and the
+    // writes are one step, so two imports of one file at once write it once.
+    let _out_lock = if args.dry_run {
+        None
+    } else {
+        Some(lock_out_dir(&out_dir)?)
+    };
     let previous = if args.dry_run {
         HashMap::new()
     } else {
@@ -297,6 +313,40 @@ fn skipped_note(n_skipped: usize) -> String {
     } else {
         format!(" ({n_skipped} files skipped, see above)")
     }
+}
+
+/// The lock file of an output folder, beside the sessions.
+const IMPORT_LOCK: &str = ".import.lock";
+
+/// Takes the exclusive lock of `dir`'s import lock file (creating both),
+/// waiting for another import into `dir` to end, and says so when it waits.
+/// The lock goes when the returned file is dropped (or the process ends).
+fn lock_out_dir(dir: &Path) -> CliResult<std::fs::File> {
+    let cannot = |err: std::io::Error| {
+        CliError::user(format!(
+            "cannot lock {} for the import",
+            crate::output::path(dir)
+        ))
+        .caused_by(err)
+    };
+    std::fs::create_dir_all(dir).map_err(cannot)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(IMPORT_LOCK))
+        .map_err(cannot)?;
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(std::fs::TryLockError::Error(err)) => return Err(cannot(err)),
+        Err(std::fs::TryLockError::WouldBlock) => {}
+    }
+    crate::output::errln!(
+        "waiting for another import into {} to finish",
+        crate::output::path(dir)
+    );
+    file.lock().map_err(cannot)?;
+    Ok(file)
 }
 
 /// Identifies a source session: its canonical file and original id.

@@ -13,7 +13,7 @@
 //! `SOBA_HOSTILE_REPORT_ONLY=1` prints the tally without failing.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -136,10 +136,16 @@ struct Sandbox {
     run_as_nobody: bool,
     /// The first session the case built, for `loads` checks.
     first_session: Option<String>,
+    /// Processes a `holdLock` step started, ended with the case.
+    holders: Vec<std::process::Child>,
 }
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
+        for holder in &mut self.holders {
+            let _ = holder.kill();
+            let _ = holder.wait();
+        }
         for mount in self.mounts.iter().rev() {
             let _ = Command::new("umount").arg("-l").arg(mount).status();
         }
@@ -179,6 +185,7 @@ impl Sandbox {
             mounts: Vec::new(),
             run_as_nobody: false,
             first_session: None,
+            holders: Vec::new(),
         }
     }
 
@@ -593,6 +600,51 @@ fn setup_step(sandbox: &mut Sandbox, step: &Value, index: &mut usize) -> Result<
             sandbox.path(rel),
         )
         .map_err(|e| fail(format!("hard link: {e}")))?;
+    } else if let Some(rel) = step.get("rename").and_then(Value::as_str) {
+        // Another program replacing a file (an editor saving by rename).
+        let to = sandbox.path(step["to"].as_str().unwrap_or_default());
+        std::fs::rename(sandbox.path(rel), to).map_err(|e| fail(format!("rename: {e}")))?;
+    } else if let Some(rel) = step.get("copy").and_then(Value::as_str) {
+        let to = sandbox.path(step["to"].as_str().unwrap_or_default());
+        std::fs::copy(sandbox.path(rel), to).map_err(|e| fail(format!("copy: {e}")))?;
+    } else if let Some(rel) = step.get("remove").and_then(Value::as_str) {
+        std::fs::remove_file(sandbox.path(rel)).map_err(|e| fail(format!("remove: {e}")))?;
+    } else if let Some(rel) = step.get("truncate").and_then(Value::as_str) {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(sandbox.path(rel))
+            .map_err(|e| fail(format!("truncate: {e}")))?;
+        file.set_len(step["size"].as_u64().unwrap_or(0))
+            .map_err(|e| fail(format!("truncate: {e}")))?;
+    } else if let Some(rel) = step.get("append").and_then(Value::as_str) {
+        let bytes = content(sandbox, step).map_err(fail)?;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(sandbox.path(rel))
+            .map_err(|e| fail(format!("append: {e}")))?;
+        file.write_all(&bytes)
+            .map_err(|e| fail(format!("append: {e}")))?;
+    } else if let Some(rel) = step.get("holdLock").and_then(Value::as_str) {
+        // Another process holding the file's `flock` lock until the case
+        // ends: `flock(1)` takes it, then says so.
+        let path = sandbox.path(rel);
+        let mut holder = Command::new("flock")
+            .arg("-x")
+            .arg(&path)
+            .args(["sh", "-c", "echo held; exec sleep 120"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|_| Verdict::Skipped("flock(1) is not available".to_owned()))?;
+        let mut line = String::new();
+        let read = holder
+            .stdout
+            .take()
+            .map(|stdout| std::io::BufReader::new(stdout).read_line(&mut line));
+        sandbox.holders.push(holder);
+        if !matches!(read, Some(Ok(n)) if n > 0) {
+            return Err(fail("flock did not take the lock".to_owned()));
+        }
     } else if let Some(rel) = step.get("mkdir").and_then(Value::as_str) {
         std::fs::create_dir_all(sandbox.path(rel)).map_err(|e| fail(format!("mkdir: {e}")))?;
     } else if let Some(rel) = step.get("chmod").and_then(Value::as_str) {

@@ -380,10 +380,13 @@ fn an_out_folder_that_is_a_file_exits_1_with_what_to_do() {
         blocker.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("hint: something already exists at that path"),
-        "{}",
-        text(&output.stderr)
+    assert_eq!(
+        text(&output.stderr),
+        format!(
+            "error: {} is not a folder, and --out takes a folder\n\
+             hint: pass the folder to write the sessions into (it is created when missing)\n",
+            blocker.display()
+        )
     );
     assert_eq!(std::fs::read(&blocker).unwrap(), b"a file");
 }
@@ -555,4 +558,30 @@ fn an_import_over_the_resume_window_says_the_first_resume_compacts() {
     assert!(!text(&output.stdout).contains("first resume"));
     let report = &import_json(&sandbox, &[short.to_str().unwrap(), "--dry-run"])[0];
     assert_eq!(report["firstResume"]["compactsFirst"], false);
+}
+
+#[test]
+fn imports_of_one_file_at_once_write_it_once() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("s.jsonl", &crate::support::long_pi_session(400, 50, "none"));
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            sandbox
+                .command(&["import", file.to_str().unwrap()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    }
+    assert_eq!(
+        sandbox.session_files().len(),
+        1,
+        "{:?}",
+        sandbox.session_files()
+    );
 }

@@ -803,3 +803,89 @@ async fn a_tool_call_written_as_text_runs_only_where_the_model_is_set_to() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_replaced_while_the_reply_streams_fails_the_turn_and_keeps_the_reply_in_a_recovery_file()
+ {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    let first = run(&sandbox, &["hello"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let log = sandbox.session_files().remove(0);
+    // While the request is answered, an editor saves the log by writing a
+    // copy and renaming it over the path.
+    let edited = log.clone();
+    server.push(Script::Compute(Arc::new(move |_| {
+        let copy = edited.with_extension("jsonl.edit");
+        std::fs::copy(&edited, &copy).unwrap();
+        std::fs::rename(&copy, &edited).unwrap();
+        Script::stream(Dialect::Chat, &Reply::text("Replied after the rename."))
+    })));
+    let second = run(&sandbox, &["-c", "again"]).await;
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("saved"), "{stderr}");
+    assert!(!stderr.contains("completed"), "{stderr}");
+    let recovered: Vec<_> = std::fs::read_dir(sandbox.sessions_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().contains(".recovered-"))
+        .collect();
+    assert_eq!(recovered.len(), 1, "{stderr}");
+    let recovery = std::fs::read_to_string(&recovered[0]).unwrap();
+    assert!(recovery.contains("Replied after the rename."), "{recovery}");
+    assert!(
+        last_line(&stderr).starts_with(&format!(
+            "error: the log of session {} ({}) was replaced by another program while soba was writing it, so nothing more is written to it; the entries missing from the file now at that path are in {}",
+            log.file_stem().unwrap().to_string_lossy(),
+            log.display(),
+            recovered[0].display()
+        )),
+        "{stderr}"
+    );
+    let on_disk = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        on_disk.contains("again") && !on_disk.contains("Replied after"),
+        "{on_disk}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_past_a_capsule_keeping_from_a_foreign_entry_warns() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    // The fixture up to its capsule and the entries after it (its last
+    // two lines move the leaf elsewhere), with the capsule's kept-from id
+    // changed to one of another session.
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../soba-store/tests/fixtures/sessions/valid/all-entry-types.jsonl"
+    ))
+    .unwrap();
+    let log: String = fixture
+        .split_inclusive('\n')
+        .take(17)
+        .collect::<String>()
+        .replace(
+            "\"firstKeptEntryId\":\"e_0194c2d0e4c0700b8000000000015445\"",
+            "\"firstKeptEntryId\":\"e_0194c2d0e4c0700b80000000000fffff\"",
+        );
+    let id = "0194c2d0-e4c0-7000-8000-00000000f001";
+    std::fs::create_dir_all(sandbox.sessions_dir()).unwrap();
+    std::fs::write(sandbox.sessions_dir().join(format!("{id}.jsonl")), log).unwrap();
+    let output = run(&sandbox, &["--resume", id, "go on"]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.lines().any(|line| line
+            == format!(
+                "warning: session {id}: capsule ck_0194c2d0e4c0700e800000000001b112 keeps from entry \
+                 e_0194c2d0e4c0700b80000000000fffff, which is not before it in this session (a hand edit, \
+                 or a line from another session): the tail that capsule meant to keep is not in the model \
+                 input, only the capsule and what follows it; `soba show --check` for details"
+            )),
+        "{stderr}"
+    );
+}

@@ -174,6 +174,18 @@ pub enum ImportError {
         /// The supported format names, comma-separated.
         formats: String,
     },
+    /// The file is recognised as a format soba imports, but misses what
+    /// importing it needs (Claude Code lines without `uuid`). Retrying
+    /// cannot help.
+    #[error("{path} looks like {looks_like}, but {missing}, so soba cannot import it")]
+    Unusable {
+        /// The file.
+        path: PathBuf,
+        /// What it was recognised as.
+        looks_like: &'static str,
+        /// What it lacks, and why that matters.
+        missing: &'static str,
+    },
     /// The file begins like a whole-document JSON transcript but ends
     /// early: it was cut while being written or copied. Retrying helps only
     /// with a complete copy.
@@ -568,11 +580,36 @@ fn unknown_or_truncated(bytes: &[u8], source: &Path) -> ImportError {
             looks_like: truncated.looks_like,
             ends_at: truncated.ends_at,
         },
+        None if claude_code_without_uuid(bytes) => ImportError::Unusable {
+            path: source.to_owned(),
+            looks_like: "a Claude Code transcript",
+            missing: "its message lines have no `uuid` (the id each message's successor names as `parentUuid`), so the conversation's order cannot be rebuilt; export the session again from Claude Code, whose own files carry them",
+        },
         None => ImportError::UnknownFormat {
             path: source.to_owned(),
             formats: Format::list(),
         },
     }
+}
+
+/// Returns whether the first lines of `bytes` include a Claude Code
+/// message line (`sessionId`, `type` user or assistant, `message`) that
+/// lacks the `uuid` detection needs.
+fn claude_code_without_uuid(bytes: &[u8]) -> bool {
+    bytes
+        .split(|&byte| byte == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .take(64)
+        .filter_map(|line| serde_json::from_slice::<serde_json::Map<String, Value>>(line).ok())
+        .any(|line| {
+            line.contains_key("sessionId")
+                && line.contains_key("message")
+                && !line.contains_key("uuid")
+                && matches!(
+                    line.get("type").and_then(Value::as_str),
+                    Some("user" | "assistant")
+                )
+        })
 }
 
 /// Imports `bytes` as the given format, without detection.
@@ -706,7 +743,9 @@ impl DirFile {
             None => match import_path(&path) {
                 Ok(sessions) => FileOutcome::Imported(sessions),
                 Err(
-                    err @ (ImportError::UnknownFormat { .. } | ImportError::AlreadySoba { .. }),
+                    err @ (ImportError::UnknownFormat { .. }
+                    | ImportError::AlreadySoba { .. }
+                    | ImportError::Unusable { .. }),
                 ) => FileOutcome::Skipped(format!("skipped: {err}")),
                 Err(ImportError::Unreadable(UntrustedReadError::NotRegular { kind, .. })) => {
                     FileOutcome::Skipped(not_regular_note(&path, kind))
@@ -810,6 +849,40 @@ fn collect_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claude_code_lines_without_uuid_are_named_as_such() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let path = dir.path().join("cc.jsonl");
+        std::fs::write(
+            &path,
+            "{\"sessionId\":\"s\",\"type\":\"user\",\"timestamp\":\"2025-01-01T00:00:00Z\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n\
+             {\"sessionId\":\"s\",\"type\":\"assistant\",\"timestamp\":\"2025-01-01T00:00:01Z\",\"message\":{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"hello\"}]}}\n",
+        )
+        .expect("write");
+        let err = import_path(&path).expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                ImportError::Unusable {
+                    looks_like: "a Claude Code transcript",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("have no `uuid`"), "{err}");
+        // In a folder it is skipped with the same words.
+        let outcome = dir_files(dir.path())
+            .expect("walks")
+            .remove(0)
+            .import()
+            .outcome;
+        assert!(
+            matches!(&outcome, FileOutcome::Skipped(note) if note.contains("have no `uuid`")),
+            "{outcome:?}"
+        );
+    }
 
     #[test]
     fn a_file_that_cannot_be_json_is_refused_from_its_head() {

@@ -576,12 +576,21 @@ fn a_session_locked_by_another_process_gives_a_clear_error() {
 
     let err = SessionWriter::open(&path, options(4)).expect_err("locked by the child");
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "session {session} is already open for writing by another process ({}); close it there or resume another session",
+    // The holder is named (Linux): the child's pid, then its command name.
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "session {session} is already open for writing by another process (pid {}, ",
+            child.id()
+        )),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(&format!(
+            ") ({}); close it there or resume another session",
             path.display()
-        )
+        )),
+        "{message}"
     );
     let log = read_log(&path).expect("readers need no lock");
     assert_eq!(log.leaf(), Some(&entry.id));

@@ -143,6 +143,15 @@ fn a_second_writer_gets_a_clear_error_and_readers_need_no_lock() {
         "{message}"
     );
     assert!(message.contains("s1.jsonl"), "{message}");
+    // The holder is named: this process took the lock.
+    #[cfg(target_os = "linux")]
+    assert!(
+        message.starts_with(&format!(
+            "session s1 is already open for writing by another process (pid {}, ",
+            std::process::id()
+        )),
+        "{message}"
+    );
 
     let log = read_log(&path).expect("reads while locked");
     assert_eq!(log.leaf(), Some(&entry.id));
@@ -715,4 +724,158 @@ fn a_rewind_to_a_leaf_entry_targets_where_it_leads() {
             ..
         }]
     ));
+}
+
+/// Returns the names of the files in `dir`, sorted.
+fn file_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("a readable dir")
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_log_replaced_by_rename_refuses_appends_and_keeps_the_missing_lines_in_a_recovery_file() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let kept = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect("appends");
+    // An editor reads the log, the writer appends once more, and the
+    // editor saves its copy by renaming it over the path.
+    let copy = dir.path().join(".s1.jsonl.swp");
+    std::fs::copy(&path, &copy).expect("copies");
+    let unseen = writer
+        .append(EntryBody::ModelChange { model: "b".into() })
+        .expect("appends while the file is still at the path");
+    std::fs::rename(&copy, &path).expect("renames");
+    let on_disk = std::fs::read(&path).expect("readable");
+
+    let err = writer
+        .append(EntryBody::ModelChange { model: "c".into() })
+        .expect_err("refused");
+    let StoreError::LogReplaced {
+        how,
+        recovery: Some(recovery),
+        ..
+    } = &err
+    else {
+        panic!("not a refusal with a recovery file: {err:?}");
+    };
+    assert_eq!(*how, "replaced");
+    assert_eq!(
+        std::fs::read(&path).expect("readable"),
+        on_disk,
+        "nothing written at the path"
+    );
+    let recovery_name = recovery
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        recovery_name.starts_with("s1.recovered-"),
+        "{recovery_name}"
+    );
+    assert_eq!(
+        file_names(dir.path()),
+        ["s1.jsonl".to_owned(), recovery_name.clone()]
+    );
+    let message = err.to_string();
+    assert_eq!(
+        message,
+        format!(
+            "the log of session s1 ({path}) was replaced by another program while soba was writing it, \
+             so nothing more is written to it; the entries missing from the file now at that path are in {recovery}: \
+             look at them with `cat {recovery}`, and append them to the log (`cat {recovery} >> {path}`) if it should keep them",
+            path = path.display(),
+            recovery = recovery.display()
+        )
+    );
+    // The recovery file holds the entry the new file lacks and the refused
+    // one, not the one it has.
+    let recovered = std::fs::read_to_string(recovery).expect("readable");
+    let ids: Vec<String> = recovered
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).expect("json")["id"].to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{recovered}");
+    assert_eq!(ids[0], format!("\"{}\"", unseen.id.as_str()));
+    assert_ne!(ids[1], format!("\"{}\"", kept.id.as_str()));
+    assert!(recovered.contains("\"model\":\"c\""), "{recovered}");
+    // A later append goes to the same recovery file, and the sessions list
+    // holds the log only.
+    let again = writer
+        .append(EntryBody::ModelChange { model: "d".into() })
+        .expect_err("refused");
+    assert!(
+        matches!(&again, StoreError::LogReplaced { recovery: Some(same), .. } if same == recovery)
+    );
+    assert_eq!(
+        std::fs::read_to_string(recovery)
+            .expect("readable")
+            .lines()
+            .count(),
+        3
+    );
+    assert_eq!(list_sessions(dir.path()).expect("lists").len(), 1);
+    // Closing never removes the file another program put there.
+    assert!(!writer.close_removing_if_unused().expect("closes"));
+    assert_eq!(std::fs::read(&path).expect("readable"), on_disk);
+}
+
+#[test]
+fn a_removed_log_refuses_appends() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    std::fs::remove_file(&path).expect("removes");
+    let err = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect_err("refused");
+    assert!(
+        matches!(
+            &err,
+            StoreError::LogReplaced {
+                how: "removed",
+                recovery: Some(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!path.exists());
+}
+
+#[test]
+fn two_files_with_one_header_id_are_named_instead_of_one_opened() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    // Both headers say `s1`.
+    let id = "s1";
+    let log = dir.path().join("s1.jsonl");
+    drop(create(&log));
+    let copy = dir.path().join("s1-copy.jsonl");
+    std::fs::copy(&log, &copy).expect("copies");
+    for wanted in [id, "s"] {
+        let err = find_session(dir.path(), wanted).expect_err("two files");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "session {id} is in 2 files ({}, {}); pass the one meant by its path, or move the other out of the sessions folder",
+                copy.display(),
+                log.display()
+            )
+        );
+    }
 }

@@ -276,3 +276,32 @@ fn entry_ids_match_the_full_reader_on_every_fixture() {
         }
     }
 }
+
+#[test]
+fn a_byte_order_mark_mid_file_is_named_and_the_line_read_without_it() {
+    const HEADER: &str = r#"{"type":"session","schemaVersion":1,"id":"s1","createdAt":"2025-01-01T00:00:00.000Z","cwd":"/w","os":"linux","memory":[]}"#;
+    let first = r#"{"type":"model_change","id":"e_0194c2d0e4c070018000000000000001","parentId":null,"timestamp":"2025-01-01T00:00:00Z","model":"a"}"#;
+    let second = r#"{"type":"model_change","id":"e_0194c2d0e4c070028000000000000001","parentId":"e_0194c2d0e4c070018000000000000001","timestamp":"2025-01-01T00:00:00Z","model":"b"}"#;
+    let text = format!("{HEADER}\n{first}\n\u{feff}{second}\n");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    std::fs::write(&path, &text).expect("writes");
+    let offset = HEADER.len() + first.len() + 2;
+    let said = "the line starts with a byte order mark (U+FEFF), as where files joined with `cat` begin; it is read without the mark";
+    let expected = format!("line 3 (byte {offset}): {said}");
+    let log = read_log(&path).expect("reads");
+    let shown: Vec<String> = log.diagnostics().iter().map(ToString::to_string).collect();
+    assert_eq!(shown, [expected]);
+    assert_eq!(log.entries().len(), 2);
+    assert_eq!(log.path().len(), 2);
+    // Resume, reading backwards, says the same at the byte (it counts no
+    // lines).
+    let resumed = resume(&path).expect("resumes");
+    let shown: Vec<String> = resumed
+        .diagnostics
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(shown, [format!("byte {offset}: {said}")]);
+    assert_eq!(resumed.stretch.len(), 2);
+}
