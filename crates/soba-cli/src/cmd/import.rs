@@ -161,7 +161,7 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     let _out_lock = if args.dry_run {
         None
     } else {
-        Some(lock_out_dir(&out_dir)?)
+        lock_out_dir(&out_dir)?
     };
     let previous = if args.dry_run {
         HashMap::new()
@@ -321,7 +321,10 @@ const IMPORT_LOCK: &str = ".import.lock";
 /// Takes the exclusive lock of `dir`'s import lock file (creating both),
 /// waiting for another import into `dir` to end, and says so when it waits.
 /// The lock goes when the returned file is dropped (or the process ends).
-fn lock_out_dir(dir: &Path) -> CliResult<std::fs::File> {
+/// A folder that cannot be created gives no lock (`None`): the session
+/// write that follows fails with the storage error and says nothing was
+/// left behind.
+fn lock_out_dir(dir: &Path) -> CliResult<Option<std::fs::File>> {
     let cannot = |err: std::io::Error| {
         CliError::user(format!(
             "cannot lock {} for the import",
@@ -329,7 +332,9 @@ fn lock_out_dir(dir: &Path) -> CliResult<std::fs::File> {
         ))
         .caused_by(err)
     };
-    std::fs::create_dir_all(dir).map_err(cannot)?;
+    if std::fs::create_dir_all(dir).is_err() {
+        return Ok(None);
+    }
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -337,7 +342,7 @@ fn lock_out_dir(dir: &Path) -> CliResult<std::fs::File> {
         .open(dir.join(IMPORT_LOCK))
         .map_err(cannot)?;
     match file.try_lock() {
-        Ok(()) => return Ok(file),
+        Ok(()) => return Ok(Some(file)),
         Err(std::fs::TryLockError::Error(err)) => return Err(cannot(err)),
         Err(std::fs::TryLockError::WouldBlock) => {}
     }
@@ -346,7 +351,7 @@ fn lock_out_dir(dir: &Path) -> CliResult<std::fs::File> {
         crate::output::path(dir)
     );
     file.lock().map_err(cannot)?;
-    Ok(file)
+    Ok(Some(file))
 }
 
 /// Identifies a source session: its canonical file and original id.

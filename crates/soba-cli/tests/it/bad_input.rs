@@ -210,10 +210,15 @@ fn describe_cli(case_path: &Path) -> String {
     // The sessions folder's name carries a hash of the (random) workspace.
     let sessions = sandbox.sessions_dir().display().to_string();
     let root = sandbox.home.parent().unwrap().display().to_string();
+    // A lock error names the holder: this test process, whose pid varies.
+    let holder = regex::Regex::new(r"\(pid \d+, [^)]*\)").expect("a valid pattern");
     let scrub = |bytes: &[u8]| {
-        String::from_utf8_lossy(bytes)
+        let text = String::from_utf8_lossy(bytes)
             .replace(&sessions, "<sessions>")
-            .replace(&root, "<root>")
+            .replace(&root, "<root>");
+        holder
+            .replace_all(&text, "(pid <pid>, <command>)")
+            .into_owned()
     };
     let stdout = scrub(&output.stdout);
     let stderr = scrub(&output.stderr);

@@ -59,7 +59,15 @@ fn session_dir_overrides_only_the_sessions_location() {
         elsewhere.to_str().unwrap(),
     ]);
     assert!(sandbox.session_files().is_empty());
-    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 1);
+    // The session, and the lock file concurrent imports take turns on.
+    let mut names: Vec<String> = std::fs::read_dir(&elsewhere)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(names[0], ".import.lock");
+    assert!(names[1].ends_with(".jsonl"), "{names:?}");
     let output = sandbox.run_ok(&["sessions", "--session-dir", elsewhere.to_str().unwrap()]);
     assert_eq!(text(&output.stdout).lines().count(), 2);
 }

@@ -240,7 +240,11 @@ fn a_session_path_that_is_a_fifo_is_not_opened() {
     Hostile::Fifo.make(&path);
     let (code, stderr) = run(&sandbox, &["show", path.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.starts_with("error: no session matching"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ")
+            && stderr.contains("x.jsonl is a FIFO (named pipe), not a session file"),
+        "{stderr}"
+    );
 }
 
 /// Imports a session, compacts it and returns (session id, ck short id).

@@ -579,8 +579,10 @@ async fn a_resume_reads_stored_counts_and_an_old_log_recounts_to_the_same_reques
     let old = dir.path().join("old.jsonl");
     std::fs::write(&old, stripped).unwrap();
     let (old_bytes, old_request, old_measured) = open_tallied(&old, &config);
+    // Recounting adds every message's text to the fixed texts (system
+    // prompt and tool schemas, about 11,000 bytes here).
     assert!(
-        old_bytes > long_bytes * 2,
+        old_bytes > long_bytes + long_bytes / 2,
         "{old_bytes} vs {long_bytes}: it recounted"
     );
     assert_eq!(old_request, long_request);

@@ -1209,7 +1209,7 @@ async fn registry_execute_gates_and_validates_calls() {
         .await;
     assert_eq!(
         unknown.content,
-        "unknown tool `rm`; the available tools are read_file, write_file, edit_file, list_files, search, bash, checkpoint"
+        "unknown tool `rm`; the available tools are read_file, write_file, edit_file, list_files, search, bash, checkpoint, update_plan"
     );
     let garbled = registry
         .execute(

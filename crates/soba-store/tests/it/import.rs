@@ -862,7 +862,9 @@ fn folder_walk_is_sorted_and_skips_unknown_files() {
     assert_eq!(
         paths,
         [
+            "claude-code/bhavana-claude-session.jsonl",
             "claude-code-openai-chat/develop-1.json",
+            "codex/soulpass-codex-session.jsonl",
             "codex-converted/trajectory-1.json",
             "gemini-cli/session-2026-01-30T06-08-7befeae5.json",
             "openhands/output.jsonl",
@@ -879,7 +881,7 @@ fn folder_walk_is_sorted_and_skips_unknown_files() {
             other => panic!("{}: {other:?}", f.path.display()),
         })
         .sum();
-    assert_eq!(sessions, 10);
+    assert_eq!(sessions, 12);
     for (rel, format) in [
         ("pi-mono/large-session.jsonl", "pi-v1"),
         ("codex-converted/trajectory-1.json", "codex-messages-meta"),
