@@ -19,7 +19,7 @@
 //! credentials (`x-api-key`, `authorization`), and reqwest strips only
 //! `authorization` when a redirect changes origin. A 3xx answer is
 //! [`ProviderError::Redirected`], naming both origins, never retried (see
-//! [`no_redirects`]).
+//! `no_redirects`).
 
 use std::error::Error as StdError;
 use std::hash::{BuildHasher, Hasher};
