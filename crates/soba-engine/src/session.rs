@@ -619,6 +619,12 @@ impl SessionCore {
         Ok(leaf)
     }
 
+    /// Returns the recovery file once an append was refused because another
+    /// program replaced or removed the log (nothing after that is in it).
+    pub fn recovery_file(&self) -> Option<&std::path::Path> {
+        self.writer.recovery_file()
+    }
+
     /// Closes the session, removing its log and flight records when the
     /// log holds nothing of the user's (only what opening a session
     /// writes): a session opened and left unused leaves no file. A log

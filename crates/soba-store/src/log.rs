@@ -448,6 +448,17 @@ impl SessionWriter {
     /// nothing another writer appended can be missed, and a log with any
     /// message is never removed. Returns whether it was removed.
     pub fn close_removing_if_unused(self) -> Result<bool, StoreError> {
+        self.close_inner()
+    }
+
+    /// Returns the recovery file once an append was refused because the
+    /// log was replaced or removed (see [`StoreError::LogReplaced`]): what
+    /// this writer could not write at the path is there.
+    pub fn recovery_file(&self) -> Option<&Path> {
+        self.recovery.as_deref()
+    }
+
+    fn close_inner(self) -> Result<bool, StoreError> {
         // A file another program put at the path is not this session's
         // to remove, whatever it holds.
         if self.recovery.is_some()

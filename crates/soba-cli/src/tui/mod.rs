@@ -127,8 +127,23 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
     ratatui::restore();
-    if let Some(closed) = closed.filter(|closed| !closed.removed) {
-        crate::output::errln!("{}", crate::context::resume_hint(&sessions_dir, &closed.id));
+    match closed.filter(|closed| !closed.removed) {
+        // "saved" only for what is on disk at the path.
+        Some(closed) if closed.recovery.is_some() => crate::output::errln!(
+            "session {} was NOT saved in full: another program replaced or removed its log while it was open; \
+             what soba could not write is in {} (look at it, then append it to the log with cat if you want it back)",
+            closed.id,
+            crate::output::path(
+                closed
+                    .recovery
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+            )
+        ),
+        Some(closed) => {
+            crate::output::errln!("{}", crate::context::resume_hint(&sessions_dir, &closed.id))
+        }
+        None => {}
     }
     result
 }

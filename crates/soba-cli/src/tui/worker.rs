@@ -62,6 +62,9 @@ pub struct Closed {
     /// The session was unused (nothing typed, nothing done) and its file
     /// was removed.
     pub removed: bool,
+    /// Set when an append was refused because another program replaced or
+    /// removed the log: the recovery file holding what was not written.
+    pub recovery: Option<std::path::PathBuf>,
 }
 
 /// Everything resolved once at launch.
@@ -492,16 +495,26 @@ impl Worker {
         // A task still holding the session (a turn that did not stop in
         // time) has appended a message: nothing to remove then.
         let Ok(core) = Arc::try_unwrap(core) else {
-            return Some(Closed { id, removed: false });
+            return Some(Closed {
+                id,
+                removed: false,
+                recovery: None,
+            });
         };
-        let removed = match core.into_inner().close_removing_if_unused() {
+        let core = core.into_inner();
+        let recovery = core.recovery_file().map(std::path::Path::to_path_buf);
+        let removed = match core.close_removing_if_unused() {
             Ok(removed) => removed,
             Err(err) => {
                 tracing::warn!("the unused session {id} was not removed: {err}");
                 false
             }
         };
-        Some(Closed { id, removed })
+        Some(Closed {
+            id,
+            removed,
+            recovery,
+        })
     }
 
     /// Cancels a running turn and waits (briefly) for it to end, so nothing
