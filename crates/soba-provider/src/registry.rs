@@ -84,6 +84,17 @@ pub const BUILTIN_MODELS: &[BuiltinModel] = &[
     gpt5("gpt-5-codex"),
     gpt5("gpt-5.1"),
     gpt5("gpt-5.1-codex"),
+    // GPT-5.2, 5.2-codex and 5.3-codex: max_input_tokens 272,000 and
+    // max_output_tokens 128,000 in LiteLLM 1.110.2's
+    // model_prices_and_context_window.json (the GPT-5 figures above).
+    gpt5("gpt-5.2"),
+    gpt5("gpt-5.2-codex"),
+    gpt5("gpt-5.3-codex"),
+    // GPT-5.4 and 5.5: max_input_tokens 1,050,000 and max_output_tokens
+    // 128,000 in LiteLLM 1.110.2 (OpenAI's model pages give 1,050,000 as
+    // the context window; taken as the whole window, the smaller reading).
+    model("openai", "gpt-5.4", 1_050_000, 128_000),
+    model("openai", "gpt-5.5", 1_050_000, 128_000),
     model("openai", "gpt-4.1", 1_047_576, 32_768),
     model("openai", "gpt-4.1-mini", 1_047_576, 32_768),
     model("openai", "gpt-4.1-nano", 1_047_576, 32_768),
@@ -91,12 +102,19 @@ pub const BUILTIN_MODELS: &[BuiltinModel] = &[
     model("openai", "gpt-4o-mini", 128_000, 16_384),
     model("openai", "o3", 200_000, 100_000),
     model("openai", "o4-mini", 200_000, 100_000),
+    // Claude Opus 4.6 and 4.7: max_output_tokens 128,000 in LiteLLM
+    // 1.110.2; its max_input_tokens 1,000,000 is the 1M window, an opt-in
+    // here as for every Claude 4.x model (see below), so the standard
+    // 200K window is the default.
+    model("anthropic", "claude-opus-4-7", 200_000, 128_000),
+    model("anthropic", "claude-opus-4-6", 200_000, 128_000),
     model("anthropic", "claude-opus-4-5", 200_000, 64_000),
     model("anthropic", "claude-opus-4-1", 200_000, 32_000),
     // Claude 4.x: the standard window is 200K. The 1M window is an opt-in
     // beta a user must declare (`models."anthropic/claude-sonnet-4-6"
     // .contextWindow`); Claude Code sessions on this model compact near
-    // 167K, which only a 200K window explains.
+    // 167K, which only a 200K window explains. Output 128,000: LiteLLM
+    // 1.110.2's max_output_tokens.
     model("anthropic", "claude-sonnet-4-6", 200_000, 128_000),
     model("anthropic", "claude-sonnet-4-5", 200_000, 64_000),
     model("anthropic", "claude-sonnet-4", 200_000, 64_000),
@@ -108,6 +126,9 @@ pub const BUILTIN_MODELS: &[BuiltinModel] = &[
     model("deepseek", "deepseek-chat", 131_072, 8_192),
     model("deepseek", "deepseek-reasoner", 131_072, 65_536),
     model("qwen", "qwen3-coder", 262_144, 65_536),
+    // Kimi K2.5: max_input_tokens and max_output_tokens 262,144 for
+    // `moonshot/kimi-k2.5` in LiteLLM 1.110.2.
+    model("moonshot", "kimi-k2.5", 262_144, 262_144),
     model("meta-llama", "llama-4-maverick", 1_048_576, 16_384),
     // The scripted model of `soba demo` (no API): known so that a kept demo
     // session opens with `soba budget`, `soba compact` and `soba capsule`.
@@ -210,13 +231,36 @@ fn date_suffix() -> &'static Regex {
     RE.get_or_init(|| Regex::new(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)$").expect("literal regex"))
 }
 
+/// Bedrock's model ids: an optional cross-region prefix, the vendor and a
+/// `-v1` version (`us.anthropic.claude-opus-4-6-v1:0`).
+fn bedrock_id() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"^(?:(?:us|eu|apac|global|au|jp|ca|us-gov)\.)?(?:anthropic|moonshotai|moonshot|meta|qwen|deepseek|openai|mistral|amazon)\.(.+?)(?:-v\d+)?$",
+        )
+        .expect("literal regex")
+    })
+}
+
 /// Returns the canonical form of a model name for matching: lowercase,
-/// last path segment, no `:variant`, no date suffix, `.` as `-`.
+/// last path segment (`anthropic/`, OpenRouter's `provider/`), no Vertex
+/// `@version`, no `:variant`, no Bedrock region, vendor or `-v1`, no
+/// `-thinking` (a spelling of the same model with thinking on), no date
+/// suffix, `.` as `-`.
 pub fn canonical_name(name: &str) -> String {
     let lower = name.trim().to_ascii_lowercase();
     let last = lower.rsplit('/').next().unwrap_or(&lower);
+    let last = last.split('@').next().unwrap_or(last);
     let base = last.split(':').next().unwrap_or(last);
-    date_suffix().replace(base, "").replace('.', "-")
+    let base = bedrock_id()
+        .captures(base)
+        .and_then(|captures| captures.get(1))
+        .map_or(base, |model| model.as_str());
+    let base = base.strip_suffix("-thinking").unwrap_or(base);
+    let base = date_suffix().replace(base, "");
+    let base = base.strip_suffix("-thinking").unwrap_or(&base);
+    base.replace('.', "-")
 }
 
 /// Finds a built-in by any spelling of its name.
@@ -568,6 +612,59 @@ mod tests {
             "qwen3-coder",
             ("qwen/qwen3-coder", "qwen", 262_144, 32_000, 1.1, None),
         );
+    }
+
+    #[test]
+    fn current_models_under_every_spelling() {
+        // Figures from LiteLLM 1.110.2 (see BUILTIN_MODELS); Claude at the
+        // standard 200K window, output capped at 32,000 (SPEC §10.2).
+        let opus = |id: &str| {
+            let info = ModelRegistry::new().resolve(id).unwrap();
+            (
+                info.builtin.map(|b| b.name),
+                info.context_window,
+                info.max_output_tokens,
+            )
+        };
+        for id in [
+            "claude-opus-4-6",
+            "claude-opus-4-6-thinking",
+            "anthropic/claude-opus-4-6",
+            "claude-opus-4-6-20260205",
+            "anthropic.claude-opus-4-6-v1:0",
+            "us.anthropic.claude-opus-4-6-v1:0",
+            "bedrock/global.anthropic.claude-opus-4-6-v1",
+            "vertex_ai/claude-opus-4-6@20260205",
+            "openrouter/anthropic/claude-opus-4.6",
+        ] {
+            assert_eq!(opus(id), (Some("claude-opus-4-6"), 200_000, 32_000), "{id}");
+        }
+        assert_eq!(
+            opus("claude-opus-4-7-thinking"),
+            (Some("claude-opus-4-7"), 200_000, 32_000)
+        );
+        assert_eq!(
+            opus("claude-sonnet-4-6"),
+            (Some("claude-sonnet-4-6"), 200_000, 32_000)
+        );
+        // GPT-5.3-codex: min(400,000, 272,000 + 32,000).
+        assert_eq!(
+            opus("gpt-5.3-codex"),
+            (Some("gpt-5.3-codex"), 304_000, 32_000)
+        );
+        assert_eq!(opus("openai/gpt-5.4"), (Some("gpt-5.4"), 1_050_000, 64_000));
+        assert_eq!(
+            opus("gpt-5.5-2026-04-23"),
+            (Some("gpt-5.5"), 1_050_000, 64_000)
+        );
+        assert_eq!(opus("kimi-k2.5"), (Some("kimi-k2.5"), 262_144, 32_000));
+        assert_eq!(
+            opus("bedrock/moonshotai.kimi-k2.5"),
+            (Some("kimi-k2.5"), 262_144, 32_000)
+        );
+        // Names that only look like a Bedrock id or a version stay whole.
+        assert_eq!(canonical_name("deepseek-v3"), "deepseek-v3");
+        assert_eq!(canonical_name("gpt-5.4-mini"), "gpt-5-4-mini");
     }
 
     #[test]

@@ -289,10 +289,17 @@ pub fn replay_session(
             registry: options.registry.clone(),
         },
     )?;
+    // Small windows get the product's scaled defaults (`for_window`, as
+    // `ModelSetup::budget` applies them), so the replay measures what the
+    // product would run.
+    let compaction = options.compaction.for_window(
+        TokenCount::new(trace.window),
+        TokenCount::new(trace.max_output),
+    );
     let budget = Budget::compute(
         TokenCount::new(trace.window),
         TokenCount::new(trace.max_output),
-        &options.compaction,
+        &compaction,
     )
     .map_err(|err| TraceError::Budget {
         detail: err.to_string(),
@@ -304,13 +311,7 @@ pub fn replay_session(
         ttl_ms: i64::try_from(options.cache_ttl.saturating_mul(1_000)).unwrap_or(i64::MAX),
         summarizer_price: options.summarizer_price,
     };
-    let ctx = Ctx::new(
-        &trace,
-        &index,
-        cost,
-        &options.compaction,
-        budget.auto_limit(),
-    );
+    let ctx = Ctx::new(&trace, &index, cost, &compaction, budget.auto_limit());
     let steps = trace.steps.len();
     let mut runners: Vec<Box<dyn Runner + '_>> = options
         .resolved_policies()
@@ -318,11 +319,9 @@ pub fn replay_session(
         .map(|spec| -> Box<dyn Runner + '_> {
             match spec.kind {
                 PolicyKind::None => Box::new(NoneRunner::new(steps)),
-                PolicyKind::Soba => Box::new(soba::SobaRunner::new(
-                    &ctx,
-                    options.compaction.clone(),
-                    budget,
-                )),
+                PolicyKind::Soba => {
+                    Box::new(soba::SobaRunner::new(&ctx, compaction.clone(), budget))
+                }
                 _ => Box::new(PeerRunner::new(spec, trace.window, trace.max_output, steps)),
             }
         })
@@ -362,12 +361,17 @@ pub fn replay_session(
         policies,
         series: output.recorders.into_iter().map(|r| r.series).collect(),
         skipped: None,
-        warnings: options
-            .window
-            .is_none()
-            .then(|| window_warning(&trace))
-            .flatten()
+        warnings: trace
+            .window_note
+            .clone()
             .into_iter()
+            .chain(
+                options
+                    .window
+                    .is_none()
+                    .then(|| window_warning(&trace))
+                    .flatten(),
+            )
             .chain(trace.calibration.values().filter_map(|c| {
                 c.unbounded_factor.map(|fitted| {
                     format!(

@@ -75,6 +75,17 @@ const BUILTIN: &[(&str, Price)] = &[
     ("gpt-5-codex", Price::new(1.25, 10.0, 0.125, 1.25)),
     ("gpt-5.1", Price::new(1.25, 10.0, 0.125, 1.25)),
     ("gpt-5.1-codex", Price::new(1.25, 10.0, 0.125, 1.25)),
+    // Issue 34's models, from LiteLLM 1.110.2's
+    // model_prices_and_context_window.json (base tier; a write billed as
+    // input where it lists no write price).
+    ("gpt-5.2", Price::new(1.75, 14.0, 0.175, 1.75)),
+    ("gpt-5.2-codex", Price::new(1.75, 14.0, 0.175, 1.75)),
+    ("gpt-5.3-codex", Price::new(1.75, 14.0, 0.175, 1.75)),
+    ("gpt-5.4", Price::new(2.50, 15.0, 0.25, 2.50)),
+    ("gpt-5.5", Price::new(5.0, 30.0, 0.50, 5.0)),
+    ("claude-opus-4-7", Price::new(5.0, 25.0, 0.50, 6.25)),
+    ("claude-opus-4-6", Price::new(5.0, 25.0, 0.50, 6.25)),
+    ("kimi-k2.5", Price::new(0.60, 3.0, 0.10, 0.60)),
     ("gpt-4.1", Price::new(2.0, 8.0, 0.50, 2.0)),
     ("gpt-4.1-mini", Price::new(0.40, 1.60, 0.10, 0.40)),
     ("gpt-4.1-nano", Price::new(0.10, 0.40, 0.025, 0.10)),

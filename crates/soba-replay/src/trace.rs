@@ -214,6 +214,10 @@ pub struct Trace {
     pub model_shown: String,
     /// The context window.
     pub window: u64,
+    /// Set when no window was known (command line, trace, registry) and
+    /// the window is the lower bound the transcript implies: the one-line
+    /// note the report shows.
+    pub window_note: Option<String>,
     /// The maximum output of every request.
     pub max_output: u64,
     /// The cache pricing used.
@@ -248,6 +252,17 @@ pub struct Trace {
     /// The primary model's overhead in local tokens, folded into the system
     /// prompt's count for SOBA's planner.
     pub overhead_local: u64,
+}
+
+/// Returns the largest recorded request plus its output, 0 when no
+/// request records usage: the smallest window the recorded usage proves.
+fn recorded_peak(steps: &[Step]) -> u64 {
+    steps
+        .iter()
+        .filter_map(|step| step.usage)
+        .map(|usage| usage.prompt().saturating_add(usage.output))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Returns whether a message entry is a foreign summary (it stands for a
@@ -322,20 +337,13 @@ impl Trace {
             .resolve(&recorded_model)
             .ok()
             .or_else(|| registry.resolve(&model).ok());
-        let window = match (options.window, session.context_window, &resolved) {
-            (Some(window), _, _) => window,
-            (None, Some(window), _) => window,
-            (None, None, Some(info)) => info.context_window,
-            (None, None, None) => {
-                return Err(TraceError::UnknownWindow {
-                    model: recorded_model,
-                });
-            }
-        };
-        let max_output = match (options.max_output, &resolved) {
-            (Some(max_output), _) => max_output,
-            (None, Some(info)) => info.max_output_tokens,
-            (None, None) => 32_000.min(window / 4),
+        // Unknown when neither the command line, the trace nor the registry
+        // knows it: inferred from the transcript below.
+        let known_window = match (options.window, session.context_window, &resolved) {
+            (Some(window), _, _) => Some(window),
+            (None, Some(window), _) => Some(window),
+            (None, None, Some(info)) => Some(info.context_window),
+            (None, None, None) => None,
         };
         let encoding = resolved
             .as_ref()
@@ -422,6 +430,17 @@ impl Trace {
             cursor = cursor.max(last);
         }
 
+        // With no window known, the largest recorded request plus its
+        // output; with no usage recorded either, the same from the local
+        // counts, once the calibration is fitted (below).
+        let window = known_window.unwrap_or_else(|| recorded_peak(&steps));
+        let max_output_for = |window: u64| match (options.max_output, &resolved) {
+            (Some(max_output), _) => max_output,
+            (None, Some(info)) => info.max_output_tokens,
+            (None, None) => 32_000.min(window / 4),
+        };
+        let max_output = max_output_for(window);
+
         // The first recorded compaction: an imported capsule before the
         // request, or a reported prompt below half the previous one.
         let mut first_compaction_step = None;
@@ -449,6 +468,7 @@ impl Trace {
             model,
             model_shown,
             window,
+            window_note: None,
             max_output,
             cache,
             entries,
@@ -466,12 +486,48 @@ impl Trace {
             overhead_local: 0,
         };
         trace.calibration = trace.fit(registry);
+        if known_window.is_none() {
+            if trace.window == 0 {
+                trace.window = trace.local_peak();
+                trace.max_output = max_output_for(trace.window);
+            }
+            if trace.window == 0 {
+                return Err(TraceError::UnknownWindow {
+                    model: recorded_model,
+                });
+            }
+            trace.window_note = Some(format!(
+                "the context window of {recorded_model} is unknown: replayed at {}, the largest recorded request plus its output (a lower bound; pass --window N or set models.\"{recorded_model}\".contextWindow)",
+                soba_core::tokens::group_thousands(trace.window)
+            ));
+        }
         let primary = trace.primary_calibration();
         trace.overhead_local = (primary.overhead as f64 / primary.factor).round() as u64;
         let prompt_with_overhead = prompt_text_local + trace.overhead_local;
         trace.counter =
             Arc::new(plain.with_fixed(&trace.system_prompt, TokenCount::new(prompt_with_overhead)));
         Ok(trace)
+    }
+
+    /// Returns the largest request plus its response in effective tokens
+    /// (the local counts through the primary model's fitted factor and
+    /// overhead): the smallest window a transcript without usage proves.
+    fn local_peak(&self) -> u64 {
+        let calibration = self.primary_calibration();
+        let requests = self.full_history_local();
+        self.steps
+            .iter()
+            .zip(requests)
+            .map(|(step, request)| {
+                let response: u64 = (step.response.start..step.response.end)
+                    .filter(|&idx| !self.ignored[idx])
+                    .map(|idx| self.entry_tokens[idx])
+                    .sum();
+                let local = request.saturating_add(response) as f64;
+                (local * calibration.factor).ceil() as u64 + calibration.overhead
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Returns the local count of the `none` policy's request at each step

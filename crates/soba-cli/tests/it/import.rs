@@ -170,8 +170,9 @@ fn the_whole_traces_folder_imports() {
         &sandbox,
         &[raw.to_str().unwrap(), "--out", out.to_str().unwrap()],
     );
-    // Eight files; the OpenHands file holds three instances.
-    assert_eq!(reports.len(), 10);
+    // Ten files (SOURCES.md #1–#10); the OpenHands file holds three
+    // instances.
+    assert_eq!(reports.len(), 12);
     let written = std::fs::read_dir(&out)
         .unwrap()
         .filter(|e| {
@@ -182,7 +183,7 @@ fn the_whole_traces_folder_imports() {
                 .is_some_and(|x| x == "jsonl")
         })
         .count();
-    assert_eq!(written, 10);
+    assert_eq!(written, 12);
     assert!(sandbox.session_files().is_empty(), "--out was not honoured");
 }
 
