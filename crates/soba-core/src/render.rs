@@ -383,15 +383,28 @@ pub fn local_markdown_beside(
         LOCAL_HEADINGS[2],
         files_modified_markdown(&local.files_modified),
     ));
+    // A file read and modified is listed once, under Files modified.
     let mut read: Vec<String> = local
         .files_read
         .iter()
+        .filter(|path| !local.files_modified.contains(path))
         .map(|path| format!("- {}", code_span(path)))
         .collect();
+    let also_modified = local.files_read.len() - read.len();
     if local.files_read_more > 0 {
         read.push(format!("- … and {} more", local.files_read_more));
     }
-    parts.push((LOCAL_HEADINGS[3], list_or_none(read)));
+    if also_modified > 0 && !read.is_empty() {
+        read.push(format!(
+            "- (and {also_modified} of the files modified above)"
+        ));
+    }
+    let read = if read.is_empty() && also_modified > 0 {
+        format!("(only files listed under Files modified: {also_modified})")
+    } else {
+        list_or_none(read)
+    };
+    parts.push((LOCAL_HEADINGS[3], read));
     let verification = local
         .verification
         .iter()

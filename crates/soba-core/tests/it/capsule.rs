@@ -1263,6 +1263,27 @@ fn no_plan_says_so_and_no_line_repeats() {
         content.markdown
     );
     let mut seen = HashSet::new();
+    let mut span = span;
+    span.tool("read_file", json!({"path": "src/gz.rs"}), "x", false);
+    span.tool(
+        "edit_file",
+        json!({"path": "src/gz.rs", "oldString": "a", "newString": "b"}),
+        "ok",
+        false,
+    );
+    let content = build_deterministic(
+        &facts_of(&span),
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert!(
+        content
+            .markdown
+            .contains("## Files read\n(only files listed under Files modified: 1)"),
+        "{}",
+        content.markdown
+    );
     for line in content
         .markdown
         .lines()
