@@ -283,10 +283,9 @@ fn a_folder_swapped_for_a_link_never_leads_out() {
         }
         stop.store(true, Ordering::Relaxed);
         let n_swaps = swaps.join().unwrap();
-        assert!(
-            n_swaps > 0 && n_inside > 0,
-            "{n_swaps} swaps, {n_inside} reads"
-        );
+        // Under load every read may land while the link is in place (a CI
+        // run saw 0 of 2,000): what must hold is that none led out.
+        assert!(n_swaps > 0, "{n_swaps} swaps, {n_inside} reads");
         assert!(!fx.outside.join("written.txt").exists());
     }
 }
