@@ -53,7 +53,7 @@ use soba_core::budget::Budget;
 use soba_core::capsule::Trigger;
 use soba_core::config::CompactionConfig;
 use soba_core::tokens::group_thousands;
-use soba_core::{EntryBody, TokenCount, TokenCounter};
+use soba_core::{EntryBody, MessageOrigin, TokenCount, TokenCounter};
 use soba_provider::registry::ModelRegistry;
 use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
 
@@ -476,7 +476,21 @@ fn real_summaries(ctx: &Ctx<'_>) -> Vec<RealSummary> {
             .collect();
         let (_, rendered) =
             ctx.deterministic_capsule(&span, None, &HashSet::new(), Trigger::AutoThreshold);
-        let agent_text = agent.markdown.as_str();
+        // What the agent carried forward: its summary and the messages the
+        // compaction kept in the clear after it (Codex's replacement
+        // history, whose own summary is encrypted).
+        let mut agent_text = agent.markdown.clone();
+        for entry in &trace.entries[at + 1..] {
+            let EntryBody::Message(message) = &entry.body else {
+                break;
+            };
+            if message.message.origin != MessageOrigin::Summary {
+                break;
+            }
+            agent_text.push_str("\n\n");
+            agent_text.push_str(&message.message.text());
+        }
+        let agent_text = agent_text.as_str();
         let agent_item = ctx.index.text_item(agent_text);
         let soba_item = ctx.index.text_item(&rendered);
         out.push(RealSummary {

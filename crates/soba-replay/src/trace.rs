@@ -11,7 +11,7 @@ use serde_json::Value;
 use soba_core::entry::StoredTokens;
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::tokens::{self, BpeCounter, ByteCounter, Counted, TokenCounter};
-use soba_core::{Encoding, Entry, EntryBody, MessageOrigin, Role, TokenCount, Usage};
+use soba_core::{Encoding, Entry, EntryBody, MessageOrigin, TokenCount, Usage};
 use soba_provider::registry::{ModelRegistry, canonical_name};
 use soba_store::import::{Format, ImportedSession};
 
@@ -266,12 +266,12 @@ fn recorded_peak(steps: &[Step]) -> u64 {
 }
 
 /// Returns whether a message entry is a foreign summary (it stands for a
-/// recorded compaction, which replay ignores).
+/// recorded compaction, which replay ignores): a summary message, or a
+/// message a compaction carried forward (Codex's replacement history, of
+/// any role, repeats what the history before it already holds).
 fn is_summary(entry: &Entry) -> bool {
     match &entry.body {
-        EntryBody::Message(message) => {
-            message.message.role == Role::User && message.message.origin == MessageOrigin::Summary
-        }
+        EntryBody::Message(message) => message.message.origin == MessageOrigin::Summary,
         EntryBody::Capsule(_) => true,
         _ => false,
     }

@@ -3,29 +3,50 @@
 
 use std::collections::HashSet;
 
-use soba_core::{Block, EntryBody, EntryId};
+use soba_core::{Block, EntryBody, EntryId, Role};
 
 use crate::reader::SessionLog;
 
 /// Returns every problem `soba show --check` reports: each reader
 /// diagnostic, then each reference the path depends on that does not hold
-/// (a tool result with no earlier call, a capsule keeping from an entry not
-/// before it or rolling up one not in the log, a hygiene entry pruning past
-/// the path, a leaf naming a missing entry), each with its line.
+/// (a tool result with no earlier call, a tool call the conversation went
+/// on without answering, a capsule keeping from an entry not before it or
+/// rolling up one not in the log, a hygiene entry pruning past the path, a
+/// leaf naming a missing entry), each with its line.
+///
+/// A call is unanswered when a later response follows it, with no capsule
+/// between, and no result for it came first: the model was sent its call
+/// without a result (the input answers it as interrupted). Calls still open
+/// at the end of the path (a turn under way, or cut off) and calls a
+/// capsule covers are not problems.
 pub fn problems(log: &SessionLog) -> Vec<String> {
     let mut problems: Vec<String> = log.diagnostics().iter().map(ToString::to_string).collect();
     let path = log.path();
     let mut seen: HashSet<&EntryId> = HashSet::new();
     let mut calls: HashSet<&str> = HashSet::new();
+    // Calls without a result yet, in path order, with where they were made.
+    let mut open: Vec<(&str, String)> = Vec::new();
+    let mut answered: HashSet<&str> = HashSet::new();
     for logged in &path {
         let entry = &logged.entry;
         let at = logged.location;
         match &entry.body {
             EntryBody::Message(message_entry) => {
+                if message_entry.message.role == Role::Assistant {
+                    for (id, made_at) in open.drain(..) {
+                        if !answered.contains(id) {
+                            problems.push(format!(
+                                "{made_at}: tool call {id:?} has no result before the next response on the path (the model input answers it as interrupted)"
+                            ));
+                        }
+                    }
+                }
                 for block in &message_entry.message.content {
                     match block {
                         Block::ToolUse(call) => {
                             calls.insert(call.id.as_str());
+                            answered.remove(call.id.as_str());
+                            open.push((call.id.as_str(), at.to_string()));
                         }
                         Block::ToolResult(result)
                             if !calls.contains(result.tool_use_id.as_str()) =>
@@ -35,11 +56,16 @@ pub fn problems(log: &SessionLog) -> Vec<String> {
                                 result.tool_use_id
                             ));
                         }
+                        Block::ToolResult(result) => {
+                            answered.insert(result.tool_use_id.as_str());
+                        }
                         _ => {}
                     }
                 }
             }
             EntryBody::Capsule(capsule) => {
+                // What the capsule covers is no longer sent.
+                open.clear();
                 if let Some(first) = &capsule.first_kept_entry_id
                     && !seen.contains(first)
                 {

@@ -111,14 +111,23 @@ fn codex_export_matches_sources_md() {
             "/peakPromptTokens": 216116,
         }),
     );
-    // The session was written and is valid.
+    // The session was written; the check names its one unpaired call,
+    // which the next response followed (issue 34).
     let files = sandbox.session_files();
     assert_eq!(files.len(), 1);
     let written = reports[0]["path"].as_str().unwrap();
     assert_eq!(files[0].to_str().unwrap(), written);
     let id = reports[0]["sessionId"].as_str().unwrap();
-    let check = sandbox.run_ok(&["show", id, "--check"]);
-    assert!(text(&check.stdout).starts_with(&format!("session {id} is valid")));
+    let check = sandbox.run(&["show", id, "--check"]);
+    assert_eq!(check.status.code(), Some(1));
+    let problems: Vec<String> = text(&check.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].ends_with(
+            "tool call \"call_zdLj8bpTVEGrszafqMlH3SvR\" has no result before the next response on the path (the model input answers it as interrupted)"
+        ),
+        "{problems:?}"
+    );
     // `soba show` sums the usage on the stored messages: the import's
     // storedUsage. Two interrupted inferences left no usage on a message,
     // so the source's cumulative total is higher.

@@ -107,12 +107,20 @@ fn show_summarizes_lists_entries_and_validates() {
     );
     assert!(lines[2].contains("tool result fn main()"), "{listing}");
 
-    let valid = sandbox.run_ok(&["show", &id, "--check"]);
+    // The fixture's `bash` call was never answered before the closing
+    // response: the check names it (issue 34), with its line.
+    let check = sandbox.run(&["show", &id, "--check"]);
+    assert_eq!(check.status.code(), Some(1));
     assert_eq!(
-        text(&valid.stdout),
-        format!("session {id} is valid: 4 entries checked\n")
+        text(&check.stdout),
+        format!("{UNANSWERED_BASH}\n"),
+        "{}",
+        text(&check.stdout)
     );
 }
+
+/// What `soba show --check` says of `pi_session`'s unanswered `bash` call.
+const UNANSWERED_BASH: &str = "line 3 (byte 521): tool call \"toolu_2\" has no result before the next response on the path (the model input answers it as interrupted)";
 
 #[test]
 fn check_reports_damage_with_line_numbers_and_exits_1() {
@@ -131,15 +139,16 @@ fn check_reports_damage_with_line_numbers_and_exits_1() {
     assert_eq!(output.status.code(), Some(1));
     let stdout = text(&output.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines.len(), 3, "{stdout}");
     assert!(lines[0].starts_with("line 6 (byte "), "{stdout}");
     assert!(lines[0].contains("invalid JSON"), "{stdout}");
     assert!(lines[1].starts_with("line 7 (byte "), "{stdout}");
     assert!(lines[1].contains("torn last line"), "{stdout}");
+    assert_eq!(lines[2], UNANSWERED_BASH, "{stdout}");
     let stderr = text(&output.stderr);
     assert!(
         stderr.starts_with(&format!(
-            "error: session {id} is damaged: 2 problems in {}",
+            "error: session {id} is damaged: 3 problems in {}",
             file.display()
         )),
         "{stderr}"
@@ -182,13 +191,16 @@ fn check_tells_what_resume_does_with_a_damaged_capsule() {
     let line = n_path as u64 + 2;
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
-        vec![format!(
-            "line {line} (byte {}): capsule entry ck_0194c2d0e4c07f018000000000000bad is damaged (`state`: invalid type: integer `7`, expected struct CapsuleStateRecord); kept in the tree as a placeholder and not used as a capsule: on a path through it, the entries before it stay in the model input",
-            std::fs::metadata(&file).unwrap().len()
-                - capsule.len() as u64
-                - message.len() as u64
-                - 2
-        )],
+        vec![
+            format!(
+                "line {line} (byte {}): capsule entry ck_0194c2d0e4c07f018000000000000bad is damaged (`state`: invalid type: integer `7`, expected struct CapsuleStateRecord); kept in the tree as a placeholder and not used as a capsule: on a path through it, the entries before it stay in the model input",
+                std::fs::metadata(&file).unwrap().len()
+                    - capsule.len() as u64
+                    - message.len() as u64
+                    - 2
+            ),
+            UNANSWERED_BASH.to_owned()
+        ],
         "{stdout}"
     );
     let stderr = text(&output.stderr);

@@ -294,6 +294,28 @@ impl SessionBuilder {
         idx
     }
 
+    /// Marks the capsule at `capsule_idx` degraded: its summary could not
+    /// be read (Codex's encrypted compaction), so what it says is ours.
+    pub fn set_degraded(&mut self, capsule_idx: usize) {
+        if let Some(EntryBody::Capsule(capsule)) = self
+            .entries
+            .get_mut(capsule_idx)
+            .map(|entry| &mut entry.body)
+        {
+            capsule.quality = Quality::Degraded;
+        }
+    }
+
+    /// Returns the prompt of the latest inference with usage (input, cache
+    /// reads and writes): the context a compaction right after it replaced.
+    pub fn last_prompt(&self) -> Option<u64> {
+        self.inferences
+            .iter()
+            .rev()
+            .find_map(|inference| inference.usage.as_ref())
+            .map(prompt_of)
+    }
+
     /// Changes where the capsule at `capsule_idx` keeps from.
     pub fn set_kept(&mut self, capsule_idx: usize, kept: KeptTarget) {
         if let Some(slot) = self.kept.iter_mut().find(|(idx, _)| *idx == capsule_idx) {

@@ -25,7 +25,7 @@ use super::builder::{
 use super::lines::Lines;
 use super::scan::{Top, TopLevel};
 use super::swe_agent::openai_tool_call;
-use super::tree::{Node, TreeKeys, branch, parsed_node, raw_flag, raw_node};
+use super::tree::{Join, Node, TreeKeys, attached, branch, parsed_node, raw_flag, raw_node};
 use super::{Format, ImportedSession};
 
 /// The prefix of the export's compaction marker.
@@ -80,14 +80,21 @@ pub(crate) fn import_native(
     let mut scanned: Vec<Scanned> = Vec::new();
     // Damaged main-chain lines' ids and parents, read from their raw text.
     let mut damaged: Vec<Node> = Vec::new();
+    let mut sidechain = 0usize;
     for_each_jsonl_scan(
         lines,
         CLAUDE_SCAN,
         &mut b.diagnostics,
         |idx, line, top| match top {
-            Some(top) => scanned.push(Scanned::of(idx, &top)),
+            Some(top) => {
+                let line = Scanned::of(idx, &top);
+                sidechain += usize::from(line.sidechain);
+                scanned.push(line);
+            }
             None => {
-                if !raw_flag(line, "isSidechain") {
+                if raw_flag(line, "isSidechain") {
+                    sidechain += 1;
+                } else {
                     damaged.extend(raw_node(idx, line, CLAUDE_TREE));
                 }
             }
@@ -96,7 +103,11 @@ pub(crate) fn import_native(
     if scanned.is_empty() {
         return Err("no JSON line".into());
     }
-    let selected = select_lines(&scanned, damaged, &mut b);
+    let Selection {
+        lines: selected,
+        joined,
+        mut off_branch,
+    } = select_lines(&scanned, damaged, &mut b);
 
     let mut pending: Option<PendingBoundary> = None;
     // message.id → (entry index, inference index).
@@ -115,6 +126,32 @@ pub(crate) fn import_native(
         let obj = &obj;
         let line_no = line_idx + 1;
         let kind = str_field(obj, "type").unwrap_or("");
+        // A line joined from a sibling branch is taken only when it is what
+        // the tree walk expected: another content block of a response
+        // already read, or a user line holding tool results. Anything else
+        // there (a prompt a rewind abandoned) stays off the branch.
+        if joined.contains(&line_idx) {
+            let message = obj_field(obj, "message");
+            let expected = match kind {
+                "assistant" => message
+                    .and_then(|message| str_field(message, "id"))
+                    .and_then(|id| responses.get(id))
+                    .is_some_and(|&(_, _, since)| since == prompts),
+                "user" => message
+                    .and_then(|message| message.get("content"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|blocks| {
+                        blocks.iter().any(|block| {
+                            block.get("type").and_then(Value::as_str) == Some("tool_result")
+                        })
+                    }),
+                _ => false,
+            };
+            if !expected {
+                off_branch += 1;
+                return;
+            }
+        }
         b.count_record(kind);
         if !has_session_id
             && let Some(id) = str_field(obj, "sessionId").or_else(|| str_field(obj, "session_id"))
@@ -288,6 +325,12 @@ pub(crate) fn import_native(
     if let Some(boundary) = pending.take() {
         boundary.close(None, &mut b);
     }
+    if off_branch > 0 {
+        b.diag(format!("{off_branch} lines off the current branch (the parentUuid chain from the last line, with the sibling lines of its responses' parallel tool calls and results) skipped: a branch abandoned by a rewind or a retry"));
+    }
+    if sidechain > 0 {
+        b.diag(format!("{sidechain} sidechain lines (a sub-agent's own conversation) skipped: the main conversation holds what the sub-agent returned, as its call's tool result"));
+    }
     if synthetic > 0 {
         b.diag(format!("{synthetic} synthetic assistant messages (model <synthetic>) kept as entries, not as inferences"));
     }
@@ -355,6 +398,11 @@ struct Scanned {
     line_idx: usize,
     /// A `user`, `assistant` or `system` line of the main chain.
     conversational: bool,
+    /// What the sibling walk needs: its role, `None` unless it is a
+    /// conversational `user` or `assistant` line.
+    role: Option<Role>,
+    /// A sidechain (sub-agent) line, left out and counted.
+    sidechain: bool,
     /// Whether the line has a `parentUuid` key.
     has_parent_key: bool,
     /// Its tree node, for a main-chain line with `uuid` or `parentUuid`.
@@ -373,18 +421,57 @@ impl Scanned {
         Scanned {
             line_idx,
             conversational,
+            role: match top.str("type") {
+                Some("assistant") if conversational => Some(Role::Assistant),
+                Some("user") if conversational => Some(Role::User),
+                _ => None,
+            },
+            sidechain: side,
             has_parent_key: top.has("parentUuid"),
             node: in_tree.then(|| parsed_node(line_idx, top, CLAUDE_TREE)),
         }
     }
 }
 
+/// What the tree walk knows of a node's line.
+#[derive(Debug, Clone, Copy)]
+struct NodeLine {
+    /// Whether the line parsed (else its node was read from raw text).
+    parsed: bool,
+    /// A `user`, `assistant` or `system` line of the main chain.
+    conversational: bool,
+    /// Its role, for a conversational `user` or `assistant` line.
+    role: Option<Role>,
+}
+
+impl NodeLine {
+    const DAMAGED: NodeLine = NodeLine {
+        parsed: false,
+        conversational: false,
+        role: None,
+    };
+}
+
+/// The lines the second pass converts.
+struct Selection {
+    /// Ascending line indexes.
+    lines: Vec<usize>,
+    /// Those joined from sibling branches (checked again when read).
+    joined: HashSet<usize>,
+    /// Conversational lines left off the branch so far.
+    off_branch: usize,
+}
+
 /// Chooses the conversational lines to convert, as ascending line indexes:
 /// the `parentUuid` chain from the last conversational line (through
 /// `logicalParentUuid` across compactions) when the file has one, bridged
-/// across `damaged` lines by the shared tree walk; else every line.
-/// Sidechain and sub-agent lines are left out.
-fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder) -> Vec<usize> {
+/// across `damaged` lines by the shared tree walk, plus the sibling
+/// branches of its responses (`tree::attached`): an assistant line under
+/// an assistant line (another content block of a response: a parallel
+/// call) and a user line under an assistant line (a tool result, whose
+/// parent is its own call); else every line. Sidechain and sub-agent
+/// lines are left out.
+fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder) -> Selection {
     let candidates: Vec<usize> = scanned
         .iter()
         .filter(|line| line.conversational)
@@ -394,28 +481,46 @@ fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder)
         .iter()
         .any(|line| line.conversational && line.has_parent_key);
     if !has_tree {
-        return candidates;
+        return Selection {
+            lines: candidates,
+            joined: HashSet::new(),
+            off_branch: 0,
+        };
     }
-    // Nodes in file order: parsed lines of the main chain (with whether
-    // they are conversational) and damaged lines that are not sidechain
-    // lines.
-    let mut nodes: Vec<(Node, Option<bool>)> = scanned
+    // Nodes in file order: parsed lines of the main chain and damaged
+    // lines that are not sidechain lines.
+    let mut nodes: Vec<(Node, NodeLine)> = scanned
         .iter()
         .filter_map(|line| {
-            line.node
-                .clone()
-                .map(|node| (node, Some(line.conversational)))
+            line.node.clone().map(|node| {
+                let kind = NodeLine {
+                    parsed: true,
+                    conversational: line.conversational,
+                    role: line.role,
+                };
+                (node, kind)
+            })
         })
-        .chain(damaged.into_iter().map(|node| (node, None)))
+        .chain(damaged.into_iter().map(|node| (node, NodeLine::DAMAGED)))
         .collect();
     nodes.sort_by_key(|(node, _)| node.line_idx);
     let leaf = nodes
         .iter()
-        .rposition(|(node, conversational)| node.id.is_some() && *conversational == Some(true));
-    let (nodes, parsed): (Vec<Node>, Vec<Option<bool>>) = nodes.into_iter().unzip();
-    let on_path: HashSet<usize> = branch(&nodes, leaf, "parentUuid", &mut b.diagnostics)
+        .rposition(|(node, line)| node.id.is_some() && line.conversational);
+    let (nodes, kinds): (Vec<Node>, Vec<NodeLine>) = nodes.into_iter().unzip();
+    let path = branch(&nodes, leaf, "parentUuid", &mut b.diagnostics);
+    let siblings = attached(&nodes, &path, |child, parent| {
+        match (kinds[parent].role, kinds[child].role) {
+            (Some(Role::Assistant), Some(Role::Assistant)) => Join::Branch,
+            (Some(Role::Assistant), Some(Role::User)) => Join::Leaf,
+            _ => Join::No,
+        }
+    });
+    let joined: HashSet<usize> = siblings.iter().map(|&pos| nodes[pos].line_idx).collect();
+    let on_path: HashSet<usize> = path
         .into_iter()
-        .filter(|&node_pos| parsed[node_pos].is_some())
+        .chain(siblings)
+        .filter(|&node_pos| kinds[node_pos].parsed)
         .map(|node_pos| nodes[node_pos].line_idx)
         .collect();
     let selected: Vec<usize> = candidates
@@ -423,11 +528,11 @@ fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder)
         .copied()
         .filter(|line_idx| on_path.contains(line_idx))
         .collect();
-    let off_branch = candidates.len() - selected.len();
-    if off_branch > 0 {
-        b.diag(format!("{off_branch} lines off the current branch (parentUuid chain from the last line) skipped"));
+    Selection {
+        off_branch: candidates.len() - selected.len(),
+        lines: selected,
+        joined,
     }
-    selected
 }
 
 /// Normalises Anthropic usage (input already excludes the cache); `None`

@@ -8,6 +8,10 @@
 //! run's last timestamp for the conversion). A `token_count` that repeats
 //! the cumulative total already attached records no new request (an
 //! interrupted turn), so the run keeps no usage.
+//!
+//! A rollout's `compacted` line with a `replacement_history` becomes a
+//! degraded capsule followed by that history's messages: Codex's summary
+//! is encrypted, and what it sent next is the history it kept.
 
 use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
@@ -612,13 +616,18 @@ pub(crate) fn import_rollout(
                 b.count_record(kind);
                 run.close();
                 let summary = payload.get("message").map(text_of).unwrap_or_default();
-                b.push_capsule(
-                    summary,
-                    format!("line:{line_idx}"),
-                    0,
-                    timestamp,
-                    KeptTarget::Nothing,
-                );
+                let history = payload.get("replacement_history").and_then(Value::as_array);
+                let Some(history) = history else {
+                    b.push_capsule(
+                        summary,
+                        format!("line:{line_idx}"),
+                        0,
+                        timestamp,
+                        KeptTarget::Nothing,
+                    );
+                    return;
+                };
+                replacement_history(history, summary, line_idx, timestamp, &mut b);
             }
             other => {
                 b.count_record(other);
@@ -629,6 +638,95 @@ pub(crate) fn import_rollout(
 
     apply_cumulative(infos.iter(), n_token_events, &mut b);
     Ok(vec![b.finish()])
+}
+
+/// Imports a compaction that carries Codex's replacement history: what
+/// Codex sends from then on instead of the conversation before it (the
+/// user messages it kept, the developer instructions, and an encrypted
+/// `compaction` item holding its summary). It becomes a capsule keeping
+/// nothing, marked degraded and saying the summary is encrypted, followed
+/// by the history's messages in their order, each with origin `Summary`
+/// (carried by the compaction, not said again), so the rebuilt model
+/// input is what Codex sent next, the readable text in place of the
+/// encrypted item. Items of other kinds are named in a diagnostic.
+fn replacement_history(
+    history: &[Value],
+    summary: String,
+    line_idx: usize,
+    timestamp: Option<String>,
+    b: &mut SessionBuilder,
+) {
+    let line_no = line_idx + 1;
+    let mut messages: Vec<Message> = Vec::new();
+    let mut encrypted = 0usize;
+    let mut skipped: Vec<String> = Vec::new();
+    for item in history {
+        let Some(item) = item.as_object() else {
+            skipped.push("a non-object item".to_owned());
+            continue;
+        };
+        match (str_field(item, "type"), str_field(item, "role")) {
+            (Some("message"), Some(role)) => {
+                let blocks = content_blocks(array_field(item, "content"));
+                let text = blocks
+                    .iter()
+                    .filter_map(|block| match block {
+                        Block::Text(text) => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let mut message = if role == "assistant" {
+                    Message::new(Role::Assistant, blocks)
+                } else {
+                    context_message(role, blocks, &text)
+                };
+                message.origin = MessageOrigin::Summary;
+                messages.push(message);
+            }
+            (Some("compaction" | "compaction_summary"), _) => encrypted += 1,
+            (kind, _) => skipped.push(format!("{:?}", kind.unwrap_or("?"))),
+        }
+    }
+    let n_user = messages.iter().filter(|m| m.role == Role::User).count();
+    let mut text = if encrypted > 0 {
+        format!(
+            "Codex compacted the conversation here. Its summary is encrypted (an opaque `compaction` item), so it cannot be shown; what Codex carried forward in the clear is the {} message{} that follow: {n_user} user message{} and the instructions it kept verbatim.",
+            messages.len(),
+            if messages.len() == 1 { "" } else { "s" },
+            if n_user == 1 { "" } else { "s" },
+        )
+    } else {
+        format!(
+            "Codex compacted the conversation here and carried forward the {} message{} that follow verbatim.",
+            messages.len(),
+            if messages.len() == 1 { "" } else { "s" },
+        )
+    };
+    if !summary.trim().is_empty() {
+        text.push_str("\n\n");
+        text.push_str(&summary);
+    }
+    let tokens_before = b.last_prompt().unwrap_or(0);
+    let capsule = b.push_capsule(
+        text,
+        format!("line:{line_idx}"),
+        tokens_before,
+        timestamp.clone(),
+        KeptTarget::Nothing,
+    );
+    if encrypted > 0 || summary.trim().is_empty() {
+        b.set_degraded(capsule);
+    }
+    for message in messages {
+        b.push_message(message, timestamp.clone());
+    }
+    if !skipped.is_empty() {
+        b.diag(format!(
+            "line {line_no}: replacement history items skipped: {}",
+            skipped.join(", ")
+        ));
+    }
 }
 
 /// Converts a rollout tool output: a string (possibly the older JSON

@@ -301,6 +301,78 @@ pub(crate) fn branch(
     path
 }
 
+/// How a node off the branch joins it ([`attached`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Join {
+    /// It stays off (an abandoned branch).
+    No,
+    /// It joins; its own children are not looked at.
+    Leaf,
+    /// It joins, and its children are looked at in turn.
+    Branch,
+}
+
+/// Returns the positions (into `nodes`, ascending) of the nodes off
+/// `branch` that hang from it: a child of a branch node, or of a node
+/// that joined with [`Join::Branch`], joins when `joins(child, parent)`
+/// says so. Claude Code's parallel tool calls need it: each content block
+/// and each tool result is a line of its own whose parent is the line
+/// before it or its own call, so one response's calls and results are
+/// sibling branches and the parent chain from the last line passes
+/// through one of them only. Linear in the nodes.
+pub(crate) fn attached(
+    nodes: &[Node],
+    branch: &[usize],
+    joins: impl Fn(usize, usize) -> Join,
+) -> Vec<usize> {
+    let by_id: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, node)| node.id.as_deref().map(|id| (id, pos)))
+        .collect();
+    // Children by parent position: first child, then each child's next
+    // sibling (two vectors, no list per node).
+    let mut first_child = vec![usize::MAX; nodes.len()];
+    let mut next_sibling = vec![usize::MAX; nodes.len()];
+    for (pos, node) in nodes.iter().enumerate().rev() {
+        if let Parent::Id(id) = &node.parent
+            && let Some(&parent) = by_id.get(id.as_str())
+            && parent != pos
+        {
+            next_sibling[pos] = first_child[parent];
+            first_child[parent] = pos;
+        }
+    }
+    let mut in_tree = vec![false; nodes.len()];
+    for &pos in branch {
+        in_tree[pos] = true;
+    }
+    let mut stack: Vec<usize> = branch.to_vec();
+    let mut out = Vec::new();
+    while let Some(parent) = stack.pop() {
+        let mut child = first_child[parent];
+        while child != usize::MAX {
+            if !in_tree[child] {
+                match joins(child, parent) {
+                    Join::No => {}
+                    Join::Leaf => {
+                        in_tree[child] = true;
+                        out.push(child);
+                    }
+                    Join::Branch => {
+                        in_tree[child] = true;
+                        out.push(child);
+                        stack.push(child);
+                    }
+                }
+            }
+            child = next_sibling[child];
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The branch's last node by default: the last node with an id, except a
 /// damaged one whose parent cannot be read (a line cut off as it was
 /// written), which says nothing about where the branch runs; then the
@@ -431,6 +503,39 @@ mod tests {
                 "line 4: parentId unreadable; the file is linear, so the chain goes on in file order"
             ]
         );
+    }
+
+    #[test]
+    fn siblings_join_the_branch_as_the_caller_says() {
+        // A response's calls a ← b ← c (b and c sibling lines of a's
+        // response), results ra (of a), rb (of b), rc (of c); the chain from
+        // the last line runs through ra only. A rewound prompt x hangs from
+        // a too, and a line y under the joined result rb.
+        let id = |parent: &str| Parent::Id(parent.to_owned());
+        let nodes = [
+            node(0, Some("u"), Parent::Root, false),
+            node(1, Some("a"), id("u"), false),
+            node(2, Some("b"), id("a"), false),
+            node(3, Some("c"), id("b"), false),
+            node(4, Some("rb"), id("b"), false),
+            node(5, Some("rc"), id("c"), false),
+            node(6, Some("y"), id("rb"), false),
+            node(7, Some("x"), id("a"), false),
+            node(8, Some("ra"), id("a"), false),
+            node(9, Some("next"), id("ra"), false),
+        ];
+        let mut diagnostics = Diagnostics::default();
+        let path = branch(&nodes, None, "parentUuid", &mut diagnostics);
+        assert_eq!(path, [0, 1, 8, 9]);
+        let kind = |pos: usize| nodes[pos].id.as_deref().unwrap_or_default().to_owned();
+        let joined = attached(&nodes, &path, |child, parent| {
+            match (kind(child).as_str(), kind(parent).as_str()) {
+                ("b" | "c", _) => Join::Branch,
+                ("rb" | "rc", "b" | "c") => Join::Leaf,
+                _ => Join::No,
+            }
+        });
+        assert_eq!(joined, [2, 3, 4, 5]);
     }
 
     #[test]
