@@ -32,17 +32,21 @@ pub enum Guard {
     NotSmaller,
     /// One of the eight headings is absent; carries the heading.
     MissingHeading(&'static str),
+    /// More open-work items than [`crate::consistency::MAX_CORRECTIONS`]
+    /// contradict the log ([`crate::consistency::check`]).
+    Contradicted,
 }
 
 impl Guard {
     /// Returns the name recorded with a rejection: `placeholder`,
-    /// `too_short`, `not_smaller` or `missing_heading:<heading>`, the heading
-    /// in snake case (`missing_heading:next_steps`).
+    /// `too_short`, `not_smaller`, `missing_heading:<heading>` (the heading
+    /// in snake case: `missing_heading:next_steps`) or `contradicts_log`.
     pub fn name(&self) -> String {
         match self {
             Guard::Placeholder => "placeholder".to_owned(),
             Guard::TooShort => "too_short".to_owned(),
             Guard::NotSmaller => "not_smaller".to_owned(),
+            Guard::Contradicted => "contradicts_log".to_owned(),
             Guard::MissingHeading(heading) => {
                 format!(
                     "missing_heading:{}",

@@ -13,6 +13,7 @@ pub mod calibration;
 pub mod capsule;
 pub mod command;
 pub mod config;
+pub mod consistency;
 pub mod derived;
 pub mod directive;
 pub mod entry;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use soba_core::builder::{self, CapsuleContent};
 use soba_core::calibration::Factor;
 use soba_core::capsule::NativeContinuation;
+use soba_core::consistency::{self, Correction};
 use soba_core::guard;
 use soba_core::hygiene::HygieneDecision;
 use soba_core::plan::SkipReason as PlanSkip;
@@ -221,7 +222,7 @@ impl BarrierContext {
             preflight::abandoned(&snapshot.job, &mut core.turn);
             self.finish(core, end, None)
         };
-        let (content, usage, fallback) = match generated {
+        let (content, usage, fallback, corrected) = match generated {
             Generated::Cancelled => {
                 return Ok(abandon(
                     &mut core,
@@ -235,7 +236,8 @@ impl BarrierContext {
                 content,
                 usage,
                 fallback,
-            } => (*content, usage, fallback),
+                corrected,
+            } => (*content, usage, fallback, corrected),
         };
         if cancel.is_cancelled() {
             return Ok(abandon(
@@ -306,10 +308,15 @@ impl BarrierContext {
             reclaimed: before.saturating_sub(after),
             checkpoint_id: Some(entry.id.clone()),
             quality: Some(quality),
-            reason: (quality == Quality::Degraded).then(|| match &fallback {
-                Some(why) => format!("fallback used: deterministic capsule ({why})"),
-                None => "fallback used: deterministic capsule".to_owned(),
-            }),
+            reason: match (quality, &fallback) {
+                (Quality::Degraded, Some(why)) => {
+                    Some(format!("fallback used: deterministic capsule ({why})"))
+                }
+                (Quality::Degraded, None) => {
+                    Some("fallback used: deterministic capsule".to_owned())
+                }
+                _ => corrected,
+            },
             ..end(Outcome::Completed, None)
         };
         Ok(self.finish(&mut core, completed, summary))
@@ -630,6 +637,7 @@ impl BarrierContext {
                 content: Box::new(deterministic(Quality::Full)),
                 usage: None,
                 fallback: None,
+                corrected: None,
             };
         };
         let ChunkLayout {
@@ -669,6 +677,7 @@ impl BarrierContext {
                     content: Box::new(deterministic(Quality::Degraded)),
                     usage,
                     fallback: Some(reason),
+                    corrected: None,
                 }
             }
         };
@@ -693,6 +702,7 @@ impl BarrierContext {
                 content: Box::new(deterministic(Quality::Full)),
                 usage: None,
                 fallback: None,
+                corrected: None,
             };
         }
         while chunk_idx < chunks.len() {
@@ -727,6 +737,7 @@ impl BarrierContext {
                             "the summarizer took longer than compaction.timeoutMs {}",
                             snapshot.timeout.as_millis()
                         )),
+                        corrected: None,
                     };
                 }
                 Ok(Err(SummarizeError::Cancelled)) => return Generated::Cancelled,
@@ -771,8 +782,13 @@ impl BarrierContext {
             }
         }
         let text = state.unwrap_or_default();
-        match guard::check_summary(&text, snapshot.job.plan.span_tokens, counter) {
-            Ok(narrative) => {
+        let checked = guard::check_summary(&text, snapshot.job.plan.span_tokens, counter)
+            .and_then(|narrative| consistency::check(narrative, &facts));
+        match checked {
+            Ok((narrative, corrections)) => {
+                for correction in &corrections {
+                    tracing::info!(%correction, "summary item contradicted by the log, removed");
+                }
                 let options = job.build_options(Quality::Full);
                 let mut content = builder::build_with_narrative(
                     narrative,
@@ -789,6 +805,7 @@ impl BarrierContext {
                     content: Box::new(content),
                     usage: usage_total,
                     fallback: None,
+                    corrected: corrections_note(&corrections),
                 }
             }
             Err(rejection) => {
@@ -925,9 +942,29 @@ enum Generated {
         /// Why the summary was not used, when the deterministic capsule
         /// stands in for it (the flight record and the result line say).
         fallback: Option<String>,
+        /// The summary items the consistency guard removed, for the flight
+        /// record's reason.
+        corrected: Option<String>,
     },
     Cancelled,
     Failed(String),
+}
+
+/// The flight record's reason for a summary the consistency guard
+/// corrected: how many items it removed and why, each named.
+fn corrections_note(corrections: &[Correction]) -> Option<String> {
+    (!corrections.is_empty()).then(|| {
+        format!(
+            "consistency guard removed {} summary item{} the log contradicts: {}",
+            corrections.len(),
+            if corrections.len() == 1 { "" } else { "s" },
+            corrections
+                .iter()
+                .map(Correction::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    })
 }
 
 /// Measures the model input the session would send with `capsule` appended

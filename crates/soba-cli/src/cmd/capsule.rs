@@ -736,7 +736,16 @@ pub(crate) async fn create_handoff(input: HandoffInput<'_>) -> CliResult<Handoff
             input.counter,
         )
         .await
-        {
+        .and_then(|(narrative, usage, scope)| {
+            // A summary the log contradicts too often is rejected like any
+            // other; a few contradicted items are removed (and logged).
+            let (narrative, corrections) = soba_core::consistency::check(narrative, &facts)
+                .map_err(|rejection| format!("summary rejected by guard {}", rejection.name()))?;
+            for correction in &corrections {
+                tracing::info!(%correction, "summary item contradicted by the log, removed");
+            }
+            Ok((narrative, usage, scope))
+        }) {
             Ok((narrative, usage, scope)) => {
                 let content = builder::build_with_narrative(
                     narrative,

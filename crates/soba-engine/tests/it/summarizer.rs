@@ -116,6 +116,11 @@ fn capsules(entries: &[Entry]) -> Vec<Capsule> {
 /// (nothing appended), then hard_limit gets `bad` again (a degraded
 /// deterministic capsule).
 async fn check_guard(bad: &str, guard: &str) {
+    check_guard_after(bad, guard, |_| {}).await;
+}
+
+/// [`check_guard`] with `setup` queueing model replies before the reads.
+async fn check_guard_after(bad: &str, guard: &str, setup: impl Fn(&Harness)) {
     let summary_server = FakeServer::start().await.unwrap();
     let mut compaction = small_config();
     compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
@@ -128,6 +133,7 @@ async fn check_guard(bad: &str, guard: &str) {
     .await;
     push_summary(&summary_server, bad);
     push_summary(&summary_server, bad);
+    setup(&h);
     for idx in 0..14 {
         h.push_read(&format!("data/file{idx:02}.txt"));
     }
@@ -200,6 +206,112 @@ async fn a_summary_missing_a_heading_appends_nothing_soft_and_degrades_forced() 
     let text = summary("Reading the data files one by one to audit their contents.")
         .replace("## Next steps\n", "## Then\n");
     check_guard(&text, "missing_heading:next_steps").await;
+}
+
+/// Queues the model's `update_plan` call marking the audit done and the
+/// report pending.
+fn push_audit_plan(h: &Harness) {
+    h.push_call(
+        "update_plan",
+        json!({"plan": [
+            {"step": "Audit the data files", "status": "completed"},
+            {"step": "Write the audit report", "status": "pending"},
+        ]}),
+    );
+}
+
+/// A summary whose open-work sections hold `in_progress`, `pending` and
+/// `next_steps`, the other sections a plain note.
+fn summary_with(in_progress: &str, pending: &str, next_steps: &str) -> String {
+    summary("Reading the data files one by one to audit their contents.")
+        .replacen(
+            "## In progress\nReading the data files one by one to audit their contents.",
+            &format!("## In progress\n{in_progress}"),
+            1,
+        )
+        .replacen(
+            "## Pending\nReading the data files one by one to audit their contents.",
+            &format!("## Pending\n{pending}"),
+            1,
+        )
+        .replacen(
+            "## Next steps\nReading the data files one by one to audit their contents.",
+            &format!("## Next steps\n{next_steps}"),
+            1,
+        )
+}
+
+#[tokio::test]
+async fn a_summary_the_log_contradicts_three_times_appends_nothing_soft_and_degrades_forced() {
+    let text = summary_with(
+        "- Auditing the data files",
+        "- Audit the data files",
+        "- Audit the data files again",
+    );
+    check_guard_after(&text, "contradicts_log", push_audit_plan).await;
+}
+
+#[tokio::test]
+async fn a_summary_item_the_plan_marks_done_is_removed_and_the_flight_record_says_why() {
+    let summary_server = FakeServer::start().await.unwrap();
+    let mut compaction = small_config();
+    compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    compaction.timeout_ms = 400;
+    let h = Harness::start(Options {
+        compaction,
+        summarizer: Some(llm(&summary_server, None)),
+        ..Options::default()
+    })
+    .await;
+    let text = summary_with(
+        "- Auditing the data files",
+        "- Write the audit report",
+        "- Write the audit report",
+    )
+    .replacen(
+        "## Blockers\nReading the data files one by one to audit their contents.",
+        "## Blockers\nThe auditor's key is missing",
+        1,
+    );
+    push_summary(&summary_server, &text);
+    push_audit_plan(&h);
+    for idx in 0..14 {
+        h.push_read(&format!("data/file{idx:02}.txt"));
+    }
+    h.push_text("done");
+    assert_eq!(h.turn("audit them all").await, TurnEnd::Completed);
+
+    let ends = h.compaction_ends();
+    assert_eq!(
+        (ends[0].trigger, ends[0].outcome, ends[0].quality),
+        (
+            Trigger::AutoThreshold,
+            Outcome::Completed,
+            Some(Quality::Full)
+        ),
+        "{ends:#?}"
+    );
+    assert_eq!(
+        ends[0].reason.as_deref(),
+        Some(
+            "consistency guard removed 1 summary item the log contradicts: In progress item \
+             \"- Auditing the data files\": the plan marks \"Audit the data files\" completed"
+        )
+    );
+    let entries = h.logged_entries();
+    let capsule = &capsules(&entries)[0];
+    assert_eq!(capsule.quality, Quality::Full);
+    // The model's blocker stays; the open work is the plan's.
+    assert!(
+        capsule.markdown.contains("The auditor's key is missing"),
+        "{}",
+        capsule.markdown
+    );
+    assert!(
+        !capsule.markdown.contains("Auditing the data files"),
+        "{}",
+        capsule.markdown
+    );
 }
 
 /// A harness whose conversation read `n_reads` files of 1,900 bytes (each
