@@ -879,7 +879,12 @@ pub fn snapshot_agents_md(
 /// Returns the model a session last used: its latest `model_change` on the
 /// path, else the model in its latest capsule's state.
 pub fn session_model(path: &[Entry]) -> Option<String> {
-    path.iter().rev().find_map(|entry| match &entry.body {
+    model_on_path(path.iter())
+}
+
+/// [`session_model`] over entries borrowed from elsewhere (a log's path).
+pub fn model_on_path<'a>(path: impl DoubleEndedIterator<Item = &'a Entry>) -> Option<String> {
+    path.rev().find_map(|entry| match &entry.body {
         EntryBody::ModelChange { model } => Some(model.clone()),
         EntryBody::Capsule(capsule) if !capsule.state.model.is_empty() => {
             Some(capsule.state.model.clone())

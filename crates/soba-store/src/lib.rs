@@ -121,6 +121,6 @@ pub use log::{
 };
 pub use reader::{
     Diagnostic, DiagnosticKind, Location, LoggedEntry, SessionLog, SessionSummary, find_session,
-    list_sessions, read_header, read_log, session_path,
+    list_sessions, read_header, read_log, read_log_outline, session_path,
 };
 pub use resume::{ResumeOptions, Resumed, resume, resume_with};

@@ -449,10 +449,95 @@ pub struct SessionLog {
 /// Reads a whole session log. Damaged content gives diagnostics, never an
 /// error; only failing to open or read the file is one.
 pub fn read_log(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
-    let path = path.as_ref();
+    read_log_keeping(path.as_ref(), Keep::Whole)
+}
+
+/// Reads a session log's outline: every entry, id, parent, type, role,
+/// origin, usage, token count, tool-call ids and names, tool-result ids and
+/// error flags, capsule figures, state and references, and every
+/// diagnostic, exactly as [`read_log`] gives them; texts cut to their first
+/// [`OUTLINE_CHARS`] characters, timestamps, message models, tool
+/// arguments, images and reasoning dropped, capsule sections emptied. Memory grows with the number of
+/// entries, not the log's size: `soba show` reads a 1 GB log this way.
+pub fn read_log_outline(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
+    read_log_keeping(path.as_ref(), Keep::Outline)
+}
+
+fn read_log_keeping(path: &Path, keep: Keep) -> Result<SessionLog, StoreError> {
     let (file, _) = crate::untrusted::open_untrusted(path).map_err(StoreError::open)?;
-    SessionLog::from_reader(BufReader::with_capacity(1 << 20, file))
+    SessionLog::read(BufReader::with_capacity(1 << 20, file), keep)
         .map_err(|err| StoreError::io("read", path, err))
+}
+
+/// The characters of each text an outline keeps.
+pub const OUTLINE_CHARS: usize = 80;
+
+/// How much of each entry a reader keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Keep {
+    #[default]
+    Whole,
+    Outline,
+}
+
+/// Cuts `text` to its first [`OUTLINE_CHARS`] characters, in place.
+fn cut_text(text: &mut String) {
+    if let Some((at, _)) = text.char_indices().nth(OUTLINE_CHARS) {
+        text.truncate(at);
+        text.shrink_to_fit();
+    }
+}
+
+/// Reduces an entry to its outline (see [`read_log_outline`]).
+fn outline(entry: &mut Entry) {
+    use soba_core::message::{Block, ResultPart, ToolInput};
+    entry.timestamp = String::new();
+    match &mut entry.body {
+        EntryBody::Message(message_entry) => {
+            message_entry.message.model = None;
+            message_entry.message.content.shrink_to_fit();
+            for block in &mut message_entry.message.content {
+                match block {
+                    Block::Text(text) => cut_text(text),
+                    Block::Thinking { text, signature } => {
+                        *text = String::new();
+                        *signature = None;
+                    }
+                    Block::ToolUse(call) => {
+                        call.input = ToolInput::from_value(serde_json::Value::Object(
+                            serde_json::Map::new(),
+                        ));
+                    }
+                    Block::ToolResult(result) => {
+                        let first_text = result.content.iter_mut().find_map(|part| match part {
+                            ResultPart::Text(text) => Some(std::mem::take(text)),
+                            ResultPart::Image(_) => None,
+                        });
+                        result.content = first_text
+                            .map(|mut text| {
+                                cut_text(&mut text);
+                                vec![ResultPart::Text(text)]
+                            })
+                            .unwrap_or_default();
+                    }
+                    Block::Image(_) => *block = Block::Text(String::new()),
+                }
+            }
+        }
+        EntryBody::Capsule(capsule) => {
+            capsule.narrative = Default::default();
+            capsule.local = Default::default();
+            capsule.earlier_narrative = None;
+            capsule.native = None;
+            capsule.markdown = String::new();
+            if let Some(instructions) = &mut capsule.instructions {
+                cut_text(instructions);
+            }
+        }
+        EntryBody::Checkpoint { note, .. } => cut_text(note),
+        EntryBody::Damaged { reason, .. } => cut_text(reason),
+        _ => {}
+    }
 }
 
 impl SessionLog {
@@ -472,8 +557,15 @@ impl SessionLog {
     }
 
     /// Parses a log from a reader, one line at a time.
-    pub fn from_reader(mut reader: impl BufRead) -> std::io::Result<SessionLog> {
-        let mut builder = LogBuilder::default();
+    pub fn from_reader(reader: impl BufRead) -> std::io::Result<SessionLog> {
+        SessionLog::read(reader, Keep::Whole)
+    }
+
+    fn read(mut reader: impl BufRead, keep: Keep) -> std::io::Result<SessionLog> {
+        let mut builder = LogBuilder {
+            keep,
+            ..LogBuilder::default()
+        };
         let mut offset = 0u64;
         let mut line = Vec::new();
         loop {
@@ -635,6 +727,7 @@ impl StretchChase {
 /// Accumulates lines into a [`SessionLog`].
 #[derive(Debug, Default)]
 struct LogBuilder {
+    keep: Keep,
     log: SessionLog,
     n_lines: u64,
     missing_header: Option<String>,
@@ -680,7 +773,13 @@ impl LogBuilder {
         }
     }
 
-    fn push_entry(&mut self, entry: Entry, location: Location, raw: Option<String>) {
+    fn push_entry(&mut self, mut entry: Entry, location: Location, mut raw: Option<String>) {
+        if self.keep == Keep::Outline {
+            outline(&mut entry);
+            if let Some(raw) = &mut raw {
+                cut_text(raw);
+            }
+        }
         if self.log.index.contains_key(&entry.id) {
             // The later line wins, as it does for resume, which reads
             // backwards and meets it first.

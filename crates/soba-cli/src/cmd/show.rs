@@ -9,7 +9,7 @@ use soba_core::id::shortest_unique_len;
 use soba_core::terminal::{Line, sanitize_line};
 use soba_core::tokens::group_thousands;
 use soba_core::{EntryBody, EntryId, Usage};
-use soba_store::reader::{DiagnosticKind, LoggedEntry, SessionLog, read_log};
+use soba_store::reader::{DiagnosticKind, LoggedEntry, SessionLog, read_log_outline};
 
 use crate::cli::{GlobalArgs, ShowArgs};
 use crate::context::Context;
@@ -23,7 +23,9 @@ pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     ctx.print_warnings();
     let summary = ctx.select_session(Some(&args.session))?;
-    let log = read_log(&summary.path)?;
+    // The outline: a 1 GB log is shown in memory that grows with its
+    // entries, not its bytes.
+    let log = read_log_outline(&summary.path)?;
     let short_len = shortest_unique_len(log.entries().iter().map(|logged| &logged.entry.id));
     let mut stdout = crate::output::stdout();
     if args.entries {
@@ -283,12 +285,7 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
         ));
     }
     let path = log.path();
-    let model = crate::engine::session_model(
-        &path
-            .iter()
-            .map(|logged| logged.entry.clone())
-            .collect::<Vec<_>>(),
-    );
+    let model = crate::engine::model_on_path(path.iter().map(|logged| &logged.entry));
     out.push_str(&format!(
         "leaf      {} · path {} entries · live stretch {}\n",
         log.leaf()

@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use soba_core::EntryBody;
-use soba_store::{DiagnosticKind, ResumeOptions, SessionLog, read_log, resume, resume_with};
+use soba_store::reader::OUTLINE_CHARS;
+use soba_store::{
+    DiagnosticKind, ResumeOptions, SessionLog, read_log, read_log_outline, resume, resume_with,
+};
 
 use crate::support::entries_of;
 
@@ -119,6 +122,111 @@ fn fixtures_match_their_snapshots() {
             insta::assert_snapshot!(name, render(&path));
         });
     }
+}
+
+/// The outline `soba show` reads keeps every entry, link, diagnostic and
+/// count of the whole log and cuts the texts.
+#[test]
+fn the_outline_keeps_the_structure_of_every_fixture_and_cuts_texts() {
+    use soba_core::message::{Block, ResultPart};
+    for (dir, file) in FIXTURES {
+        let path = fixtures_dir().join(dir).join(file);
+        let (whole, outline) = (
+            read_log(&path).expect("reads"),
+            read_log_outline(&path).expect("reads"),
+        );
+        let shape = |log: &SessionLog| {
+            let entries: Vec<_> = log
+                .entries()
+                .iter()
+                .map(|l| {
+                    let calls = match &l.entry.body {
+                        EntryBody::Message(m) => m
+                            .message
+                            .content
+                            .iter()
+                            .filter_map(|block| match block {
+                                Block::ToolUse(call) => Some(format!("{}:{}", call.id, call.name)),
+                                Block::ToolResult(result) => {
+                                    Some(format!("{}:{}", result.tool_use_id, result.is_error))
+                                }
+                                _ => None,
+                            })
+                            .collect::<Vec<_>>(),
+                        _ => Vec::new(),
+                    };
+                    (
+                        l.entry.id.clone(),
+                        l.entry.parent_id.clone(),
+                        l.entry.body.type_name().to_owned(),
+                        l.location,
+                        calls,
+                    )
+                })
+                .collect();
+            let path: Vec<_> = log.path().iter().map(|l| l.entry.id.clone()).collect();
+            let diagnostics: Vec<String> =
+                log.diagnostics().iter().map(|d| format!("{d:?}")).collect();
+            (
+                entries,
+                path,
+                log.leaf().cloned(),
+                log.live_stretch().len(),
+                diagnostics,
+            )
+        };
+        assert_eq!(shape(&outline), shape(&whole), "{dir}/{file}");
+        assert_eq!(
+            soba_store::check::problems(&outline),
+            soba_store::check::problems(&whole),
+            "{dir}/{file}"
+        );
+        for logged in outline.entries() {
+            if let EntryBody::Message(m) = &logged.entry.body {
+                for block in &m.message.content {
+                    let text = match block {
+                        Block::Text(text) => text.clone(),
+                        Block::ToolResult(result) => result
+                            .content
+                            .iter()
+                            .map(|part| match part {
+                                ResultPart::Text(text) => text.clone(),
+                                ResultPart::Image(_) => panic!("an image kept in {dir}/{file}"),
+                            })
+                            .collect(),
+                        _ => String::new(),
+                    };
+                    assert!(
+                        text.chars().count() <= OUTLINE_CHARS,
+                        "{dir}/{file}: {text:?}"
+                    );
+                }
+            }
+        }
+    }
+    // A long text is cut to its first characters.
+    let bytes = {
+        let mut log = std::fs::read_to_string(fixtures_dir().join("valid/all-entry-types.jsonl"))
+            .expect("reads");
+        log = log.replacen("\"text\":\"", &format!("\"text\":\"{}", "é".repeat(500)), 1);
+        log
+    };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let long = dir.path().join("long.jsonl");
+    std::fs::write(&long, bytes).expect("writes");
+    let outline = read_log_outline(&long).expect("reads");
+    let cut = outline
+        .entries()
+        .iter()
+        .find_map(|l| match &l.entry.body {
+            EntryBody::Message(m) => m.message.content.iter().find_map(|block| match block {
+                Block::Text(text) if text.starts_with('é') => Some(text.clone()),
+                _ => None,
+            }),
+            _ => None,
+        })
+        .expect("the long text");
+    assert_eq!(cut, "é".repeat(OUTLINE_CHARS));
 }
 
 #[test]
