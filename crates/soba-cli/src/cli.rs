@@ -159,6 +159,10 @@ pub struct ReplayArgs {
     /// project and day, and one chart per session.
     #[arg(long, value_name = "FILE")]
     pub html: Option<std::path::PathBuf>,
+    /// Also write every policy's model input at the last request of each
+    /// fifth of every trace, as JSON lines (see the user guide).
+    #[arg(long, value_name = "FILE")]
+    pub dump_inputs: Option<std::path::PathBuf>,
 }
 
 /// `soba run "<prompt>"` (SPEC §11.4).

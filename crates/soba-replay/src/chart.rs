@@ -369,6 +369,61 @@ fn policy_cell(stats: &PolicyStats, column: &str) -> String {
     }
 }
 
+/// What each fidelity column counts, in [`crate::fidelity::CATEGORIES`]
+/// order.
+const FIDELITY_MEANINGS: [&str; 5] = [
+    "file paths the agent touched with a read, write or edit tool (or a patch header), still named somewhere in the input",
+    "a distinctive line of each tool result that failed (error flag, non-zero exit, traceback, error line) and was not followed by a success of the same call, still in the input",
+    "sentences of messages a person typed that state a constraint (always, never, must, don't, only, keep, avoid, prefer, should…), still in the input verbatim",
+    "the items of the newest plan or todo list (TodoWrite, update_plan, write_todos) not yet completed, still in the input",
+    "the longest line of each of the 6th to 20th newest tool results, still in the input",
+];
+
+/// The fidelity table: what each policy's input kept of the history at
+/// the last request of each fifth of every trace, with its glossary.
+fn fidelity_table(policies: &[PolicyStats]) -> String {
+    if policies
+        .iter()
+        .all(|stats| stats.fidelity.items.iter().all(|&n| n == 0))
+    {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>What each policy keeps</h2>\n<p class=\"note\">At the last request of each fifth of every trace, the share of the history's items present in the policy's model input (verbatim or in a capsule), over all points and traces: items kept / items; n/a where the history had none.</p>\n<div class=\"scroll\"><table><thead><tr><th>policy</th>",
+    );
+    for (name, meaning) in crate::fidelity::TITLES.iter().zip(FIDELITY_MEANINGS) {
+        out.push_str(&format!("<th title=\"{}\">{name}</th>", escape(meaning)));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    for stats in policies {
+        let line = style(&stats.name);
+        out.push_str(&format!(
+            "<tr><td>{}&nbsp;<span style=\"color:{}\">{}</span></td>",
+            line.swatch(),
+            line.hex(),
+            escape(&stats.name)
+        ));
+        for idx in 0..crate::fidelity::CATEGORIES.len() {
+            let kept = &stats.fidelity;
+            out.push_str(&match kept.share(idx) {
+                Some(share) => format!(
+                    "<td title=\"{} of {}\">{share:.3}</td>",
+                    group_thousands(kept.kept[idx]),
+                    group_thousands(kept.items[idx])
+                ),
+                None => "<td>n/a</td>".to_owned(),
+            });
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n<details><summary>What the columns mean</summary><dl class=\"glossary\">");
+    for (name, meaning) in crate::fidelity::TITLES.iter().zip(FIDELITY_MEANINGS) {
+        out.push_str(&format!("<dt>{name}</dt><dd>{}</dd>", escape(meaning)));
+    }
+    out.push_str("</dl></details>\n");
+    out
+}
+
 /// The glossary of the policy table.
 fn glossary(dollars: bool) -> String {
     let mut out =
@@ -653,6 +708,7 @@ pub fn html(report: &ReplayReport) -> Result<String, String> {
     out.push_str("<h2>Every policy, over all sessions</h2>\n");
     out.push_str(&policy_table(&report.totals, report.show_dollars));
     out.push_str(&glossary(report.show_dollars));
+    out.push_str(&fidelity_table(&report.totals));
     if !report.real_summaries.is_empty() {
         out.push_str("<h2>Recorded compactions vs SOBA capsules</h2>\n<p class=\"note\">Each agent's own summary and SOBA's capsule at the same point, judged on their text alone.</p>\n<div class=\"scroll\"><table><thead><tr><th>session</th><th title=\"the entry the compaction was recorded at\">entry</th><th>who</th><th title=\"the summary's size\">tokens</th>");
         for (name, meaning) in PROBE_NAMES.iter().zip(PROBE_MEANINGS) {
@@ -800,6 +856,20 @@ fn chart_figure(trace: &TraceReport) -> Result<String, String> {
 mod tests {
     use super::super::report::Series;
     use super::*;
+
+    #[test]
+    fn the_fidelity_table_explains_each_column() {
+        let mut soba = PolicyStats::new("soba");
+        soba.fidelity.kept = [3, 0, 1, 0, 2];
+        soba.fidelity.items = [4, 0, 1, 0, 8];
+        let table = fidelity_table(&[soba]);
+        assert!(table.contains("<h2>What each policy keeps</h2>"));
+        assert!(table.contains("<td title=\"3 of 4\">0.750</td><td>n/a</td><td title=\"1 of 1\">1.000</td><td>n/a</td><td title=\"2 of 8\">0.250</td>"));
+        for meaning in FIDELITY_MEANINGS {
+            assert!(table.contains(&escape(meaning)), "{meaning}");
+        }
+        assert_eq!(fidelity_table(&[PolicyStats::new("none")]), "");
+    }
 
     #[test]
     fn the_page_holds_a_chart_with_every_policy_markers_and_limits() {

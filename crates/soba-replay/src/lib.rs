@@ -25,7 +25,9 @@
 //!   output, steps, the per-model calibration fit).
 //! - [`policy`]: `none` and the five peers; SOBA's barrier runs
 //!   synchronously on soba-core with deterministic capsules.
-//! - [`cost`]: the cache-prefix model; [`probe`]: the retention probes.
+//! - [`cost`]: the cache-prefix model; [`probe`]: the retention probes;
+//!   [`fidelity`]: what each input keeps at five points, and the
+//!   `--dump-inputs` file.
 //! - [`report`]: figures, the table and JSON; [`group`]: the same per
 //!   session, day and project; [`chart`]: the HTML page.
 //!
@@ -35,6 +37,7 @@
 pub mod chart;
 pub mod cost;
 pub mod discover;
+pub mod fidelity;
 pub mod group;
 pub mod policy;
 pub mod price;
@@ -98,6 +101,9 @@ pub struct ReplayOptions {
     pub registry: ModelRegistry,
     /// The prices dollars are figured at.
     pub prices: price::PriceTable,
+    /// `--dump-inputs FILE`: every policy's input at the five probe
+    /// points of each trace.
+    pub dump_inputs: Option<std::sync::Arc<fidelity::InputDump>>,
 }
 
 impl Default for ReplayOptions {
@@ -114,6 +120,7 @@ impl Default for ReplayOptions {
             counting: Counting::Bpe,
             registry: ModelRegistry::new(),
             prices: price::PriceTable::new(),
+            dump_inputs: None,
         }
     }
 }
@@ -339,6 +346,14 @@ pub fn replay_session(
         (dollars, _) => dollars,
     };
     let mut policies: Vec<PolicyStats> = output.recorders.iter().map(|r| r.stats.clone()).collect();
+    let kept = fidelity::measure(&trace, &index, &output.inputs, policies.len());
+    for (stats, kept) in policies.iter_mut().zip(kept) {
+        stats.fidelity = kept;
+    }
+    if let Some(dump) = &options.dump_inputs {
+        let names: Vec<String> = policies.iter().map(|stats| stats.name.clone()).collect();
+        dump.write_trace(&trace, &index, &names, &output.inputs);
+    }
     for stats in &mut policies {
         stats.dollars =
             price.map(|price| price.replayed(stats.billed_equivalent_tokens, recorded_output));

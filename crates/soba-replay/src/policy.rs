@@ -17,7 +17,7 @@ use soba_core::facts::truncate_middle_tokens;
 use soba_core::tokens::{MESSAGE_OVERHEAD, TokenCount};
 use soba_core::{Block, Entry, EntryBody, EntryId, Message, ResultPart};
 
-use super::probe::{Item, message_text};
+use super::probe::{Item, ItemKind, message_text};
 use super::run::{Ctx, Message0, Recorder, Runner};
 
 /// The policies `soba replay` knows.
@@ -455,7 +455,7 @@ impl PeerRunner {
             );
             let attachment = format!("Called the Read tool for {}:\n{text}", read.path);
             let (text, tokens) = ctx.text_item(&attachment);
-            out.push(Item::text(ctx.fresh_key(), tokens, text, None));
+            out.push(Item::text(ctx.fresh_key(), tokens, text, None).with_kind(ItemKind::File));
             if out.len() == CLAUDE_CODE_FILES {
                 break;
             }
@@ -493,7 +493,10 @@ impl PeerRunner {
                 ctx.counter(),
             );
             let (text, tokens) = ctx.text_item(&cut);
-            kept.push(Item::text(ctx.fresh_key(), tokens, text, Some(source)));
+            kept.push(
+                Item::text(ctx.fresh_key(), tokens, text, Some(source))
+                    .with_kind(ItemKind::Truncated),
+            );
             break;
         }
         kept.reverse();

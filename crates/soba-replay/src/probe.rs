@@ -123,6 +123,8 @@ impl FileSet {
 pub struct TextItem {
     /// The normalised text.
     pub text: String,
+    /// The text as sent, before normalising (`--dump-inputs` writes it).
+    pub raw: String,
     /// Modified files whose path appears in it.
     pub files: FileSet,
 }
@@ -149,6 +151,37 @@ pub struct Item {
     /// The trace entry it renders, verbatim or rewritten; `None` for
     /// summaries and attachments.
     pub source: Option<usize>,
+    /// What it is, for `--dump-inputs`.
+    pub kind: ItemKind,
+}
+
+/// What one input message is, as `--dump-inputs` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// A trace entry sent as recorded.
+    Entry,
+    /// A summary or capsule standing for earlier messages.
+    Capsule,
+    /// A message whose content the policy replaced by a short note (a
+    /// stubbed, swept or pruned tool result).
+    Stub,
+    /// A message the policy cut to fit (head and end kept, or capped).
+    Truncated,
+    /// A file's content re-attached after a compaction.
+    File,
+}
+
+impl ItemKind {
+    /// Returns the `kind` written for a rewritten item.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Entry => "message",
+            ItemKind::Capsule => "capsule",
+            ItemKind::Stub => "stub",
+            ItemKind::Truncated => "truncated",
+            ItemKind::File => "file",
+        }
+    }
 }
 
 impl Item {
@@ -159,17 +192,30 @@ impl Item {
             tokens,
             content: ItemContent::Entry(idx),
             source: Some(idx),
+            kind: ItemKind::Entry,
         }
     }
 
-    /// Returns an item holding other text.
+    /// Returns an item holding other text: a capsule when it renders no
+    /// entry, else a stub (see [`Item::with_kind`]).
     pub fn text(key: u64, tokens: u64, text: Arc<TextItem>, source: Option<usize>) -> Item {
         Item {
             key,
             tokens,
             content: ItemContent::Text(text),
             source,
+            kind: if source.is_some() {
+                ItemKind::Stub
+            } else {
+                ItemKind::Capsule
+            },
         }
+    }
+
+    /// Returns the item named as another kind.
+    pub fn with_kind(mut self, kind: ItemKind) -> Item {
+        self.kind = kind;
+        self
     }
 
     /// Returns whether it is a trace entry sent verbatim.
@@ -542,7 +588,11 @@ impl ProbeIndex {
                 }
             }
         }
-        TextItem { text, files }
+        TextItem {
+            text,
+            raw: raw.to_owned(),
+            files,
+        }
     }
 
     /// Returns an entry's normalised text.

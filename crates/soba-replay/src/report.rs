@@ -7,6 +7,7 @@ use soba_core::tokens::group_thousands;
 use soba_provider::registry::canonical_name;
 
 use super::cost::CacheMode;
+use super::fidelity::{self, FidelityCounts};
 use super::probe::{PROBE_NAMES, ProbeScores};
 use super::trace::ModelCalibration;
 
@@ -60,6 +61,8 @@ pub struct PolicyStats {
     pub probe_sums: [f64; 5],
     /// Per probe: how many graded requests it applied to.
     pub probe_counts: [u64; 5],
+    /// What the input kept of the history at the five probe points.
+    pub fidelity: FidelityCounts,
 }
 
 impl PolicyStats {
@@ -126,6 +129,7 @@ impl PolicyStats {
             self.probe_sums[idx] += other.probe_sums[idx];
             self.probe_counts[idx] += other.probe_counts[idx];
         }
+        self.fidelity.merge(&other.fidelity);
     }
 
     /// Returns the mean request size.
@@ -180,6 +184,7 @@ impl PolicyStats {
             },
             "summarizerBilledTokens": self.summarizer_billed.round() as u64,
             "probes": probes,
+            "fidelity": self.fidelity.to_json(),
         })
     }
 }
@@ -507,6 +512,7 @@ impl ReplayReport {
         } else {
             out.push_str(&policy_table(&self.totals));
         }
+        out.push_str(&fidelity_lines(&self.totals));
         out
     }
 
@@ -654,6 +660,43 @@ pub fn policy_table(policies: &[PolicyStats]) -> String {
     align(&policy_rows(policies))
 }
 
+/// Returns the fidelity table under the cost table: per policy, the share
+/// of each category of the history its input kept at the last request of
+/// each fifth of every trace, with items kept over items (empty when no
+/// policy had any item).
+pub fn fidelity_lines(policies: &[PolicyStats]) -> String {
+    if policies
+        .iter()
+        .all(|stats| stats.fidelity.items.iter().all(|&n| n == 0))
+    {
+        return String::new();
+    }
+    let mut rows: Vec<Vec<String>> = vec![
+        std::iter::once("policy")
+            .chain(fidelity::TITLES)
+            .map(str::to_owned)
+            .collect(),
+    ];
+    for stats in policies {
+        let mut row = vec![stats.name.clone()];
+        for idx in 0..5 {
+            row.push(match stats.fidelity.share(idx) {
+                Some(share) => format!(
+                    "{share:.3} ({}/{})",
+                    group_thousands(stats.fidelity.kept[idx]),
+                    group_thousands(stats.fidelity.items[idx])
+                ),
+                None => "n/a".to_owned(),
+            });
+        }
+        rows.push(row);
+    }
+    format!(
+        "\nkept in the model input at 20/40/60/80/100 % of each trace (share, items kept/items):\n{}",
+        align(&rows)
+    )
+}
+
 /// The header and one row per policy.
 fn policy_rows(policies: &[PolicyStats]) -> Vec<Vec<String>> {
     let header = [
@@ -741,6 +784,27 @@ mod tests {
         assert_eq!(a.recall_min, Some(0.5));
         assert_eq!(a.probe_mean(0), Some(0.5));
         assert_eq!(a.probe_mean(2), None);
+    }
+
+    #[test]
+    fn the_fidelity_table_shows_shares_with_counts_and_n_a() {
+        let mut soba = PolicyStats::new("soba");
+        soba.fidelity = FidelityCounts {
+            kept: [787, 1, 3, 0, 1_524],
+            items: [1_000, 2, 3, 0, 2_000],
+        };
+        let mut other = PolicyStats::new("none");
+        other.fidelity.merge(&soba.fidelity);
+        other.fidelity.merge(&soba.fidelity);
+        assert_eq!(
+            fidelity_lines(&[soba, other]),
+            "\nkept in the model input at 20/40/60/80/100 % of each trace (share, items kept/items):\n\
+             policy                files       errors  constraints  plan         results 6-20\n\
+             soba      0.787 (787/1,000)  0.500 (1/2)  1.000 (3/3)   n/a  0.762 (1,524/2,000)\n\
+             none    0.787 (1,574/2,000)  0.500 (2/4)  1.000 (6/6)   n/a  0.762 (3,048/4,000)\n"
+        );
+        // No item anywhere (a report of skipped traces): no table.
+        assert_eq!(fidelity_lines(&[PolicyStats::new("none")]), "");
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub(crate) struct Ctx<'a> {
     pub expired: Vec<bool>,
     /// Per step: milliseconds since the previous recorded request.
     pub idle_ms: Vec<Option<u64>>,
+    /// The requests whose inputs every policy keeps a copy of, for the
+    /// fidelity measure and `--dump-inputs` (the last of each fifth).
+    pub probe_points: Vec<usize>,
     summarizer_counts: RefCell<HashMap<u64, u64>>,
     next_key: Cell<u64>,
 }
@@ -152,6 +155,7 @@ impl<'a> Ctx<'a> {
             reads,
             expired,
             idle_ms,
+            probe_points: super::fidelity::probe_points(trace.steps.len()),
             summarizer_counts: RefCell::new(HashMap::new()),
             next_key: Cell::new(0),
         }
@@ -408,6 +412,9 @@ pub(crate) trait Runner {
 pub(crate) struct RunOutput {
     pub recorders: Vec<Recorder>,
     pub soba_limits: Option<(u64, u64)>,
+    /// At each of [`Ctx::probe_points`]: the step and every runner's input
+    /// after message 0 as sent.
+    pub inputs: Vec<(usize, Vec<Vec<Item>>)>,
 }
 
 /// Replays every step of a trace through every runner.
@@ -421,6 +428,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, runners: &mut [Box<dyn Runner + '_>]) -> RunOut
     let mut reference: Vec<u64> = Vec::new();
     let mut grading = false;
     let mut appended = 0usize;
+    let mut inputs_at = Vec::with_capacity(ctx.probe_points.len());
     let append = |idx: usize,
                   runners: &mut [Box<dyn Runner + '_>],
                   message0: &mut Message0,
@@ -465,6 +473,14 @@ pub(crate) fn run(ctx: &Ctx<'_>, runners: &mut [Box<dyn Runner + '_>]) -> RunOut
                         .all(|(item, key)| item.key == *key)
             })
             .collect();
+        // A point may repeat on a trace of fewer than five requests.
+        for _ in ctx.probe_points.iter().filter(|&&at| at == step_idx) {
+            let inputs = runners
+                .iter()
+                .map(|runner| runner.items().to_vec())
+                .collect();
+            inputs_at.push((step_idx, inputs));
+        }
         grading = grading || same.iter().any(|same| !same);
         if grading {
             for (runner, same) in runners.iter_mut().zip(same) {
@@ -484,6 +500,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, runners: &mut [Box<dyn Runner + '_>]) -> RunOut
             .map(|runner| std::mem::take(runner.recorder()))
             .collect(),
         soba_limits,
+        inputs: inputs_at,
     }
 }
 

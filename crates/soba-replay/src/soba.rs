@@ -22,7 +22,7 @@ use soba_core::render::{self, CapsuleView};
 use soba_core::trigger::TurnState;
 use soba_core::{Capsule, Entry, EntryBody, EntryId, IdKind, TokenCount};
 
-use super::probe::{Item, TextItem, message_text};
+use super::probe::{Item, ItemKind, TextItem, message_text};
 use super::run::{Ctx, Message0, Recorder, Runner, TEXT_KEY};
 
 /// Keys of rewritten messages (stubbed, capped, cut or synthetic).
@@ -252,7 +252,14 @@ impl SobaRunner {
                             Arc::new(ctx.index.text_item(&message_text(message.message)))
                         })
                         .clone();
-                    items.push(Item::text(key, tokens, text, source));
+                    let kind = match message.origin {
+                        InputOrigin::CapsuleFile => ItemKind::File,
+                        _ if !rewrites.stubbed && (rewrites.capped || rewrites.truncated) => {
+                            ItemKind::Truncated
+                        }
+                        _ => ItemKind::Stub,
+                    };
+                    items.push(Item::text(key, tokens, text, source).with_kind(kind));
                 }
             }
         }

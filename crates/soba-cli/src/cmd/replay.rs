@@ -45,6 +45,13 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
         }
     };
 
+    if let Some(dump) = &options.dump_inputs {
+        dump.finish()
+            .map_err(|err| CliError::user(replay::error_text(&err)).hint("check that its folder exists and is writable and that the disk has room, or pass another --dump-inputs FILE"))?;
+        if let Some(path) = &args.dump_inputs {
+            crate::output::errln!("wrote {}", crate::output::path(path));
+        }
+    }
     report.show_dollars = args.cost != "tokens";
     report.zone = Some(filter.zone.clone().unwrap_or_else(local_zone));
     if let Some(html_path) = &args.html {
@@ -473,6 +480,22 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
             "--window and --max-output must be positive numbers of tokens",
         ));
     }
+    let dump_inputs = match &args.dump_inputs {
+        Some(path) => {
+            // Never written through a link, as --html.
+            if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
+                return Err(CliError::user(format!(
+                    "--dump-inputs {}: the path is a symbolic link",
+                    crate::output::path(path)
+                ))
+                .hint("pass the path of a regular file"));
+            }
+            let dump = replay::fidelity::InputDump::create(path)
+                .map_err(|err| CliError::user(replay::error_text(&err)).hint("check that its folder exists and is writable and that the disk has room, or pass another --dump-inputs FILE"))?;
+            Some(std::sync::Arc::new(dump))
+        }
+        None => None,
+    };
     Ok(ReplayOptions {
         policies,
         window: args.window,
@@ -485,6 +508,7 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
         counting: replay::Counting::Bpe,
         registry: ctx.config().registry(),
         prices: price_table(ctx.config())?,
+        dump_inputs,
     })
 }
 

@@ -403,6 +403,117 @@ fn peer_trigger_adds_peer_variants() {
     assert_eq!(names, ["soba", "goose", "goose@40000"]);
 }
 
+/// `--dump-inputs`: one line per policy at the last request of each
+/// fifth of the trace, with every item's role, kind, origin and text.
+#[test]
+fn dump_inputs_writes_every_policys_input_at_five_points() {
+    let sandbox = crate::support::Sandbox::new();
+    let trace = sandbox.ws.join("session.jsonl");
+    soba_store::fixtures::write_claude_code_session(&trace, 100_000).unwrap();
+    let dump = sandbox.ws.join("inputs.jsonl");
+    let output = soba(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--peer-trigger",
+        "20000",
+        "--json",
+        "--dump-inputs",
+        dump.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("wrote "), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let n = json["traces"][0]["requests"].as_u64().unwrap();
+    assert!(n >= 5, "{n}");
+    let names: Vec<&str> = json["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 12);
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), names.len() * 5);
+    let points: Vec<u64> = (1..=5).map(|k| (k * n).div_ceil(5) - 1).collect();
+    for (idx, line) in lines.iter().enumerate() {
+        assert_eq!(line["trace"].as_str(), Some(trace.to_str().unwrap()));
+        assert_eq!(line["requests"].as_u64(), Some(n));
+        assert_eq!(line["request"].as_u64(), Some(points[idx / names.len()]));
+        assert_eq!(line["policy"].as_str(), Some(names[idx % names.len()]));
+        for item in line["items"].as_array().unwrap() {
+            let role = item["role"].as_str().unwrap();
+            assert!(
+                ["system", "user", "assistant", "tool"].contains(&role),
+                "{item}"
+            );
+            assert!(item["kind"].is_string(), "{item}");
+            assert!(item["text"].is_string(), "{item}");
+            let real_user = item["realUser"].as_bool().unwrap();
+            // Only typed text is the user's: never a tool result or capsule.
+            if real_user {
+                assert_eq!(role, "user", "{item}");
+                assert!(["message", "truncated"].contains(&item["kind"].as_str().unwrap()));
+            }
+        }
+    }
+    // `none` at the last point holds every result and the typed task.
+    let last_none = &lines[4 * names.len()];
+    assert_eq!(last_none["policy"], "none");
+    let items = last_none["items"].as_array().unwrap();
+    assert!(items.iter().any(|item| item["realUser"] == true));
+    assert!(
+        items
+            .iter()
+            .any(|item| item["kind"] == "tool_result" && item["role"] == "tool")
+    );
+    assert!(
+        items
+            .iter()
+            .any(|item| item["kind"] == "tool_call" && item["role"] == "assistant")
+    );
+    // The JSON report carries the fidelity of every policy, with counts.
+    let fidelity = &json["policies"][0]["fidelity"];
+    for key in [
+        "filesTouched",
+        "openErrors",
+        "constraints",
+        "openPlanItems",
+        "olderResults",
+    ] {
+        assert!(fidelity[key]["items"].is_u64(), "{key}: {fidelity}");
+        assert!(fidelity[key]["kept"].is_u64(), "{key}: {fidelity}");
+    }
+    assert!(
+        fidelity["olderResults"]["items"].as_u64().unwrap() > 0,
+        "{fidelity}"
+    );
+    assert_eq!(fidelity["olderResults"]["share"], 1.0);
+
+    // A file that cannot be written is an error naming it and what to do.
+    let nowhere = sandbox.ws.join("no/such/folder/inputs.jsonl");
+    let output = soba(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--dump-inputs",
+        nowhere.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot write the model inputs to {}",
+            nowhere.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--dump-inputs FILE"), "{stderr}");
+}
+
 #[test]
 fn bad_options_are_usage_errors() {
     let output = soba(&["replay", "nowhere.jsonl", "--policy", "gemini"]);
