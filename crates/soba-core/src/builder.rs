@@ -29,6 +29,8 @@ use crate::tokens::{TokenCount, TokenCounter};
 pub const ORIGINAL_TASK_TOKENS: TokenCount = TokenCount::new(1_000);
 /// Files read listed by name, newest first.
 pub const FILES_READ_SHOWN: usize = 50;
+/// Files read that the bound never trims: the newest this many.
+pub const FILES_READ_KEPT: usize = 20;
 /// Verification commands listed, newest first.
 pub const VERIFICATION_SHOWN: usize = 20;
 /// Unresolved errors listed, newest first.
@@ -640,17 +642,19 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
     let bound = content.bound;
     let mut tokens = measure(&content, counter);
 
-    // 1. Files read, oldest first; they join "and N more".
-    if tokens > bound && !content.local.files_read.is_empty() {
+    // 1. Files read, oldest first, down to the newest FILES_READ_KEPT;
+    // they join "and N more". A name costs a few tokens and tells the next
+    // reader what to read again: the newest are never traded for bound.
+    if tokens > bound && content.local.files_read.len() > FILES_READ_KEPT {
         let all = content.local.files_read.clone();
         let more = content.local.files_read_more;
-        let costs: Vec<TokenCount> = all
+        let costs: Vec<TokenCount> = all[FILES_READ_KEPT..]
             .iter()
             .map(|path| counter.count_text(&format!("- {}\n", code_span(path))).n)
             .collect();
         let apply = |content: &mut CapsuleContent, keep: usize| {
-            content.local.files_read = all[..keep].to_vec();
-            content.local.files_read_more = more + (all.len() - keep) as u64;
+            content.local.files_read = all[..FILES_READ_KEPT + keep].to_vec();
+            content.local.files_read_more = more + (all.len() - FILES_READ_KEPT - keep) as u64;
         };
         tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }

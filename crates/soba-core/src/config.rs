@@ -239,8 +239,10 @@ impl Default for SummarizerConfig {
     }
 }
 
-/// `compaction.keepRecentResults` by default.
-pub const DEFAULT_KEEP_RECENT_RESULTS: usize = 5;
+/// `compaction.keepRecentResults` by default: 25, tuned on half of the
+/// shared traces so that SOBA keeps as many tool results 6–20 back as the
+/// cheapest peer (ARCHITECTURE.md, "The capsule's working state").
+pub const DEFAULT_KEEP_RECENT_RESULTS: usize = 25;
 
 /// Every `compaction.*` key of SPEC §14.3; [`Default`] gives the spec's
 /// defaults.
@@ -263,7 +265,7 @@ pub struct CompactionConfig {
     pub min_savings_ratio: Ratio,
     /// `keepRecentTokens` (20,000; alias `retentionBudgetTokens`).
     pub keep_recent_tokens: TokenCount,
-    /// `keepRecentResults` (5): the retention walk stops before
+    /// `keepRecentResults` (25): the retention walk stops before
     /// keepRecentTokens once the tail holds this many tool results; 0 keeps
     /// by tokens alone.
     pub keep_recent_results: usize,

@@ -421,7 +421,11 @@ mod tests {
         }
         script.answer("done");
         let trace = script.trace(100_000, 10_000);
-        let mut all = vec![("minHygieneTokens", json!(1_000_000))];
+        // A tail of five results: the rule's pay-off shows on a short tail.
+        let mut all = vec![
+            ("minHygieneTokens", json!(1_000_000)),
+            ("keepRecentResults", json!(5)),
+        ];
         all.extend(sets.iter().cloned());
         with_run(&trace, &soba(), &config(&all), |_, _, out| {
             let recorder = &out.recorders[0];

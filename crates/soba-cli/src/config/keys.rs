@@ -399,7 +399,7 @@ pub const KEYS: &[KeySpec] = &[
     key(
         "compaction.keepRecentResults",
         TOKENS,
-        "5",
+        "25",
         true,
         "The verbatim tail may stop before keepRecentTokens once it holds this many tool results (0: by tokens alone).",
     ),

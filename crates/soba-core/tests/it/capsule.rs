@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, HashSet};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use soba_core::builder::{
-    self, BuildOptions, CapsuleFrame, EARLIER_NARRATIVE_OMITTED, build_deterministic,
-    build_with_narrative, capsule_bound,
+    self, BuildOptions, CapsuleFrame, EARLIER_NARRATIVE_OMITTED, FILES_READ_KEPT,
+    build_deterministic, build_with_narrative, capsule_bound,
 };
 use soba_core::capsule::{Capsule, LocalSections, NARRATIVE_HEADINGS, Narrative, Quality, Trigger};
 use soba_core::entry::{
@@ -1571,8 +1571,9 @@ fn trim_levels() -> [u64; 4] {
     );
     let mut level = full.clone();
     let t0 = full.tokens.get();
-    level.local.files_read.clear();
-    level.local.files_read_more = 50;
+    // The newest FILES_READ_KEPT names are never trimmed.
+    level.local.files_read.truncate(FILES_READ_KEPT);
+    level.local.files_read_more = 50 - FILES_READ_KEPT as u64;
     let t1 = tokens(&capsule_input(&level.view()));
     level.earlier_narrative = Some(EARLIER_NARRATIVE_OMITTED.to_owned());
     let t2 = tokens(&capsule_input(&level.view()));
@@ -1607,7 +1608,7 @@ fn the_bound_trims_files_read_first() {
     let [t0, ..] = trim_levels();
     let content = crowded_with_bound(t0 - 100);
     let kept = content.local.files_read.len();
-    assert!(kept > 0 && kept < 50, "{kept}");
+    assert!(kept > FILES_READ_KEPT && kept < 50, "{kept}");
     assert_eq!(content.local.files_read_more, 50 - kept as u64);
     assert_eq!(
         content.local.files_read[0], "src/00/rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr.rs",
@@ -1634,13 +1635,9 @@ fn the_bound_trims_files_read_first() {
 fn the_bound_trims_the_earlier_narrative_second() {
     let [_, t1, ..] = trim_levels();
     let content = crowded_with_bound(t1 - 300);
-    assert!(content.local.files_read.is_empty());
-    assert_eq!(content.local.files_read_more, 50);
-    assert!(
-        content
-            .markdown
-            .contains("## Files read\n- … and 50 more\n")
-    );
+    assert_eq!(content.local.files_read.len(), FILES_READ_KEPT);
+    assert_eq!(content.local.files_read_more, 30);
+    assert!(content.markdown.contains("- … and 30 more\n"));
     let earlier = content.earlier_narrative.as_deref().unwrap_or_default();
     let n = tokens(earlier);
     assert!(
@@ -1655,7 +1652,7 @@ fn the_bound_trims_the_earlier_narrative_second() {
 fn the_bound_trims_checkpoints_third() {
     let [_, _, t2, _] = trim_levels();
     let content = crowded_with_bound(t2 - 100);
-    assert!(content.local.files_read.is_empty());
+    assert_eq!(content.local.files_read.len(), FILES_READ_KEPT);
     assert_eq!(
         content.earlier_narrative.as_deref(),
         Some(EARLIER_NARRATIVE_OMITTED)
@@ -1673,7 +1670,8 @@ fn the_bound_trims_checkpoints_third() {
 fn the_bound_trims_verification_last() {
     let [_, _, _, t3] = trim_levels();
     let content = crowded_with_bound(t3 - 50);
-    assert!(content.local.files_read.is_empty() && content.local.checkpoints.is_empty());
+    assert_eq!(content.local.files_read.len(), FILES_READ_KEPT);
+    assert!(content.local.checkpoints.is_empty());
     let kept = content.local.verification.len();
     assert!(kept > 0 && kept < 20, "{kept}");
     assert_eq!(
@@ -1701,11 +1699,8 @@ fn the_bound_yields_to_files_modified() {
     assert_eq!(content.bound, TokenCount::new(8_000));
     assert!(content.tokens > content.bound);
     assert_eq!(content.local.files_modified.len(), 2_000);
-    assert!(
-        content.local.files_read.is_empty()
-            && content.local.checkpoints.is_empty()
-            && content.local.verification.is_empty()
-    );
+    assert_eq!(content.local.files_read.len(), FILES_READ_KEPT);
+    assert!(content.local.checkpoints.is_empty() && content.local.verification.is_empty());
     assert_eq!(
         content.earlier_narrative.as_deref(),
         Some(EARLIER_NARRATIVE_OMITTED)

@@ -534,7 +534,11 @@ fn automatic_compactions_keep_the_newest_results_not_the_whole_tail() {
     // Eight batches of one 1,004-token result: keepRecentResults 5 stops
     // the walk after the newest five, under keepRecent 20,000; `/compact`
     // keeps the whole tail.
-    let budget = budget(200_000, 32_000, &CompactionConfig::default());
+    let config = CompactionConfig {
+        keep_recent_results: 5,
+        ..CompactionConfig::default()
+    };
+    let budget = budget(200_000, 32_000, &config);
     let mut session = Session::default();
     session.user("go");
     for n in 0..8 {

@@ -58,6 +58,11 @@ fn config() -> CompactionConfig {
     config
         .set_key("maxToolResultTokens", &serde_json::json!(1_000_000))
         .expect("a valid key");
+    // A short tail, so the session reaches every trigger it was written
+    // for (the default of 25 results keeps it under autoLimit).
+    config
+        .set_key("keepRecentResults", &serde_json::json!(5))
+        .expect("a valid key");
     config
 }
 
