@@ -1542,6 +1542,63 @@ fn claude_code_parallel_results_on_sibling_branches_all_pair() {
     assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
 }
 
+/// A request Claude Code retried after an API error (seen in Claude Code
+/// 2.1.121 desktop): the retried response (a2, its call, its result and
+/// the closing text a3) hangs from the attachment t1 the failed request
+/// followed, but the `system` `api_error` notice for the failure, also a
+/// child of t1, reaches the file only after a3, and the lines written next
+/// hang from the notice. The next request carried a2…a3 all the same.
+const CLAUDE_LATE_RETRY_NOTICE: &[&str] = &[
+    r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"R","timestamp":"2026-05-05T07:00:00Z","message":{"role":"user","content":"fix the chat panel"}}"#,
+    r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"R","timestamp":"2026-05-05T07:00:01Z","message":{"id":"msg_1","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"a"}}],"usage":{"input_tokens":3,"output_tokens":20,"cache_read_input_tokens":100,"cache_creation_input_tokens":0}}}"#,
+    r#"{"type":"user","uuid":"r1","parentUuid":"a1","sessionId":"R","timestamp":"2026-05-05T07:00:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"A"}]}}"#,
+    r#"{"type":"attachment","uuid":"t1","parentUuid":"r1","sessionId":"R","timestamp":"2026-05-05T07:00:02Z","attachment":{"type":"todo_reminder","content":[]}}"#,
+    r#"{"type":"assistant","uuid":"a2","parentUuid":"t1","sessionId":"R","timestamp":"2026-05-05T07:00:09Z","message":{"id":"msg_2","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"Bash","input":{"command":"tsc"}}],"usage":{"input_tokens":3,"output_tokens":20,"cache_read_input_tokens":120,"cache_creation_input_tokens":0}}}"#,
+    r#"{"type":"user","uuid":"r2","parentUuid":"a2","sessionId":"R","timestamp":"2026-05-05T07:00:10Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"no errors"}]}}"#,
+    r#"{"type":"assistant","uuid":"a3","parentUuid":"r2","sessionId":"R","timestamp":"2026-05-05T07:00:11Z","message":{"id":"msg_3","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"text","text":"No type errors."}],"usage":{"input_tokens":3,"output_tokens":5,"cache_read_input_tokens":140,"cache_creation_input_tokens":0}}}"#,
+    r#"{"type":"system","subtype":"api_error","uuid":"e1","parentUuid":"t1","sessionId":"R","timestamp":"2026-05-05T07:00:03Z","level":"error","retryAttempt":1,"maxRetries":10,"error":{"status":401}}"#,
+    r#"{"type":"system","subtype":"stop_hook_summary","uuid":"h1","parentUuid":"e1","sessionId":"R","timestamp":"2026-05-05T07:00:12Z"}"#,
+    r#"{"type":"user","uuid":"u2","parentUuid":"h1","sessionId":"R","timestamp":"2026-05-05T09:00:00Z","message":{"role":"user","content":"now the video tile"}}"#,
+    r#"{"type":"assistant","uuid":"a4","parentUuid":"u2","sessionId":"R","timestamp":"2026-05-05T09:00:01Z","message":{"id":"msg_4","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":3,"output_tokens":2,"cache_read_input_tokens":160,"cache_creation_input_tokens":0}}}"#,
+];
+
+#[test]
+fn a_retry_notice_written_late_keeps_the_retried_response_on_the_branch() {
+    let s = import_text(
+        &(CLAUDE_LATE_RETRY_NOTICE.join("\n") + "\n"),
+        Format::ClaudeCode,
+    );
+    assert_eq!(s.stats.tool_calls, 2);
+    assert_eq!(s.stats.tool_results, 2);
+    assert_eq!(s.stats.unpaired_tool_calls, 0);
+    assert_eq!(s.inferences.len(), 4);
+    let texts: Vec<String> = messages(&s)
+        .filter(|m| m.tool_uses().count() == 0 && m.tool_results().next().is_none())
+        .map(|m| m.text())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "fix the chat panel",
+            "No type errors.",
+            "now the video tile",
+            "Done."
+        ]
+    );
+    let diagnostics = &s.stats.diagnostics;
+    assert!(
+        diagnostics.contains(&"line 8: a retry notice (system api_error) names line 4 as its parent but was written after line 7, which the conversation had reached; it is attached to line 7 so the retried response stays on the branch".to_owned()),
+        "{diagnostics:?}"
+    );
+    assert!(
+        !diagnostics
+            .iter()
+            .any(|d| d.contains("off the current branch")),
+        "{diagnostics:?}"
+    );
+    assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+}
+
 #[test]
 fn the_show_check_names_a_call_the_conversation_went_on_without() {
     // Without r1 and r3 the next response follows two open calls.
