@@ -1757,6 +1757,145 @@ fn a_codex_compaction_resumes_with_the_history_codex_kept() {
     assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
 }
 
+/// A Codex rollout whose second turn the user interrupted and rolled back
+/// (`thread_rolled_back`, as Codex 0.142 writes it after Esc and an edit
+/// of the last prompt): Codex rebuilds the thread without that turn and
+/// without the context updates it started with, so the third turn's
+/// requests carry turn 1 and turn 3 only.
+fn codex_rolled_back() -> String {
+    let item = |ts: u32, payload: &str| {
+        format!(
+            r#"{{"timestamp":"2026-07-02T09:56:{ts:02}Z","type":"response_item","payload":{payload}}}"#
+        )
+    };
+    let event = |ts: u32, payload: &str| {
+        format!(
+            r#"{{"timestamp":"2026-07-02T09:56:{ts:02}Z","type":"event_msg","payload":{payload}}}"#
+        )
+    };
+    let msg = |role: &str, kind: &str, text: &str| {
+        format!(
+            r#"{{"type":"message","role":"{role}","content":[{{"type":"{kind}","text":"{text}"}}]}}"#
+        )
+    };
+    let tokens = |total: u32, last: u32| {
+        format!(
+            r#"{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":{total},"cached_input_tokens":0,"output_tokens":10,"total_tokens":0}},"last_token_usage":{{"input_tokens":{last},"cached_input_tokens":0,"output_tokens":10,"total_tokens":0}},"model_context_window":258400}}}}"#
+        )
+    };
+    let call = |id: &str| {
+        format!(
+            r#"{{"type":"function_call","name":"shell","arguments":"{{\"command\":[\"ls\"]}}","call_id":"{id}"}}"#
+        )
+    };
+    let output = |id: &str| {
+        format!(
+            r#"{{"type":"function_call_output","call_id":"{id}","output":"Exit code: 0\nOutput:\nsrc"}}"#
+        )
+    };
+    let turn = |ts: u32| {
+        [
+            event(
+                ts,
+                r#"{"type":"task_started","model_context_window":258400}"#,
+            ),
+            item(
+                ts,
+                &msg(
+                    "developer",
+                    "input_text",
+                    "<permissions instructions> workspace-write",
+                ),
+            ),
+            item(
+                ts,
+                &msg(
+                    "user",
+                    "input_text",
+                    "<environment_context> <cwd>/w</cwd> </environment_context>",
+                ),
+            ),
+            format!(
+                r#"{{"timestamp":"2026-07-02T09:56:{ts:02}Z","type":"turn_context","payload":{{"cwd":"/w","model":"gpt-5.5"}}}}"#
+            ),
+        ]
+    };
+    let mut lines = vec![
+        r#"{"timestamp":"2026-07-02T09:56:00Z","type":"session_meta","payload":{"id":"rb","cwd":"/w","cli_version":"0.142.5","model_provider":"openai"}}"#.to_owned(),
+    ];
+    lines.extend(turn(1));
+    lines.extend([
+        item(2, &msg("user", "input_text", "first ask")),
+        item(3, &call("c1")),
+        item(4, &output("c1")),
+        event(4, &tokens(1000, 1000)),
+        item(5, &msg("assistant", "output_text", "first done")),
+        event(5, &tokens(2100, 1100)),
+    ]);
+    lines.extend(turn(10));
+    lines.extend([
+        item(11, &msg("user", "input_text", "second ask")),
+        item(12, &call("c2")),
+        item(13, &output("c2")),
+        event(13, &tokens(3500, 1400)),
+        item(
+            14,
+            &msg(
+                "user",
+                "input_text",
+                "<turn_aborted> The user interrupted the previous turn on purpose.",
+            ),
+        ),
+        event(14, r#"{"type":"turn_aborted","reason":"interrupted"}"#),
+        event(15, r#"{"type":"thread_rolled_back","num_turns":1}"#),
+    ]);
+    lines.extend(turn(20));
+    lines.extend([
+        item(21, &msg("user", "input_text", "third ask")),
+        item(22, &msg("assistant", "output_text", "third done")),
+        event(22, &tokens(4700, 1200)),
+    ]);
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn a_codex_rollback_leaves_the_rolled_back_turn_out_of_the_history() {
+    let s = import_text(&codex_rolled_back(), Format::CodexRollout);
+    let said: Vec<(Role, String)> = messages(&s)
+        .filter(|m| m.tool_results().next().is_none())
+        .map(|m| (m.role, m.text()))
+        .collect();
+    let system = |text: &str| (Role::System, text.to_owned());
+    let user = |text: &str| (Role::User, text.to_owned());
+    let assistant = |text: &str| (Role::Assistant, text.to_owned());
+    assert_eq!(
+        said,
+        [
+            system("<permissions instructions> workspace-write"),
+            user("<environment_context> <cwd>/w</cwd> </environment_context>"),
+            user("first ask"),
+            assistant(""),
+            assistant("first done"),
+            system("<permissions instructions> workspace-write"),
+            user("<environment_context> <cwd>/w</cwd> </environment_context>"),
+            user("third ask"),
+            assistant("third done"),
+        ]
+    );
+    assert_eq!(s.stats.tool_calls, 1);
+    assert_eq!(s.stats.tool_results, 1);
+    assert_eq!(s.inferences.len(), 3);
+    assert_eq!(
+        s.stats.diagnostics,
+        [
+            "line 22: thread_rolled_back drops the last 1 turn(s): the 6 items of lines 13–20 are not in the history Codex sent next, so they are left out"
+        ]
+    );
+    // The recorded total is Codex's own, the rolled-back request included.
+    assert_eq!(s.stats.usage.input, 4700);
+    assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+}
+
 #[cfg_attr(
     not(shared_traces),
     ignore = "needs ../shared/traces beside the repository"
