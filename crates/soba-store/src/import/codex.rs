@@ -465,6 +465,8 @@ pub(crate) fn import_rollout(
     let mut seen_meta = false;
     // The inference waiting for its token_count, and the last total seen.
     let mut awaiting: Option<usize> = None;
+    // The line that opened it.
+    let mut awaiting_line = 0usize;
     let mut last_total: Option<Value> = None;
     let mut infos: Vec<Map<String, Value>> = Vec::new();
     let mut n_token_events = 0usize;
@@ -518,6 +520,7 @@ pub(crate) fn import_rollout(
                                 run.add(content_blocks(content), timestamp, model, &mut b)
                             {
                                 awaiting = Some(opened);
+                                awaiting_line = line_no;
                             }
                             return;
                         }
@@ -548,6 +551,7 @@ pub(crate) fn import_rollout(
                             .collect();
                         if let Some(opened) = run.add(blocks, timestamp, model, &mut b) {
                             awaiting = Some(opened);
+                            awaiting_line = line_no;
                         }
                     }
                     "function_call" | "custom_tool_call" | "local_shell_call" => {
@@ -586,6 +590,7 @@ pub(crate) fn import_rollout(
                             run.add(vec![Block::ToolUse(call)], timestamp, model, &mut b)
                         {
                             awaiting = Some(opened);
+                            awaiting_line = line_no;
                         }
                     }
                     "function_call_output"
@@ -653,6 +658,12 @@ pub(crate) fn import_rollout(
         }
     });
 
+    // (A rollout with no token_count at all records no usage anywhere.)
+    if awaiting.is_some() && n_token_events > 0 {
+        b.diag(format!(
+            "line {awaiting_line}: the last response got no new token_count (none before the file ends, or a repeat of the previous total: a turn cut short or interrupted); it carries no usage"
+        ));
+    }
     apply_cumulative(infos.iter(), n_token_events, &mut b);
     Ok(vec![b.finish()])
 }

@@ -1896,6 +1896,26 @@ fn a_codex_rollback_leaves_the_rolled_back_turn_out_of_the_history() {
     assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
 }
 
+#[test]
+fn a_codex_response_the_file_ends_after_is_named_as_carrying_no_usage() {
+    // Rollouts committed mid-turn (Codex 0.125–0.144) end with a response
+    // whose token_count was never written.
+    let text = codex_rolled_back()
+        + r#"{"timestamp":"2026-07-02T09:56:30Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"fourth ask"}]}}"#
+        + "\n"
+        + r#"{"timestamp":"2026-07-02T09:56:31Z","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"one more thing"}]}}"#
+        + "\n";
+    let s = import_text(&text, Format::CodexRollout);
+    assert_eq!(s.inferences.len(), 4);
+    assert_eq!(s.inferences[3].usage, None);
+    assert_eq!(
+        s.stats.diagnostics[1..],
+        [
+            "line 31: the last response got no new token_count (none before the file ends, or a repeat of the previous total: a turn cut short or interrupted); it carries no usage"
+        ]
+    );
+}
+
 #[cfg_attr(
     not(shared_traces),
     ignore = "needs ../shared/traces beside the repository"
