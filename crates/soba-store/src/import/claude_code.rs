@@ -25,7 +25,9 @@ use super::builder::{
 use super::lines::Lines;
 use super::scan::{Top, TopLevel};
 use super::swe_agent::openai_tool_call;
-use super::tree::{Join, Node, TreeKeys, attached, branch, parsed_node, raw_flag, raw_node};
+use super::tree::{
+    Join, Node, Parent, TreeKeys, attached, branch, parsed_node, raw_flag, raw_node,
+};
 use super::{Format, ImportedSession};
 
 /// The prefix of the export's compaction marker.
@@ -385,6 +387,7 @@ const CLAUDE_TREE: TreeKeys = TreeKeys {
 /// The top-level keys the first pass reads.
 const CLAUDE_SCAN: &[&str] = &[
     "type",
+    "subtype",
     "uuid",
     "parentUuid",
     "logicalParentUuid",
@@ -405,6 +408,9 @@ struct Scanned {
     sidechain: bool,
     /// Whether the line has a `parentUuid` key.
     has_parent_key: bool,
+    /// A `system` line of subtype `api_error`: the notice of a failed
+    /// request that Claude Code retries ([`reattach_retry_notices`]).
+    retry_notice: bool,
     /// Its tree node, for a main-chain line with `uuid` or `parentUuid`.
     node: Option<Node>,
 }
@@ -428,6 +434,8 @@ impl Scanned {
             },
             sidechain: side,
             has_parent_key: top.has("parentUuid"),
+            retry_notice: top.str("type") == Some("system")
+                && top.str("subtype") == Some("api_error"),
             node: in_tree.then(|| parsed_node(line_idx, top, CLAUDE_TREE)),
         }
     }
@@ -442,6 +450,8 @@ struct NodeLine {
     conversational: bool,
     /// Its role, for a conversational `user` or `assistant` line.
     role: Option<Role>,
+    /// A retry notice (`system` `api_error`).
+    retry_notice: bool,
 }
 
 impl NodeLine {
@@ -449,6 +459,7 @@ impl NodeLine {
         parsed: false,
         conversational: false,
         role: None,
+        retry_notice: false,
     };
 }
 
@@ -497,6 +508,7 @@ fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder)
                     parsed: true,
                     conversational: line.conversational,
                     role: line.role,
+                    retry_notice: line.retry_notice,
                 };
                 (node, kind)
             })
@@ -507,7 +519,8 @@ fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder)
     let leaf = nodes
         .iter()
         .rposition(|(node, line)| node.id.is_some() && line.conversational);
-    let (nodes, kinds): (Vec<Node>, Vec<NodeLine>) = nodes.into_iter().unzip();
+    let (mut nodes, kinds): (Vec<Node>, Vec<NodeLine>) = nodes.into_iter().unzip();
+    reattach_retry_notices(&mut nodes, &kinds, b);
     let path = branch(&nodes, leaf, "parentUuid", &mut b.diagnostics);
     let siblings = attached(&nodes, &path, |child, parent| {
         match (kinds[parent].role, kinds[child].role) {
@@ -532,6 +545,70 @@ fn select_lines(scanned: &[Scanned], damaged: Vec<Node>, b: &mut SessionBuilder)
         off_branch: candidates.len() - selected.len(),
         lines: selected,
         joined,
+    }
+}
+
+/// Moves retry notices written late back onto the conversation. Claude
+/// Code writes a `system` `api_error` line for a failed request and
+/// retries it; the notice names as its parent the line the request
+/// followed, but it can reach the file only after the retried response
+/// and its tool calls, and the lines written next then hang from the
+/// notice. Read as written, the retried response would be a sibling
+/// branch abandoned for the notice, although the next requests carried
+/// it. A notice whose parent is an ancestor of the last user or assistant
+/// line written before it (not that line itself) is attached to that
+/// line instead, with a diagnostic; a notice is never where a rewind
+/// starts, so no abandoned branch is joined this way.
+fn reattach_retry_notices(nodes: &mut [Node], kinds: &[NodeLine], b: &mut SessionBuilder) {
+    if !kinds.iter().any(|kind| kind.retry_notice) {
+        return;
+    }
+    let by_id: HashMap<String, usize> = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, node)| node.id.clone().map(|id| (id, pos)))
+        .collect();
+    let parent_pos = |nodes: &[Node], pos: usize| match &nodes[pos].parent {
+        Parent::Id(id) => by_id.get(id).copied(),
+        _ => None,
+    };
+    let mut last_message: Option<usize> = None;
+    for pos in 0..nodes.len() {
+        if kinds[pos].retry_notice
+            && let (Some(named), Some(reached)) = (parent_pos(nodes, pos), last_message)
+            && named != reached
+            && let Some(reached_id) = nodes[reached].id.clone()
+        {
+            // Is `named` an ancestor of `reached`? (Bounded: a cycle in
+            // hostile input ends the walk.)
+            let mut current = reached;
+            let mut steps = 0usize;
+            let mut ancestor = false;
+            while let Some(up) = parent_pos(nodes, current) {
+                if up == named {
+                    ancestor = true;
+                    break;
+                }
+                steps += 1;
+                if steps > nodes.len() {
+                    break;
+                }
+                current = up;
+            }
+            if ancestor {
+                b.diag(format!(
+                    "line {}: a retry notice (system api_error) names line {} as its parent but was written after line {}, which the conversation had reached; it is attached to line {} so the retried response stays on the branch",
+                    nodes[pos].line_idx + 1,
+                    nodes[named].line_idx + 1,
+                    nodes[reached].line_idx + 1,
+                    nodes[reached].line_idx + 1,
+                ));
+                nodes[pos].parent = Parent::Id(reached_id);
+            }
+        }
+        if kinds[pos].role.is_some() && nodes[pos].id.is_some() {
+            last_message = Some(pos);
+        }
     }
 }
 

@@ -9,9 +9,15 @@
 //! the cumulative total already attached records no new request (an
 //! interrupted turn), so the run keeps no usage.
 //!
+//! A `thread_rolled_back` event drops the last turns from the history as
+//! Codex does when it rebuilds the thread ([`ThreadHistory`]): their
+//! lines are left out, with a diagnostic.
+//!
 //! A rollout's `compacted` line with a `replacement_history` becomes a
 //! degraded capsule followed by that history's messages: Codex's summary
 //! is encrypted, and what it sent next is the history it kept.
+
+use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
@@ -445,15 +451,22 @@ pub(crate) fn import_rollout(
 ) -> Result<Vec<ImportedSession>, String> {
     let mut b = SessionBuilder::new(Format::CodexRollout, ctx, 0);
     let mut objects: Vec<usize> = Vec::new();
-    for_each_jsonl_object(lines, &mut b.diagnostics, |idx, _| objects.push(idx));
+    let mut thread = ThreadHistory::default();
+    for_each_jsonl_object(lines, &mut b.diagnostics, |idx, obj| {
+        thread.see(idx, &obj);
+        objects.push(idx);
+    });
     if objects.is_empty() {
         return Err("no JSON line".into());
     }
+    let rolled_back = thread.finish(&mut b);
     let mut run = Run::default();
     let mut current_model: Option<String> = None;
     let mut seen_meta = false;
     // The inference waiting for its token_count, and the last total seen.
     let mut awaiting: Option<usize> = None;
+    // The line that opened it.
+    let mut awaiting_line = 0usize;
     let mut last_total: Option<Value> = None;
     let mut infos: Vec<Map<String, Value>> = Vec::new();
     let mut n_token_events = 0usize;
@@ -491,6 +504,12 @@ pub(crate) fn import_rollout(
                 if item_type != "reasoning" {
                     b.messages += 1;
                 }
+                if rolled_back.contains(&line_idx) {
+                    // Out of the history Codex sent next (named in the
+                    // rollback's diagnostic); it ended the run before it.
+                    run.close();
+                    return;
+                }
                 let model = current_model.clone().or_else(|| b.model.clone());
                 match item_type {
                     "message" => {
@@ -501,6 +520,7 @@ pub(crate) fn import_rollout(
                                 run.add(content_blocks(content), timestamp, model, &mut b)
                             {
                                 awaiting = Some(opened);
+                                awaiting_line = line_no;
                             }
                             return;
                         }
@@ -531,6 +551,7 @@ pub(crate) fn import_rollout(
                             .collect();
                         if let Some(opened) = run.add(blocks, timestamp, model, &mut b) {
                             awaiting = Some(opened);
+                            awaiting_line = line_no;
                         }
                     }
                     "function_call" | "custom_tool_call" | "local_shell_call" => {
@@ -569,6 +590,7 @@ pub(crate) fn import_rollout(
                             run.add(vec![Block::ToolUse(call)], timestamp, model, &mut b)
                         {
                             awaiting = Some(opened);
+                            awaiting_line = line_no;
                         }
                     }
                     "function_call_output"
@@ -636,8 +658,147 @@ pub(crate) fn import_rollout(
         }
     });
 
+    // (A rollout with no token_count at all records no usage anywhere.)
+    if awaiting.is_some() && n_token_events > 0 {
+        b.diag(format!(
+            "line {awaiting_line}: the last response got no new token_count (none before the file ends, or a repeat of the previous total: a turn cut short or interrupted); it carries no usage"
+        ));
+    }
     apply_cumulative(infos.iter(), n_token_events, &mut b);
     Ok(vec![b.finish()])
+}
+
+/// What a rollout line is in Codex's thread history, for rollbacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HistoryItem {
+    /// A user message the user typed: where a turn starts.
+    Turn,
+    /// A developer message or a user message Codex wrote (environment
+    /// context, instructions): the context updates a turn starts with.
+    Context,
+    /// Anything else (assistant items, tool calls and outputs, markers).
+    Other,
+}
+
+/// Codex's thread history as rollout lines, read in the first pass so
+/// that `thread_rolled_back` events can be applied as Codex applies them
+/// when it rebuilds a thread: a rollback of `n` turns drops the history
+/// from the `n`-th last user message the user typed (the first one when
+/// there are fewer), together with the context updates just before it
+/// (never before the first turn); a compaction's replacement history
+/// becomes the new base.
+#[derive(Debug, Default)]
+struct ThreadHistory {
+    /// The response items in the history now, as (line index, kind).
+    live: Vec<(usize, HistoryItem)>,
+    /// Whether a compaction replaced the history (its items are not lines).
+    compacted: bool,
+    /// Lines rolled back.
+    dropped: HashSet<usize>,
+    /// One diagnostic per rollback.
+    notes: Vec<String>,
+}
+
+impl ThreadHistory {
+    fn see(&mut self, line_idx: usize, obj: &Map<String, Value>) {
+        let empty = Map::new();
+        let payload = obj_field(obj, "payload").unwrap_or(&empty);
+        match str_field(obj, "type") {
+            Some("response_item") => self.live.push((line_idx, history_item(payload))),
+            Some("compacted") if payload.get("replacement_history").is_some() => {
+                self.live.clear();
+                self.compacted = true;
+            }
+            Some("event_msg") if str_field(payload, "type") == Some("thread_rolled_back") => {
+                let turns = payload.get("num_turns").and_then(Value::as_u64);
+                self.roll_back(line_idx, turns);
+            }
+            _ => {}
+        }
+    }
+
+    fn roll_back(&mut self, line_idx: usize, turns: Option<u64>) {
+        let line_no = line_idx + 1;
+        let Some(turns) = turns else {
+            self.notes.push(format!(
+                "line {line_no}: thread_rolled_back without a readable num_turns; nothing is dropped"
+            ));
+            return;
+        };
+        if turns == 0 {
+            return;
+        }
+        let starts: Vec<usize> = self
+            .live
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, kind))| *kind == HistoryItem::Turn)
+            .map(|(pos, _)| pos)
+            .collect();
+        let Some(&first) = starts.first() else {
+            self.notes.push(format!(
+                "line {line_no}: thread_rolled_back of {turns} turn(s) with no typed user message in the history{}; nothing is dropped",
+                if self.compacted { " since the last compaction" } else { "" }
+            ));
+            return;
+        };
+        let n = usize::try_from(turns).unwrap_or(usize::MAX);
+        let mut cut = if n >= starts.len() {
+            first
+        } else {
+            starts[starts.len() - n]
+        };
+        while cut > first && self.live[cut - 1].1 == HistoryItem::Context {
+            cut -= 1;
+        }
+        let removed: Vec<usize> = self.live.drain(cut..).map(|(idx, _)| idx).collect();
+        let (Some(from), Some(to)) = (removed.first(), removed.last()) else {
+            return;
+        };
+        let reach = if n > starts.len() && self.compacted {
+            format!(
+                " ({turns} asked; Codex would also drop typed messages of the last compaction's replacement history, which are kept here)"
+            )
+        } else {
+            String::new()
+        };
+        self.notes.push(format!(
+            "line {line_no}: thread_rolled_back drops the last {} turn(s){reach}: the {} items of lines {}–{} are not in the history Codex sent next, so they are left out",
+            n.min(starts.len()),
+            removed.len(),
+            from + 1,
+            to + 1,
+        ));
+        self.dropped.extend(removed);
+    }
+
+    /// Reports the rollbacks and returns the lines they dropped.
+    fn finish(self, b: &mut SessionBuilder) -> HashSet<usize> {
+        for note in self.notes {
+            b.diag(note);
+        }
+        self.dropped
+    }
+}
+
+/// Classifies a response item for [`ThreadHistory`].
+fn history_item(payload: &Map<String, Value>) -> HistoryItem {
+    if str_field(payload, "type") != Some("message") {
+        return HistoryItem::Other;
+    }
+    let text: String = array_field(payload, "content")
+        .iter()
+        .filter_map(|part| part.get("text").and_then(Value::as_str))
+        .collect();
+    match str_field(payload, "role") {
+        Some("user") => match user_origin(&text) {
+            MessageOrigin::Typed => HistoryItem::Turn,
+            MessageOrigin::Injected => HistoryItem::Context,
+            _ => HistoryItem::Other,
+        },
+        Some("developer") => HistoryItem::Context,
+        _ => HistoryItem::Other,
+    }
 }
 
 /// Imports a compaction that carries Codex's replacement history: what

@@ -1542,6 +1542,63 @@ fn claude_code_parallel_results_on_sibling_branches_all_pair() {
     assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
 }
 
+/// A request Claude Code retried after an API error (seen in Claude Code
+/// 2.1.121 desktop): the retried response (a2, its call, its result and
+/// the closing text a3) hangs from the attachment t1 the failed request
+/// followed, but the `system` `api_error` notice for the failure, also a
+/// child of t1, reaches the file only after a3, and the lines written next
+/// hang from the notice. The next request carried a2…a3 all the same.
+const CLAUDE_LATE_RETRY_NOTICE: &[&str] = &[
+    r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"R","timestamp":"2026-05-05T07:00:00Z","message":{"role":"user","content":"fix the chat panel"}}"#,
+    r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"R","timestamp":"2026-05-05T07:00:01Z","message":{"id":"msg_1","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"a"}}],"usage":{"input_tokens":3,"output_tokens":20,"cache_read_input_tokens":100,"cache_creation_input_tokens":0}}}"#,
+    r#"{"type":"user","uuid":"r1","parentUuid":"a1","sessionId":"R","timestamp":"2026-05-05T07:00:02Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"A"}]}}"#,
+    r#"{"type":"attachment","uuid":"t1","parentUuid":"r1","sessionId":"R","timestamp":"2026-05-05T07:00:02Z","attachment":{"type":"todo_reminder","content":[]}}"#,
+    r#"{"type":"assistant","uuid":"a2","parentUuid":"t1","sessionId":"R","timestamp":"2026-05-05T07:00:09Z","message":{"id":"msg_2","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"Bash","input":{"command":"tsc"}}],"usage":{"input_tokens":3,"output_tokens":20,"cache_read_input_tokens":120,"cache_creation_input_tokens":0}}}"#,
+    r#"{"type":"user","uuid":"r2","parentUuid":"a2","sessionId":"R","timestamp":"2026-05-05T07:00:10Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"no errors"}]}}"#,
+    r#"{"type":"assistant","uuid":"a3","parentUuid":"r2","sessionId":"R","timestamp":"2026-05-05T07:00:11Z","message":{"id":"msg_3","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"text","text":"No type errors."}],"usage":{"input_tokens":3,"output_tokens":5,"cache_read_input_tokens":140,"cache_creation_input_tokens":0}}}"#,
+    r#"{"type":"system","subtype":"api_error","uuid":"e1","parentUuid":"t1","sessionId":"R","timestamp":"2026-05-05T07:00:03Z","level":"error","retryAttempt":1,"maxRetries":10,"error":{"status":401}}"#,
+    r#"{"type":"system","subtype":"stop_hook_summary","uuid":"h1","parentUuid":"e1","sessionId":"R","timestamp":"2026-05-05T07:00:12Z"}"#,
+    r#"{"type":"user","uuid":"u2","parentUuid":"h1","sessionId":"R","timestamp":"2026-05-05T09:00:00Z","message":{"role":"user","content":"now the video tile"}}"#,
+    r#"{"type":"assistant","uuid":"a4","parentUuid":"u2","sessionId":"R","timestamp":"2026-05-05T09:00:01Z","message":{"id":"msg_4","model":"claude-sonnet-4-6","role":"assistant","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":3,"output_tokens":2,"cache_read_input_tokens":160,"cache_creation_input_tokens":0}}}"#,
+];
+
+#[test]
+fn a_retry_notice_written_late_keeps_the_retried_response_on_the_branch() {
+    let s = import_text(
+        &(CLAUDE_LATE_RETRY_NOTICE.join("\n") + "\n"),
+        Format::ClaudeCode,
+    );
+    assert_eq!(s.stats.tool_calls, 2);
+    assert_eq!(s.stats.tool_results, 2);
+    assert_eq!(s.stats.unpaired_tool_calls, 0);
+    assert_eq!(s.inferences.len(), 4);
+    let texts: Vec<String> = messages(&s)
+        .filter(|m| m.tool_uses().count() == 0 && m.tool_results().next().is_none())
+        .map(|m| m.text())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "fix the chat panel",
+            "No type errors.",
+            "now the video tile",
+            "Done."
+        ]
+    );
+    let diagnostics = &s.stats.diagnostics;
+    assert!(
+        diagnostics.contains(&"line 8: a retry notice (system api_error) names line 4 as its parent but was written after line 7, which the conversation had reached; it is attached to line 7 so the retried response stays on the branch".to_owned()),
+        "{diagnostics:?}"
+    );
+    assert!(
+        !diagnostics
+            .iter()
+            .any(|d| d.contains("off the current branch")),
+        "{diagnostics:?}"
+    );
+    assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+}
+
 #[test]
 fn the_show_check_names_a_call_the_conversation_went_on_without() {
     // Without r1 and r3 the next response follows two open calls.
@@ -1698,6 +1755,165 @@ fn a_codex_compaction_resumes_with_the_history_codex_kept() {
     );
     assert_eq!(s.stats.tool_results, 1);
     assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+}
+
+/// A Codex rollout whose second turn the user interrupted and rolled back
+/// (`thread_rolled_back`, as Codex 0.142 writes it after Esc and an edit
+/// of the last prompt): Codex rebuilds the thread without that turn and
+/// without the context updates it started with, so the third turn's
+/// requests carry turn 1 and turn 3 only.
+fn codex_rolled_back() -> String {
+    let item = |ts: u32, payload: &str| {
+        format!(
+            r#"{{"timestamp":"2026-07-02T09:56:{ts:02}Z","type":"response_item","payload":{payload}}}"#
+        )
+    };
+    let event = |ts: u32, payload: &str| {
+        format!(
+            r#"{{"timestamp":"2026-07-02T09:56:{ts:02}Z","type":"event_msg","payload":{payload}}}"#
+        )
+    };
+    let msg = |role: &str, kind: &str, text: &str| {
+        format!(
+            r#"{{"type":"message","role":"{role}","content":[{{"type":"{kind}","text":"{text}"}}]}}"#
+        )
+    };
+    let tokens = |total: u32, last: u32| {
+        format!(
+            r#"{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":{total},"cached_input_tokens":0,"output_tokens":10,"total_tokens":0}},"last_token_usage":{{"input_tokens":{last},"cached_input_tokens":0,"output_tokens":10,"total_tokens":0}},"model_context_window":258400}}}}"#
+        )
+    };
+    let call = |id: &str| {
+        format!(
+            r#"{{"type":"function_call","name":"shell","arguments":"{{\"command\":[\"ls\"]}}","call_id":"{id}"}}"#
+        )
+    };
+    let output = |id: &str| {
+        format!(
+            r#"{{"type":"function_call_output","call_id":"{id}","output":"Exit code: 0\nOutput:\nsrc"}}"#
+        )
+    };
+    let turn = |ts: u32| {
+        [
+            event(
+                ts,
+                r#"{"type":"task_started","model_context_window":258400}"#,
+            ),
+            item(
+                ts,
+                &msg(
+                    "developer",
+                    "input_text",
+                    "<permissions instructions> workspace-write",
+                ),
+            ),
+            item(
+                ts,
+                &msg(
+                    "user",
+                    "input_text",
+                    "<environment_context> <cwd>/w</cwd> </environment_context>",
+                ),
+            ),
+            format!(
+                r#"{{"timestamp":"2026-07-02T09:56:{ts:02}Z","type":"turn_context","payload":{{"cwd":"/w","model":"gpt-5.5"}}}}"#
+            ),
+        ]
+    };
+    let mut lines = vec![
+        r#"{"timestamp":"2026-07-02T09:56:00Z","type":"session_meta","payload":{"id":"rb","cwd":"/w","cli_version":"0.142.5","model_provider":"openai"}}"#.to_owned(),
+    ];
+    lines.extend(turn(1));
+    lines.extend([
+        item(2, &msg("user", "input_text", "first ask")),
+        item(3, &call("c1")),
+        item(4, &output("c1")),
+        event(4, &tokens(1000, 1000)),
+        item(5, &msg("assistant", "output_text", "first done")),
+        event(5, &tokens(2100, 1100)),
+    ]);
+    lines.extend(turn(10));
+    lines.extend([
+        item(11, &msg("user", "input_text", "second ask")),
+        item(12, &call("c2")),
+        item(13, &output("c2")),
+        event(13, &tokens(3500, 1400)),
+        item(
+            14,
+            &msg(
+                "user",
+                "input_text",
+                "<turn_aborted> The user interrupted the previous turn on purpose.",
+            ),
+        ),
+        event(14, r#"{"type":"turn_aborted","reason":"interrupted"}"#),
+        event(15, r#"{"type":"thread_rolled_back","num_turns":1}"#),
+    ]);
+    lines.extend(turn(20));
+    lines.extend([
+        item(21, &msg("user", "input_text", "third ask")),
+        item(22, &msg("assistant", "output_text", "third done")),
+        event(22, &tokens(4700, 1200)),
+    ]);
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn a_codex_rollback_leaves_the_rolled_back_turn_out_of_the_history() {
+    let s = import_text(&codex_rolled_back(), Format::CodexRollout);
+    let said: Vec<(Role, String)> = messages(&s)
+        .filter(|m| m.tool_results().next().is_none())
+        .map(|m| (m.role, m.text()))
+        .collect();
+    let system = |text: &str| (Role::System, text.to_owned());
+    let user = |text: &str| (Role::User, text.to_owned());
+    let assistant = |text: &str| (Role::Assistant, text.to_owned());
+    assert_eq!(
+        said,
+        [
+            system("<permissions instructions> workspace-write"),
+            user("<environment_context> <cwd>/w</cwd> </environment_context>"),
+            user("first ask"),
+            assistant(""),
+            assistant("first done"),
+            system("<permissions instructions> workspace-write"),
+            user("<environment_context> <cwd>/w</cwd> </environment_context>"),
+            user("third ask"),
+            assistant("third done"),
+        ]
+    );
+    assert_eq!(s.stats.tool_calls, 1);
+    assert_eq!(s.stats.tool_results, 1);
+    assert_eq!(s.inferences.len(), 3);
+    assert_eq!(
+        s.stats.diagnostics,
+        [
+            "line 22: thread_rolled_back drops the last 1 turn(s): the 6 items of lines 13–20 are not in the history Codex sent next, so they are left out"
+        ]
+    );
+    // The recorded total is Codex's own, the rolled-back request included.
+    assert_eq!(s.stats.usage.input, 4700);
+    assert!(check_problems(&s).is_empty(), "{:?}", check_problems(&s));
+}
+
+#[test]
+fn a_codex_response_the_file_ends_after_is_named_as_carrying_no_usage() {
+    // Rollouts committed mid-turn (Codex 0.125–0.144) end with a response
+    // whose token_count was never written.
+    let text = codex_rolled_back()
+        + r#"{"timestamp":"2026-07-02T09:56:30Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"fourth ask"}]}}"#
+        + "\n"
+        + r#"{"timestamp":"2026-07-02T09:56:31Z","type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"one more thing"}]}}"#
+        + "\n";
+    let s = import_text(&text, Format::CodexRollout);
+    assert_eq!(s.inferences.len(), 4);
+    assert_eq!(s.inferences[3].usage, None);
+    assert_eq!(
+        s.stats.diagnostics[1..],
+        [
+            "line 31: the last response got no new token_count (none before the file ends, or a repeat of the previous total: a turn cut short or interrupted); it carries no usage"
+        ]
+    );
 }
 
 #[cfg_attr(
