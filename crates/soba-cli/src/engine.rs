@@ -26,7 +26,7 @@ use soba_engine::tool::ToolRegistry;
 use soba_provider::client::{Api, Endpoint, ModelClient};
 use soba_provider::registry::{ModelInfo, ModelRegistry};
 use soba_provider::summarizer::{LlmSummarizer, SummarizerChoice, select_summarizer};
-use soba_provider::transport::{HttpConfig, client_for};
+use soba_provider::transport::client_for;
 use soba_store::log::{MemoryItem, SessionHeader, SystemMinter, WriterOptions};
 use soba_store::untrusted::UntrustedReadError;
 use tokio::sync::Mutex;
@@ -278,9 +278,18 @@ impl ModelSetup {
             .config()
             .endpoint(&self.provider, &ctx.env)
             .map_err(|err| with_onboarding(ctx, err))?;
-        client_for(self.provider.api, endpoint, HttpConfig::default()).map_err(|err| {
-            CliError::internal(format!("cannot build the {} client", self.provider.name))
-                .caused_by(err)
+        client_for(self.provider.api, endpoint, ctx.config().http()).map_err(|err| match err {
+            // A baseUrl that is no usable URL is the user's to fix.
+            soba_provider::ProviderError::InvalidConfig { .. } => CliError::user(format!(
+                "provider {}: {err}",
+                self.provider.name
+            ))
+            .hint(format!(
+                "fix providers.{}.baseUrl in your config (`soba config show` says where it is set)",
+                self.provider.name
+            )),
+            _ => CliError::internal(format!("cannot build the {} client", self.provider.name))
+                .caused_by(err),
         })
     }
 }
@@ -413,7 +422,7 @@ pub fn summarizer(
         Ok(found) => found,
         Err(err) => return fallback(notes, &info.id, err.into()),
     };
-    match LlmSummarizer::connect(api, endpoint, HttpConfig::default(), &info) {
+    match LlmSummarizer::connect(api, endpoint, ctx.config().http(), &info) {
         Ok(summarizer) => Ok(Some(Arc::new(summarizer))),
         Err(err) => {
             let err = CliError::internal(format!("cannot build the {} client", info.provider))
@@ -457,7 +466,7 @@ pub fn native_compactor(
         &setup.provider.name,
         &setup.info.wire_model,
         endpoint,
-        HttpConfig::default(),
+        ctx.config().http(),
     )
     .map_err(|err| {
         CliError::internal(format!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use soba_core::{Block, Entry, EntryBody, Message, TokenCount};
 use soba_provider::client::ModelClient;
-use soba_provider::request::{ChatRequest, StreamEvent, ToolSchema};
+use soba_provider::request::{ChatRequest, StopReason, StreamEvent, ToolSchema};
 use tokio_util::sync::CancellationToken;
 
 use crate::barrier::{BarrierContext, Forced, Preflight};
@@ -133,6 +133,35 @@ fn suffixed_id(id: &str, n: u64) -> String {
         base = &id[..cut];
     }
     format!("{base}{suffix}")
+}
+
+/// Returns the one line told (and logged) when a reply stopped at the
+/// output limit: which limit, and the key that raises it.
+pub fn output_limit_warning(model_id: &str, max_tokens: u64) -> String {
+    format!(
+        "the reply was cut by the output limit (max_tokens {max_tokens}); raise models.\"{model_id}\".maxOutputTokens for longer replies"
+    )
+}
+
+/// Returns the tool result of a call the output limit cut: it is not run,
+/// since its arguments may be incomplete even when they parse.
+pub fn cut_call_error(name: &str, max_tokens: u64) -> String {
+    format!(
+        "this {name} call was cut by the output limit (max_tokens {max_tokens}) while its arguments were being written; the tool was not run. Send the call again, with shorter arguments if they were long (write a large file in parts)"
+    )
+}
+
+/// Returns the id of the tool call the output limit cut: the message's
+/// last block when the reply stopped at `max_tokens` and that block is a
+/// call (a call is streamed whole before the next block starts).
+pub fn cut_call_id(message: &Message, stop: &StopReason) -> Option<String> {
+    if *stop != StopReason::MaxTokens {
+        return None;
+    }
+    match message.content.last() {
+        Some(Block::ToolUse(call)) => Some(call.id.clone()),
+        _ => None,
+    }
 }
 
 /// Returns the warning told when a tool call was renamed.
@@ -326,6 +355,7 @@ impl Agent {
                 // Linearisation: a cancel seen before the append appends nothing.
                 return Ok(TurnEnd::Cancelled);
             }
+            let stop_reason = response.stop_reason.clone();
             let mut message = response.message;
             message.request_tokens_local = Some(local.get());
             // The session's `provider/model` id, not the name the provider
@@ -345,6 +375,15 @@ impl Agent {
                     message: renamed_call_warning(old, new),
                 });
             }
+            let cut_call = cut_call_id(&message, &stop_reason);
+            if stop_reason == StopReason::MaxTokens {
+                let warning = output_limit_warning(
+                    message.model.as_deref().unwrap_or(&self.provider_model),
+                    request.max_tokens,
+                );
+                tracing::warn!(entry = %entry.id, cut_call = ?cut_call, "{warning}");
+                self.emit(EngineEvent::Warning { message: warning });
+            }
             let calls: Vec<_> = message.tool_uses().cloned().collect();
             self.emit(EngineEvent::AssistantMessage {
                 entry_id: entry.id,
@@ -355,7 +394,11 @@ impl Agent {
                 return Ok(TurnEnd::Completed);
             }
             for call in calls {
-                let outcome = self.run_tool(&call, cancel).await;
+                let outcome = if cut_call.as_deref() == Some(call.id.as_str()) {
+                    ToolOutcome::error(cut_call_error(&call.name, request.max_tokens))
+                } else {
+                    self.run_tool(&call, cancel).await
+                };
                 let mut core = self.barrier.core.lock().await;
                 let result = Message::new(
                     soba_core::Role::Tool,
@@ -399,6 +442,11 @@ impl Agent {
                 self.tools.names().join(", ")
             ));
         };
+        // Arguments that are not a JSON object (invalid, cut off) are never
+        // replaced by `{}`: the model gets the reason and can call again.
+        if let Some(error) = soba_provider::wire::invalid_arguments(&call.name, &call.input) {
+            return ToolOutcome::error(error);
+        }
         match self.approvals.check(tool, &call.input).await {
             ApprovalVerdict::Denied(reason) => ToolOutcome::error(reason),
             ApprovalVerdict::Approved(_) => {

@@ -87,7 +87,9 @@ impl Api {
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Endpoint {
     /// The base URL, e.g. `https://api.anthropic.com` or
-    /// `https://api.openai.com/v1` (a trailing `/` is ignored).
+    /// `https://api.openai.com/v1` (a trailing `/` is ignored; a query is
+    /// kept after the joined path). The clients join paths to it with
+    /// `transport::endpoint_url` (feature `http`).
     pub base_url: String,
     /// The API key, read by the caller from the provider's `apiKeyEnv`.
     pub api_key: Option<String>,
@@ -121,11 +123,6 @@ impl Endpoint {
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
         self
-    }
-
-    /// Returns `base_url` joined with `path` (which starts with `/`).
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base_url.trim_end_matches('/'))
     }
 
     /// Returns the endpoint fingerprint of SPEC §10.3, hex-encoded:
@@ -187,10 +184,6 @@ mod tests {
     fn endpoint_debug_hides_the_key_and_fingerprint_ignores_it() {
         let endpoint = Endpoint::new("https://API.openai.com/v1/").with_api_key("sk-secret");
         assert!(!format!("{endpoint:?}").contains("sk-secret"));
-        assert_eq!(
-            endpoint.url("/responses"),
-            "https://API.openai.com/v1/responses"
-        );
         let without_key = Endpoint::new("https://api.openai.com/v1/");
         assert_eq!(endpoint.fingerprint(), without_key.fingerprint());
         // sha256("https://api.openai.com/v1/\n\n")

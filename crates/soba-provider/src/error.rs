@@ -101,12 +101,40 @@ pub enum ProviderError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
-    /// No byte arrived for the stream idle timeout. Not retried
+    /// No progress arrived for the stream idle timeout: no response
+    /// headers, or no text, reasoning, tool call or usage event (keep-alive
+    /// comments, pings and empty `data:` lines do not count). Not retried
     /// automatically (the wait was already long); retrying can help.
-    #[error("no data from the provider for {} ms: retry, or raise the stream idle timeout", idle.as_millis())]
+    #[error("no progress from {url} for {} ms (keep-alives do not count): retry, or raise {IDLE_TIMEOUT_KEY}", idle.as_millis())]
     IdleTimeout {
         /// The idle timeout that expired.
         idle: Duration,
+        /// The URL that was requested, query values redacted.
+        url: String,
+    },
+
+    /// One reply streamed for longer than the total bound, progress or
+    /// not. Not retried automatically; retrying can help when the server
+    /// was only slow.
+    #[error("the reply from {url} was still streaming after {} ms: retry, or raise {STREAM_TIMEOUT_KEY}", limit.as_millis())]
+    StreamTooLong {
+        /// The bound that expired.
+        limit: Duration,
+        /// The URL that was requested, query values redacted.
+        url: String,
+    },
+
+    /// The endpoint answered 200 with an empty body: no event at all.
+    /// Retried once; an error that reaches the caller got it every time.
+    /// Retrying rarely helps: the URL is usually not the API.
+    #[error(
+        "the endpoint {url} returned an empty body (http 200, no event stream, {attempts} attempt(s)): check that baseUrl points at the API itself (OpenAI-compatible servers usually end in /v1) and that the server supports streaming"
+    )]
+    EmptyBody {
+        /// The URL that was requested, query values redacted.
+        url: String,
+        /// How many requests got an empty body.
+        attempts: u32,
     },
 
     /// The connection dropped after content had been streamed, so the
@@ -148,7 +176,7 @@ pub enum ProviderError {
     /// another origin (a same-origin redirect is refused too, so that no
     /// redirect chain can wander off). Not retried; retrying does not help:
     /// put the final URL in the provider's `baseUrl`.
-    #[error("{}", redirect_message(*status, url, origin, location.as_ref()))]
+    #[error("{}", redirect_message(*status, url, origin, location.as_ref(), received.as_deref()))]
     Redirected {
         /// The HTTP status (301, 302, 303, 307, 308…).
         status: u16,
@@ -160,6 +188,10 @@ pub enum ProviderError {
         /// credentials, query or fragment) and that URL's origin; `None`
         /// when the server named no valid `location`.
         location: Option<(String, String)>,
+        /// The `location` header as received, escaped (`{:?}` of its
+        /// lossy text, at most 200 characters); `None` when there was none.
+        /// (Boxed to keep the error small.)
+        received: Option<Box<str>>,
     },
 
     /// The provider's stream carried nothing: no text, no tool call, no
@@ -190,25 +222,43 @@ pub enum ProviderError {
     },
 }
 
+/// The configuration key that sets [`ProviderError::IdleTimeout`]'s wait.
+pub const IDLE_TIMEOUT_KEY: &str = "http.idleTimeoutMs";
+
+/// The configuration key that sets [`ProviderError::StreamTooLong`]'s bound.
+pub const STREAM_TIMEOUT_KEY: &str = "http.streamTimeoutMs";
+
 /// Says why a redirect was refused: a loop, another origin (both named
-/// as `scheme://host:port`), the same origin, or no `location` at all.
+/// as `scheme://host:port`), the same origin, or a `location` that is
+/// missing or no URL (the header named as received, escaped).
 fn redirect_message(
     status: u16,
     url: &str,
     origin: &str,
     location: Option<&(String, String)>,
+    received: Option<&str>,
 ) -> String {
-    match location {
-        None => format!(
-            "the provider at {origin} answered http {status} (a redirect) without a valid location: check the provider's baseUrl"
+    match (location, received) {
+        (None, None) => format!(
+            "the endpoint {url} sent a redirect (http {status}) with no location header; soba follows no redirect: check the provider's baseUrl"
         ),
-        Some((location, _)) if location == url => format!(
+        (None, Some(received)) => format!(
+            "the endpoint {url} sent a redirect (http {status}) whose location {received} is not a valid URL; soba follows no redirect: check the provider's baseUrl"
+        ),
+        (Some(location), _) => redirect_to(status, url, origin, location),
+    }
+}
+
+/// Says why a redirect to a valid location was refused.
+fn redirect_to(status: u16, url: &str, origin: &str, location: &(String, String)) -> String {
+    match location {
+        (location, _) if location == url => format!(
             "redirect loop: {url} redirects (http {status}) to itself: check the provider's baseUrl and the server's configuration"
         ),
-        Some((location, to)) if to != origin => format!(
+        (location, to) if to != origin => format!(
             "the provider at {origin} redirected (http {status}) to another origin, {to} ({location}); soba follows no redirect and never sends the API key to another origin: put the final URL in the provider's baseUrl"
         ),
-        Some((location, _)) => format!(
+        (location, _) => format!(
             "the provider at {origin} redirected (http {status}) to {location}; soba follows no redirect, so the API key stays where it was configured: put the final URL in the provider's baseUrl"
         ),
     }
@@ -257,6 +307,7 @@ impl ProviderError {
             | ProviderError::Server { .. }
             | ProviderError::Connect { .. }
             | ProviderError::IdleTimeout { .. }
+            | ProviderError::StreamTooLong { .. }
             | ProviderError::StreamInterrupted { .. } => true,
             ProviderError::StreamFailed { kind, .. } => is_transient_stream_kind(kind),
             _ => false,
@@ -284,6 +335,186 @@ impl ProviderError {
         }
     }
 }
+
+/// The secrets one request carries (the API key as configured, whatever
+/// its shape, and long query values of the URL), replaced in everything a
+/// provider sent back before it is shown or logged.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets(Vec<String>);
+
+/// Query values shorter than this are not treated as secrets (`v=1`,
+/// `beta=true`): replacing them would garble every message.
+const MIN_QUERY_SECRET: usize = 8;
+
+impl Secrets {
+    /// Returns no secrets.
+    pub fn none() -> Self {
+        Secrets(Vec::new())
+    }
+
+    /// Adds the API key (any non-empty value).
+    pub fn with_key(mut self, key: Option<&str>) -> Self {
+        if let Some(key) = key.map(str::trim).filter(|key| !key.is_empty()) {
+            self.0.push(key.to_owned());
+        }
+        self
+    }
+
+    /// Adds a query value when it is long enough to be a credential.
+    pub fn with_query_value(mut self, value: &str) -> Self {
+        if value.chars().count() >= MIN_QUERY_SECRET {
+            self.0.push(value.to_owned());
+        }
+        self
+    }
+
+    /// Returns `text` with every secret replaced by `[REDACTED:api_key]`
+    /// (longest first, so a key containing another one goes whole), then
+    /// passed through the capsule redactor ([`soba_core::redact`]), which
+    /// catches keys of known shapes that were not configured here.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut secrets: Vec<&String> = self.0.iter().collect();
+        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+        let mut out = text.to_owned();
+        for secret in secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), &soba_core::redact::marker("api_key"));
+            }
+        }
+        soba_core::redact::redact(&out).text
+    }
+}
+
+impl ProviderError {
+    /// Returns the error with every text that came from the provider or
+    /// the URL (bodies, messages, details, kinds, URLs) passed through
+    /// [`Secrets::scrub`]: an error is shown on stderr and written to
+    /// `soba.log`, and a server may echo the key back.
+    pub fn scrubbed(self, secrets: &Secrets) -> Self {
+        let s = |text: String| secrets.scrub(&text);
+        match self {
+            ProviderError::Unauthorized { status, body } => ProviderError::Unauthorized {
+                status,
+                body: s(body),
+            },
+            ProviderError::NotFound { url, body } => ProviderError::NotFound {
+                url: s(url),
+                body: s(body),
+            },
+            ProviderError::ContextOverflow {
+                status,
+                stated_prompt,
+                stated_limit,
+                body,
+            } => ProviderError::ContextOverflow {
+                status,
+                stated_prompt,
+                stated_limit,
+                body: s(body),
+            },
+            ProviderError::RateLimited {
+                attempts,
+                retry_after,
+                body,
+            } => ProviderError::RateLimited {
+                attempts,
+                retry_after,
+                body: s(body),
+            },
+            ProviderError::Server {
+                status,
+                attempts,
+                body,
+            } => ProviderError::Server {
+                status,
+                attempts,
+                body: s(body),
+            },
+            ProviderError::Rejected { status, body } => ProviderError::Rejected {
+                status,
+                body: s(body),
+            },
+            ProviderError::Connect {
+                url,
+                attempts,
+                source,
+            } => ProviderError::Connect {
+                url: s(url),
+                attempts,
+                source: Box::new(ScrubbedSource(
+                    secrets.scrub(&source_chain(source.as_ref())),
+                )),
+            },
+            ProviderError::IdleTimeout { idle, url } => {
+                ProviderError::IdleTimeout { idle, url: s(url) }
+            }
+            ProviderError::StreamTooLong { limit, url } => {
+                ProviderError::StreamTooLong { limit, url: s(url) }
+            }
+            ProviderError::EmptyBody { url, attempts } => ProviderError::EmptyBody {
+                url: s(url),
+                attempts,
+            },
+            ProviderError::StreamInterrupted { source } => ProviderError::StreamInterrupted {
+                source: source.map(|source| {
+                    Box::new(ScrubbedSource(
+                        secrets.scrub(&source_chain(source.as_ref())),
+                    )) as Box<dyn std::error::Error + Send + Sync>
+                }),
+            },
+            ProviderError::StreamFailed { kind, message } => ProviderError::StreamFailed {
+                kind: s(kind),
+                message: s(message),
+            },
+            ProviderError::Malformed { detail, body } => ProviderError::Malformed {
+                detail: s(detail),
+                body: s(body),
+            },
+            ProviderError::Redirected {
+                status,
+                url,
+                origin,
+                location,
+                received,
+            } => ProviderError::Redirected {
+                status,
+                url: s(url),
+                origin: s(origin),
+                location: location.map(|(to, to_origin)| (s(to), s(to_origin))),
+                received: received.map(|text| s(text.into()).into_boxed_str()),
+            },
+            ProviderError::InvalidConfig { detail } => {
+                ProviderError::InvalidConfig { detail: s(detail) }
+            }
+            other @ (ProviderError::EmptyResponse { .. } | ProviderError::Cancelled) => other,
+        }
+    }
+}
+
+/// Returns an error and its causes as one line, `a: b: c`.
+fn source_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// A transport error's text after [`Secrets::scrub`], standing in for the
+/// original (whose `Display` may hold the URL with its query).
+#[derive(Debug)]
+struct ScrubbedSource(String);
+
+impl std::fmt::Display for ScrubbedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScrubbedSource {}
 
 /// Returns whether a mid-stream error kind is transient (worth a retry
 /// before any content was streamed).

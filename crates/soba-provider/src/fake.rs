@@ -405,6 +405,8 @@ pub struct RecordedRequest {
     pub method: String,
     /// The path (no query).
     pub path: String,
+    /// The query string as received, when there was one.
+    pub query: Option<String>,
     /// Lowercase header names with values; secrets are [`REDACTED`].
     pub headers: Vec<(String, String)>,
     /// The body as JSON (a JSON string holding the text when not JSON).
@@ -559,6 +561,7 @@ fn record(method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Reco
     RecordedRequest {
         method: method.to_string(),
         path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
         headers,
         body,
     }

@@ -155,6 +155,8 @@ pub struct ChatDecoder {
     usage: Option<Usage>,
     stop: Option<StopReason>,
     done: bool,
+    /// Whether a choice other than index 0 was seen (and ignored).
+    other_choice_seen: bool,
 }
 
 impl ChatDecoder {
@@ -169,7 +171,25 @@ impl ChatDecoder {
             usage: None,
             stop: None,
             done: false,
+            other_choice_seen: false,
         }
+    }
+
+    /// Returns the chunk's choice with index 0 (a choice without `index`
+    /// counts as 0). Other choices (`n` > 1, or a hostile server) are
+    /// ignored, said once in the debug log: their text and tool calls
+    /// would otherwise be mixed into one reply.
+    fn first_choice<'c>(&mut self, chunk: &'c Value) -> Option<&'c Value> {
+        let choices = chunk.get("choices").and_then(Value::as_array)?;
+        let index_of = |choice: &Value| choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+        if !self.other_choice_seen && choices.iter().any(|choice| index_of(choice) != 0) {
+            self.other_choice_seen = true;
+            tracing::debug!(
+                n_choices = choices.len(),
+                "the stream carries choices other than index 0; only choice 0 is used"
+            );
+        }
+        choices.iter().find(|choice| index_of(choice) == 0)
     }
 
     fn tool_delta(&mut self, call: &Value, out: &mut Vec<StreamEvent>) {
@@ -230,7 +250,7 @@ impl StreamDecoder for ChatDecoder {
         {
             self.model = model.to_owned();
         }
-        if let Some(choice) = chunk.pointer("/choices/0") {
+        if let Some(choice) = self.first_choice(&chunk) {
             if let Some(delta) = choice.get("delta") {
                 let reasoning = delta
                     .get("reasoning_content")

@@ -68,14 +68,12 @@ pub fn server_root(base_url: &str) -> String {
     }
 }
 
-/// Returns a base URL as it may be shown or logged: whole, but without any
-/// user name or password.
+/// Returns a base URL as it may be shown or logged: its path kept, but
+/// without any user name, password or fragment, and with every query value
+/// replaced by `[REDACTED]` (`transport::shown_url`).
 pub fn shown_url(base_url: &str) -> String {
     match reqwest::Url::parse(base_url.trim()) {
-        Ok(mut url) => {
-            strip_credentials(&mut url);
-            url.to_string()
-        }
+        Ok(url) => crate::transport::shown_url(&url),
         Err(_) => "(an invalid base URL)".to_owned(),
     }
 }
@@ -331,7 +329,10 @@ mod tests {
             shown_url("https://user:hunter2@h:8080/v1"),
             "https://h:8080/v1"
         );
-        assert_eq!(shown_url(" http://h/v1?x=1 "), "http://h/v1?x=1");
+        assert_eq!(
+            shown_url(" http://h/v1?key=sk-secret&flag#frag "),
+            "http://h/v1?key=[REDACTED]&flag"
+        );
         assert_eq!(shown_url("not a url"), "(an invalid base URL)");
     }
 

@@ -8,12 +8,26 @@
 //! default) or the server's `retry-after` / `retry-after-ms`. A
 //! `retry-after` beyond `max_retry_after` (60 s) ends the retries at once,
 //! since retrying sooner than asked would only fail again. An idle stream
-//! (no byte for `idle_timeout`, also while waiting for the response
-//! headers) fails with [`ProviderError::IdleTimeout`] without a retry: the
-//! caller already waited that long. An empty stream
-//! ([`ProviderError::EmptyResponse`]) is retried once, announced like any
+//! (no progress for `idle_timeout`: no response headers, or no text,
+//! reasoning, tool-call or usage event; keep-alive comments, pings and
+//! empty `data:` lines do not count) fails with
+//! [`ProviderError::IdleTimeout`] without a retry: the caller already
+//! waited that long. A reply still streaming after `stream_timeout` fails
+//! with [`ProviderError::StreamTooLong`], so a server dripping progress
+//! cannot hold a turn forever. An empty stream
+//! ([`ProviderError::EmptyResponse`]) or an empty 200 body
+//! ([`ProviderError::EmptyBody`]) is retried once, announced like any
 //! retry; a second one is the error. Cancellation wins over everything,
 //! including the backoff sleep, and drops the connection.
+//!
+//! URLs: a path is joined to the `baseUrl`'s path with URL APIs, its query
+//! kept ([`endpoint_url`]); a `baseUrl` with user info, a fragment or a
+//! scheme other than http(s) is a configuration error. A URL is shown and
+//! logged with its query values redacted. Every error leaves the transport
+//! through [`ProviderError::scrubbed`]: the API key (the value of each
+//! sensitive header) and long query values are replaced, then the capsule
+//! redactor runs, so a key echoed back by a server reaches neither the
+//! terminal nor `soba.log`.
 //!
 //! No redirect is followed, with or without a key: every request carries
 //! credentials (`x-api-key`, `authorization`), and reqwest strips only
@@ -33,7 +47,7 @@ use soba_core::Message;
 
 use crate::anthropic::{self, ANTHROPIC_VERSION, AnthropicDecoder};
 use crate::client::{Api, BoxFuture, Cancellation, Endpoint, ModelClient};
-use crate::error::{ProviderError, excerpt};
+use crate::error::{ProviderError, Secrets, excerpt};
 use crate::openai_chat::{self, ChatDecoder};
 use crate::openai_responses::{self, CompactOutcome, ResponsesDecoder};
 use crate::overflow::classify_overflow;
@@ -84,9 +98,13 @@ impl RetryPolicy {
 pub struct HttpConfig {
     /// TCP/TLS connect timeout (10 s).
     pub connect_timeout: Duration,
-    /// The longest wait for the response headers or the next byte (300 s:
-    /// reasoning models can think for minutes before the first byte).
+    /// The longest wait for the response headers or the next progress
+    /// event (300 s: reasoning models can think for minutes before the
+    /// first byte); `http.idleTimeoutMs`.
     pub idle_timeout: Duration,
+    /// The longest one reply may stream, progress or not (1 h);
+    /// `http.streamTimeoutMs`.
+    pub stream_timeout: Duration,
     /// Retry settings.
     pub retry: RetryPolicy,
 }
@@ -96,6 +114,7 @@ impl Default for HttpConfig {
         HttpConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
+            stream_timeout: Duration::from_secs(3600),
             retry: RetryPolicy::default(),
         }
     }
@@ -137,6 +156,9 @@ enum Transient {
     /// The stream carried nothing ([`ProviderError::EmptyResponse`]):
     /// retried once only, whatever `max_retries` says.
     Empty,
+    /// The 200 body was empty ([`ProviderError::EmptyBody`]): retried once
+    /// only, like [`Transient::Empty`].
+    EmptyBody,
 }
 
 /// How one attempt failed.
@@ -167,7 +189,13 @@ impl Transient {
                 "the provider sent an empty response (no text, tool call, reasoning or stop reason)"
                     .to_owned()
             }
+            Transient::EmptyBody => "the endpoint returned an empty body (http 200)".to_owned(),
         }
+    }
+
+    /// Returns whether this failure gets one retry only.
+    fn is_empty(&self) -> bool {
+        matches!(self, Transient::Empty | Transient::EmptyBody)
     }
 
     fn into_error(self, url: &str, attempts: u32, retry_after: Option<Duration>) -> ProviderError {
@@ -190,6 +218,10 @@ impl Transient {
             Transient::Dropped(source) => ProviderError::StreamInterrupted { source },
             Transient::Stream(error) => error,
             Transient::Empty => ProviderError::EmptyResponse { attempts },
+            Transient::EmptyBody => ProviderError::EmptyBody {
+                url: url.to_owned(),
+                attempts,
+            },
         }
     }
 }
@@ -216,7 +248,9 @@ fn root_cause(error: &(dyn StdError + 'static)) -> String {
 /// Counts attempts and sleeps between them.
 struct Retrier<'a> {
     policy: &'a RetryPolicy,
+    /// The URL as shown (query values redacted).
     url: &'a str,
+    secrets: &'a Secrets,
     attempts: u32,
     /// Whether an empty response was already retried (once is the limit).
     empty_retried: bool,
@@ -239,11 +273,11 @@ impl Retrier<'_> {
             } => (failure, retry_after),
         };
         let too_long = retry_after.is_some_and(|wait| wait > self.policy.max_retry_after);
-        let empty_again = matches!(failure, Transient::Empty) && self.empty_retried;
+        let empty_again = failure.is_empty() && self.empty_retried;
         if self.attempts > self.policy.max_retries || too_long || empty_again {
             return Err(failure.into_error(self.url, self.attempts, retry_after));
         }
-        self.empty_retried |= matches!(failure, Transient::Empty);
+        self.empty_retried |= failure.is_empty();
         let delay =
             retry_after.unwrap_or_else(|| self.policy.backoff(self.attempts - 1, jitter_unit()));
         tracing::debug!(
@@ -253,7 +287,7 @@ impl Retrier<'_> {
             "retrying provider request"
         );
         // An empty response gets one retry, so that one is the last.
-        let max_attempts = if matches!(failure, Transient::Empty) {
+        let max_attempts = if failure.is_empty() {
             self.attempts + 1
         } else {
             self.policy.max_retries + 1
@@ -262,7 +296,7 @@ impl Retrier<'_> {
             attempt: self.attempts + 1,
             max_attempts,
             delay,
-            reason: failure.reason(),
+            reason: self.secrets.scrub(&failure.reason()),
         });
         tokio::select! {
             biased;
@@ -289,6 +323,122 @@ fn origin_of(url: &reqwest::Url) -> String {
     }
 }
 
+/// The longest `location` header quoted in an error, in characters.
+const MAX_QUOTED_LOCATION: usize = 200;
+
+/// Returns the URL a client posts to: `path` (relative, e.g.
+/// `chat/completions`) joined to the end of the `baseUrl`'s path, the
+/// query kept (`https://host/v1?key=K` gives
+/// `https://host/v1/chat/completions?key=K`). A `baseUrl` that is not an
+/// absolute http(s) URL, or carries user info or a fragment, is
+/// [`ProviderError::InvalidConfig`].
+pub fn endpoint_url(endpoint: &Endpoint, path: &str) -> Result<reqwest::Url, ProviderError> {
+    let base = endpoint.base_url.trim();
+    let invalid = |why: String| ProviderError::InvalidConfig {
+        detail: format!("the provider's baseUrl {why}"),
+    };
+    let mut url = reqwest::Url::parse(base).map_err(|err| {
+        invalid(format!(
+            "{:?} is not an absolute URL ({err}): write it as https://host/path",
+            Secrets::none().scrub(&redacted_url_text(base))
+        ))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(format!(
+            "uses the scheme {:?}: only http and https are supported",
+            url.scheme()
+        )));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            "carries a user name or password (user:password@host); remove it: the key is read from the variable the provider's apiKeyEnv names".to_owned(),
+        ));
+    }
+    if url.fragment().is_some() {
+        return Err(invalid(format!(
+            "{} has a fragment (#…), which is never sent to a server; remove it",
+            shown_url(&url)
+        )));
+    }
+    {
+        let mut segments = url.path_segments_mut().map_err(|()| {
+            invalid("cannot have a path appended: write it as https://host/path".to_owned())
+        })?;
+        segments.pop_if_empty();
+        segments.extend(path.split('/').filter(|segment| !segment.is_empty()));
+    }
+    Ok(url)
+}
+
+/// Returns a URL as it may be shown or logged: without user name, password
+/// or fragment, every query value replaced by `[REDACTED]` (the names
+/// kept, so `?key=[REDACTED]` still says which parameter was sent).
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_fragment(None);
+    let query = shown.query().map(str::to_owned);
+    shown.set_query(None);
+    let mut text = shown.to_string();
+    if let Some(query) = query {
+        text.push('?');
+        text.push_str(&redacted_query(&query));
+    }
+    text
+}
+
+/// Returns a query string with every value replaced by `[REDACTED]`.
+fn redacted_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) => format!("{name}=[REDACTED]"),
+            None => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Returns URL text that did not parse, its query values and anything
+/// before an `@` replaced, for an error message.
+fn redacted_url_text(text: &str) -> String {
+    let text = match text.rsplit_once('@') {
+        Some((_, host)) => format!("[REDACTED]@{host}"),
+        None => text.to_owned(),
+    };
+    match text.split_once('?') {
+        Some((base, query)) => format!("{base}?{}", redacted_query(query)),
+        None => text,
+    }
+}
+
+/// Returns the secrets a request carries: the value of every sensitive
+/// header (the API key, also without its `Bearer ` scheme) and the long
+/// query values of its URL.
+fn secrets_of(url: Option<&reqwest::Url>, headers: &HeaderMap) -> Secrets {
+    let mut secrets = Secrets::none();
+    for value in headers.values().filter(|value| value.is_sensitive()) {
+        if let Ok(text) = value.to_str() {
+            secrets = secrets.with_key(Some(text));
+            if let Some(token) = text.strip_prefix("Bearer ") {
+                secrets = secrets.with_key(Some(token));
+            }
+        }
+    }
+    for (_, value) in url.into_iter().flat_map(reqwest::Url::query_pairs) {
+        secrets = secrets.with_query_value(&value);
+    }
+    if let Some(query) = url.and_then(reqwest::Url::query) {
+        for pair in query.split('&') {
+            if let Some((_, raw)) = pair.split_once('=') {
+                secrets = secrets.with_query_value(raw);
+            }
+        }
+    }
+    secrets
+}
+
 /// Returns a URL as it may be shown: without user name, password, query or
 /// fragment.
 fn bare_url(url: &reqwest::Url) -> String {
@@ -305,19 +455,35 @@ fn bare_url(url: &reqwest::Url) -> String {
 /// named none.
 pub(crate) fn redirect_error(status: u16, url: &str, headers: &HeaderMap) -> ProviderError {
     let requested = reqwest::Url::parse(url).ok();
-    let location = headers
-        .get(reqwest::header::LOCATION)
+    let header = headers.get(reqwest::header::LOCATION);
+    let received = header.map(|value| {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let quoted: String = format!("{text:?}")
+            .chars()
+            .take(MAX_QUOTED_LOCATION)
+            .collect();
+        let quoted = if text.chars().count() + 2 > MAX_QUOTED_LOCATION {
+            format!("{quoted}…")
+        } else {
+            quoted
+        };
+        quoted.into_boxed_str()
+    });
+    let location = header
         .and_then(|value| value.to_str().ok())
+        .filter(|location| !location.trim().is_empty())
         .and_then(|location| match &requested {
             Some(base) => base.join(location.trim()).ok(),
             None => reqwest::Url::parse(location.trim()).ok(),
         })
+        .filter(|target| matches!(target.scheme(), "http" | "https") && target.has_host())
         .map(|target| (bare_url(&target), origin_of(&target)));
     ProviderError::Redirected {
         status,
         url: requested.as_ref().map_or_else(|| url.to_owned(), bare_url),
         origin: requested.as_ref().map_or_else(|| url.to_owned(), origin_of),
         location,
+        received,
     }
 }
 
@@ -358,12 +524,44 @@ impl Transport {
         cancel: &dyn Cancellation,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<ChatResponse, ProviderError> {
+        let parsed = reqwest::Url::parse(url).ok();
+        let secrets = secrets_of(parsed.as_ref(), &headers);
+        let shown = parsed
+            .as_ref()
+            .map_or_else(|| redacted_url_text(url), shown_url);
+        self.stream_inner(
+            url,
+            &shown,
+            &secrets,
+            headers,
+            body,
+            make_decoder,
+            cancel,
+            on_event,
+        )
+        .await
+        .map_err(|error| error.scrubbed(&secrets))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn stream_inner(
+        &self,
+        url: &str,
+        shown: &str,
+        secrets: &Secrets,
+        headers: HeaderMap,
+        body: &Value,
+        make_decoder: &(dyn Fn() -> Box<dyn StreamDecoder> + Sync),
+        cancel: &dyn Cancellation,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<ChatResponse, ProviderError> {
         let bytes = serde_json::to_vec(body).map_err(|err| ProviderError::InvalidConfig {
             detail: format!("cannot encode the request: {err}"),
         })?;
         let mut retrier = Retrier {
             policy: &self.config.retry,
-            url,
+            url: shown,
+            secrets,
             attempts: 0,
             empty_retried: false,
         };
@@ -375,7 +573,7 @@ impl Transport {
             let outcome = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                outcome = self.stream_once(url, &headers, &bytes, make_decoder(), on_event) => outcome,
+                outcome = self.stream_once(url, shown, &headers, &bytes, make_decoder(), on_event) => outcome,
             };
             match outcome {
                 Ok(response) => {
@@ -398,32 +596,44 @@ impl Transport {
         body: &Value,
         cancel: &dyn Cancellation,
     ) -> Result<String, ProviderError> {
+        let parsed = reqwest::Url::parse(url).ok();
+        let secrets = secrets_of(parsed.as_ref(), &headers);
+        let shown = parsed
+            .as_ref()
+            .map_or_else(|| redacted_url_text(url), shown_url);
         let bytes = serde_json::to_vec(body).map_err(|err| ProviderError::InvalidConfig {
             detail: format!("cannot encode the request: {err}"),
         })?;
         let mut retrier = Retrier {
             policy: &self.config.retry,
-            url,
+            url: &shown,
+            secrets: &secrets,
             attempts: 0,
             empty_retried: false,
         };
-        loop {
+        let outcome = loop {
             retrier.attempts += 1;
             let outcome = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                outcome = self.post_once(url, &headers, &bytes) => outcome,
+                () = cancel.cancelled() => break Err(ProviderError::Cancelled),
+                outcome = self.post_once(url, &shown, &headers, &bytes) => outcome,
             };
             match outcome {
-                Ok(text) => return Ok(text),
-                Err(error) => retrier.backoff(error, cancel, &mut |_| {}).await?,
+                Ok(text) => break Ok(text),
+                Err(error) => {
+                    if let Err(error) = retrier.backoff(error, cancel, &mut |_| {}).await {
+                        break Err(error);
+                    }
+                }
             }
-        }
+        };
+        outcome.map_err(|error| error.scrubbed(&secrets))
     }
 
     async fn send(
         &self,
         url: &str,
+        shown: &str,
         headers: &HeaderMap,
         bytes: &[u8],
     ) -> Result<reqwest::Response, AttemptError> {
@@ -436,18 +646,19 @@ impl Transport {
             Err(_) => {
                 return Err(ProviderError::IdleTimeout {
                     idle: self.config.idle_timeout,
+                    url: shown.to_owned(),
                 }
                 .into());
             }
             Ok(Err(err)) if err.is_builder() => {
                 return Err(ProviderError::InvalidConfig {
-                    detail: format!("cannot send to {url}: {err}"),
+                    detail: format!("cannot send to {shown}: {}", err.without_url()),
                 }
                 .into());
             }
             Ok(Err(err)) => {
                 return Err(AttemptError::Transient {
-                    failure: Transient::Connect(Box::new(err)),
+                    failure: Transient::Connect(Box::new(err.without_url())),
                     retry_after: None,
                 });
             }
@@ -456,10 +667,15 @@ impl Transport {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(self.status_error(url, response).await)
+        Err(self.status_error(url, shown, response).await)
     }
 
-    async fn status_error(&self, url: &str, mut response: reqwest::Response) -> AttemptError {
+    async fn status_error(
+        &self,
+        url: &str,
+        shown: &str,
+        mut response: reqwest::Response,
+    ) -> AttemptError {
         let status = response.status().as_u16();
         if response.status().is_redirection() {
             return redirect_error(status, url, response.headers()).into();
@@ -489,7 +705,7 @@ impl Transport {
             }
             .into(),
             404 => ProviderError::NotFound {
-                url: url.to_owned(),
+                url: shown.to_owned(),
                 body: excerpt(&body),
             }
             .into(),
@@ -511,16 +727,18 @@ impl Transport {
     async fn post_once(
         &self,
         url: &str,
+        shown: &str,
         headers: &HeaderMap,
         bytes: &[u8],
     ) -> Result<String, AttemptError> {
-        let mut response = self.send(url, headers, bytes).await?;
+        let mut response = self.send(url, shown, headers, bytes).await?;
         let mut raw = Vec::new();
         loop {
             match tokio::time::timeout(self.config.idle_timeout, response.chunk()).await {
                 Err(_) => {
                     return Err(ProviderError::IdleTimeout {
                         idle: self.config.idle_timeout,
+                        url: shown.to_owned(),
                     }
                     .into());
                 }
@@ -528,7 +746,7 @@ impl Transport {
                 Ok(Ok(None)) => break,
                 Ok(Err(err)) => {
                     return Err(AttemptError::Transient {
-                        failure: Transient::Dropped(Some(Box::new(err))),
+                        failure: Transient::Dropped(Some(Box::new(err.without_url()))),
                         retry_after: None,
                     });
                 }
@@ -540,12 +758,14 @@ impl Transport {
     async fn stream_once(
         &self,
         url: &str,
+        shown: &str,
         headers: &HeaderMap,
         bytes: &[u8],
         mut decoder: Box<dyn StreamDecoder>,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<ChatResponse, AttemptError> {
-        let response = self.send(url, headers, bytes).await?;
+        let started = tokio::time::Instant::now();
+        let response = self.send(url, shown, headers, bytes).await?;
         let mut stream = response.bytes_stream();
         let mut parser = SseParser::new();
         let mut events: Vec<SseEvent> = Vec::new();
@@ -553,17 +773,33 @@ impl Transport {
         let mut content_seen = false;
         let mut n_events = 0_usize;
         let mut head = Vec::new();
+        // Only a decoded event is progress: keep-alive comments, pings and
+        // empty `data:` lines reset nothing, so a server sending only those
+        // still times out. The total bound holds whatever arrives.
+        let total_deadline = started + self.config.stream_timeout;
+        let mut progress_deadline = tokio::time::Instant::now() + self.config.idle_timeout;
         loop {
-            let chunk = match tokio::time::timeout(self.config.idle_timeout, stream.next()).await {
+            let deadline = progress_deadline.min(total_deadline);
+            let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
+                Err(_) if total_deadline <= progress_deadline => {
+                    tracing::debug!(url = shown, "provider stream past its total bound");
+                    return Err(ProviderError::StreamTooLong {
+                        limit: self.config.stream_timeout,
+                        url: shown.to_owned(),
+                    }
+                    .into());
+                }
                 Err(_) => {
+                    tracing::debug!(url = shown, "provider stream made no progress");
                     return Err(ProviderError::IdleTimeout {
                         idle: self.config.idle_timeout,
+                        url: shown.to_owned(),
                     }
                     .into());
                 }
                 Ok(Some(Ok(chunk))) => Some(chunk),
                 Ok(Some(Err(err))) => {
-                    let source: Box<dyn StdError + Send + Sync> = Box::new(err);
+                    let source: Box<dyn StdError + Send + Sync> = Box::new(err.without_url());
                     if content_seen {
                         return Err(ProviderError::StreamInterrupted {
                             source: Some(source),
@@ -597,6 +833,9 @@ impl Transport {
                     }
                     return Err(error.into());
                 }
+                if !produced.is_empty() {
+                    progress_deadline = tokio::time::Instant::now() + self.config.idle_timeout;
+                }
                 for item in produced.drain(..) {
                     content_seen |= item.is_content();
                     on_event(item);
@@ -611,7 +850,14 @@ impl Transport {
                 break;
             }
         }
-        if n_events == 0 && !head.is_empty() {
+        if n_events == 0 && head.is_empty() {
+            tracing::debug!(url = shown, "the provider returned an empty body");
+            return Err(AttemptError::Transient {
+                failure: Transient::EmptyBody,
+                retry_after: None,
+            });
+        }
+        if n_events == 0 {
             return Err(ProviderError::malformed(
                 "the response is not an event stream",
                 &String::from_utf8_lossy(&head),
@@ -632,6 +878,9 @@ impl Transport {
 
 /// Returns a decoder's final answer as an attempt's outcome: an empty
 /// response is transient (retried once), any other error fatal.
+// A large error is fine here: it is built at most once per attempt, and
+// boxing it would only add an allocation to every caller's match.
+#[allow(clippy::result_large_err)]
 fn finished(outcome: Result<ChatResponse, ProviderError>) -> Result<ChatResponse, AttemptError> {
     match outcome {
         Ok(response) => Ok(response),
@@ -735,7 +984,7 @@ impl ModelClient for AnthropicClient {
             let make = move || Box::new(AnthropicDecoder::new(model)) as Box<dyn StreamDecoder>;
             self.transport
                 .stream(
-                    &self.endpoint.url("/v1/messages"),
+                    endpoint_url(&self.endpoint, "v1/messages")?.as_str(),
                     headers,
                     &body,
                     &make,
@@ -781,9 +1030,9 @@ impl ModelClient for OpenAiChatClient {
             let body = openai_chat::request_body(request);
             let model = request.model.as_str();
             let make = move || Box::new(ChatDecoder::new(model)) as Box<dyn StreamDecoder>;
-            let url = self.endpoint.url("/chat/completions");
+            let url = endpoint_url(&self.endpoint, "chat/completions")?;
             self.transport
-                .stream(&url, headers, &body, &make, cancel, on_event)
+                .stream(url.as_str(), headers, &body, &make, cancel, on_event)
                 .await
         })
     }
@@ -827,7 +1076,7 @@ impl OpenAiResponsesClient {
         let text = self
             .transport
             .post_json(
-                &self.endpoint.url("/responses/compact"),
+                endpoint_url(&self.endpoint, "responses/compact")?.as_str(),
                 headers,
                 &body,
                 cancel,
@@ -855,7 +1104,7 @@ impl ModelClient for OpenAiResponsesClient {
             let make = move || Box::new(ResponsesDecoder::new(model)) as Box<dyn StreamDecoder>;
             self.transport
                 .stream(
-                    &self.endpoint.url("/responses"),
+                    endpoint_url(&self.endpoint, "responses")?.as_str(),
                     headers,
                     &body,
                     &make,
@@ -873,6 +1122,9 @@ pub fn client_for(
     endpoint: Endpoint,
     config: HttpConfig,
 ) -> Result<Box<dyn ModelClient>, ProviderError> {
+    // A baseUrl that cannot take a path is refused now, not at the first
+    // request.
+    endpoint_url(&endpoint, "")?;
     Ok(match api {
         Api::AnthropicMessages => Box::new(AnthropicClient::new(endpoint, config)?),
         Api::OpenAiChat => Box::new(OpenAiChatClient::new(endpoint, config)?),

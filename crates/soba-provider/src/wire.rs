@@ -257,6 +257,62 @@ impl Assembly {
     }
 }
 
+/// The most characters of invalid arguments quoted back to the model.
+const MAX_ARGUMENTS_EXCERPT: usize = 300;
+
+/// Returns why a tool call's arguments cannot be used, or `None` when they
+/// can: the one check, for every dialect, that a call whose arguments are
+/// not a JSON object (invalid JSON, text cut off mid-arguments, a bare
+/// string or number) is never run with a substitute such as `{}`.
+///
+/// The decoders keep such text as the input's raw text
+/// ([`ToolInput::raw`]); the message says what was wrong, where (serde's
+/// line and column) and quotes a bounded excerpt, so the model can send
+/// the call again. Empty arguments are an empty object (servers send `""`
+/// for tools without parameters) and are fine.
+pub fn invalid_arguments(name: &str, input: &ToolInput) -> Option<String> {
+    let raw = input.raw()?;
+    let problem = match serde_json::from_str::<Value>(raw) {
+        Err(err) if err.is_eof() => format!("are cut off: {err}"),
+        Err(err) => format!("are not valid JSON: {err}"),
+        Ok(Value::Object(_)) => return None,
+        // Doubly encoded arguments decode to their inner object.
+        Ok(Value::String(inner)) if !input.object().is_empty() || inner.trim() == "{}" => {
+            return None;
+        }
+        Ok(other) => format!(
+            "are not a JSON object but {}",
+            match other {
+                Value::Null => "null",
+                Value::Bool(_) => "a boolean",
+                Value::Number(_) => "a number",
+                Value::String(_) => "a string",
+                Value::Array(_) => "an array",
+                Value::Object(_) => "an object",
+            }
+        ),
+    };
+    Some(format!(
+        "the arguments of this {name} call {problem}; the tool was not run. The arguments received ({} characters): {}. Send the call again with the arguments as one complete JSON object",
+        raw.chars().count(),
+        arguments_excerpt(raw),
+    ))
+}
+
+/// Returns the text quoted (`{:?}`), its middle cut when it is longer than
+/// [`MAX_ARGUMENTS_EXCERPT`] characters: the start says which call it was,
+/// the end where it broke.
+fn arguments_excerpt(raw: &str) -> String {
+    let n_chars = raw.chars().count();
+    if n_chars <= MAX_ARGUMENTS_EXCERPT {
+        return format!("{raw:?}");
+    }
+    let half = MAX_ARGUMENTS_EXCERPT / 2;
+    let head: String = raw.chars().take(half).collect();
+    let tail: String = raw.chars().skip(n_chars - half).collect();
+    format!("{head:?} … {tail:?}")
+}
+
 /// Builds the final response from an assembly.
 pub(crate) fn response(
     assembly: Assembly,
@@ -375,6 +431,45 @@ mod tests {
             .filter(|e| matches!(e, StreamEvent::ToolCallEnd { .. }))
             .count();
         assert_eq!(ends, 1);
+    }
+
+    #[test]
+    fn arguments_that_are_no_json_object_are_named_never_replaced() {
+        let check = |text: &str, expected: Option<&str>| {
+            let input = ToolInput::from_json_text(text);
+            assert_eq!(
+                invalid_arguments("read_file", &input).as_deref(),
+                expected,
+                "{text}"
+            );
+        };
+        check(r#"{"path":"a.rs"}"#, None);
+        check("", None);
+        check(r#""{\"path\":\"a.rs\"}""#, None);
+        check(
+            r#"{"path":"src/ma"#,
+            Some(
+                r#"the arguments of this read_file call are cut off: EOF while parsing a string at line 1 column 15; the tool was not run. The arguments received (15 characters): "{\"path\":\"src/ma". Send the call again with the arguments as one complete JSON object"#,
+            ),
+        );
+        check(
+            "{path: 'a.rs'}",
+            Some(
+                r#"the arguments of this read_file call are not valid JSON: key must be a string at line 1 column 2; the tool was not run. The arguments received (14 characters): "{path: 'a.rs'}". Send the call again with the arguments as one complete JSON object"#,
+            ),
+        );
+        check(
+            "[1,2]",
+            Some(
+                r#"the arguments of this read_file call are not a JSON object but an array; the tool was not run. The arguments received (5 characters): "[1,2]". Send the call again with the arguments as one complete JSON object"#,
+            ),
+        );
+        // A long text is quoted by its start and its end.
+        let long = format!(r#"{{"content":"{}"#, "x".repeat(1_000));
+        let message = invalid_arguments("write_file", &ToolInput::from_json_text(&long)).unwrap();
+        assert!(message.contains("(1012 characters)"), "{message}");
+        assert!(message.contains(r#"x" … "x"#), "{message}");
+        assert!(message.len() < 700, "{message}");
     }
 
     #[test]

@@ -530,6 +530,20 @@ pub const KEYS: &[KeySpec] = &[
         "The most summarizer calls one compaction makes; a longer history has its newest part summarized and the rest kept as local facts.",
     ),
     key(
+        "http.idleTimeoutMs",
+        POSITIVE,
+        "300000",
+        false,
+        "The longest wait for a provider's response headers or its next text, reasoning, tool-call or usage event, in milliseconds; keep-alives do not count.",
+    ),
+    key(
+        "http.streamTimeoutMs",
+        POSITIVE,
+        "3600000",
+        false,
+        "The longest one provider reply may stream, in milliseconds, progress or not.",
+    ),
+    key(
         "session.durability",
         ValueType::Enum(&["fsync", "flush"]),
         "\"fsync\"",

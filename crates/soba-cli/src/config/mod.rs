@@ -358,6 +358,10 @@ pub struct Config {
     pub tools_allow: Vec<String>,
     /// `tools.bash.timeoutMs`.
     pub bash_timeout_ms: u64,
+    /// `http.idleTimeoutMs`.
+    pub idle_timeout_ms: u64,
+    /// `http.streamTimeoutMs`.
+    pub stream_timeout_ms: u64,
 }
 
 /// The model a command will use, and why.
@@ -912,6 +916,8 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
         durability: Durability::Fsync,
         tools_allow: Vec::new(),
         bash_timeout_ms: 120_000,
+        idle_timeout_ms: 300_000,
+        stream_timeout_ms: 3_600_000,
     };
     let mut provider_fields: BTreeMap<String, BTreeMap<&str, Value>> = BTreeMap::new();
     for provider in keys::BUILTIN_PROVIDERS {
@@ -995,6 +1001,12 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
                     .unwrap_or_default();
                 check_tool_allow(&config.tools_allow, &setting.source)?;
             }
+            ["http", "idleTimeoutMs"] => {
+                config.idle_timeout_ms = setting.value.as_u64().unwrap_or(300_000);
+            }
+            ["http", "streamTimeoutMs"] => {
+                config.stream_timeout_ms = setting.value.as_u64().unwrap_or(3_600_000);
+            }
             ["tools", "bash", "timeoutMs"] => {
                 config.bash_timeout_ms = setting.value.as_u64().unwrap_or(120_000);
             }
@@ -1036,6 +1048,16 @@ fn build(settings: &BTreeMap<KeyPath, Setting>) -> Result<Config, ConfigError> {
 }
 
 impl Config {
+    /// Returns the HTTP settings of every provider client: the defaults
+    /// with `http.idleTimeoutMs` and `http.streamTimeoutMs`.
+    pub fn http(&self) -> soba_provider::transport::HttpConfig {
+        soba_provider::transport::HttpConfig {
+            idle_timeout: std::time::Duration::from_millis(self.idle_timeout_ms),
+            stream_timeout: std::time::Duration::from_millis(self.stream_timeout_ms),
+            ..soba_provider::transport::HttpConfig::default()
+        }
+    }
+
     /// Returns the model registry with the `models.*` overrides.
     pub fn registry(&self) -> ModelRegistry {
         ModelRegistry::with_overrides(self.models.clone())

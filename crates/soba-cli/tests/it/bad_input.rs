@@ -259,6 +259,7 @@ fn one_retry() -> HttpConfig {
     HttpConfig {
         connect_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_millis(300),
+        stream_timeout: Duration::from_secs(60),
         retry: RetryPolicy {
             max_retries: 1,
             base_delay: Duration::from_millis(1),

@@ -18,6 +18,7 @@ mod docs;
 mod hostile;
 mod import;
 mod plan_traces;
+mod providers;
 mod replay;
 mod run;
 mod sessions;

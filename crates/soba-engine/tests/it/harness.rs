@@ -188,6 +188,7 @@ impl Harness {
         let http = HttpConfig {
             connect_timeout: Duration::from_millis(500),
             idle_timeout: Duration::from_millis(500),
+            stream_timeout: Duration::from_secs(60),
             retry: RetryPolicy {
                 max_retries: 0,
                 ..RetryPolicy::default()

@@ -41,6 +41,7 @@ fn http() -> HttpConfig {
     HttpConfig {
         connect_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_millis(300),
+        stream_timeout: Duration::from_secs(60),
         retry: RetryPolicy {
             max_retries: 0,
             ..RetryPolicy::default()

@@ -16,6 +16,7 @@ pub fn fast_config() -> HttpConfig {
     HttpConfig {
         connect_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_millis(300),
+        stream_timeout: Duration::from_secs(60),
         retry: RetryPolicy {
             max_retries: 4,
             base_delay: Duration::from_millis(10),

@@ -6,6 +6,7 @@
 mod common;
 mod empty;
 mod errors;
+mod hostile;
 mod layout;
 mod overflow;
 mod probe;

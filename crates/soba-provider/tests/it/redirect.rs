@@ -140,8 +140,8 @@ async fn a_redirect_without_a_location_says_so() {
     assert_eq!(
         result.unwrap_err().to_string(),
         format!(
-            "the provider at {} answered http 302 (a redirect) without a valid location: \
-             check the provider's baseUrl",
+            "the endpoint {}/responses sent a redirect (http 302) with no location header; \
+             soba follows no redirect: check the provider's baseUrl",
             server.url()
         )
     );

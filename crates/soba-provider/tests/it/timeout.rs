@@ -21,7 +21,7 @@ async fn stall_before_headers_hits_the_idle_timeout() {
     let started = Instant::now();
     let (result, _) = run_plain(client.as_ref(), &simple_request()).await;
     assert!(
-        matches!(result, Err(ProviderError::IdleTimeout { idle }) if idle == Duration::from_millis(300)),
+        matches!(result, Err(ProviderError::IdleTimeout { idle, .. }) if idle == Duration::from_millis(300)),
         "{result:?}"
     );
     assert!(started.elapsed() < Duration::from_millis(1_500));
