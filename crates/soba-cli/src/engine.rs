@@ -28,7 +28,6 @@ use soba_provider::registry::{ModelInfo, ModelRegistry};
 use soba_provider::summarizer::{LlmSummarizer, SummarizerChoice, select_summarizer};
 use soba_provider::transport::client_for;
 use soba_store::log::{MemoryItem, SessionHeader, SystemMinter, WriterOptions};
-use soba_store::untrusted::UntrustedReadError;
 use tokio::sync::Mutex;
 
 use crate::config::{ConfigError, ProviderConfig};
@@ -485,47 +484,73 @@ pub fn install_native(ctx: &Context, setup: &ModelSetup, core: &mut SessionCore)
 }
 
 /// Returns the Project Memory index: every `.soba/memory/*.capsule.md`
-/// whose front matter parses, by file name (SPEC §12).
-pub fn memory_index(root: &Path) -> Vec<MemoryItem> {
+/// whose front matter parses, by file name (SPEC §12), and a warning
+/// for each capsule left out because it cannot be read safely: a symlink
+/// (leading outside the workspace or not), a FIFO, a device, a folder, an
+/// oversized file. Every file is read beneath the workspace root
+/// ([`read_workspace_file`]); an unparsable capsule is left out silently,
+/// as before.
+pub fn memory_index_checked(root: &Path) -> (Vec<MemoryItem>, Vec<String>) {
     let dir = root.join(".soba").join("memory");
     let Ok(read_dir) = std::fs::read_dir(&dir) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    let mut files: Vec<PathBuf> = read_dir
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.ends_with(".capsule.md"))
+    let mut files: Vec<(String, bool)> = read_dir
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().to_str()?.to_owned();
+            let is_link = entry.file_type().is_ok_and(|kind| kind.is_symlink());
+            name.ends_with(".capsule.md").then_some((name, is_link))
         })
         .collect();
     files.sort();
-    files
-        .into_iter()
-        .filter_map(|path| {
-            // A link out of the workspace is skipped like an unparsable file.
-            let path = inside_workspace(root, path.strip_prefix(root).ok()?).ok()?;
-            // A FIFO, device or oversized file is skipped like an unparsable one.
-            let text = soba_store::untrusted::read_untrusted_to_string(
-                &path,
-                render::CAPSULE_FILE_MAX_BYTES as u64,
-            )
-            .ok()?;
-            let parsed = render::parse_capsule_file(&text).ok()?;
-            let name = path.file_name()?.to_string_lossy().into_owned();
-            let id = parsed
-                .front
-                .id
-                .clone()
-                .unwrap_or_else(|| name.trim_end_matches(".capsule.md").to_owned());
-            Some(MemoryItem {
-                title: parsed.front.title.clone().unwrap_or_else(|| id.clone()),
-                id,
-                created_at: parsed.front.created_at.clone().unwrap_or_default(),
-                path: format!(".soba/memory/{name}"),
-            })
-        })
-        .collect()
+    let mut warnings = Vec::new();
+    let mut items = Vec::new();
+    for (name, is_link) in files {
+        let rel = format!(".soba/memory/{name}");
+        if is_link {
+            // A capsule is a file SOBA wrote there; a link is someone else's.
+            warnings.push(format!(
+                "`{rel}` is a symlink; Project Memory capsules must be regular files in .soba/memory/, so it was left out of the memory index: replace the link with a copy of the capsule"
+            ));
+            continue;
+        }
+        let text =
+            match read_workspace_file(root, Path::new(&rel), render::CAPSULE_FILE_MAX_BYTES as u64)
+            {
+                Ok(bytes) => match String::from_utf8(bytes) {
+                    Ok(text) => text,
+                    Err(_) => continue,
+                },
+                Err(WorkspaceReadError::Missing) => continue,
+                Err(WorkspaceReadError::TooLarge { size }) => {
+                    warnings.push(format!(
+                        "`{rel}` is {size} bytes, over {}; it was left out of the memory index",
+                        render::CAPSULE_FILE_MAX_BYTES
+                    ));
+                    continue;
+                }
+                Err(WorkspaceReadError::Refused(why)) => {
+                    warnings.push(format!("{why}; it was left out of the memory index"));
+                    continue;
+                }
+            };
+        let Ok(parsed) = render::parse_capsule_file(&text) else {
+            continue;
+        };
+        let id = parsed
+            .front
+            .id
+            .clone()
+            .unwrap_or_else(|| name.trim_end_matches(".capsule.md").to_owned());
+        items.push(MemoryItem {
+            title: parsed.front.title.clone().unwrap_or_else(|| id.clone()),
+            id,
+            created_at: parsed.front.created_at.clone().unwrap_or_default(),
+            path: rel,
+        });
+    }
+    (items, warnings)
 }
 
 /// Renders the system prompt from a session header (SPEC §5).
@@ -763,22 +788,24 @@ fn writer_options(ctx: &Context) -> WriterOptions {
 }
 
 /// Creates a new session in the workspace's sessions folder, recording the
-/// model as its first entry (`model_change`).
+/// model as its first entry (`model_change`); returns it with a warning
+/// for each Project Memory capsule left out (see [`memory_index_checked`]).
 pub fn create_session(
     ctx: &Context,
     setup: &ModelSetup,
     tools: &ToolRegistry,
-) -> CliResult<SessionCore> {
+) -> CliResult<(SessionCore, Vec<String>)> {
     let mut minter = SystemMinter;
     let mut header = SessionHeader::new(&mut minter, ctx.workspace.root.display().to_string());
-    header.memory = memory_index(&ctx.workspace.root);
+    let (memory, warnings) = memory_index_checked(&ctx.workspace.root);
+    header.memory = memory;
     let path = soba_store::reader::session_path(&ctx.locations.sessions_dir, &header.id);
     let config = session_config(ctx, setup, &header, tools);
     let mut core = SessionCore::create(&path, header, config, writer_options(ctx))?;
     core.append(EntryBody::ModelChange {
         model: setup.info.id.clone(),
     })?;
-    Ok(core)
+    Ok((core, warnings))
 }
 
 /// Opens an existing session for writing; the returned lines are the
@@ -807,14 +834,81 @@ pub const AGENTS_MD_MAX_BYTES: u64 = 1024 * 1024;
 /// The largest skill file (`.soba/skills/<name>.md`) soba reads: 1 MiB.
 pub const SKILL_MAX_BYTES: u64 = 1024 * 1024;
 
-/// Resolves `rel`, a file SOBA reads on its own (`AGENTS.md`, a skill, a
-/// Project Memory capsule), under the workspace root, refusing a path or a
-/// symlink that leads outside it, as the file tools do: a cloned
-/// repository's `AGENTS.md -> ~/.aws/credentials` must not reach the model.
-pub fn inside_workspace(root: &Path, rel: &Path) -> Result<PathBuf, String> {
-    soba_engine::tool::Workspace::new(root)
-        .and_then(|workspace| workspace.resolve(rel))
-        .map_err(|err| err.to_string())
+/// Why [`read_workspace_file`] gave no bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspaceReadError {
+    /// Nothing is at the path.
+    Missing,
+    /// The file holds more than the limit (its size, as far as read).
+    TooLarge {
+        /// The size in bytes, at least the limit plus one.
+        size: u64,
+    },
+    /// Refused or unreadable: the message names the file, what it is or
+    /// where it leads, and what to do.
+    Refused(String),
+}
+
+impl std::fmt::Display for WorkspaceReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkspaceReadError::Missing => f.write_str("no such file in the workspace"),
+            WorkspaceReadError::TooLarge { size } => write!(f, "it is {size} bytes, too large"),
+            WorkspaceReadError::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Reads `rel`, a workspace file SOBA reads on its own or for the user
+/// (`AGENTS.md`, a skill, a Project Memory capsule, an `@file`, a capsule
+/// to load, the file an edit would change), at most `limit` bytes.
+///
+/// It is opened as the file tools open theirs (`Workspace::open_read`):
+/// checked by name for a clear message, then resolved by the kernel
+/// beneath a handle on the root, so a link swapped in after the check
+/// cannot lead outside; the type is checked on the handle (a FIFO is
+/// refused without blocking) and the cap holds while reading.
+pub fn read_workspace_file(
+    root: &Path,
+    rel: &Path,
+    limit: u64,
+) -> Result<Vec<u8>, WorkspaceReadError> {
+    use soba_engine::tool::ToolError;
+    use std::io::Read as _;
+    let workspace = soba_engine::tool::Workspace::new(root)
+        .map_err(|err| WorkspaceReadError::Refused(err.to_string()))?;
+    let shown = rel.display().to_string();
+    let (file, metadata, _) = workspace.open_read(&shown).map_err(|err| match err {
+        ToolError::NotFound { .. } => WorkspaceReadError::Missing,
+        ToolError::SymlinkEscape { .. }
+        | ToolError::OutsideWorkspace { .. }
+        | ToolError::DanglingSymlink { .. } => WorkspaceReadError::Refused(format!(
+            "{err}: soba reads workspace files only beneath the workspace; replace the link with a copy of the file if soba should read it"
+        )),
+        ToolError::NotRegular { kind, .. } => WorkspaceReadError::Refused(format!(
+            "`{shown}` is {kind}, not a regular file: soba reads only regular files here; put the content in a regular file"
+        )),
+        ToolError::IsDirectory { .. } => WorkspaceReadError::Refused(format!(
+            "`{shown}` is a directory, not a regular file: soba reads only regular files here; put the content in a regular file"
+        )),
+        ToolError::Io { ref source, .. } => WorkspaceReadError::Refused(format!("{err}: {source}")),
+        other => WorkspaceReadError::Refused(other.to_string()),
+    })?;
+    if metadata.len() > limit {
+        return Err(WorkspaceReadError::TooLarge {
+            size: metadata.len(),
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|err| WorkspaceReadError::Refused(format!("cannot read `{shown}`: {err}")))?;
+    if bytes.len() as u64 > limit {
+        return Err(WorkspaceReadError::TooLarge {
+            size: bytes.len() as u64,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Reads `AGENTS.md` at the workspace root, else `CLAUDE.md`: its name and
@@ -824,24 +918,21 @@ pub fn read_agents_md(root: &Path) -> Result<Option<(&'static str, String)>, Str
     let Some((name, _)) = ["AGENTS.md", "CLAUDE.md"]
         .iter()
         .map(|name| (*name, root.join(name)))
-        .find(|(_, path)| path.exists())
+        .find(|(_, path)| path.symlink_metadata().is_ok())
     else {
         return Ok(None);
     };
-    let path = inside_workspace(root, Path::new(name))
-        .map_err(|why| format!("{why}; {name} was not added to the context"))?;
-    match soba_store::untrusted::read_untrusted_to_string(&path, AGENTS_MD_MAX_BYTES) {
-        Ok(text) => Ok(Some((name, text))),
-        Err(UntrustedReadError::TooLarge { .. }) => {
-            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            Err(format!(
-                "{name} is {size} bytes, over {AGENTS_MD_MAX_BYTES}; it was not added to the context"
-            ))
-        }
-        Err(UntrustedReadError::Io { source, .. }) => Err(format!(
-            "cannot read {name} ({source}); it was not added to the context"
+    match read_workspace_file(root, Path::new(name), AGENTS_MD_MAX_BYTES) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(|text| Some((name, text)))
+            .map_err(|_| format!("{name} is not UTF-8 text; it was not added to the context")),
+        Err(WorkspaceReadError::Missing) => Ok(None),
+        Err(WorkspaceReadError::TooLarge { size }) => Err(format!(
+            "{name} is {size} bytes, over {AGENTS_MD_MAX_BYTES}; it was not added to the context"
         )),
-        Err(err) => Err(format!("{err}; it was not added to the context")),
+        Err(WorkspaceReadError::Refused(why)) => {
+            Err(format!("{why}; {name} was not added to the context"))
+        }
     }
 }
 
@@ -1039,7 +1130,7 @@ mod tests {
         let ctx = context(dir.path(), &server, json!({"native": "auto"}));
         let setup = ModelSetup::resolve(&ctx, "fake/codex").unwrap();
         let tools = ToolRegistry::builtin();
-        let mut core = create_session(&ctx, &setup, &tools).unwrap();
+        let (mut core, _) = create_session(&ctx, &setup, &tools).unwrap();
         install_native(&ctx, &setup, &mut core).unwrap();
         assert_eq!(
             core.native_compactor().map(|c| c.target().clone()),
@@ -1243,10 +1334,7 @@ mod tests {
         mkfifo(&agents);
         assert_eq!(
             read(&root),
-            Err(format!(
-                "{} is a FIFO (named pipe), not a regular file: soba reads only regular files here; copy the content into a file and use that; it was not added to the context",
-                agents.display()
-            ))
+            Err("`AGENTS.md` is a FIFO (named pipe), not a regular file: soba reads only regular files here; put the content in a regular file; AGENTS.md was not added to the context".to_owned())
         );
         std::fs::remove_file(&agents).unwrap();
         let folder = root.join("folder");
@@ -1294,7 +1382,7 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", memory.join("zero.capsule.md")).unwrap();
         std::fs::create_dir_all(memory.join("dir.capsule.md")).unwrap();
         let root = dir.path().to_path_buf();
-        assert_eq!(promptly(move || memory_index(&root)), Vec::new());
+        assert_eq!(promptly(move || memory_index_checked(&root).0), Vec::new());
     }
 
     #[test]
@@ -1312,9 +1400,89 @@ mod tests {
         )
         .unwrap();
         std::fs::write(memory.join("broken.capsule.md"), "no front matter").unwrap();
-        let index = memory_index(dir.path());
+        let (index, _) = memory_index_checked(dir.path());
         assert_eq!(index.len(), 1);
         assert_eq!(index[0].title, "Auth refactor");
         assert_eq!(index[0].path, ".soba/memory/ck_1.capsule.md");
+    }
+
+    #[test]
+    fn a_symlinked_or_special_memory_capsule_is_left_out_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        let memory = root.join(".soba/memory");
+        std::fs::create_dir_all(&memory).unwrap();
+        let headings: String = soba_core::capsule::NARRATIVE_HEADINGS
+            .iter()
+            .map(|h| format!("## {h}\n(none recorded)\n\n"))
+            .collect();
+        let capsule =
+            format!("---\nschemaVersion: 1\nid: \"ck_1\"\ntitle: \"Outside\"\n---\n{headings}");
+        let outside = dir.path().join("outside.capsule.md");
+        std::fs::write(&outside, &capsule).unwrap();
+        std::os::unix::fs::symlink(&outside, memory.join("a-link.capsule.md")).unwrap();
+        mkfifo(&memory.join("b-fifo.capsule.md"));
+        let (index, warnings) = promptly(move || memory_index_checked(&root));
+        assert_eq!(index, Vec::new());
+        assert_eq!(
+            warnings,
+            [
+                "`.soba/memory/a-link.capsule.md` is a symlink; Project Memory capsules must be regular files in .soba/memory/, so it was left out of the memory index: replace the link with a copy of the capsule",
+                "`.soba/memory/b-fifo.capsule.md` is a FIFO (named pipe), not a regular file: soba reads only regular files here; put the content in a regular file; it was left out of the memory index",
+            ]
+        );
+    }
+
+    /// Swaps `name` in `root` between a regular file and a symlink to
+    /// `secret` outside until `stop` is set.
+    fn swap_with_a_link(
+        root: PathBuf,
+        name: &'static str,
+        secret: PathBuf,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<usize> {
+        std::thread::spawn(move || {
+            let mut n_swaps = 0;
+            let target = root.join(name);
+            let link = root.join(".swap-link");
+            let file = root.join(".swap-file");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(&secret, &link).unwrap();
+                std::fs::rename(&link, &target).unwrap();
+                std::fs::write(&file, "inside").unwrap();
+                std::fs::rename(&file, &target).unwrap();
+                n_swaps += 1;
+            }
+            n_swaps
+        })
+    }
+
+    #[test]
+    fn workspace_files_read_on_their_own_never_follow_a_link_swapped_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir_all(root.join(".soba/skills")).unwrap();
+        let secret = dir.path().join("credentials");
+        std::fs::write(&secret, "aws_secret_access_key = wJalr").unwrap();
+        std::fs::write(root.join("AGENTS.md"), "inside").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = swap_with_a_link(root.clone(), "AGENTS.md", secret, stop.clone());
+        let mut n_read = 0;
+        for _ in 0..3000 {
+            // The name check passes on the regular file; the open must not
+            // follow the link put there an instant later.
+            if let Ok(Some((_, text))) = read_agents_md(&root) {
+                assert_eq!(text, "inside");
+                n_read += 1;
+            }
+            if let Ok(bytes) = read_workspace_file(&root, Path::new("AGENTS.md"), 1024) {
+                assert_eq!(bytes, b"inside");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Only escapes are asserted: how many reads land on the regular
+        // file depends on the scheduler.
+        let _ = (swapper.join().unwrap(), n_read);
     }
 }

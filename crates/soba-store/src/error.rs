@@ -91,7 +91,8 @@ pub enum StoreError {
     LogReplaced {
         /// The session file's path.
         path: PathBuf,
-        /// `replaced` or `removed`.
+        /// `replaced`, `removed`, `truncated` or `moved away with its
+        /// folder`.
         how: &'static str,
         /// The session's id.
         session: String,
@@ -99,6 +100,24 @@ pub enum StoreError {
         recovery: Option<PathBuf>,
         /// Why the recovery file could not be written, when it could not
         /// (in the message, so not a `#[source]`).
+        recovery_error: Option<std::io::Error>,
+    },
+    /// Appending to the session file failed (a full disk, a file size
+    /// limit, a quota): part of the line may be on disk, ended by a newline
+    /// before the next one. The line, and every later one from this writer,
+    /// went to a recovery file when one could be made. Retryable once the
+    /// cause is fixed, in a new command.
+    #[error("{}", append_failed_message(path, session, cause, recovery.as_deref(), recovery_error.as_ref()))]
+    AppendFailed {
+        /// The session file's path.
+        path: PathBuf,
+        /// The session's id.
+        session: String,
+        /// Why the append failed (in the message, so not a `#[source]`).
+        cause: std::io::Error,
+        /// The recovery file (`<id>.recovered-<time>.jsonl`), when made.
+        recovery: Option<PathBuf>,
+        /// Why the recovery file could not be written, when it could not.
         recovery_error: Option<std::io::Error>,
     },
     /// Two or more files in the sessions folder carry the session id looked
@@ -139,6 +158,39 @@ fn replaced_message(
             "{head}; the entries not written there are lost: no recovery file could be made beside it ({err})"
         ),
         (None, None) => format!("{head}; the entries not written there are lost"),
+    }
+}
+
+/// Says why an append failed, what to do, and where the line went.
+fn append_failed_message(
+    path: &std::path::Path,
+    session: &str,
+    cause: &std::io::Error,
+    recovery: Option<&std::path::Path>,
+    recovery_error: Option<&std::io::Error>,
+) -> String {
+    let remedy = match cause.raw_os_error() {
+        Some(code) if code == libc::ENOSPC => "free space on that disk",
+        Some(code) if code == libc::EFBIG => {
+            "the log reached the largest file this process may write (`ulimit -f`) or the file system allows; raise the limit or start a new session"
+        }
+        Some(code) if code == libc::EDQUOT => "free space within your disk quota",
+        _ => "fix the cause",
+    };
+    let head = format!(
+        "cannot append to the log of session {session} ({}): {cause}",
+        path.display()
+    );
+    match (recovery, recovery_error) {
+        (Some(recovery), _) => format!(
+            "{head}; the entries not written are in {recovery}: {remedy}, then append them to the log (`cat {recovery} >> {path}`)",
+            recovery = recovery.display(),
+            path = path.display()
+        ),
+        (None, Some(err)) => format!(
+            "{head}; the entries not written are lost: no recovery file could be made ({err}); {remedy}"
+        ),
+        (None, None) => format!("{head}; the entries not written are lost; {remedy}"),
     }
 }
 

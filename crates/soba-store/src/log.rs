@@ -282,7 +282,29 @@ pub struct SessionWriter {
     written_from: u64,
     /// The recovery file, once an append was refused: later lines go there.
     recovery: Option<PathBuf>,
+    /// Where the file ended after this writer's last write: a file found
+    /// shorter was truncated by another program, a longer one appended to.
+    end: u64,
+    /// A copy of the lines this writer wrote (not the header), while they
+    /// fit in [`KEPT_MAX`]: what a truncated file no longer holds.
+    kept: Vec<u8>,
+    /// Whether `kept` holds every line this writer wrote.
+    kept_whole: bool,
+    /// Where a recovery file goes when neither the log's folder nor the one
+    /// above it can take it (the workspace's `.soba/`).
+    fallback_dir: Option<PathBuf>,
+    /// Why an append failed (a full disk, a file size limit), once it did:
+    /// later lines go to the recovery file with the same error.
+    append_failure: Option<std::io::Error>,
 }
+
+/// The most bytes of its own lines a writer keeps a copy of.
+const KEPT_MAX: usize = 16 << 20;
+
+/// The largest file at the log's path that a refused append reads to find
+/// which lines it lacks; a larger one (a sparse file put there) is not
+/// read, and every line this writer wrote goes to the recovery file.
+const MAX_RECHECKED: u64 = 1 << 30;
 
 impl fmt::Debug for SessionWriter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -334,10 +356,16 @@ impl SessionWriter {
             identity,
             written_from: 0,
             recovery: None,
+            end: 0,
+            kept: Vec::new(),
+            kept_whole: true,
+            fallback_dir: fallback_dir(&header.cwd),
+            append_failure: None,
         };
         let line = wire::encode_header(header)?;
         writer.write_line(&line)?;
         writer.written_from = line.len() as u64 + 1;
+        writer.kept.clear();
         if writer.durability == Durability::Fsync {
             sync_parent_dir(&writer.path)?;
         }
@@ -376,6 +404,7 @@ impl SessionWriter {
             .map_err(|_| not_a_session("line 1 is not UTF-8".to_owned()))?;
         let header = wire::decode_header(text).map_err(|err| not_a_session(err.to_string()))?;
         lock(&file, header.id.as_str(), &path)?;
+        let fallback_dir = fallback_dir(&header.cwd);
 
         let len = file
             .metadata()
@@ -433,6 +462,11 @@ impl SessionWriter {
             identity,
             written_from: len,
             recovery: None,
+            end: len,
+            kept: Vec::new(),
+            kept_whole: true,
+            fallback_dir,
+            append_failure: None,
         })
     }
 
@@ -648,7 +682,18 @@ impl SessionWriter {
                 use std::os::unix::fs::MetadataExt;
                 ((metadata.dev(), metadata.ino()) != self.identity).then_some("replaced")
             }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some("removed"),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                let folder_gone = self
+                    .path
+                    .parent()
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .is_some_and(|dir| !dir.is_dir());
+                Some(if folder_gone {
+                    "moved away with its folder"
+                } else {
+                    "removed"
+                })
+            }
             // The path cannot be looked at (permissions changed): the next
             // write says what is wrong, if anything.
             Err(_) => None,
@@ -683,21 +728,35 @@ impl SessionWriter {
         struct IdOnly {
             id: Option<String>,
         }
-        let Ok(metadata) = self.file.metadata() else {
-            return Vec::new();
+        let written = if self.kept_whole {
+            // A truncated file no longer holds them: the copy does.
+            self.kept.clone()
+        } else {
+            let Ok(metadata) = self.file.metadata() else {
+                return Vec::new();
+            };
+            let end = metadata.len().min(self.end);
+            let len = end.saturating_sub(self.written_from);
+            let Ok(len) = usize::try_from(len) else {
+                return Vec::new();
+            };
+            let mut written = vec![0u8; len];
+            if read_exact_at(&self.file, &mut written, self.written_from).is_err() {
+                return Vec::new();
+            }
+            written
         };
-        let len = metadata.len().saturating_sub(self.written_from);
-        let Ok(len) = usize::try_from(len) else {
-            return Vec::new();
+        // The file now at the path is read one bounded line at a time, and
+        // not at all when it is huge: its lines are then all missing.
+        let at_path: std::collections::HashSet<EntryId> = match std::fs::metadata(&self.path) {
+            Ok(metadata) if metadata.is_file() && metadata.len() <= MAX_RECHECKED => {
+                crate::reader::entry_ids(&self.path)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect()
+            }
+            _ => std::collections::HashSet::new(),
         };
-        let mut written = vec![0u8; len];
-        if read_exact_at(&self.file, &mut written, self.written_from).is_err() {
-            return Vec::new();
-        }
-        let at_path: std::collections::HashSet<EntryId> = crate::reader::entry_ids(&self.path)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
         let mut missing = Vec::new();
         for line in written.split_inclusive(|&byte| byte == b'\n') {
             if !line.ends_with(b"\n") {
@@ -721,52 +780,90 @@ impl SessionWriter {
         let mut file = match &self.recovery {
             Some(path) => OpenOptions::new().append(true).open(path)?,
             None => {
-                let dir = self
-                    .path
-                    .parent()
-                    .filter(|dir| !dir.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."));
                 let stamp: String = self
                     .minter
                     .timestamp()
                     .chars()
                     .filter(char::is_ascii_alphanumeric)
                     .collect();
-                let mut attempt = 1;
-                loop {
-                    let suffix = if attempt == 1 {
-                        String::new()
-                    } else {
-                        format!("-{attempt}")
-                    };
-                    let path = dir.join(format!(
-                        "{}{RECOVERED_INFIX}{stamp}{suffix}.jsonl",
-                        self.session
-                    ));
-                    match OpenOptions::new().append(true).create_new(true).open(&path) {
-                        Ok(file) => {
-                            self.recovery = Some(path);
-                            break file;
+                let mut last_error = None;
+                for dir in self.recovery_dirs() {
+                    if Some(&dir) == self.fallback_dir.as_ref() {
+                        // The workspace's `.soba/` may not exist yet.
+                        let _ = std::fs::create_dir(&dir);
+                    }
+                    match self.create_recovery(&dir, &stamp, lines) {
+                        Ok(path) => {
+                            self.recovery = Some(path.clone());
+                            // The new name durable too; a failure here
+                            // loses nothing written.
+                            let _ = sync_parent_dir(&path);
+                            return Ok(path);
                         }
-                        Err(err)
-                            if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 =>
-                        {
-                            attempt += 1;
-                        }
-                        Err(err) => return Err(err),
+                        Err(err) => last_error = Some(err),
                     }
                 }
+                return Err(last_error.unwrap_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "no folder to write it in")
+                }));
             }
         };
         file.write_all(lines)?;
         file.sync_all()?;
-        let path = self
+        Ok(self
             .recovery
             .clone()
-            .expect("the recovery file was opened or created above");
-        // The new name durable too; a failure here loses nothing written.
-        let _ = sync_parent_dir(&path);
-        Ok(path)
+            .expect("the recovery file was opened above"))
+    }
+
+    /// The folders a new recovery file is tried in, in order: the log's,
+    /// the one above it (the sessions folder, when the log's was renamed
+    /// away), and the fallback.
+    fn recovery_dirs(&self) -> Vec<PathBuf> {
+        let dir = self
+            .path
+            .parent()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let mut dirs = vec![dir.to_path_buf()];
+        if let Some(above) = dir.parent().filter(|above| !above.as_os_str().is_empty()) {
+            dirs.push(above.to_path_buf());
+        }
+        dirs.extend(self.fallback_dir.clone());
+        dirs.dedup();
+        dirs
+    }
+
+    /// Creates a new recovery file in `dir` (never over an existing file),
+    /// writes `lines` and syncs it; removed again when the write fails, so
+    /// a full disk leaves no empty file.
+    fn create_recovery(&self, dir: &Path, stamp: &str, lines: &[u8]) -> std::io::Result<PathBuf> {
+        let mut attempt = 1;
+        loop {
+            let suffix = if attempt == 1 {
+                String::new()
+            } else {
+                format!("-{attempt}")
+            };
+            let path = dir.join(format!(
+                "{}{RECOVERED_INFIX}{stamp}{suffix}.jsonl",
+                self.session
+            ));
+            match OpenOptions::new().append(true).create_new(true).open(&path) {
+                Ok(mut file) => {
+                    let written = file.write_all(lines).and_then(|()| file.sync_all());
+                    if let Err(err) = written {
+                        let _ = std::fs::remove_file(&path);
+                        return Err(err);
+                    }
+                    return Ok(path);
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                    attempt += 1;
+                }
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     /// Writes `line` and its newline in one `write`, then syncs; refused
@@ -774,11 +871,34 @@ impl SessionWriter {
     /// file this writer opened.
     fn write_line(&mut self, line: &str) -> Result<(), StoreError> {
         if self.recovery.is_some() {
+            if self.append_failure.is_some() {
+                return Err(self.keep_failed(line));
+            }
             let how = self.replaced().unwrap_or("replaced");
             return Err(self.refuse(line, how));
         }
         if let Some(how) = self.replaced() {
             return Err(self.refuse(line, how));
+        }
+        // The file is still at the path; is it where this writer left it?
+        let len = self
+            .file
+            .metadata()
+            .map_err(|err| StoreError::io("stat", &self.path, err))?
+            .len();
+        if len < self.end {
+            return Err(self.refuse(line, "truncated"));
+        }
+        if len > self.end {
+            // Another program appended: what it wrote stays, and this
+            // record starts on a line of its own (ARCHITECTURE.md, "Outside
+            // bytes").
+            let mut last = [0u8; 1];
+            read_exact_at(&self.file, &mut last, len - 1)
+                .map_err(|err| StoreError::io("read", &self.path, err))?;
+            if last[0] != b'\n' {
+                self.torn_tail = true;
+            }
         }
         self.line.clear();
         self.line.reserve(line.len() + 2);
@@ -790,15 +910,51 @@ impl SessionWriter {
         if let Err(err) = self.file.write_all(&self.line) {
             // Part of the line may be on disk: end it before the next one.
             self.torn_tail = true;
-            return Err(StoreError::io("append to", &self.path, err));
+            self.end = self
+                .file
+                .metadata()
+                .map_or(self.end, |metadata| metadata.len());
+            self.append_failure = Some(err);
+            return Err(self.keep_failed(line));
         }
         self.torn_tail = false;
+        self.end = len + self.line.len() as u64;
+        if self.kept_whole && self.kept.len() + line.len() < KEPT_MAX {
+            self.kept.extend_from_slice(line.as_bytes());
+            self.kept.push(b'\n');
+        } else {
+            self.kept_whole = false;
+            self.kept = Vec::new();
+        }
         if self.durability == Durability::Fsync {
             self.file
                 .sync_data()
                 .map_err(|err| StoreError::io("fsync", &self.path, err))?;
         }
         Ok(())
+    }
+
+    /// Keeps `line`, which could not be appended ([`Self::append_failure`]),
+    /// in the recovery file, and returns the error naming both.
+    fn keep_failed(&mut self, line: &str) -> StoreError {
+        let mut lines = line.as_bytes().to_vec();
+        lines.push(b'\n');
+        let recovery = self.write_recovery(&lines);
+        let cause = self
+            .append_failure
+            .as_ref()
+            .map(|err| match err.raw_os_error() {
+                Some(code) => std::io::Error::from_raw_os_error(code),
+                None => std::io::Error::new(err.kind(), err.to_string()),
+            })
+            .unwrap_or_else(|| std::io::Error::other("the append failed"));
+        StoreError::AppendFailed {
+            path: self.path.clone(),
+            session: self.session.as_str().to_owned(),
+            cause,
+            recovery: recovery.as_ref().ok().cloned(),
+            recovery_error: recovery.err(),
+        }
     }
 }
 
@@ -840,6 +996,14 @@ pub fn leaf_after(entry: &Entry) -> EntryId {
         EntryBody::Leaf { target } => target.clone(),
         _ => entry.id.clone(),
     }
+}
+
+/// Returns the workspace's `.soba/` folder for a session whose header
+/// records `cwd`, when that is an absolute path: the last place a recovery
+/// file is tried.
+fn fallback_dir(cwd: &str) -> Option<PathBuf> {
+    let cwd = Path::new(cwd);
+    cwd.is_absolute().then(|| cwd.join(".soba"))
 }
 
 /// What names a recovery file: `<id>.recovered-<time>.jsonl`.

@@ -1036,11 +1036,11 @@ pub fn has_content(path: impl AsRef<Path>) -> bool {
     let mut line = Vec::new();
     let mut line_no = 0usize;
     loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) => return false,
-            Ok(_) => {}
-            Err(_) => return true,
+        match read_line_bounded(&mut reader, &mut line, MAX_PEEKED_LINE) {
+            Ok(LineRead::End) => return false,
+            Ok(LineRead::Line) => {}
+            // A line longer than any opening entry is content.
+            Ok(LineRead::TooLong) | Err(_) => return true,
         }
         line_no += 1;
         if line_no == 1 {
@@ -1080,12 +1080,14 @@ pub fn entry_ids(path: impl AsRef<Path>) -> Result<Vec<EntryId>, StoreError> {
     let mut line = Vec::new();
     let mut ids = Vec::new();
     loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|err| StoreError::io("read", path, err))?;
-        if n == 0 {
-            return Ok(ids);
+        match read_line_bounded(&mut reader, &mut line, MAX_PEEKED_LINE)
+            .map_err(|err| StoreError::io("read", path, err))?
+        {
+            LineRead::End => return Ok(ids),
+            // No entry is that long: a huge run of bytes without a newline
+            // (a sparse file put at the path) is skipped, never buffered.
+            LineRead::TooLong => continue,
+            LineRead::Line => {}
         }
         if let Ok(IdOnly { id: Some(id) }) = serde_json::from_slice::<IdOnly<'_>>(&line)
             && let Ok(id) = EntryId::parse(&id)
@@ -1093,6 +1095,67 @@ pub fn entry_ids(path: impl AsRef<Path>) -> Result<Vec<EntryId>, StoreError> {
             ids.push(id);
         }
     }
+}
+
+/// The longest line [`entry_ids`] and [`has_content`] look into; a longer
+/// one is skipped as it is read, never held whole.
+const MAX_PEEKED_LINE: usize = 256 << 20;
+
+/// What [`read_line_bounded`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LineRead {
+    /// A line (with its `\n` unless it ends the file) is in the buffer.
+    Line,
+    /// The line was longer than the limit: it was read past, the buffer
+    /// holds only its head.
+    TooLong,
+    /// The end of the file.
+    End,
+}
+
+/// Reads the next line into `line` (cleared first), holding at most `max`
+/// bytes of it: the rest of a longer line is read and dropped, so memory
+/// stays bounded whatever the file holds.
+pub(crate) fn read_line_bounded(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineRead> {
+    line.clear();
+    let mut too_long = false;
+    let mut any = false;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
+        if buffer.is_empty() {
+            break;
+        }
+        any = true;
+        let (chunk, done) = match buffer.iter().position(|&byte| byte == b'\n') {
+            Some(at) => (&buffer[..=at], true),
+            None => (buffer, false),
+        };
+        let n = chunk.len();
+        if !too_long {
+            if line.len() + n > max {
+                too_long = true;
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        reader.consume(n);
+        if done {
+            break;
+        }
+    }
+    Ok(match (any, too_long) {
+        (false, _) => LineRead::End,
+        (true, true) => LineRead::TooLong,
+        (true, false) => LineRead::Line,
+    })
 }
 
 /// Finds the session whose id is `prefix` or starts with it.
@@ -1371,5 +1434,34 @@ mod content_tests {
         check(&format!("{HEADER}\nnot json\n"), true);
         // A file that cannot be read is never called empty.
         assert!(has_content("/nonexistent/soba/session.jsonl"));
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_is_read_past_not_held() {
+        // A tiny buffer, so the long line arrives in many pieces.
+        let text = b"short\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nlast";
+        let mut reader = std::io::BufReader::with_capacity(4, &text[..]);
+        let mut line = Vec::new();
+        let mut seen = Vec::new();
+        loop {
+            let read = read_line_bounded(&mut reader, &mut line, 8).expect("reads");
+            if read == LineRead::End {
+                break;
+            }
+            assert!(line.len() <= 8, "{} bytes held", line.len());
+            let held = match read {
+                LineRead::TooLong => String::new(),
+                _ => String::from_utf8_lossy(&line).into_owned(),
+            };
+            seen.push((read, held));
+        }
+        assert_eq!(
+            seen,
+            [
+                (LineRead::Line, "short\n".to_owned()),
+                (LineRead::TooLong, String::new()),
+                (LineRead::Line, "last".to_owned()),
+            ]
+        );
     }
 }

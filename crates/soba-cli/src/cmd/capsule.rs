@@ -243,12 +243,21 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let described = soba_store::untrusted::read_untrusted_to_string(
-                &file,
-                render::CAPSULE_FILE_MAX_BYTES as u64,
-            )
-            .map_err(|err| err.to_string())
-            .and_then(|text| render::parse_capsule_file(&text).map_err(|err| err.to_string()));
+            // Read beneath the workspace root: a link or FIFO is named, never
+            // followed or waited on.
+            let described = file
+                .strip_prefix(&ctx.workspace.root)
+                .map_err(|err| err.to_string())
+                .and_then(|rel| {
+                    crate::engine::read_workspace_file(
+                        &ctx.workspace.root,
+                        rel,
+                        render::CAPSULE_FILE_MAX_BYTES as u64,
+                    )
+                    .map_err(|err| err.to_string())
+                })
+                .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned()))
+                .and_then(|text| render::parse_capsule_file(&text).map_err(|err| err.to_string()));
             match described {
                 Ok(parsed) => out.push_str(&format!(
                     "  {}  {}  {}  {} tokens\n",
@@ -408,8 +417,32 @@ pub(crate) fn load_path(root: &Path, given: &Path) -> PathBuf {
 
 /// Reads a `.capsule.md` as UTF-8: a regular file (never a FIFO or a
 /// device) of at most 1 MiB, the cap enforced while reading (SPEC §12).
-pub(crate) fn read_capsule_text(file: &Path) -> CliResult<String> {
+/// A file under the workspace `root` is read beneath it, as the file tools
+/// read (no link leads outside); one the user names elsewhere by an
+/// absolute path is their choice, read with the same type and size checks.
+pub(crate) fn read_capsule_text(root: &Path, file: &Path) -> CliResult<String> {
     let max = render::CAPSULE_FILE_MAX_BYTES;
+    if let Ok(rel) = file.strip_prefix(root) {
+        let bytes =
+            crate::engine::read_workspace_file(root, rel, max as u64).map_err(|err| match err {
+                crate::engine::WorkspaceReadError::TooLarge { size } => capsule_file_error(
+                    file,
+                    render::CapsuleFileError::TooLarge {
+                        bytes: usize::try_from(size).unwrap_or(usize::MAX),
+                        max,
+                    },
+                ),
+                crate::engine::WorkspaceReadError::Missing => {
+                    CliError::user(format!("cannot read {}: no such file", shown_name(file)))
+                        .hint("list capsule files with `soba capsule list`")
+                }
+                crate::engine::WorkspaceReadError::Refused(why) => {
+                    CliError::user(format!("cannot load {}: {why}", shown_name(file)))
+                        .hint("a capsule file is a regular `.capsule.md` file")
+                }
+            })?;
+        return capsule_text_of(file, bytes);
+    }
     let bytes =
         soba_store::untrusted::read_untrusted(file, max as u64).map_err(|err| match err {
             soba_store::untrusted::UntrustedReadError::TooLarge { .. } => capsule_file_error(
@@ -425,6 +458,11 @@ pub(crate) fn read_capsule_text(file: &Path) -> CliResult<String> {
             ),
             other => CliError::from(other).hint("a capsule file is a regular `.capsule.md` file"),
         })?;
+    capsule_text_of(file, bytes)
+}
+
+/// Returns a capsule file's bytes as text, or says where it is not UTF-8.
+fn capsule_text_of(file: &Path, bytes: Vec<u8>) -> CliResult<String> {
     String::from_utf8(bytes).map_err(|err| {
         CliError::user(format!(
             "cannot load {}: not UTF-8 text (invalid byte at offset {})",
@@ -494,7 +532,7 @@ pub(crate) fn check_capsule_file(
 fn load(ctx: &Context, args: &CapsuleArgs, given: &Path) -> CliResult {
     let root = &ctx.workspace.root;
     let file = load_path(root, given);
-    let text = read_capsule_text(&file)?;
+    let text = read_capsule_text(root, &file)?;
     let (summary, log) = session(ctx, args)?;
     let model = session_model(ctx, args, &log)?;
     let setup = ModelSetup::resolve(ctx, &model)?;
@@ -942,7 +980,7 @@ mod tests {
         let (sender, receiver) = std::sync::mpsc::channel();
         let file = file.to_path_buf();
         std::thread::spawn(move || {
-            let _ = sender.send(read_capsule_text(&file));
+            let _ = sender.send(read_capsule_text(Path::new("/nonexistent-root"), &file));
         });
         receiver
             .recv_timeout(Duration::from_secs(5))

@@ -223,7 +223,13 @@ fn open(
     let wanted = match (&args.resume, args.continue_session) {
         (Some(id), _) => Some(id.as_str()),
         (None, true) => None,
-        (None, false) => return engine::create_session(ctx, setup, tools),
+        (None, false) => {
+            let (core, warnings) = engine::create_session(ctx, setup, tools)?;
+            for warning in warnings {
+                crate::output::errln!("warning: {warning}");
+            }
+            return Ok(core);
+        }
     };
     let summary = ctx.select_session(wanted)?;
     let (mut core, diagnostics) = engine::open_session(ctx, &summary.path, setup, tools)?;

@@ -101,16 +101,20 @@ fn read_mentioned(workspace: &Workspace, path: &str) -> Result<String, String> {
     if !resolved.exists() {
         return Err("no such file in the workspace".into());
     }
-    let bytes =
-        soba_store::untrusted::read_untrusted(&resolved, MAX_ATTACHED_BYTES).map_err(|err| {
-            match err {
-                soba_store::untrusted::UntrustedReadError::TooLarge { .. } => format!(
-                    "it is larger than {}; ask the agent to read the part you need",
-                    format_size(MAX_ATTACHED_BYTES as usize)
-                ),
-                other => other.to_string(),
-            }
-        })?;
+    // Read beneath the workspace root: a link swapped in after the check
+    // above cannot lead outside, a FIFO is refused without blocking.
+    let bytes = crate::engine::read_workspace_file(
+        workspace.root(),
+        resolved.strip_prefix(workspace.root()).unwrap_or(&resolved),
+        MAX_ATTACHED_BYTES,
+    )
+    .map_err(|err| match err {
+        crate::engine::WorkspaceReadError::TooLarge { .. } => format!(
+            "it is larger than {}; ask the agent to read the part you need",
+            format_size(MAX_ATTACHED_BYTES as usize)
+        ),
+        other => other.to_string(),
+    })?;
     if bytes.contains(&0) {
         return Err("it looks binary".into());
     }

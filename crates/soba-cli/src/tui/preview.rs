@@ -171,8 +171,13 @@ fn read_text(workspace: &Workspace, path: &str) -> Result<Option<String>, String
     if !resolved.exists() {
         return Ok(None);
     }
-    let bytes = soba_store::untrusted::read_untrusted(&resolved, MAX_PREVIEW_FILE)
-        .map_err(|err| err.to_string())?;
+    // Read beneath the workspace root, as the edit itself will be.
+    let bytes = crate::engine::read_workspace_file(
+        workspace.root(),
+        resolved.strip_prefix(workspace.root()).unwrap_or(&resolved),
+        MAX_PREVIEW_FILE,
+    )
+    .map_err(|err| err.to_string())?;
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| "it is not UTF-8 text".to_owned())

@@ -281,8 +281,11 @@ impl Worker {
         let resolved = engine::resolve_model(&self.launch.ctx, self.launch.model_flag.as_deref())?;
         let setup = self.setup_for(&resolved.id)?;
         self.live = None;
-        let core = engine::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;
-        self.install(core, setup)
+        let (core, warnings) =
+            engine::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;
+        let mut notes = self.install(core, setup)?;
+        notes.extend(warnings);
+        Ok(notes)
     }
 
     fn open_path(&mut self, path: &Path) -> CliResult<Vec<String>> {
@@ -1240,26 +1243,39 @@ impl Worker {
                 .join("skills")
                 .join(format!("{name}.md"));
             let root = &self.launch.ctx.workspace.root;
-            let file = match file
+            // Read beneath the workspace root, as the file tools read: no
+            // link swapped in can lead outside, a FIFO never blocks.
+            let read = file
                 .strip_prefix(root)
-                .map_err(|err| err.to_string())
-                .and_then(|rel| crate::engine::inside_workspace(root, rel))
-            {
-                Ok(file) => file,
-                Err(why) => {
-                    self.note(format!("skill {name} was not activated: {why}"));
+                .map_err(|err| crate::engine::WorkspaceReadError::Refused(err.to_string()))
+                .and_then(|rel| {
+                    crate::engine::read_workspace_file(root, rel, crate::engine::SKILL_MAX_BYTES)
+                });
+            let text = match read.map(String::from_utf8) {
+                Ok(Ok(text)) => text,
+                Ok(Err(_)) => {
+                    self.note(format!(
+                        "skill {name} was not activated: it is not UTF-8 text; skills are markdown files in .soba/skills/"
+                    ));
                     return;
                 }
-            };
-            let text = match soba_store::untrusted::read_untrusted_to_string(
-                &file,
-                crate::engine::SKILL_MAX_BYTES,
-            ) {
-                Ok(text) => text,
-                Err(err) => {
-                    self.note(cli_note(&CliError::from(err).hint(
-                        "skills are markdown files in .soba/skills/ (regular files)",
-                    )));
+                Err(crate::engine::WorkspaceReadError::TooLarge { size }) => {
+                    self.note(format!(
+                        "skill {name} was not activated: it is {size} bytes, over {}; keep skills short",
+                        crate::engine::SKILL_MAX_BYTES
+                    ));
+                    return;
+                }
+                Err(crate::engine::WorkspaceReadError::Missing) => {
+                    self.note(format!(
+                        "skill {name} was not activated: there is no .soba/skills/{name}.md (skills are markdown files in .soba/skills/)"
+                    ));
+                    return;
+                }
+                Err(why) => {
+                    self.note(format!(
+                        "skill {name} was not activated: {why} (skills are markdown files in .soba/skills/)"
+                    ));
                     return;
                 }
             };
@@ -1392,7 +1408,7 @@ impl Worker {
         };
         let root = self.launch.ctx.workspace.root.clone();
         let file = capsule_files::load_path(&root, Path::new(given));
-        let text = match capsule_files::read_capsule_text(&file) {
+        let text = match capsule_files::read_capsule_text(&root, &file) {
             Ok(text) => text,
             Err(err) => {
                 self.note(cli_note(&err));
@@ -2394,7 +2410,10 @@ mod tests {
             notes[2],
             "skill terse activated: its text is part of the system prompt"
         );
-        assert!(notes[3].starts_with("error: cannot read "), "{notes:?}");
+        assert_eq!(
+            notes[3],
+            "skill missing was not activated: there is no .soba/skills/missing.md (skills are markdown files in .soba/skills/)"
+        );
         assert_eq!(notes[4], "skill terse deactivated");
         // hardLimit = window 24,000 − output 2,000 − reserve 1,000.
         assert!(

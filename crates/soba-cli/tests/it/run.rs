@@ -889,3 +889,60 @@ async fn resuming_past_a_capsule_keeping_from_a_foreign_entry_warns() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_past_the_file_size_limit_keeps_the_entries_in_a_recovery_file() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Fine.")));
+    let long_prompt = "word ".repeat(8000);
+    let first = run(&sandbox, &[&long_prompt]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let log = sandbox.session_files().remove(0);
+    let before = std::fs::read(&log).unwrap();
+    // The next run may write no byte past the log's end (`ulimit -f`, in
+    // 512-byte blocks, rounded down), with SIGXFSZ ignored so a write
+    // fails with EFBIG instead of killing soba.
+    let blocks = before.len() / 512;
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Never saved.")));
+    let soba = sandbox.command(&["run", "-c", "again"]);
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
+        ))
+        .arg(soba.get_program())
+        .args(soba.get_args())
+        .env_clear()
+        .current_dir(soba.get_current_dir().unwrap());
+    for (name, value) in soba.get_envs() {
+        if let Some(value) = value {
+            command.env(name, value);
+        }
+    }
+    let output = tokio::process::Command::from(command)
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("saved"), "{stderr}");
+    let recovered: Vec<_> = std::fs::read_dir(sandbox.sessions_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().contains(".recovered-"))
+        .collect();
+    assert_eq!(recovered.len(), 1, "{stderr}");
+    let recovery = std::fs::read_to_string(&recovered[0]).unwrap();
+    assert!(recovery.contains("again"), "{recovery}");
+    assert!(
+        last_line(&stderr).starts_with(&format!(
+            "error: cannot append to the log of session {} ({}): File too large (os error 27); the entries not written are in {}: the log reached the largest file this process may write",
+            log.file_stem().unwrap().to_string_lossy(),
+            log.display(),
+            recovered[0].display()
+        )),
+        "{stderr}"
+    );
+}

@@ -166,11 +166,32 @@ fn capsule_load_refuses_special_files_promptly() {
         hostile.make(&path);
         let (code, stderr) = run(&sandbox, &["capsule", "load", "in.capsule.md"]);
         assert_eq!(code, Some(1), "{hostile:?}: {stderr}");
+        // A workspace file is read beneath the workspace root: a link to a
+        // device leads outside it and is refused as such.
+        let why = match hostile {
+            Hostile::Fifo | Hostile::Directory => format!(
+                "`in.capsule.md` is {}, not a regular file: soba reads only regular files here; put the content in a regular file",
+                if matches!(hostile, Hostile::Fifo) {
+                    "a FIFO (named pipe)"
+                } else {
+                    "a directory"
+                }
+            ),
+            _ => {
+                // `/dev/stdin` leads to a pipe no path names: "dangling".
+                assert!(
+                    stderr.contains("symlink")
+                        && stderr.contains("replace the link with a copy of the file"),
+                    "{hostile:?}: {stderr}"
+                );
+                continue;
+            }
+        };
         assert_eq!(
             stderr,
             format!(
-                "error: {}\nhint: a capsule file is a regular `.capsule.md` file\n",
-                hostile.refusal(&path)
+                "error: cannot load {}: {why}\nhint: a capsule file is a regular `.capsule.md` file\n",
+                path.display()
             ),
             "{hostile:?}"
         );

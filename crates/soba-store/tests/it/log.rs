@@ -879,3 +879,150 @@ fn two_files_with_one_header_id_are_named_instead_of_one_opened() {
         );
     }
 }
+
+/// Returns the ids of the entry lines in `text`, in order.
+fn line_ids(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).expect("json")["id"]
+                .as_str()
+                .expect("an id")
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn garbage_appended_without_a_newline_is_ended_before_the_next_entry() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect("appends");
+    // Another program appends a line it never ends, mid-reply.
+    let mut other = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("opens");
+    other.write_all(b"{\"half\": ").expect("writes");
+    drop(other);
+    let after = writer
+        .append(EntryBody::ModelChange { model: "b".into() })
+        .expect("appends on a line of its own");
+    let text = std::fs::read_to_string(&path).expect("readable");
+    assert!(
+        text.contains("{\"half\": \n{\"type\":\"model_change\""),
+        "{text}"
+    );
+    let log = read_log(&path).expect("reads");
+    assert_eq!(log.leaf(), Some(&after.id));
+    assert!(log.entry(&after.id).is_some(), "the reply parses");
+}
+
+#[test]
+fn a_log_truncated_under_the_writer_refuses_appends_and_keeps_its_lines() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let first = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect("appends");
+    let second = writer
+        .append(EntryBody::ModelChange { model: "b".into() })
+        .expect("appends");
+    // Another program empties the file in place (same inode).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("opens")
+        .set_len(0)
+        .expect("truncates");
+    let err = writer
+        .append(EntryBody::ModelChange { model: "c".into() })
+        .expect_err("refused");
+    let StoreError::LogReplaced {
+        how,
+        recovery: Some(recovery),
+        ..
+    } = &err
+    else {
+        panic!("not a refusal with a recovery file: {err:?}");
+    };
+    assert_eq!(*how, "truncated");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "the log of session s1 ({}) was truncated by another program while soba was writing it",
+            path.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("readable"),
+        b"",
+        "nothing written"
+    );
+    let ids = line_ids(&std::fs::read_to_string(recovery).expect("readable"));
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[0], first.id.as_str());
+    assert_eq!(ids[1], second.id.as_str());
+}
+
+#[test]
+fn a_log_whose_folder_is_renamed_keeps_the_lines_in_the_folder_above() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let project = dir.path().join("project");
+    let path = project.join("s1.jsonl");
+    let mut writer = create(&path);
+    std::fs::rename(&project, dir.path().join("renamed")).expect("renames");
+    let err = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect_err("refused");
+    let StoreError::LogReplaced {
+        how,
+        recovery: Some(recovery),
+        ..
+    } = &err
+    else {
+        panic!("not a refusal with a recovery file: {err:?}");
+    };
+    assert_eq!(*how, "moved away with its folder");
+    assert_eq!(recovery.parent(), Some(dir.path()));
+    let ids = line_ids(&std::fs::read_to_string(recovery).expect("readable"));
+    assert_eq!(ids.len(), 1);
+    assert!(
+        err.to_string().contains(&recovery.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_log_replaced_by_a_huge_sparse_file_is_not_read() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let first = writer
+        .append(EntryBody::ModelChange { model: "a".into() })
+        .expect("appends");
+    // 64 GiB of holes, no newline: read whole it would exhaust memory.
+    let sparse = dir.path().join("sparse");
+    std::fs::File::create(&sparse)
+        .expect("creates")
+        .set_len(64 << 30)
+        .expect("a sparse file");
+    std::fs::rename(&sparse, &path).expect("renames");
+    let err = writer
+        .append(EntryBody::ModelChange { model: "b".into() })
+        .expect_err("refused");
+    let StoreError::LogReplaced {
+        how: "replaced",
+        recovery: Some(recovery),
+        ..
+    } = &err
+    else {
+        panic!("not a refusal with a recovery file: {err:?}");
+    };
+    let ids = line_ids(&std::fs::read_to_string(recovery).expect("readable"));
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], first.id.as_str());
+}
