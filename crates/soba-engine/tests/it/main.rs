@@ -11,6 +11,7 @@ mod harness;
 mod huge;
 mod native;
 mod race;
+mod rehydrate;
 mod rig;
 mod session;
 mod soak;
