@@ -232,6 +232,7 @@ fn plan_and_capsule(c: &mut Criterion) {
         budget: &budget,
         summarizer_max_output_tokens: config.summarizer.max_output_tokens,
         facts_tokens: TokenCount::new(4_000),
+        rehydrate_tokens: soba_core::TokenCount::ZERO,
         factor: Factor::ONE,
     };
     eprintln!(

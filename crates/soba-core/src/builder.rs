@@ -141,6 +141,7 @@ impl CapsuleContent {
             earlier_narrative: self.earlier_narrative,
             local: self.local,
             markdown: self.markdown,
+            rehydrated: frame.rehydrated,
         }
     }
 }
@@ -168,6 +169,8 @@ pub struct CapsuleFrame {
     pub overflow: Option<OverflowRecord>,
     /// Set on imported capsules.
     pub imported: Option<ImportedCapsule>,
+    /// The files brought back after the capsule.
+    pub rehydrated: crate::capsule::Rehydration,
 }
 
 /// Returns a previous section's text, or `None` when it is empty or only

@@ -378,6 +378,47 @@ pub struct SummaryScope {
     pub facts_only_tokens: TokenCount,
 }
 
+/// One file placed after a capsule with its content as it was when the
+/// capsule was made (issue 32: files come back after a compaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RehydratedFile {
+    /// The path, workspace-relative as the capsule's facts list it.
+    pub path: String,
+    /// The lines shown: the whole content, or its first `shown_lines`
+    /// lines when the per-file budget cut it.
+    pub text: String,
+    /// Lines of the whole content.
+    pub total_lines: u64,
+    /// Lines shown (`total_lines` unless cut).
+    pub shown_lines: u64,
+}
+
+impl RehydratedFile {
+    /// Returns whether the per-file budget cut the content.
+    pub fn is_cut(&self) -> bool {
+        self.shown_lines < self.total_lines
+    }
+}
+
+/// The files a capsule brings back after it, recorded on the capsule entry
+/// so that resume and rewind rebuild the same input without reading the
+/// disk again ([`crate::rehydrate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rehydration {
+    /// Files with their content, most recently modified first.
+    pub files: Vec<RehydratedFile>,
+    /// Files modified before the capsule that the budget left out: listed
+    /// by path only.
+    pub paths_only: Vec<String>,
+}
+
+impl Rehydration {
+    /// Returns whether nothing is brought back.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.paths_only.is_empty()
+    }
+}
+
 /// A capsule entry's structured fields plus its rendered markdown.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Capsule {
@@ -417,4 +458,6 @@ pub struct Capsule {
     pub local: LocalSections,
     /// The rendered markdown (for imported capsules, the foreign summary).
     pub markdown: String,
+    /// The files brought back after the capsule in the model input.
+    pub rehydrated: Rehydration,
 }

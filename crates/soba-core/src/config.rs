@@ -239,6 +239,49 @@ impl Default for SummarizerConfig {
     }
 }
 
+/// `compaction.rehydrate`: the files brought back after a capsule
+/// ([`crate::rehydrate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RehydrateConfig {
+    /// `maxFiles` (5): files shown with their content; 0 turns rehydration
+    /// off.
+    pub max_files: usize,
+    /// `maxTokensPerFile` (5,000): a longer file is cut on line boundaries.
+    pub max_tokens_per_file: TokenCount,
+    /// `maxTokens` (25,000): all files together.
+    pub max_tokens: TokenCount,
+}
+
+impl Default for RehydrateConfig {
+    fn default() -> Self {
+        RehydrateConfig {
+            max_files: 5,
+            max_tokens_per_file: TokenCount::new(5_000),
+            max_tokens: TokenCount::new(25_000),
+        }
+    }
+}
+
+impl RehydrateConfig {
+    /// Returns whether any file is brought back.
+    pub fn is_enabled(&self) -> bool {
+        self.max_files > 0 && self.max_tokens > TokenCount::ZERO
+    }
+
+    /// Returns the budget for a session whose autoLimit is `auto_limit`:
+    /// the files never take more than a third of it, so on a small window
+    /// they leave room for the capsule and the retained tail.
+    pub fn within(&self, auto_limit: TokenCount) -> Self {
+        let cap = TokenCount::new(auto_limit.get() / 3);
+        RehydrateConfig {
+            max_files: self.max_files,
+            max_tokens_per_file: self.max_tokens_per_file.min(cap),
+            max_tokens: self.max_tokens.min(cap),
+        }
+    }
+}
+
+
 /// `compaction.keepRecentResults` by default: 25, tuned on half of the
 /// shared traces so that SOBA keeps as many tool results 6–20 back as the
 /// cheapest peer (ARCHITECTURE.md, "The capsule's working state").
@@ -300,6 +343,8 @@ pub struct CompactionConfig {
     pub native: NativeMode,
     /// `summarizer`.
     pub summarizer: SummarizerConfig,
+    /// `rehydrate`.
+    pub rehydrate: RehydrateConfig,
     /// The keys [`CompactionConfig::set_key`] set (canonical names, e.g.
     /// `keepRecentTokens` for its alias): [`CompactionConfig::for_window`]
     /// scales only defaults nobody set.
@@ -339,6 +384,7 @@ impl Default for CompactionConfig {
             max_tool_result_tokens: None,
             native: NativeMode::Off,
             summarizer: SummarizerConfig::default(),
+            rehydrate: RehydrateConfig::default(),
             explicit_keys: std::collections::BTreeSet::new(),
         }
     }
@@ -430,7 +476,7 @@ impl CompactionConfig {
 
 /// The keys [`CompactionConfig::set_key`] accepts, as written under
 /// `compaction` (camelCase; `summarizer.*` dotted), aliases excluded.
-pub const COMPACTION_KEYS: [&str; 25] = [
+pub const COMPACTION_KEYS: [&str; 28] = [
     "auto",
     "compactOnTurnComplete",
     "compactOnMilestone",
@@ -456,6 +502,9 @@ pub const COMPACTION_KEYS: [&str; 25] = [
     "summarizer.model",
     "summarizer.maxOutputTokens",
     "summarizer.maxChunks",
+    "rehydrate.maxFiles",
+    "rehydrate.maxTokensPerFile",
+    "rehydrate.maxTokens",
 ];
 
 /// Why a configuration value cannot be applied.
@@ -549,7 +598,7 @@ impl CompactionConfig {
             "backgroundTimeoutMs" => "timeoutMs",
             other => other,
         };
-        if canonical != "summarizer" {
+        if canonical != "summarizer" && canonical != "rehydrate" {
             self.explicit_keys.insert(canonical.to_owned());
         }
         Ok(())
@@ -617,6 +666,22 @@ impl CompactionConfig {
                     .ok_or_else(|| wrong_type(key, "an object", value))?;
                 for (sub_key, sub_value) in object {
                     self.set_key(&format!("summarizer.{sub_key}"), sub_value)?;
+                }
+            }
+            "rehydrate.maxFiles" => {
+                self.rehydrate.max_files =
+                    usize::try_from(as_u64(key, value)?).unwrap_or(usize::MAX);
+            }
+            "rehydrate.maxTokensPerFile" => {
+                self.rehydrate.max_tokens_per_file = as_tokens(key, value)?
+            }
+            "rehydrate.maxTokens" => self.rehydrate.max_tokens = as_tokens(key, value)?,
+            "rehydrate" => {
+                let object = value
+                    .as_object()
+                    .ok_or_else(|| wrong_type(key, "an object", value))?;
+                for (sub_key, sub_value) in object {
+                    self.set_key(&format!("rehydrate.{sub_key}"), sub_value)?;
                 }
             }
             _ => {

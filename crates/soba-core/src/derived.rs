@@ -250,6 +250,7 @@ mod tests {
             scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: Default::default(),
             markdown: String::new(),
         };

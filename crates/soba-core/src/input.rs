@@ -958,6 +958,14 @@ impl LiveInput {
             Some(native) => (None, native_item_tokens(native)),
             None => {
                 let mut message = Message::user((self.setup.render_capsule)(capsule));
+                // The files the capsule brings back follow it, each a
+                // labelled block of the same user message (recorded on the
+                // entry: the disk is not read again).
+                message.content.extend(
+                    crate::rehydrate::blocks(&capsule.rehydrated)
+                        .into_iter()
+                        .map(Block::Text),
+                );
                 message.origin = MessageOrigin::Summary;
                 let tokens = self.count(&message);
                 (Some(message), tokens)
@@ -1763,6 +1771,7 @@ mod tests {
             scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: LocalSections::default(),
             markdown: "## Goal\nship it".into(),
         };

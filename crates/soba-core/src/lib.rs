@@ -26,6 +26,7 @@ pub mod message;
 pub mod plan;
 pub mod preflight;
 pub mod redact;
+pub mod rehydrate;
 pub mod render;
 pub mod retention;
 pub mod summarize;

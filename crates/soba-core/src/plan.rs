@@ -36,6 +36,10 @@ pub struct PlanRequest<'a> {
     /// sections, extracted from the log up to the leaf): an upper bound
     /// for any boundary, so the fit does not depend on where it lands.
     pub facts_tokens: TokenCount,
+    /// Tokens of the files brought back after the capsule
+    /// ([`crate::rehydrate`]): they count in the capsule budget and its
+    /// estimate like the facts.
+    pub rehydrate_tokens: TokenCount,
     /// The model's calibration factor; local counts are multiplied by it
     /// before they are compared with limits.
     pub factor: Factor,
@@ -106,7 +110,8 @@ pub struct Plan {
     pub span_tokens: TokenCount,
     /// The system prompt, tool schemas, skills and pinned context.
     pub fixed_tokens: TokenCount,
-    /// Deterministic facts + `summarizer.maxOutputTokens` (SPEC §7.2).
+    /// Deterministic facts + files brought back +
+    /// `summarizer.maxOutputTokens` (SPEC §7.2).
     pub capsule_budget: TokenCount,
     /// The retained tail, the cut straddler at its kept size.
     pub tail_tokens: TokenCount,
@@ -117,6 +122,8 @@ pub struct Plan {
     pub moved_for_fit: bool,
     /// The deterministic facts' tokens.
     pub facts_tokens: TokenCount,
+    /// The tokens of the files brought back after the capsule.
+    pub rehydrate_tokens: TokenCount,
     /// The narrative's estimate: min(maxOutputTokens, previous narrative or
     /// 1,500).
     pub narrative_estimate: TokenCount,
@@ -244,7 +251,8 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
         }
     };
     let fixed_local = view.fixed_tokens();
-    let capsule_budget = request.facts_tokens + request.summarizer_max_output_tokens;
+    let capsule_budget =
+        request.facts_tokens + request.rehydrate_tokens + request.summarizer_max_output_tokens;
     let room = local_room(factor, fit_limit.tokens).saturating_sub(fixed_local + capsule_budget);
 
     // keepRecent is a calibrated budget like every other figure: the walk
@@ -342,7 +350,8 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
         }),
     );
     // The span is calibrated; so must the estimate subtracted from it be.
-    let capsule_estimate = factor.apply(request.facts_tokens + narrative_estimate);
+    let capsule_estimate =
+        factor.apply(request.facts_tokens + request.rehydrate_tokens + narrative_estimate);
     let reclaimable = i64::try_from(span_tokens.get()).unwrap_or(i64::MAX)
         - i64::try_from(capsule_estimate.get()).unwrap_or(i64::MAX);
     let savings_ppm = match request.effective.get() {
@@ -380,6 +389,7 @@ pub fn plan(live: &LiveInput, request: &PlanRequest<'_>) -> Result<Plan, PlanErr
         tail_units: units.len().saturating_sub(retention.first_kept),
         moved_for_fit: retention.moved_for_fit,
         facts_tokens: request.facts_tokens,
+        rehydrate_tokens: request.rehydrate_tokens,
         narrative_estimate,
         capsule_estimate,
         reclaimable,
@@ -599,9 +609,14 @@ impl fmt::Display for Plan {
                 ""
             }
         )?;
+        let files = if self.rehydrate_tokens > TokenCount::ZERO {
+            format!(" + files {}", self.rehydrate_tokens)
+        } else {
+            String::new()
+        };
         writeln!(
             f,
-            "  capsule estimate {} = (facts {} + narrative {}) × {:.2}",
+            "  capsule estimate {} = (facts {}{files} + narrative {}) × {:.2}",
             self.capsule_estimate,
             self.facts_tokens,
             self.narrative_estimate,

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use crate::budget::Budget;
 use crate::builder::{self, BuildOptions, CapsuleFrame};
 use crate::calibration::Factor;
-use crate::capsule::{Capsule, CapsuleState, OverflowRecord, Quality, Trigger};
+use crate::capsule::{Capsule, CapsuleState, OverflowRecord, Quality, Rehydration, Trigger};
 use crate::config::CompactionConfig;
 use crate::derived::DerivedState;
 use crate::entry::{Entry, EntryBody};
@@ -24,6 +24,7 @@ use crate::hygiene::{self, HygieneConfig, HygieneDecision};
 use crate::id::EntryId;
 use crate::input::LiveInput;
 use crate::plan::{self, Plan, PlanError, PlanRequest, PostRoi, SkipReason};
+use crate::rehydrate::{self, FileSource};
 use crate::render;
 use crate::tokens::{TokenCount, TokenCounter};
 use crate::trigger::{self, NotChosen, PreflightInput, TriggerConfig, TurnState};
@@ -75,6 +76,10 @@ pub struct Input<'a> {
     pub cache_ttl_ms: Option<u64>,
     /// A forced compaction, instead of the trigger choice.
     pub forced: Option<&'a Forced>,
+    /// Where the current content of the files brought back after a capsule
+    /// comes from (the engine: the workspace; the replay: the transcript);
+    /// `None` brings none back.
+    pub files: Option<&'a dyn FileSource>,
 }
 
 /// What a preflight decided.
@@ -144,6 +149,9 @@ pub struct CompactJob {
     /// `compaction.userMessageBudgetTokens`: the planner's facts and the
     /// capsule's are bounded alike, or the capsule outgrows its plan.
     pub user_message_budget: TokenCount,
+    /// The files brought back after the capsule, read when the job was
+    /// decided.
+    pub rehydration: Rehydration,
 }
 
 impl CompactJob {
@@ -198,6 +206,7 @@ impl CompactJob {
             native: None,
             overflow: self.overflow,
             imported: None,
+            rehydrated: self.rehydration.clone(),
         }
     }
 }
@@ -327,15 +336,37 @@ fn plan_compaction(
     let plan_budget = forced
         .and_then(|forced| forced.budget.as_ref())
         .unwrap_or(input.budget);
+    // The files modified anywhere live, estimated from their sizes: an
+    // upper bound like the facts'.
+    let previous_capsule = previous.as_ref().map(|(_, capsule)| capsule);
+    let rehydrate_config = input.config.rehydrate.within(plan_budget.auto_limit());
+    let files = input.files.filter(|_| rehydrate_config.is_enabled());
+    let rehydrate_tokens = files.map_or(TokenCount::ZERO, |files| {
+        let candidates = rehydrate::candidates(region, previous_capsule, input.cwd);
+        rehydrate::estimate(&candidates, files, &rehydrate_config, counter)
+    });
     let request = PlanRequest {
         trigger: chosen,
         effective: input.effective,
         budget: plan_budget,
         summarizer_max_output_tokens: input.config.summarizer.max_output_tokens,
         facts_tokens,
+        rehydrate_tokens,
         factor: input.factor,
     };
-    let planned = match plan::plan(input.live, &request) {
+    // The files only add to a plan: one that fits without them (and not
+    // with them) compacts without them.
+    let (planned, files) = match plan::plan(input.live, &request) {
+        Err(_) if rehydrate_tokens > TokenCount::ZERO => {
+            let without = PlanRequest {
+                rehydrate_tokens: TokenCount::ZERO,
+                ..request
+            };
+            (plan::plan(input.live, &without), None)
+        }
+        planned => (planned, files),
+    };
+    let planned = match planned {
         Ok(planned) => planned,
         // `read_cost` is a standing candidate: a plan that does not work,
         // is skipped or does not pay is no attempt and no record.
@@ -386,6 +417,10 @@ fn plan_compaction(
             .collect(),
         None => Vec::new(),
     };
+    let rehydration = files.map_or_else(Rehydration::default, |files| {
+        let candidates = rehydrate::candidates(&span, previous_capsule, input.cwd);
+        rehydrate::select(&candidates, files, &tail, &rehydrate_config, counter)
+    });
     let pinned = input.live.pinned_state();
     let derived = input.derived;
     let state = CapsuleState {
@@ -410,6 +445,7 @@ fn plan_compaction(
         overflow: forced.and_then(|forced| forced.overflow),
         cwd: input.cwd.map(str::to_owned),
         user_message_budget: input.config.user_message_budget_tokens,
+        rehydration,
     }))
 }
 

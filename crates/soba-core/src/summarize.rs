@@ -733,6 +733,7 @@ mod tests {
                 ..Narrative::default()
             },
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: LocalSections {
                 original_task: "fix it".into(),
                 files_read: vec!["a.rs".into()],

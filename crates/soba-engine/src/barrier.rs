@@ -3,8 +3,10 @@
 //! capsule under a deadline and appends it under the session mutex only if
 //! the turn was not cancelled and the leaf did not move.
 
-use std::sync::Arc;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use soba_core::builder::{self, CapsuleContent};
@@ -15,11 +17,13 @@ use soba_core::guard;
 use soba_core::hygiene::HygieneDecision;
 use soba_core::plan::SkipReason as PlanSkip;
 use soba_core::preflight::{self, CompactJob, Decision, Verdict};
+use soba_core::rehydrate::{FileContent, FileProbe, FileSource};
 use soba_core::summarize::{self, SummarizeError, Summarizer, SummaryRequest};
 use soba_core::{
     Capsule, Entry, EntryBody, EntryId, IdKind, Quality, SummaryScope, TokenCount, TokenCounter,
     Trigger, Usage,
 };
+use soba_store::beneath::{Beneath, Links};
 use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord, FlightSummarizer};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -409,6 +413,7 @@ impl BarrierContext {
                 )
             }
         };
+        let files = WorkspaceFiles::new(&core.header().cwd);
         loop {
             let measurement = core.measure();
             let effective = measurement.tokens;
@@ -434,6 +439,7 @@ impl BarrierContext {
                     idle_ms,
                     cache_ttl_ms: None,
                     forced: forced.as_ref(),
+                    files: Some(&files),
                 },
                 &mut turn,
                 &mut hygiene_considered,
@@ -979,6 +985,94 @@ fn measure_with_capsule(core: &SessionCore, capsule: &Capsule, factor: Factor) -
     });
     let live = core.input_for(&path);
     factor.apply(live.total_tokens())
+}
+
+/// Files larger than this are listed by path only after a capsule, never
+/// read whole.
+const REHYDRATE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// The workspace files a capsule brings back after it, read beneath the
+/// session's working directory (the root the capsule's facts make paths
+/// relative to) through [`Beneath`]: regular files only, no link leading
+/// out, at most [`REHYDRATE_MAX_BYTES`]. The root is opened on the first
+/// read, so a preflight with nothing to compact opens nothing.
+struct WorkspaceFiles {
+    root: PathBuf,
+    beneath: OnceLock<Option<Beneath>>,
+}
+
+impl WorkspaceFiles {
+    fn new(cwd: &str) -> Self {
+        WorkspaceFiles {
+            root: PathBuf::from(cwd),
+            beneath: OnceLock::new(),
+        }
+    }
+
+    /// Returns the root's handle; `None` when the working directory is
+    /// not an absolute path below `/`, or cannot be opened.
+    fn beneath(&self) -> Option<&Beneath> {
+        self.beneath
+            .get_or_init(|| {
+                let usable = self.root.is_absolute() && self.root.parent().is_some();
+                usable.then(|| Beneath::open(&self.root).ok()).flatten()
+            })
+            .as_ref()
+    }
+
+    /// Returns `path` as a relative path with plain components only.
+    fn inside(path: &str) -> Option<&Path> {
+        let path = Path::new(path);
+        let plain = path
+            .components()
+            .all(|part| matches!(part, Component::Normal(_) | Component::CurDir));
+        (plain && path.components().next().is_some()).then_some(path)
+    }
+}
+
+impl FileSource for WorkspaceFiles {
+    fn read(&self, path: &str) -> FileContent {
+        let (Some(beneath), Some(inside)) = (self.beneath(), Self::inside(path)) else {
+            return FileContent::Unreadable;
+        };
+        let (file, meta) = match beneath.open_regular(inside, Links::FollowBeneath) {
+            Ok(opened) => opened,
+            Err(error) if error.is_not_found() => return FileContent::Gone,
+            Err(_) => return FileContent::Unreadable,
+        };
+        if meta.len() > REHYDRATE_MAX_BYTES {
+            return FileContent::Unreadable;
+        }
+        let mut bytes = Vec::new();
+        if file
+            .take(REHYDRATE_MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .is_err()
+            || bytes.len() as u64 > REHYDRATE_MAX_BYTES
+            || bytes.iter().take(8 * 1024).any(|&byte| byte == 0)
+        {
+            return FileContent::Unreadable;
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => FileContent::Text(text),
+            Err(_) => FileContent::Unreadable,
+        }
+    }
+
+    fn probe(&self, path: &str) -> FileProbe {
+        let (Some(beneath), Some(inside)) = (self.beneath(), Self::inside(path)) else {
+            return FileProbe::Unreadable;
+        };
+        match beneath.metadata(inside, Links::FollowBeneath) {
+            Ok(None) => FileProbe::Gone,
+            Ok(Some(meta)) if meta.is_file() && meta.len() <= REHYDRATE_MAX_BYTES => {
+                FileProbe::Bytes(meta.len())
+            }
+            Ok(Some(_)) => FileProbe::Unreadable,
+            Err(error) if error.is_not_found() => FileProbe::Gone,
+            Err(_) => FileProbe::Unreadable,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use soba_core::derived::DerivedState;
 use soba_core::hygiene::HygieneDecision;
 use soba_core::input::{InputConfig, InputOrigin, InputSetup, LiveInput};
 use soba_core::preflight::{self, CompactJob, Decision, Verdict};
+use soba_core::rehydrate::TranscriptFiles;
 use soba_core::render::{self, CapsuleView};
 use soba_core::trigger::TurnState;
 use soba_core::{Capsule, Entry, EntryBody, EntryId, IdKind, TokenCount};
@@ -52,6 +53,10 @@ pub(crate) struct SobaRunner {
     /// part of message 0 of every request (not of SOBA's path), so the
     /// preflight adds them to what it measures.
     system_local: u64,
+    /// The newest content the transcript shows for each file, for the
+    /// files a capsule brings back; indexed up to `files_indexed`.
+    files: TranscriptFiles,
+    files_indexed: usize,
     /// What each preflight decided beyond proceeding, for the parity test
     /// with the engine.
     #[cfg(test)]
@@ -86,6 +91,8 @@ impl SobaRunner {
             items: Vec::new(),
             recorder: Recorder::new("soba", ctx.trace.steps.len()),
             system_local: 0,
+            files: TranscriptFiles::default(),
+            files_indexed: 0,
             #[cfg(test)]
             decided: Vec::new(),
         }
@@ -289,6 +296,12 @@ impl Runner for SobaRunner {
         // The provider's cache lifetime is the one the replay prices by
         // (`--cache-ttl`).
         let cache_ttl_ms = Some(u64::try_from(ctx.cost.ttl_ms).unwrap_or(0));
+        // The files a capsule brings back: the newest content the
+        // transcript shows for each (the replay has no workspace).
+        let indexed = self.files_indexed.min(self.path.len());
+        self.files
+            .extend(&self.path[indexed..], ctx.trace.cwd.as_deref());
+        self.files_indexed = self.path.len();
         loop {
             let effective = self.effective();
             let decided = preflight::decide(
@@ -306,6 +319,7 @@ impl Runner for SobaRunner {
                     idle_ms: ctx.idle_ms.get(step).copied().flatten(),
                     cache_ttl_ms,
                     forced: None,
+                    files: Some(&self.files),
                 },
                 &mut self.turn,
                 &mut self.hygiene_considered,
@@ -635,5 +649,64 @@ mod tests {
                 assert!(stats.peak_input_tokens <= 16_000 + 200);
             },
         );
+    }
+
+    /// The files a capsule brings back (issue 32 item 3) are in the input
+    /// the policy sends, so its figures include them: the newest content
+    /// the transcript shows for each modified file.
+    #[test]
+    fn the_files_a_capsule_brings_back_are_billed() {
+        use soba_core::capsule::RehydratedFile;
+        use soba_core::rehydrate::render_file;
+        use soba_core::tokens::{ByteCounter, TokenCounter};
+
+        use super::super::testing::text;
+
+        let mut script = Script::new();
+        script.user("task", 1_000);
+        let first = text("app-v1", 1_200);
+        let id = script.call("write", json!({"path": "src/app.rs", "content": first}));
+        script.result(&id, "ok", false);
+        let newest = text("app-v2", 1_500);
+        let id = script.call("write", json!({"path": "src/app.rs", "content": newest}));
+        script.result(&id, "ok", false);
+        for i in 0..60 {
+            script.read(&format!("src/f{}.rs", i % 8), 2_000);
+        }
+        script.answer("done");
+        let trace = script.trace(100_000, 10_000);
+        let run = |max_files: u64| {
+            let sets = config(&[
+                ("minHygieneTokens", json!(1_000_000)),
+                ("compactOnReadCost", json!(false)),
+                ("keepRecentResults", json!(0)),
+                ("rehydrate.maxFiles", json!(max_files)),
+            ]);
+            with_run(&trace, &soba(), &sets, |_, _, out| {
+                let recorder = &out.recorders[0];
+                (
+                    recorder.series.compactions.clone(),
+                    recorder.series.tokens.clone(),
+                    recorder.stats.billed_equivalent_tokens,
+                )
+            })
+        };
+        let (compactions, tokens, billed) = run(5);
+        let (compactions_off, tokens_off, billed_off) = run(0);
+        let at = compactions[0];
+        assert_eq!(compactions_off[0], at);
+        let block = render_file(&RehydratedFile {
+            path: "src/app.rs".into(),
+            text: newest.clone(),
+            total_lines: 1,
+            shown_lines: 1,
+        });
+        let n_block = ByteCounter.count_text(&block).n.get();
+        assert_eq!(
+            tokens[at].unwrap() - tokens_off[at].unwrap(),
+            n_block,
+            "the request after the capsule carries the newest content"
+        );
+        assert!(billed > billed_off, "{billed} ≤ {billed_off}");
     }
 }

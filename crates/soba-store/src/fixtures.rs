@@ -106,6 +106,7 @@ pub fn write_linear_log(path: &Path, target_bytes: usize) -> io::Result<()> {
                 ..Narrative::default()
             },
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: LocalSections::default(),
             markdown: "## Goal\nkeep going\n".repeat(50),
         };

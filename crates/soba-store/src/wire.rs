@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
-    OverflowRecord, PlanItem, PlanStatus, SummaryScope, Verification,
+    OverflowRecord, PlanItem, PlanStatus, RehydratedFile, Rehydration, SummaryScope, Verification,
 };
 use soba_core::entry::{ApprovalGrants, SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
@@ -539,6 +539,11 @@ pub struct CapsuleRecord {
     pub local: LocalSectionsRecord,
     /// The rendered markdown.
     pub markdown: String,
+    /// The files brought back after the capsule in the model input
+    /// ([`RehydratedRecord`]), absent when none; decoded on its own, so a
+    /// damaged one leaves the capsule usable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rehydrated: Option<Value>,
 }
 
 /// `boundaryTruncation`.
@@ -638,6 +643,33 @@ pub struct ImportedCapsuleRecord {
     pub agent: String,
     /// The source's id for the event.
     pub original_id: String,
+}
+
+/// `rehydrated`: the files a capsule brings back after it, with their
+/// content as it was when the capsule was made.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RehydratedRecord {
+    /// Files with their content, most recently modified first.
+    #[serde(default)]
+    pub files: Vec<RehydratedFileRecord>,
+    /// Files listed by path only.
+    #[serde(default)]
+    pub paths_only: Vec<String>,
+}
+
+/// One file of `rehydrated.files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RehydratedFileRecord {
+    /// The path, workspace-relative.
+    pub path: String,
+    /// The lines shown.
+    pub text: String,
+    /// Lines of the whole content.
+    pub total_lines: u64,
+    /// Lines shown (fewer than `totalLines` when cut).
+    pub shown_lines: u64,
 }
 
 /// `summaryScope`.
@@ -1868,6 +1900,22 @@ impl CapsuleRecord {
                 next_steps: narrative.next_steps.clone(),
             },
             earlier_narrative: capsule.earlier_narrative.clone(),
+            rehydrated: (!capsule.rehydrated.is_empty()).then(|| {
+                serde_json::json!(RehydratedRecord {
+                    files: capsule
+                        .rehydrated
+                        .files
+                        .iter()
+                        .map(|file| RehydratedFileRecord {
+                            path: file.path.clone(),
+                            text: file.text.clone(),
+                            total_lines: file.total_lines,
+                            shown_lines: file.shown_lines,
+                        })
+                        .collect(),
+                    paths_only: capsule.rehydrated.paths_only.clone(),
+                })
+            }),
             local: LocalSectionsRecord {
                 original_task: local.original_task.clone(),
                 latest_instructions: local.latest_instructions.clone(),
@@ -2029,7 +2077,36 @@ impl CapsuleRecord {
                 })
             }
         };
+        // The files only add to the model input: a damaged record is left
+        // out and the capsule kept.
+        let rehydrated = match self
+            .rehydrated
+            .map(serde_json::from_value::<RehydratedRecord>)
+        {
+            None => Rehydration::default(),
+            Some(Err(err)) => {
+                issues.push(FieldIssue::new(
+                    "rehydrated",
+                    format!("{err}; left out, the capsule is kept without the files after it"),
+                ));
+                Rehydration::default()
+            }
+            Some(Ok(record)) => Rehydration {
+                files: record
+                    .files
+                    .into_iter()
+                    .map(|file| RehydratedFile {
+                        path: file.path,
+                        text: file.text,
+                        total_lines: file.total_lines,
+                        shown_lines: file.shown_lines.min(file.total_lines),
+                    })
+                    .collect(),
+                paths_only: record.paths_only,
+            },
+        };
         Ok(Capsule {
+            rehydrated,
             trigger,
             quality,
             first_kept_entry_id: self
@@ -2685,6 +2762,7 @@ mod tests {
             scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: LocalSections::default(),
             markdown: String::new(),
         };

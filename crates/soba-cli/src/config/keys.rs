@@ -530,6 +530,27 @@ pub const KEYS: &[KeySpec] = &[
         "The most summarizer calls one compaction makes; a longer history has its newest part summarized and the rest kept as local facts.",
     ),
     key(
+        "compaction.rehydrate.maxFiles",
+        TOKENS,
+        "5",
+        true,
+        "Files modified before a compaction whose current content follows the capsule; 0 turns it off.",
+    ),
+    key(
+        "compaction.rehydrate.maxTokensPerFile",
+        TOKENS,
+        "5000",
+        true,
+        "A file brought back after a capsule is cut on line boundaries above this.",
+    ),
+    key(
+        "compaction.rehydrate.maxTokens",
+        TOKENS,
+        "25000",
+        true,
+        "All files brought back after a capsule together; the rest are listed by path.",
+    ),
+    key(
         "http.idleTimeoutMs",
         POSITIVE,
         "300000",

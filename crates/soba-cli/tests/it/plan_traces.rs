@@ -137,6 +137,7 @@ fn replay_session(name: String, session: &soba_store::import::ImportedSession) -
                     budget: &budget,
                     summarizer_max_output_tokens: TokenCount::new(2_000),
                     facts_tokens,
+                    rehydrate_tokens: soba_core::TokenCount::ZERO,
                     factor: Factor::new(1.0),
                 };
                 match plan::plan(&live, &request) {

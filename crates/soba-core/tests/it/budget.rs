@@ -265,6 +265,7 @@ fn overflow_capsule(n: u128, stated_prompt: Option<u64>, request_tokens_local: u
         scope: None,
         narrative: Narrative::default(),
         earlier_narrative: None,
+        rehydrated: Default::default(),
         local: LocalSections::default(),
         markdown: String::new(),
     };

@@ -83,6 +83,7 @@ fn the_rebuild_orders_pinned_parts_capsule_tail_and_later_entries() {
             budget: &budget,
             summarizer_max_output_tokens: tokens(2_000),
             facts_tokens: tokens(0),
+            rehydrate_tokens: soba_core::TokenCount::ZERO,
             factor: soba_core::calibration::Factor::ONE,
         },
     )
@@ -225,6 +226,7 @@ fn the_native_item_replaces_the_rendered_capsule_when_it_matches() {
             budget: &budget,
             summarizer_max_output_tokens: tokens(2_000),
             facts_tokens: tokens(0),
+            rehydrate_tokens: soba_core::TokenCount::ZERO,
             factor: soba_core::calibration::Factor::ONE,
         },
     )
@@ -267,6 +269,7 @@ fn a_recorded_truncation_is_applied_without_recounting() {
             budget: &budget,
             summarizer_max_output_tokens: tokens(2_000),
             facts_tokens: tokens(0),
+            rehydrate_tokens: soba_core::TokenCount::ZERO,
             factor: soba_core::calibration::Factor::ONE,
         },
     )

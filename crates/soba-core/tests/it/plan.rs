@@ -51,6 +51,7 @@ fn request(
         budget,
         summarizer_max_output_tokens: tokens(max_output),
         facts_tokens: tokens(facts),
+        rehydrate_tokens: soba_core::TokenCount::ZERO,
         factor: Factor::ONE,
     }
 }

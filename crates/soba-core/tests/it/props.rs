@@ -122,6 +122,7 @@ impl Session {
                 ..Narrative::default()
             },
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: LocalSections::default(),
             markdown,
         };
@@ -579,6 +580,7 @@ fn check_plan(
         budget,
         summarizer_max_output_tokens: TokenCount::new(limits.summarizer_max_output),
         facts_tokens: TokenCount::new(limits.facts),
+        rehydrate_tokens: soba_core::TokenCount::ZERO,
         factor: Factor::ONE,
     };
     let planned = plan::plan(live, &request);
@@ -1001,6 +1003,7 @@ proptest! {
             budget: &budget,
             summarizer_max_output_tokens: TokenCount::new(2_000),
             facts_tokens: TokenCount::ZERO,
+            rehydrate_tokens: soba_core::TokenCount::ZERO,
             factor: Factor::ONE,
         };
         let plan = plan::plan(&live, &request).expect("a small session fits");

@@ -96,6 +96,7 @@ impl PathBuilder {
             scope: None,
             narrative: Narrative::default(),
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: LocalSections::default(),
             markdown: String::new(),
         };

@@ -12,6 +12,7 @@ mod huge;
 mod native;
 mod race;
 mod reply;
+mod rehydrate;
 mod rig;
 mod session;
 mod soak;

@@ -362,6 +362,7 @@ async fn user_span_items(h: &Harness) -> Vec<String> {
         budget: core.budget(),
         summarizer_max_output_tokens: TokenCount::new(u64::from(MAX_OUT)),
         facts_tokens: TokenCount::ZERO,
+        rehydrate_tokens: soba_core::TokenCount::ZERO,
         factor: core.factor(),
     };
     let planned = plan::plan(core.live(), &request).unwrap();

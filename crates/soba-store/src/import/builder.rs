@@ -281,6 +281,7 @@ impl SessionBuilder {
             scope: None,
             narrative: Default::default(),
             earlier_narrative: None,
+            rehydrated: Default::default(),
             local: Default::default(),
             markdown: summary,
         };

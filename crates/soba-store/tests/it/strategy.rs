@@ -8,7 +8,7 @@ use proptest::test_runner::TestRunner;
 use serde_json::{Map, Value};
 use soba_core::capsule::{
     BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
-    OverflowRecord, PlanItem, PlanStatus, SummaryScope, Verification,
+    OverflowRecord, PlanItem, PlanStatus, RehydratedFile, Rehydration, SummaryScope, Verification,
 };
 use soba_core::entry::{SkillAction, SkillEntry, StoredTokens};
 use soba_core::{
@@ -404,7 +404,22 @@ pub fn capsule(
                 }
             }),
     );
-    (header, extras, scope).prop_map(
+    let rehydrated = (
+        proptest::collection::vec(
+            (text(), text(), any::<u64>(), any::<u64>()).prop_map(
+                |(path, text, total_lines, shown)| RehydratedFile {
+                    path,
+                    text,
+                    total_lines,
+                    shown_lines: shown.min(total_lines),
+                },
+            ),
+            0..3,
+        ),
+        proptest::collection::vec(text(), 0..3),
+    )
+        .prop_map(|(files, paths_only)| Rehydration { files, paths_only });
+    (header, extras, scope, rehydrated).prop_map(
         |(
             (
                 trigger,
@@ -428,7 +443,9 @@ pub fn capsule(
                 markdown,
             ),
             scope,
+            rehydrated,
         )| Capsule {
+            rehydrated,
             trigger,
             quality: if degraded {
                 Quality::Degraded
