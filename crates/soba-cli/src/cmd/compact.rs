@@ -109,7 +109,8 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
             return Ok(());
         }
     };
-    let line = end.result_line(|id| id.short_with(4));
+    let short = engine::short_id_len(&summary.path);
+    let line = end.result_line(|id| id.short_with(short));
     let mut stdout = crate::output::stdout();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
