@@ -425,6 +425,109 @@ pub fn budget_text(core: &SessionCore) -> String {
     text
 }
 
+/// Returns the `/usage` text: the tokens every request recorded in the
+/// log reported (`entries`: the whole log, rewound branches included, as
+/// they were billed), and their list price where the model has one.
+pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
+    let prices = soba_replay::price::PriceTable::new();
+    let mut total = soba_core::Usage::default();
+    let (mut requests, mut priced, mut unpriced) = (0_usize, 0.0_f64, Vec::<String>::new());
+    for entry in entries {
+        let EntryBody::Message(message) = &entry.body else {
+            continue;
+        };
+        let Some(usage) = &message.message.usage else {
+            continue;
+        };
+        requests += 1;
+        total.add(usage);
+        let model = message.message.model.as_deref().unwrap_or(session_model);
+        match prices.get(model) {
+            Some(price) => priced += price.recorded(usage),
+            None if !unpriced.iter().any(|known| known == model) => unpriced.push(model.to_owned()),
+            None => {}
+        }
+    }
+    let mut text = format!(
+        "/usage · {} request{} recorded usage\n",
+        requests,
+        if requests == 1 { "" } else { "s" }
+    );
+    for (name, value) in [
+        ("input", total.input),
+        ("cacheRead", total.cache_read),
+        ("cacheWrite", total.cache_write),
+        ("output", total.output),
+    ] {
+        text.push_str(&format!("{name:<16}{:>12}\n", group_thousands(value)));
+    }
+    let cost = if unpriced.is_empty() {
+        format!("${priced:.4} ({})", prices.as_of())
+    } else if requests == unpriced.len() && priced == 0.0 {
+        format!(
+            "not priced: soba has no price for {} (soba replay takes models.<id>.inputPrice/outputPrice from your config)",
+            unpriced.join(", ")
+        )
+    } else {
+        format!(
+            "${priced:.4} for the priced requests; no price for {} ({})",
+            unpriced.join(", "),
+            prices.as_of()
+        )
+    };
+    text.push_str(&format!("{:<16}{cost}", "cost"));
+    text
+}
+
+/// Returns the `/status` text: model, window, session, how full the
+/// context is and the short-id length of this session.
+pub fn status_text(core: &SessionCore, log_path: &std::path::Path) -> String {
+    let budget = core.budget();
+    let measurement = core.measure();
+    let percent = |limit: u64| {
+        (measurement.tokens.get() * 100)
+            .checked_div(limit)
+            .unwrap_or(0)
+    };
+    let side = sidebar(core);
+    [
+        format!("/status · {}", core.model_id()),
+        format!(
+            "{:<16}{} tokens (maxOutput {})",
+            "window",
+            group_thousands(budget.context_window().get()),
+            group_thousands(budget.max_output_tokens().get())
+        ),
+        format!(
+            "{:<16}{} ({})",
+            "session",
+            core.header().id.as_str(),
+            log_path.display()
+        ),
+        format!(
+            "{:<16}{} tokens ({}) · {}% of autoLimit {} · {}% of hardLimit {}",
+            "context",
+            group_thousands(measurement.tokens.get()),
+            measurement.source.as_str(),
+            percent(budget.auto_limit().get()),
+            group_thousands(budget.auto_limit().get()),
+            percent(budget.hard_limit().get()),
+            group_thousands(budget.hard_limit().get())
+        ),
+        format!(
+            "{:<16}{}",
+            "auto-compact",
+            if side.auto_compact { "on" } else { "off" }
+        ),
+        format!(
+            "{:<16}{}",
+            "last compaction",
+            side.last_compaction.unwrap_or_else(|| "(none)".to_owned())
+        ),
+    ]
+    .join("\n")
+}
+
 fn one_line(text: &str, max_chars: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max_chars {

@@ -176,6 +176,11 @@ pub struct Worker {
     approvals: Option<(PathBuf, Arc<Approvals>)>,
 }
 
+/// A session id as the header spells it: its first 8 characters.
+fn short_session(id: &str) -> String {
+    id.chars().take(8).collect()
+}
+
 fn note_error(err: impl std::fmt::Display) -> String {
     format!("error: {err}")
 }
@@ -732,6 +737,15 @@ impl Worker {
         core.short_id_len_now()
     }
 
+    /// The open session's short-id length now (the minimum without one):
+    /// every id on one screen is spelled with it.
+    async fn short_now(&self) -> usize {
+        match &self.live {
+            Some(live) => live.core.lock().await.short_id_len_now(),
+            None => soba_core::id::MIN_SHORT_HEX,
+        }
+    }
+
     /// Reads the whole log (what lies before the core's live stretch), or
     /// says why `doing` cannot go on.
     fn read_log(&self, core: &SessionCore, doing: &str) -> Option<SessionLog> {
@@ -810,7 +824,7 @@ impl Worker {
         }
         if !matches!(
             command,
-            SlashCommand::Resume | SlashCommand::Help | SlashCommand::Quit
+            SlashCommand::Resume | SlashCommand::Help | SlashCommand::Quit | SlashCommand::Clear
         ) && !self.ensure_session().await
         {
             if matches!(command, SlashCommand::Compact { .. }) {
@@ -854,10 +868,11 @@ impl Worker {
             SlashCommand::Checkpoint { kind, note } => {
                 let appended = self.append(EntryBody::Checkpoint { kind, note }).await;
                 if let Some(entry) = appended {
+                    let short = self.short_now().await;
                     self.note(format!(
                         "{} recorded as {}",
                         kind.as_str(),
-                        entry.id.short_with(4)
+                        entry.id.short_with(short)
                     ));
                 }
             }
@@ -866,7 +881,56 @@ impl Worker {
             SlashCommand::Skill { name, off } => self.skill(&name, off).await,
             SlashCommand::Help => self.note(super::command::help_text()),
             SlashCommand::Quit => {}
+            SlashCommand::Clear => self.clear().await,
+            SlashCommand::Usage => {
+                if let Some(live) = &self.live {
+                    let core = live.core.lock().await;
+                    if let Some(log) = self.read_log(&core, "add up the usage") {
+                        let entries: Vec<Entry> = log
+                            .entries()
+                            .iter()
+                            .map(|logged| logged.entry.clone())
+                            .collect();
+                        let text = view::usage_text(core.model_id(), &entries);
+                        drop(core);
+                        self.note(text);
+                    }
+                }
+            }
+            SlashCommand::Status => {
+                if let Some(live) = &self.live {
+                    let core = live.core.lock().await;
+                    let text = view::status_text(&core, core.log_path());
+                    drop(core);
+                    self.note(text);
+                }
+            }
         }
+    }
+
+    /// `/clear`: leaves this session (kept unless unused) for a new one,
+    /// and says so.
+    async fn clear(&mut self) {
+        let previous = match &self.live {
+            Some(live) => Some(live.core.lock().await.header().id.as_str().to_owned()),
+            None => None,
+        };
+        self.on_picked(PickerPurpose::Resume, String::new()).await;
+        let Some(live) = &self.live else {
+            return;
+        };
+        let now = live.core.lock().await.header().id.as_str().to_owned();
+        if previous.as_deref() == Some(now.as_str()) {
+            return;
+        }
+        self.note(match previous {
+            Some(previous) => format!(
+                "new session {}; the previous one ({}) is kept: /resume or `soba -r` opens it (an unused one is removed)",
+                short_session(&now),
+                short_session(&previous)
+            ),
+            None => format!("new session {}", short_session(&now)),
+        });
     }
 
     /// Appends an entry to the open session, reporting failures as notes.
@@ -993,9 +1057,10 @@ impl Worker {
                         "rewound to before your message, which is back in the input box; files on disk are unchanged",
                     );
                 } else {
+                    let short = self.short_now().await;
                     self.note(format!(
                         "rewound to {}; files on disk are unchanged",
-                        target.short_with(4)
+                        target.short_with(short)
                     ));
                 }
             }
@@ -1418,9 +1483,10 @@ impl Worker {
         };
         let (details, shown) = (loadable.details(), loadable.entry.path.clone());
         if let Some(appended) = self.append(EntryBody::Context(loadable.entry)).await {
+            let short = self.short_now().await;
             self.note(format!(
                 "loaded {shown} as {} ({} tokens{details}); the model sees it as untrusted data",
-                appended.id.short_with(4),
+                appended.id.short_with(short),
                 group_thousands(loadable.tokens.get()),
             ));
         }
@@ -2408,6 +2474,81 @@ mod tests {
             rig.log_types(),
             ["model_change", "checkpoint", "skill", "skill"]
         );
+        rig.quit().await;
+    }
+
+    /// Issue 36 item 6: `/usage` adds up the recorded usage (with a price
+    /// when the model has one), `/status` names model, window, session and
+    /// context use, `/clear` opens a new session and says so, keeping the
+    /// old one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn usage_status_and_clear() {
+        let mut rig = rig().await;
+        let usage = soba_core::Usage {
+            input: 1_734,
+            output: 5,
+            ..soba_core::Usage::default()
+        };
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Hello.").with_usage(usage)),
+        );
+        rig.send(Action::StartTurn("hi".into()));
+        rig.until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        rig.send(Action::Command(SlashCommand::Usage));
+        let seen = rig
+            .until(
+                "the usage",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/usage")),
+            )
+            .await;
+        let usage_text = note_texts(&seen).pop().expect("a note");
+        assert_eq!(
+            usage_text,
+            "/usage · 1 request recorded usage\n\
+             input                  1,734\n\
+             cacheRead                  0\n\
+             cacheWrite                 0\n\
+             output                     5\n\
+             cost            not priced: soba has no price for fake/test-model \
+             (soba replay takes models.<id>.inputPrice/outputPrice from your config)"
+        );
+        rig.send(Action::Command(SlashCommand::Status));
+        let seen = rig
+            .until(
+                "the status",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/status")),
+            )
+            .await;
+        let status = note_texts(&seen).pop().expect("a note");
+        let lines: Vec<&str> = status.lines().collect();
+        assert_eq!(lines[0], "/status · fake/test-model");
+        assert_eq!(lines[1], "window          24,000 tokens (maxOutput 2,000)");
+        assert!(lines[2].starts_with("session         01"), "{status}");
+        assert!(
+            lines[3].starts_with("context         ") && lines[3].contains("% of hardLimit 21,000"),
+            "{status}"
+        );
+        let before = rig.session_logs();
+        rig.send(Action::Command(SlashCommand::Clear));
+        let seen = rig
+            .until(
+                "the new session",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("new session ")),
+            )
+            .await;
+        let cleared = note_texts(&seen).pop().expect("a note");
+        assert!(
+            cleared.ends_with("is kept: /resume or `soba -r` opens it (an unused one is removed)"),
+            "{cleared}"
+        );
+        let after = rig.session_logs();
+        assert!(
+            before.iter().all(|log| after.contains(log)),
+            "the old session stays"
+        );
+        assert_eq!(after.len(), before.len() + 2, "{after:?}");
         rig.quit().await;
     }
 
