@@ -1089,10 +1089,11 @@ impl Worker {
         for summary in sessions.iter().filter(|summary| {
             summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
         }) {
+            let glance = view::session_glance(&summary.path);
             items.push(PickerItem {
                 key: summary.path.display().to_string(),
                 label: format!(
-                    "{}  {}  {}",
+                    "{}  {}  {:>5} messages  {:>9}  {}",
                     summary.id.chars().take(8).collect::<String>(),
                     summary
                         .created_at
@@ -1102,7 +1103,11 @@ impl Worker {
                         .take(16)
                         .collect::<String>()
                         .replace('T', " "),
-                    view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX))
+                    group_thousands(glance.n_messages),
+                    view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX)),
+                    glance
+                        .first_prompt
+                        .unwrap_or_else(|| "(no message typed)".to_owned())
                 ),
             });
         }
@@ -1179,26 +1184,7 @@ impl Worker {
             Some(live) => live.core.lock().await.model_id().to_owned(),
             None => String::new(),
         };
-        let config = self.launch.ctx.config();
-        let mut ids: Vec<String> = config.models.keys().cloned().collect();
-        // `soba demo`'s scripted model answers nowhere else.
-        for model in soba_provider::registry::BUILTIN_MODELS
-            .iter()
-            .filter(|model| model.provider != engine::DEMO_PROVIDER)
-        {
-            let provider = match model.provider {
-                "openai" | "anthropic" => model.provider,
-                _ => "openrouter",
-            };
-            let id = if provider == "openrouter" {
-                format!("openrouter/{}/{}", model.provider, model.name)
-            } else {
-                format!("{provider}/{}", model.name)
-            };
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
+        let ids = view::model_ids(self.launch.ctx.config(), &current);
         let (items, note) = view::model_choices(&ids, &current, |id| {
             view::model_access(&self.launch.ctx, id)
         });

@@ -911,3 +911,34 @@ fn esc_keeps_the_partial_answer_and_holds_the_queued_message() {
     );
     insta::assert_snapshot!("interrupted", frame(&state, 110, 30));
 }
+
+/// Issue 36 item 4: the `soba -r` picker at launch shows each session's
+/// message count and first prompt, and the sidebar behind it shows no
+/// placeholder figures while no session is open.
+#[test]
+fn resume_picker_at_launch() {
+    let state = AppState {
+        overlay: Some(Overlay::Picker(Picker {
+            title: "Resume a session (most recent first)".into(),
+            purpose: PickerPurpose::Resume,
+            items: vec![
+                PickerItem {
+                    key: String::new(),
+                    label: "(a new session)".into(),
+                },
+                PickerItem {
+                    key: "/s/a.jsonl".into(),
+                    label: "01a24f34  2026-12-07 06:32    373 messages    2.4 MB  We are extending loglens, our access-log analyzer. Over this…".into(),
+                },
+                PickerItem {
+                    key: "/s/b.jsonl".into(),
+                    label: "01a24f30  2026-12-07 06:32      2 messages    1.1 KB  hi".into(),
+                },
+            ],
+            selected: 1,
+            note: None,
+        })),
+        ..AppState::default()
+    };
+    insta::assert_snapshot!("resume_picker", frame(&state, 110, 20));
+}
