@@ -1552,8 +1552,13 @@ impl Worker {
     async fn save_to_memory(&self, end: &CompactionEnd) {
         let (Outcome::Completed, Some(id)) = (end.outcome, &end.checkpoint_id) else {
             self.note(format!(
-                "not saved to Project Memory: no capsule was made ({})",
-                end.reason.as_deref().unwrap_or("nothing to compact")
+                "not saved to Project Memory: no capsule was made ({}){}",
+                end.reason.as_deref().unwrap_or("nothing to compact"),
+                if end.outcome == Outcome::Skipped {
+                    "; to save the state as it is, write a handoff: /capsule create \"title\""
+                } else {
+                    ""
+                }
             ));
             return;
         };
