@@ -360,6 +360,8 @@ pub enum UiEvent {
     /// The provider request failed and is retried, e.g. `retrying in 4 s
     /// (attempt 2 of 5): connection refused`.
     Retrying(String),
+    /// `/clear`: the notes of the session left go with it.
+    ClearNotes,
 }
 
 /// Everything the TUI shows; [`super::render::render`] is a pure function of it.
@@ -625,6 +627,10 @@ impl AppState {
             UiEvent::Approval(view) => self.overlay = Some(Overlay::Approval(view)),
             UiEvent::SetInput(text) => self.input.set(&text),
             UiEvent::Retrying(text) => self.retry = Some(text),
+            UiEvent::ClearNotes => {
+                self.notes.clear();
+                self.scroll = 0;
+            }
         }
         Vec::new()
     }

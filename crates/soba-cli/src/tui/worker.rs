@@ -915,6 +915,9 @@ impl Worker {
             Some(live) => Some(live.core.lock().await.header().id.as_str().to_owned()),
             None => None,
         };
+        // The screen starts empty: the notes shown were about the session
+        // left (the new session's own notes follow).
+        self.send(UiEvent::ClearNotes);
         self.on_picked(PickerPurpose::Resume, String::new()).await;
         let Some(live) = &self.live else {
             return;
@@ -2529,6 +2532,7 @@ mod tests {
                 |r| matches!(r, UiEvent::Note(text) if text.starts_with("new session ")),
             )
             .await;
+        assert!(seen.contains(&UiEvent::ClearNotes), "{seen:?}");
         let cleared = note_texts(&seen).pop().expect("a note");
         assert!(
             cleared.ends_with("is kept: /resume or `soba -r` opens it (an unused one is removed)"),

@@ -876,6 +876,10 @@ fn an_unknown_command_leaves_the_box_and_slash_text_asks_first() {
         vec![Action::StartTurn("/clear/cost".into())],
         "a second Enter sends it"
     );
+    // `/clear`'s new session starts with no notes of the one left.
+    assert!(!state.notes.is_empty());
+    state.apply(soba_cli::tui::state::UiEvent::ClearNotes);
+    assert!(state.notes.is_empty());
 }
 
 /// Issue 36 item 7: Esc during a streamed answer keeps the partial text,
