@@ -220,12 +220,13 @@ pub struct SessionsArgs {
     pub all: bool,
 }
 
-/// `soba show <session>`.
+/// `soba show [session]`.
 #[derive(Debug, clap::Args)]
 pub struct ShowArgs {
-    /// A session id, id prefix, or the path of a session file.
+    /// A session id, id prefix, or the path of a session file; default the
+    /// workspace's most recent session.
     #[arg(value_name = "SESSION")]
-    pub session: String,
+    pub session: Option<String>,
     /// List every entry, one line each, with short ids.
     #[arg(long)]
     pub entries: bool,
@@ -266,9 +267,9 @@ pub struct CompactArgs {
 /// `soba capsule …` (SPEC §12).
 #[derive(Debug, clap::Args)]
 pub struct CapsuleArgs {
-    /// What to do.
+    /// What to do; `soba capsule` alone is `soba capsule list`.
     #[command(subcommand)]
-    pub action: CapsuleAction,
+    pub action: Option<CapsuleAction>,
     /// The session (id or prefix); default the workspace's most recent.
     #[arg(long, value_name = "ID", global = true)]
     pub session: Option<String>,
@@ -344,8 +345,9 @@ pub struct CompletionsArgs {
 /// `soba demo`: a scripted coding session in a temporary directory.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Keep the session, flight records and workspace in DIR (created if
-    /// missing, must be empty) instead of a temporary directory.
+    /// Keep the workspace in DIR/workspace (DIR created if missing, must be
+    /// empty) and the session in that workspace's sessions folder, where
+    /// `soba show` run there finds it, instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub keep: Option<std::path::PathBuf>,
     /// The generator's seed (the same seed gives the same session).
@@ -357,10 +359,9 @@ pub struct DemoArgs {
 }
 
 /// `soba budget`: the limits for `--context-window N --max-output N`, a
-/// registry model (`--model ID`) or a session (`--session ID`).
+/// registry model (`--model ID`) or a session (`--session ID`); with none
+/// of them, the workspace's most recent session, else the configured model.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("budget_source").required(true).multiple(true)
-    .args(["context_window", "model", "session"])))]
 pub struct BudgetArgs {
     /// The model's context window in tokens (with --max-output).
     #[arg(

@@ -1046,6 +1046,15 @@ pub fn runtime() -> CliResult<tokio::runtime::Runtime> {
         .map_err(|err| CliError::internal("cannot start the async runtime").caused_by(err))
 }
 
+/// Returns how many hex digits make every id of the session log at `log`
+/// unique (at least 4): the one length ids of that session are printed
+/// with. An unreadable log gives the minimum.
+pub fn short_id_len(log: &Path) -> usize {
+    soba_store::reader::entry_ids(log)
+        .map(|ids| soba_core::id::shortest_unique_len(ids.iter()))
+        .unwrap_or(soba_core::id::MIN_SHORT_HEX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,8 +32,17 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
     if let Some(session) = &args.session {
         return session_budget(args, &ctx, session);
     }
+    // Nothing named: the workspace's most recent session, else the
+    // configured model.
+    let nothing_named = args.model.is_none() && args.context_window.is_none();
+    if nothing_named && let Ok(recent) = ctx.select_session(None) {
+        return session_budget(args, &ctx, &recent.path.display().to_string());
+    }
+    let configured = ctx.config().model.as_ref().map(|(model, _)| model.clone());
     let (model, context_window, max_output) = match (
-        &args.model,
+        args.model
+            .as_ref()
+            .or(configured.as_ref().filter(|_| nothing_named)),
         args.context_window,
         args.max_output,
     ) {
@@ -62,7 +71,11 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
         _ => {
             return Err(CliError::usage(
                 "soba budget needs --context-window N --max-output N, --model ID or --session ID",
-            ));
+            )
+            .hint(format!(
+                "with none of them it uses the most recent session (there is none in {}) or the configured model (none is set)",
+                ctx.locations.sessions_dir.display()
+            )));
         }
     };
     let (window, max_output) = (TokenCount::new(context_window), TokenCount::new(max_output));
@@ -164,13 +177,13 @@ fn counts_line(counts: &CountSources, tokenizer: Encoding) -> String {
         0 => return "no messages in the live stretch".to_owned(),
         _ if counts.recounted() == 0 => {
             format!(
-                "stored for all {} messages ({})",
+                "stored for all {} messages of the live context ({})",
                 group(total),
                 tokenizer.as_str()
             )
         }
         _ => format!(
-            "{} of {} messages counted again with {}",
+            "{} of {} messages of the live context counted again with {}",
             group(counts.recounted()),
             group(total),
             tokenizer.as_str()

@@ -40,7 +40,7 @@ pub fn cmd_capsule(args: &CapsuleArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     let _logs = crate::logging::init(&ctx.env);
     ctx.print_warnings();
-    match &args.action {
+    match args.action.as_ref().unwrap_or(&CapsuleAction::List) {
         CapsuleAction::List => list(&ctx, args),
         CapsuleAction::Export {
             checkpoint,
@@ -166,6 +166,9 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
             let on_path: HashSet<&EntryId> =
                 log.path().iter().map(|logged| &logged.entry.id).collect();
             out.push_str(&format!("session {}\n", summary.id));
+            let short = soba_core::id::shortest_unique_len(
+                log.entries().iter().map(|logged| &logged.entry.id),
+            );
             let mut n_capsules = 0;
             for logged in log.entries() {
                 if let EntryBody::Capsule(capsule) = &logged.entry.body {
@@ -177,7 +180,7 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
                         } else {
                             ' '
                         },
-                        logged.entry.id.short_with(4),
+                        logged.entry.id.short_with(short),
                         capsule.trigger.as_str(),
                         capsule.quality.as_str(),
                         group_thousands(capsule.tokens_before.get()),
@@ -202,13 +205,19 @@ fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
                         } else {
                             ' '
                         },
-                        logged.entry.id.short_with(4),
+                        logged.entry.id.short_with(short),
                         context.path
                     ));
                 }
             }
             if n_capsules == 0 {
                 out.push_str("  no capsules yet (soba compact makes one)\n");
+            } else {
+                out.push_str(
+                    "  (* on the live path, the rest rewound past · capsule id · trigger · quality · \
+                     effective tokens before → after · summarizer · time; \
+                     soba capsule export ID FILE writes one as markdown)\n",
+                );
             }
         }
         Err(err) if args.session.is_none() => {

@@ -109,7 +109,8 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
             return Ok(());
         }
     };
-    let line = end.result_line(|id| id.short_with(4));
+    let short = engine::short_id_len(&summary.path);
+    let line = end.result_line(|id| id.short_with(short));
     let mut stdout = crate::output::stdout();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
@@ -149,8 +150,13 @@ fn save_to_memory(
     let (Outcome::Completed, Some(id)) = (end.outcome, &end.checkpoint_id) else {
         writeln!(
             stdout,
-            "not saved to Project Memory: no capsule was made ({})",
-            end.reason.as_deref().unwrap_or("nothing to compact")
+            "not saved to Project Memory: no capsule was made ({}){}",
+            end.reason.as_deref().unwrap_or("nothing to compact"),
+            if end.outcome == Outcome::Skipped {
+                "; to save the state as it is, write a handoff: soba capsule create \"title\""
+            } else {
+                ""
+            }
         )?;
         return Ok(stdout.flush()?);
     };

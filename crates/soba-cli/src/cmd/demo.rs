@@ -9,8 +9,11 @@ use soba_core::budget::Budget;
 use soba_core::config::CompactionConfig;
 use soba_engine::event::{EngineEvent, Outcome};
 
-use crate::cli::DemoArgs;
+use soba_core::{Capsule, EntryBody};
+
+use crate::cli::{DemoArgs, GlobalArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
+use crate::paths::{Env, Locations, Workspace};
 
 /// Counters the timeline keeps for the closing lines.
 #[derive(Debug, Default)]
@@ -19,6 +22,106 @@ struct Tally {
     hygiene: usize,
     completed: Vec<String>,
     other_outcomes: Vec<String>,
+    /// The newest capsule's id as printed, and what it kept.
+    newest: Option<(String, String)>,
+}
+
+/// What the demo shows, printed before it runs.
+const INTRO: &str = "\
+It runs a scripted coding agent (a scripted model, SOBA's real tools) through a session
+that outgrows its context, and prints each time SOBA prunes old tool output (hygiene) or
+compacts the conversation into a capsule, and what the capsule kept.";
+
+/// The legend, printed once after the header.
+fn legend(soft_gate: &str) -> String {
+    format!(
+        "\
+legend:
+  effective       tokens the next request sends (system prompt, tools, live conversation)
+  hygiene         old tool outputs replaced by stubs above hygieneLimit; nothing summarized
+  capsule (ck_…)  the summary that replaces the older conversation; the recent tail stays verbatim
+  softGate {soft_gate:<6} soft compactions may fire from here on, well below autoLimit, when they pay:
+    turn_complete   a turn ended: a natural pause to compact
+    read_cost       re-reading what a compaction would reclaim now costs more than compacting
+    milestone       the agent recorded a checkpoint
+    auto_threshold  effective reached autoLimit"
+    )
+}
+
+/// One line of what a capsule kept: its sections with their counts.
+fn kept_line(capsule: &Capsule) -> String {
+    let local = &capsule.local;
+    let mut parts: Vec<String> = Vec::new();
+    if !local.original_task.is_empty() {
+        parts.push("the original task".to_owned());
+    }
+    let mut count = |n: usize, one: &str, many: &str| {
+        if n > 0 {
+            parts.push(format!("{n} {}", if n == 1 { one } else { many }));
+        }
+    };
+    count(
+        local.latest_instructions.len(),
+        "latest instruction",
+        "latest instructions",
+    );
+    count(
+        local.files_read.len() + usize::try_from(local.files_read_more).unwrap_or(0),
+        "file read",
+        "files read",
+    );
+    count(
+        local.files_modified.len(),
+        "file modified",
+        "files modified",
+    );
+    count(
+        local.verification.len(),
+        "verification command",
+        "verification commands",
+    );
+    count(
+        local.unresolved_errors.len(),
+        "unresolved error",
+        "unresolved errors",
+    );
+    count(local.checkpoints.len(), "checkpoint", "checkpoints");
+    count(local.plan.len(), "plan step", "plan steps");
+    count(
+        local.constraints.len() + usize::try_from(local.constraints_more).unwrap_or(0),
+        "constraint",
+        "constraints",
+    );
+    let narrative = capsule
+        .narrative
+        .sections()
+        .iter()
+        .filter(|(_, text)| !text.trim().is_empty())
+        .count();
+    if narrative > 0 {
+        parts.push(format!("{narrative} of 8 narrative sections"));
+    }
+    if parts.is_empty() {
+        "kept: nothing but the recent tail".to_owned()
+    } else {
+        format!("kept: {}", parts.join(" · "))
+    }
+}
+
+/// Reads the session log: the newest capsule with its id at the length
+/// that is unique among the log's ids now.
+fn newest_capsule(log: &std::path::Path) -> Option<(String, String)> {
+    let log = soba_store::reader::read_log(log).ok()?;
+    let short = soba_core::id::shortest_unique_len(log.entries().iter().map(|l| &l.entry.id));
+    log.entries()
+        .iter()
+        .rev()
+        .find_map(|logged| match &logged.entry.body {
+            EntryBody::Capsule(capsule) => {
+                Some((logged.entry.id.short_with(short), kept_line(capsule)))
+            }
+            _ => None,
+        })
 }
 
 fn prepare_dir(args: &DemoArgs) -> CliResult<(PathBuf, Option<tempfile::TempDir>)> {
@@ -96,7 +199,7 @@ async fn stop_signal(mut signals: StopSignals) -> CliError {
 /// Runs `soba demo`. SIGINT, SIGTERM and SIGHUP stop it (exit 130, 143
 /// and 129) after the temporary directory is removed, as the first line
 /// promises; a `--keep` directory stays.
-pub fn cmd_demo(args: &DemoArgs) -> CliResult {
+pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -116,6 +219,29 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
         }
     };
     let (dir, temp) = prepare_dir(args)?;
+    // A kept demo's session goes where the commands run in its workspace
+    // look (`cd DIR/workspace && soba show`); a temporary one stays inside
+    // the directory removed at exit.
+    let sessions_dir = if temp.is_some() {
+        dir.join("sessions")
+    } else {
+        let workspace_dir = dir.join("workspace");
+        std::fs::create_dir_all(&workspace_dir).map_err(|err| {
+            CliError::user(format!("cannot create {}", workspace_dir.display())).caused_by(err)
+        })?;
+        let workspace = Workspace::at(&workspace_dir)?;
+        Locations::resolve(
+            &Env::from_process(),
+            &workspace,
+            global.session_dir.as_deref(),
+        )?
+        .sessions_dir
+    };
+    let places = soba_engine::demo::DemoPlaces {
+        dir: dir.clone(),
+        sessions_dir,
+        session_log: Arc::new(std::sync::OnceLock::new()),
+    };
     let model = soba_engine::demo::demo_model();
     let budget = Budget::compute(
         model.context_window,
@@ -128,6 +254,7 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
         crate::output::outln!(
             "soba demo: the compaction engine, offline, on a generated coding session"
         )?;
+        crate::output::outln!("{INTRO}")?;
         crate::output::outln!(
             "directory: {}{}",
             dir.display(),
@@ -138,19 +265,22 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             }
         )?;
         crate::output::outln!(
-            "model {}: window {} · maxOutput {} · hardLimit {} · autoLimit {} · hygieneLimit {} · keepRecent {}",
+            "model {}: window {} · maxOutput {} · hardLimit {} · autoLimit {} · hygieneLimit {} · keepRecent {} · softGate {}",
             model.id,
             model.context_window,
             model.max_output_tokens,
             budget.hard_limit(),
             budget.auto_limit(),
             budget.hygiene_limit(),
-            budget.keep_recent()
+            budget.keep_recent(),
+            budget.soft_gate()
         )?;
+        crate::output::outln!("{}", legend(&budget.soft_gate().to_string()))?;
         crate::output::outln!()?;
     }
     let tally = Arc::new(Mutex::new(Tally::default()));
     let sink_tally = tally.clone();
+    let sink_log = places.session_log.clone();
     let sink: soba_engine::barrier::EventSink = Arc::new(move |event: EngineEvent| {
         let mut stdout = crate::output::stdout();
         if json {
@@ -193,9 +323,25 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
                 );
             }
             EngineEvent::CompactionEnd(end) => {
-                let line = end.result_line(|id| id.short_with(4));
+                // The capsule is in the log before its end is reported:
+                // its id at the session's unique length, and what it kept.
+                let newest = if end.outcome == Outcome::Completed {
+                    sink_log.get().and_then(|log| newest_capsule(log))
+                } else {
+                    None
+                };
+                let line = end.result_line(|id| match &newest {
+                    Some((shown, _)) if id.matches_short(shown) => shown.clone(),
+                    _ => id.as_str().to_owned(),
+                });
                 if end.outcome == Outcome::Completed {
                     tally.completed.push(end.trigger.as_str().to_owned());
+                    let _ = writeln!(stdout, "turn {:>2}  {line}", tally.turn);
+                    if let Some((_, kept)) = &newest {
+                        let _ = writeln!(stdout, "          {kept}");
+                    }
+                    tally.newest = newest;
+                    return;
                 } else {
                     tally.other_outcomes.push(format!(
                         "{} ({})",
@@ -213,7 +359,7 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
     });
     let outcome = runtime.block_on(async {
         tokio::select! {
-            summary = soba_engine::demo::run(&dir, args.seed, sink) => Ok(summary),
+            summary = soba_engine::demo::run(&places, args.seed, sink) => Ok(summary),
             stopped = stop_signal(signals) => Err(stopped),
         }
     });
@@ -265,13 +411,33 @@ pub fn cmd_demo(args: &DemoArgs) -> CliResult {
             },
             tally.other_outcomes.len()
         )?;
+        if let Some((id, kept)) = &tally.newest {
+            crate::output::outln!("newest capsule {id} {kept}")?;
+        }
         if temp.is_some() {
             crate::output::outln!(
                 "session log: {} (removed with the directory; soba demo --keep DIR keeps it)",
                 summary.session_log.display()
             )?;
         } else {
+            let session = summary
+                .session_log
+                .file_stem()
+                .map(|stem| stem.to_string_lossy().chars().take(8).collect::<String>())
+                .unwrap_or_default();
             crate::output::outln!("session log: {}", summary.session_log.display())?;
+            crate::output::outln!(
+                "look at it from its workspace, where soba finds the session by itself:"
+            )?;
+            crate::output::outln!("  cd {}", dir.join("workspace").display())?;
+            crate::output::outln!(
+                "  soba sessions · soba show · soba show {session} --entries · soba capsule list · soba budget · soba stats"
+            )?;
+            if let Some((id, _)) = &tally.newest {
+                crate::output::outln!(
+                    "  soba capsule export {id} newest.capsule.md   (the newest capsule as markdown)"
+                )?;
+            }
         }
     }
     for failure in &summary.failed_turns {

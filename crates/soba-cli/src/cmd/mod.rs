@@ -29,7 +29,7 @@ pub fn dispatch(mut cli: Cli) -> CliResult {
     match cli.command {
         Some(command) => match command {
             Command::Budget(args) => budget::cmd_budget(&args, &cli.global),
-            Command::Demo(args) => demo::cmd_demo(&args),
+            Command::Demo(args) => demo::cmd_demo(&args, &cli.global),
             Command::Run(args) => run::cmd_run(&args, &cli.global),
             Command::Import(args) => import::cmd_import(&args, &cli.global),
             Command::Sessions(args) => sessions::cmd_sessions(&args, &cli.global),

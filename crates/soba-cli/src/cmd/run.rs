@@ -93,6 +93,8 @@ struct Printer {
     /// Whether stdout ends with a newline (or nothing was written).
     at_line_start: Mutex<bool>,
     stderr: Mutex<Stderr>,
+    /// The session log, read for the length that keeps its ids unique.
+    log: Option<std::path::PathBuf>,
 }
 
 impl Printer {
@@ -189,7 +191,11 @@ impl Printer {
                 self.with_stderr(|stderr| stderr.progress(percent));
             }
             EngineEvent::CompactionEnd(end) => {
-                let line = end.result_line(|id| id.short_with(4));
+                let short = self
+                    .log
+                    .as_deref()
+                    .map_or(soba_core::id::MIN_SHORT_HEX, engine::short_id_len);
+                let line = end.result_line(|id| id.short_with(short));
                 self.with_stderr(|stderr| stderr.finish(&line));
             }
             EngineEvent::Warning { message } => {
@@ -316,8 +322,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         base_url = %soba_provider::probe::shown_url(&setup.provider.base_url),
         "soba run: turn starts"
     );
+    let log = core.log_path().to_path_buf();
     let core = Arc::new(tokio::sync::Mutex::new(core));
     let printer = Arc::new(Printer {
+        log: Some(log),
         json: args.json,
         tools: tools.clone(),
         policy: policy.clone(),
@@ -431,6 +439,7 @@ mod tests {
     fn check(terminal: bool, expected: &str) {
         let captured = Captured::default();
         let printer = Printer {
+            log: None,
             json: false,
             tools: Arc::new(ToolRegistry::builtin()),
             policy: ApprovalPolicy::default(),

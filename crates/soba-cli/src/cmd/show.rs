@@ -1,4 +1,4 @@
-//! `soba show <session> [--entries] [--check]`: a session's summary, its
+//! `soba show [session] [--entries] [--check]`: a session's summary, its
 //! entries one line each with short ids, or a full validation with
 //! line-numbered diagnostics (exit 1 when the log is damaged).
 
@@ -22,7 +22,7 @@ const PREVIEW_CHARS: usize = 72;
 pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     ctx.print_warnings();
-    let summary = ctx.select_session(Some(&args.session))?;
+    let summary = ctx.select_session(args.session.as_deref())?;
     // The outline: a 1 GB log is shown in memory that grows with its
     // entries, not its bytes.
     let log = read_log_outline(&summary.path)?;

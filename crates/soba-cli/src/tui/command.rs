@@ -61,6 +61,14 @@ pub enum SlashCommand {
         /// `off`: deactivate.
         off: bool,
     },
+    /// `/clear` (alias `/new`): leave this session (kept, `/resume` opens
+    /// it again) for a new one.
+    Clear,
+    /// `/usage` (alias `/cost`): the session's recorded tokens, and their
+    /// list price when the model has one.
+    Usage,
+    /// `/status`: model, window, session, context use.
+    Status,
     /// `/help`.
     Help,
     /// `/quit` (alias `/exit`).
@@ -87,6 +95,9 @@ pub struct CommandError {
 
 impl std::fmt::Display for CommandError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.usage.is_empty() {
+            return write!(f, "{}", self.message);
+        }
         write!(f, "{}\n{}", self.message, self.usage)
     }
 }
@@ -137,6 +148,21 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
         "skill",
         "/skill <name> | /skill off <name>",
         "activate or deactivate .soba/skills/<name>.md",
+    ),
+    (
+        "clear",
+        "/clear",
+        "start a new session (this one is kept: /resume opens it again); also /new",
+    ),
+    (
+        "usage",
+        "/usage",
+        "tokens the session's requests used, and their list price; also /cost",
+    ),
+    (
+        "status",
+        "/status",
+        "model, context window, session and how full the context is",
     ),
     ("help", "/help", "this list"),
     (
@@ -276,17 +302,24 @@ pub fn parse(line: &str) -> Result<SlashCommand, CommandError> {
     };
     let args = || split_args(rest).map_err(|problem| error(name, format!("/{name}: {problem}")));
     match name {
-        "budget" | "help" | "resume" | "quit" | "exit" => {
+        "budget" | "help" | "resume" | "quit" | "exit" | "clear" | "new" | "usage" | "cost"
+        | "status" => {
             if !rest.is_empty() {
-                return Err(error(
-                    if name == "exit" { "quit" } else { name },
-                    format!("/{name} takes no arguments"),
-                ));
+                let canonical = match name {
+                    "exit" => "quit",
+                    "new" => "clear",
+                    "cost" => "usage",
+                    other => other,
+                };
+                return Err(error(canonical, format!("/{name} takes no arguments")));
             }
             Ok(match name {
                 "budget" => SlashCommand::Budget,
                 "help" => SlashCommand::Help,
                 "resume" => SlashCommand::Resume,
+                "clear" | "new" => SlashCommand::Clear,
+                "usage" | "cost" => SlashCommand::Usage,
+                "status" => SlashCommand::Status,
                 _ => SlashCommand::Quit,
             })
         }
@@ -413,11 +446,75 @@ pub fn parse(line: &str) -> Result<SlashCommand, CommandError> {
             message: "type a command after /".to_owned(),
             usage: help_text(),
         }),
-        other => Err(CommandError {
-            message: format!("unknown command /{other}"),
-            usage: help_text(),
-        }),
+        other => Err(unknown(other)),
     }
+}
+
+/// The error for an unknown command: its name (escaped) and the closest
+/// known one.
+fn unknown(name: &str) -> CommandError {
+    let shown: String = soba_core::terminal::sanitize_line(name)
+        .chars()
+        .take(40)
+        .collect();
+    CommandError {
+        message: match closest(name) {
+            Some(known) => format!(
+                "unknown command /{shown}; did you mean /{known}? (/help lists every command)"
+            ),
+            None => format!("unknown command /{shown}; /help lists every command"),
+        },
+        usage: String::new(),
+    }
+}
+
+/// Returns whether a parse error is about an unknown command (the line is
+/// then taken out of the input box) rather than a known command's
+/// arguments (left there to edit).
+pub fn is_unknown(err: &CommandError) -> bool {
+    err.message.starts_with("unknown command /") || err.message == "type a command after /"
+}
+
+/// Returns the known command (aliases included) closest to `name` by edit
+/// distance, when it is close enough to be a likely typo or another
+/// agent's spelling.
+pub fn closest(name: &str) -> Option<&'static str> {
+    const ALIASES: &[&str] = &["exit", "new", "cost"];
+    let name = name.to_ascii_lowercase();
+    let mut candidates: Vec<&'static str> = COMMANDS.iter().map(|(known, _, _)| *known).collect();
+    candidates.extend(ALIASES);
+    candidates
+        .into_iter()
+        .map(|known| {
+            let prefix = known.starts_with(&name) || name.starts_with(known);
+            (
+                if prefix {
+                    0
+                } else {
+                    edit_distance(&name, known)
+                },
+                known,
+            )
+        })
+        .filter(|(distance, known)| *distance <= known.len().max(name.len()) / 2)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, known)| known)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// Returns whether `text` looks like a full or short entry id.
@@ -450,6 +547,8 @@ impl SlashCommand {
             self,
             SlashCommand::Rewind(_)
                 | SlashCommand::Budget
+                | SlashCommand::Usage
+                | SlashCommand::Status
                 | SlashCommand::AutoCompact(_)
                 | SlashCommand::Help
                 | SlashCommand::Quit
@@ -718,8 +817,26 @@ mod tests {
             "/skill: \"../secrets\" is not a skill name; use the file stem of .soba/skills/<name>.md",
             "usage: /skill",
         );
-        check_error("/frobnicate", "unknown command /frobnicate", "/budget");
+        check_error(
+            "/frobnicate",
+            "unknown command /frobnicate; /help lists every command",
+            "",
+        );
         check_error("/", "type a command after /", "/help");
+    }
+
+    /// Issue 36 item 6: the unknown-command note names the closest command.
+    #[test]
+    fn closest_names_a_likely_command() {
+        assert_eq!(closest("clera"), Some("clear"));
+        assert_eq!(closest("stats"), Some("status"));
+        assert_eq!(closest("compcat"), Some("compact"));
+        assert_eq!(closest("frobnicate"), None);
+        check_error(
+            "/modle x",
+            "unknown command /modle; did you mean /model? (/help lists every command)",
+            "",
+        );
     }
 
     #[test]

@@ -188,7 +188,7 @@ mod tests {
         check(
             "/c",
             &[],
-            Some(("/c", Some("/compact  /capsule  /checkpoint"))),
+            Some(("/c", Some("/compact  /capsule  /checkpoint  /clear"))),
         );
         check("/ca", &[], Some(("/capsule ", None)));
         check(

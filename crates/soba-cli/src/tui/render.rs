@@ -107,6 +107,9 @@ fn title_text(state: &AppState, narrow: bool) -> String {
             SafeLine(&state.header.model)
         );
     }
+    if state.header.model.is_empty() {
+        return " soba · no session open ".to_owned();
+    }
     let mut title = format!(" soba · {}", SafeLine(&state.header.model));
     if !state.header.session.is_empty() {
         title.push_str(&format!(" · session {}", SafeLine(&state.header.session)));
@@ -308,6 +311,18 @@ fn render_sidebar(frame: &mut Frame<'_>, state: &AppState, area: Rect) {
     frame.render_widget(block, area);
     let width = inner.width as usize;
     let side = &state.sidebar;
+    if side.hard_limit == 0 {
+        // No session is open yet (the `soba -r` picker at launch): no
+        // figures to show, rather than zeros.
+        frame.render_widget(
+            Paragraph::new(vec![
+                Line::from(Span::styled("no session open yet", dim())),
+                Line::from(Span::styled("choose one, or a new session", dim())),
+            ]),
+            inner,
+        );
+        return;
+    }
     let percent = (u128::from(side.effective) * 100)
         .checked_div(u128::from(side.hard_limit))
         .unwrap_or(0);

@@ -360,6 +360,8 @@ pub enum UiEvent {
     /// The provider request failed and is retried, e.g. `retrying in 4 s
     /// (attempt 2 of 5): connection refused`.
     Retrying(String),
+    /// `/clear`: the notes of the session left go with it.
+    ClearNotes,
 }
 
 /// Everything the TUI shows; [`super::render::render`] is a pure function of it.
@@ -403,6 +405,11 @@ pub struct AppState {
     pub input_history: InputHistory,
     /// The workspace's files, for `@` completion.
     pub files: Vec<String>,
+    /// A line starting with `/` that is not a command, shown once with a
+    /// question: Enter again on the same text sends it as a message.
+    pub confirm_slash: Option<String>,
+    /// The user asked to cancel the running turn (Esc, Ctrl-C).
+    pub cancelling: bool,
 }
 
 impl AppState {
@@ -425,8 +432,15 @@ impl AppState {
         self.input_history.record(&line);
         if command::is_command(&line) {
             match command::parse(&line) {
+                Err(err) if command::is_unknown(&err) => {
+                    // An unknown command leaves the box, so the next one
+                    // typed is not glued to it.
+                    self.input.take();
+                    self.note(err.to_string());
+                    return Vec::new();
+                }
                 Err(err) => {
-                    // A bad command stays in the box for editing.
+                    // A known command with bad arguments stays for editing.
                     self.note(err.to_string());
                     return Vec::new();
                 }
@@ -440,6 +454,23 @@ impl AppState {
                 }
             }
         }
+        if line.starts_with('/') && self.confirm_slash.as_deref() != Some(line.as_str()) {
+            // `/clear/cost` or `/usr/bin/env is missing`: not a command,
+            // maybe a slip; sent only when Enter is pressed on it again.
+            let first = line[1..]
+                .split(|c: char| c == '/' || c.is_whitespace())
+                .next()
+                .unwrap_or("");
+            let known = command::closest(first)
+                .map(|known| format!(" (did you mean /{known}?)"))
+                .unwrap_or_default();
+            self.confirm_slash = Some(line);
+            self.hint = Some(format!(
+                "not a command{known}: Enter again sends it to the model as text"
+            ));
+            return Vec::new();
+        }
+        self.confirm_slash = None;
         self.input.take();
         if self.is_busy() {
             self.queue.push_back(line);
@@ -548,13 +579,46 @@ impl AppState {
             UiEvent::Finished(reason) => {
                 self.activity = Activity::Idle;
                 self.retry = None;
-                self.streaming.clear();
+                let partial = std::mem::take(&mut self.streaming);
                 self.barrier = None;
                 if matches!(self.overlay, Some(Overlay::Approval(_))) {
                     self.overlay = None;
                 }
+                let cancelled = std::mem::take(&mut self.cancelling);
+                if cancelled {
+                    if self
+                        .hint
+                        .as_deref()
+                        .is_some_and(|hint| hint.starts_with("cancelling the turn"))
+                    {
+                        self.hint = None;
+                    }
+                    if !partial.trim().is_empty() {
+                        // Kept on screen, marked; the log (and so the
+                        // model) never got it.
+                        self.note(format!(
+                            "{}\n[interrupted: this partial answer was not saved and the model will not see it]",
+                            partial.trim_end()
+                        ));
+                    }
+                }
                 if let Some(reason) = reason {
                     self.note(reason);
+                }
+                if cancelled && !self.queue.is_empty() {
+                    // The user stopped the turn: what was queued waits in
+                    // the box for them to send, edit or clear.
+                    let queued: Vec<String> = self.queue.drain(..).collect();
+                    let mut text = queued.join("\n");
+                    if !self.input.text.trim().is_empty() {
+                        text = format!("{text}\n{}", self.input.text);
+                    }
+                    self.input.set(&text);
+                    self.hint = Some(
+                        "the turn was cancelled: your queued message is back in the box (Enter sends it, Ctrl-U clears it)"
+                            .to_owned(),
+                    );
+                    return Vec::new();
                 }
                 return self.drain_queue();
             }
@@ -563,6 +627,10 @@ impl AppState {
             UiEvent::Approval(view) => self.overlay = Some(Overlay::Approval(view)),
             UiEvent::SetInput(text) => self.input.set(&text),
             UiEvent::Retrying(text) => self.retry = Some(text),
+            UiEvent::ClearNotes => {
+                self.notes.clear();
+                self.scroll = 0;
+            }
         }
         Vec::new()
     }
@@ -582,6 +650,7 @@ impl AppState {
         self.hint = None;
         match key.code {
             KeyCode::Esc if self.is_busy() => {
+                self.cancelling = true;
                 self.hint = Some("cancelling the turn…".to_owned());
                 return vec![Action::Cancel];
             }
@@ -687,6 +756,7 @@ impl AppState {
         self.overlay = None;
         if self.is_busy() {
             actions.push(Action::Cancel);
+            self.cancelling = true;
             self.hint = Some("cancelling the turn… (Ctrl-C again within 2 s quits)".to_owned());
         } else {
             self.input.take();
@@ -1143,7 +1213,7 @@ mod tests {
         assert_eq!(state.input.text, "/c");
         assert_eq!(
             state.hint.as_deref(),
-            Some("/compact  /capsule  /checkpoint")
+            Some("/compact  /capsule  /checkpoint  /clear")
         );
         state.input.set("fix @src/ma now");
         state.input.cursor = "fix @src/ma".chars().count();

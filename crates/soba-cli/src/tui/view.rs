@@ -323,16 +323,53 @@ pub enum ModelAccess {
 /// environment: its provider is configured and its key variable, if it
 /// needs one, is set.
 pub fn model_access(ctx: &crate::context::Context, id: &str) -> ModelAccess {
-    let Ok(info) = ctx.config().registry().resolve(id) else {
-        return ModelAccess::NoProvider;
+    let provider = match ctx.config().registry().resolve(id) {
+        Ok(info) => ctx.config().provider_for(&info.id, &info.provider).ok(),
+        // A local model whose window its server reports: usable when its
+        // provider is configured.
+        Err(soba_provider::RegistryError::MissingContextWindow { .. }) => id
+            .split_once('/')
+            .and_then(|(provider, _)| ctx.config().providers.get(provider)),
+        Err(_) => None,
     };
-    let Ok(provider) = ctx.config().provider_for(&info.id, &info.provider) else {
+    let Some(provider) = provider else {
         return ModelAccess::NoProvider;
     };
     match &provider.api_key_env {
         Some(var) if ctx.env.get(var).is_none() => ModelAccess::NeedsKey(var.clone()),
         _ => ModelAccess::Ready,
     }
+}
+
+/// Returns the models the `/model` picker considers, in order: the current
+/// and the configured model first (a local model whose window its server
+/// reports has no `models` entry and no registry row, yet is usable), the
+/// `models` entries, then the registry's models under the providers that
+/// serve them. `soba demo`'s scripted model answers nowhere else: left out.
+pub fn model_ids(config: &crate::config::Config, current: &str) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    let mut add = |id: String| {
+        if !id.is_empty() && !ids.contains(&id) {
+            ids.push(id);
+        }
+    };
+    add(current.to_owned());
+    if let Some((configured, _)) = &config.model {
+        add(configured.clone());
+    }
+    for id in config.models.keys() {
+        add(id.clone());
+    }
+    for model in soba_provider::registry::BUILTIN_MODELS
+        .iter()
+        .filter(|model| model.provider != crate::engine::DEMO_PROVIDER)
+    {
+        add(match model.provider {
+            "openai" | "anthropic" => format!("{}/{}", model.provider, model.name),
+            _ => format!("openrouter/{}/{}", model.provider, model.name),
+        });
+    }
+    ids
 }
 
 /// Returns the `/model` picker's choices: the usable models (the current
@@ -423,6 +460,164 @@ pub fn budget_text(core: &SessionCore) -> String {
         side.last_compaction.unwrap_or_else(|| "(none)".to_owned())
     ));
     text
+}
+
+/// Returns the `/usage` text: the tokens every request recorded in the
+/// log reported (`entries`: the whole log, rewound branches included, as
+/// they were billed), and their list price where the model has one.
+pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
+    let prices = soba_replay::price::PriceTable::new();
+    let mut total = soba_core::Usage::default();
+    let (mut requests, mut priced, mut unpriced) = (0_usize, 0.0_f64, Vec::<String>::new());
+    for entry in entries {
+        let EntryBody::Message(message) = &entry.body else {
+            continue;
+        };
+        let Some(usage) = &message.message.usage else {
+            continue;
+        };
+        requests += 1;
+        total.add(usage);
+        let model = message.message.model.as_deref().unwrap_or(session_model);
+        match prices.get(model) {
+            Some(price) => priced += price.recorded(usage),
+            None if !unpriced.iter().any(|known| known == model) => unpriced.push(model.to_owned()),
+            None => {}
+        }
+    }
+    let mut text = format!(
+        "/usage · {} request{} recorded usage\n",
+        requests,
+        if requests == 1 { "" } else { "s" }
+    );
+    for (name, value) in [
+        ("input", total.input),
+        ("cacheRead", total.cache_read),
+        ("cacheWrite", total.cache_write),
+        ("output", total.output),
+    ] {
+        text.push_str(&format!("{name:<16}{:>12}\n", group_thousands(value)));
+    }
+    let cost = if unpriced.is_empty() {
+        format!("${priced:.4} ({})", prices.as_of())
+    } else if requests == unpriced.len() && priced == 0.0 {
+        format!(
+            "not priced: soba has no price for {} (soba replay takes models.<id>.inputPrice/outputPrice from your config)",
+            unpriced.join(", ")
+        )
+    } else {
+        format!(
+            "${priced:.4} for the priced requests; no price for {} ({})",
+            unpriced.join(", "),
+            prices.as_of()
+        )
+    };
+    text.push_str(&format!("{:<16}{cost}", "cost"));
+    text
+}
+
+/// Returns the `/status` text: model, window, session, how full the
+/// context is and the short-id length of this session.
+pub fn status_text(core: &SessionCore, log_path: &std::path::Path) -> String {
+    let budget = core.budget();
+    let measurement = core.measure();
+    let percent = |limit: u64| {
+        (measurement.tokens.get() * 100)
+            .checked_div(limit)
+            .unwrap_or(0)
+    };
+    let side = sidebar(core);
+    [
+        format!("/status · {}", core.model_id()),
+        format!(
+            "{:<16}{} tokens (maxOutput {})",
+            "window",
+            group_thousands(budget.context_window().get()),
+            group_thousands(budget.max_output_tokens().get())
+        ),
+        format!(
+            "{:<16}{} ({})",
+            "session",
+            core.header().id.as_str(),
+            log_path.display()
+        ),
+        format!(
+            "{:<16}{} tokens ({}) · {}% of autoLimit {} · {}% of hardLimit {}",
+            "context",
+            group_thousands(measurement.tokens.get()),
+            measurement.source.as_str(),
+            percent(budget.auto_limit().get()),
+            group_thousands(budget.auto_limit().get()),
+            percent(budget.hard_limit().get()),
+            group_thousands(budget.hard_limit().get())
+        ),
+        format!(
+            "{:<16}{}",
+            "auto-compact",
+            if side.auto_compact { "on" } else { "off" }
+        ),
+        format!(
+            "{:<16}{}",
+            "last compaction",
+            side.last_compaction.unwrap_or_else(|| "(none)".to_owned())
+        ),
+    ]
+    .join("\n")
+}
+
+/// What the `/resume` and `soba -r` pickers show of a session besides its
+/// id, time and size.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionGlance {
+    /// The first thing the user typed, on one line, escaped and cut.
+    pub first_prompt: Option<String>,
+    /// How many messages the log holds (user, assistant and tool results).
+    pub n_messages: u64,
+}
+
+/// Reads a session log once, forwards: its message count and its first
+/// user message (the log's lines are `{"type":"message",…,"role":…}`).
+pub fn session_glance(path: &std::path::Path) -> SessionGlance {
+    use std::io::BufRead;
+    let mut glance = SessionGlance::default();
+    let Ok((file, _)) = soba_store::untrusted::open_untrusted(path) else {
+        return glance;
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if !line.starts_with(br#"{"type":"message""#) {
+            continue;
+        }
+        glance.n_messages += 1;
+        if glance.first_prompt.is_some() {
+            continue;
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if value["role"] != "user" {
+            continue;
+        }
+        let text = value["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|block| block["type"] == "text")
+            .filter_map(|block| block["text"].as_str())
+            .next()
+            .unwrap_or("");
+        if !text.trim().is_empty() {
+            glance.first_prompt =
+                Some(soba_core::terminal::sanitize_line(&one_line(text, 60)).into_owned());
+        }
+    }
+    glance
 }
 
 fn one_line(text: &str, max_chars: usize) -> String {
@@ -643,6 +838,57 @@ pub fn plan_rewind(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 36 item 5: a configured local model that needs no key, and
+    /// whose window its server reports (no `models` entry), is offered by
+    /// `/model` instead of "nothing to choose".
+    #[test]
+    fn the_model_picker_offers_a_keyless_local_model() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (home, ws) = (dir.path().join("home"), dir.path().join("ws"));
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(&ws).expect("workspace");
+        std::fs::write(
+            home.join("config.json"),
+            r#"{"model": "local/qwen3", "providers": {"local": {"api": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1"}}}"#,
+        )
+        .expect("config");
+        let env = crate::paths::Env::from_pairs([
+            ("SOBA_HOME", home.display().to_string()),
+            ("HOME", dir.path().display().to_string()),
+        ]);
+        let ctx = crate::context::Context::load_with(env, &ws, &crate::cli::GlobalArgs::default())
+            .expect("config loads");
+        let ids = model_ids(ctx.config(), "local/qwen3");
+        assert_eq!(ids[0], "local/qwen3");
+        assert_eq!(ids.iter().filter(|id| *id == "local/qwen3").count(), 1);
+        assert_eq!(model_access(&ctx, "local/qwen3"), ModelAccess::Ready);
+        let (items, note) = model_choices(&ids, "local/qwen3", |id| model_access(&ctx, id));
+        assert_eq!(items[0].label, "local/qwen3  (current)");
+        assert!(note.is_some_and(|note| note.contains("ANTHROPIC_API_KEY")));
+    }
+
+    /// Issue 36 item 4: the session pickers show the first prompt and the
+    /// message count (two sessions made at one minute looked the same).
+    #[test]
+    fn a_session_glance_has_the_first_prompt_and_the_message_count() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("s.jsonl");
+        let lines = [
+            r#"{"type":"session","schemaVersion":1,"id":"01a2"}"#,
+            r#"{"type":"model_change","id":"e_1","model":"x/y"}"#,
+            r#"{"type":"message","id":"e_2","role":"user","content":[{"type":"text","text":"Fix the\nparser \u001b[31mnow"}]}"#,
+            r#"{"type":"message","id":"e_3","role":"assistant","content":[{"type":"text","text":"Done."}]}"#,
+            r#"{"type":"message","id":"e_4","role":"user","content":[{"type":"text","text":"Thanks"}]}"#,
+        ];
+        std::fs::write(&path, lines.join("\n") + "\n").expect("the log");
+        let glance = session_glance(&path);
+        assert_eq!(glance.n_messages, 3);
+        assert_eq!(
+            glance.first_prompt.as_deref(),
+            Some("Fix the parser \\x1b[31mnow")
+        );
+    }
     use soba_core::{IdKind, Message, MessageEntry, ToolInput, ToolUse};
 
     fn entry(n: u128, parent: Option<u128>, body: EntryBody) -> Entry {

@@ -176,6 +176,11 @@ pub struct Worker {
     approvals: Option<(PathBuf, Arc<Approvals>)>,
 }
 
+/// A session id as the header spells it: its first 8 characters.
+fn short_session(id: &str) -> String {
+    id.chars().take(8).collect()
+}
+
 fn note_error(err: impl std::fmt::Display) -> String {
     format!("error: {err}")
 }
@@ -735,6 +740,15 @@ impl Worker {
         core.short_id_len_now()
     }
 
+    /// The open session's short-id length now (the minimum without one):
+    /// every id on one screen is spelled with it.
+    async fn short_now(&self) -> usize {
+        match &self.live {
+            Some(live) => live.core.lock().await.short_id_len_now(),
+            None => soba_core::id::MIN_SHORT_HEX,
+        }
+    }
+
     /// Reads the whole log (what lies before the core's live stretch), or
     /// says why `doing` cannot go on.
     fn read_log(&self, core: &SessionCore, doing: &str) -> Option<SessionLog> {
@@ -813,7 +827,7 @@ impl Worker {
         }
         if !matches!(
             command,
-            SlashCommand::Resume | SlashCommand::Help | SlashCommand::Quit
+            SlashCommand::Resume | SlashCommand::Help | SlashCommand::Quit | SlashCommand::Clear
         ) && !self.ensure_session().await
         {
             if matches!(command, SlashCommand::Compact { .. }) {
@@ -857,10 +871,11 @@ impl Worker {
             SlashCommand::Checkpoint { kind, note } => {
                 let appended = self.append(EntryBody::Checkpoint { kind, note }).await;
                 if let Some(entry) = appended {
+                    let short = self.short_now().await;
                     self.note(format!(
                         "{} recorded as {}",
                         kind.as_str(),
-                        entry.id.short_with(4)
+                        entry.id.short_with(short)
                     ));
                 }
             }
@@ -869,7 +884,59 @@ impl Worker {
             SlashCommand::Skill { name, off } => self.skill(&name, off).await,
             SlashCommand::Help => self.note(super::command::help_text()),
             SlashCommand::Quit => {}
+            SlashCommand::Clear => self.clear().await,
+            SlashCommand::Usage => {
+                if let Some(live) = &self.live {
+                    let core = live.core.lock().await;
+                    if let Some(log) = self.read_log(&core, "add up the usage") {
+                        let entries: Vec<Entry> = log
+                            .entries()
+                            .iter()
+                            .map(|logged| logged.entry.clone())
+                            .collect();
+                        let text = view::usage_text(core.model_id(), &entries);
+                        drop(core);
+                        self.note(text);
+                    }
+                }
+            }
+            SlashCommand::Status => {
+                if let Some(live) = &self.live {
+                    let core = live.core.lock().await;
+                    let text = view::status_text(&core, core.log_path());
+                    drop(core);
+                    self.note(text);
+                }
+            }
         }
+    }
+
+    /// `/clear`: leaves this session (kept unless unused) for a new one,
+    /// and says so.
+    async fn clear(&mut self) {
+        let previous = match &self.live {
+            Some(live) => Some(live.core.lock().await.header().id.as_str().to_owned()),
+            None => None,
+        };
+        // The screen starts empty: the notes shown were about the session
+        // left (the new session's own notes follow).
+        self.send(UiEvent::ClearNotes);
+        self.on_picked(PickerPurpose::Resume, String::new()).await;
+        let Some(live) = &self.live else {
+            return;
+        };
+        let now = live.core.lock().await.header().id.as_str().to_owned();
+        if previous.as_deref() == Some(now.as_str()) {
+            return;
+        }
+        self.note(match previous {
+            Some(previous) => format!(
+                "new session {}; the previous one ({}) is kept: /resume or `soba -r` opens it (an unused one is removed)",
+                short_session(&now),
+                short_session(&previous)
+            ),
+            None => format!("new session {}", short_session(&now)),
+        });
     }
 
     /// Appends an entry to the open session, reporting failures as notes.
@@ -996,9 +1063,10 @@ impl Worker {
                         "rewound to before your message, which is back in the input box; files on disk are unchanged",
                     );
                 } else {
+                    let short = self.short_now().await;
                     self.note(format!(
                         "rewound to {}; files on disk are unchanged",
-                        target.short_with(4)
+                        target.short_with(short)
                     ));
                 }
             }
@@ -1027,10 +1095,11 @@ impl Worker {
         for summary in sessions.iter().filter(|summary| {
             summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
         }) {
+            let glance = view::session_glance(&summary.path);
             items.push(PickerItem {
                 key: summary.path.display().to_string(),
                 label: format!(
-                    "{}  {}  {}",
+                    "{}  {}  {:>5} messages  {:>9}  {}",
                     summary.id.chars().take(8).collect::<String>(),
                     summary
                         .created_at
@@ -1040,7 +1109,11 @@ impl Worker {
                         .take(16)
                         .collect::<String>()
                         .replace('T', " "),
-                    view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX))
+                    group_thousands(glance.n_messages),
+                    view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX)),
+                    glance
+                        .first_prompt
+                        .unwrap_or_else(|| "(no message typed)".to_owned())
                 ),
             });
         }
@@ -1117,26 +1190,7 @@ impl Worker {
             Some(live) => live.core.lock().await.model_id().to_owned(),
             None => String::new(),
         };
-        let config = self.launch.ctx.config();
-        let mut ids: Vec<String> = config.models.keys().cloned().collect();
-        // `soba demo`'s scripted model answers nowhere else.
-        for model in soba_provider::registry::BUILTIN_MODELS
-            .iter()
-            .filter(|model| model.provider != engine::DEMO_PROVIDER)
-        {
-            let provider = match model.provider {
-                "openai" | "anthropic" => model.provider,
-                _ => "openrouter",
-            };
-            let id = if provider == "openrouter" {
-                format!("openrouter/{}/{}", model.provider, model.name)
-            } else {
-                format!("{provider}/{}", model.name)
-            };
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
+        let ids = view::model_ids(self.launch.ctx.config(), &current);
         let (items, note) = view::model_choices(&ids, &current, |id| {
             view::model_access(&self.launch.ctx, id)
         });
@@ -1434,9 +1488,10 @@ impl Worker {
         };
         let (details, shown) = (loadable.details(), loadable.entry.path.clone());
         if let Some(appended) = self.append(EntryBody::Context(loadable.entry)).await {
+            let short = self.short_now().await;
             self.note(format!(
                 "loaded {shown} as {} ({} tokens{details}); the model sees it as untrusted data",
-                appended.id.short_with(4),
+                appended.id.short_with(short),
                 group_thousands(loadable.tokens.get()),
             ));
         }
@@ -1516,8 +1571,13 @@ impl Worker {
     async fn save_to_memory(&self, end: &CompactionEnd) {
         let (Outcome::Completed, Some(id)) = (end.outcome, &end.checkpoint_id) else {
             self.note(format!(
-                "not saved to Project Memory: no capsule was made ({})",
-                end.reason.as_deref().unwrap_or("nothing to compact")
+                "not saved to Project Memory: no capsule was made ({}){}",
+                end.reason.as_deref().unwrap_or("nothing to compact"),
+                if end.outcome == Outcome::Skipped {
+                    "; to save the state as it is, write a handoff: /capsule create \"title\""
+                } else {
+                    ""
+                }
             ));
             return;
         };
@@ -2427,6 +2487,82 @@ mod tests {
             rig.log_types(),
             ["model_change", "checkpoint", "skill", "skill"]
         );
+        rig.quit().await;
+    }
+
+    /// Issue 36 item 6: `/usage` adds up the recorded usage (with a price
+    /// when the model has one), `/status` names model, window, session and
+    /// context use, `/clear` opens a new session and says so, keeping the
+    /// old one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn usage_status_and_clear() {
+        let mut rig = rig().await;
+        let usage = soba_core::Usage {
+            input: 1_734,
+            output: 5,
+            ..soba_core::Usage::default()
+        };
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Hello.").with_usage(usage)),
+        );
+        rig.send(Action::StartTurn("hi".into()));
+        rig.until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        rig.send(Action::Command(SlashCommand::Usage));
+        let seen = rig
+            .until(
+                "the usage",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/usage")),
+            )
+            .await;
+        let usage_text = note_texts(&seen).pop().expect("a note");
+        assert_eq!(
+            usage_text,
+            "/usage · 1 request recorded usage\n\
+             input                  1,734\n\
+             cacheRead                  0\n\
+             cacheWrite                 0\n\
+             output                     5\n\
+             cost            not priced: soba has no price for fake/test-model \
+             (soba replay takes models.<id>.inputPrice/outputPrice from your config)"
+        );
+        rig.send(Action::Command(SlashCommand::Status));
+        let seen = rig
+            .until(
+                "the status",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/status")),
+            )
+            .await;
+        let status = note_texts(&seen).pop().expect("a note");
+        let lines: Vec<&str> = status.lines().collect();
+        assert_eq!(lines[0], "/status · fake/test-model");
+        assert_eq!(lines[1], "window          24,000 tokens (maxOutput 2,000)");
+        assert!(lines[2].starts_with("session         01"), "{status}");
+        assert!(
+            lines[3].starts_with("context         ") && lines[3].contains("% of hardLimit 21,000"),
+            "{status}"
+        );
+        let before = rig.session_logs();
+        rig.send(Action::Command(SlashCommand::Clear));
+        let seen = rig
+            .until(
+                "the new session",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("new session ")),
+            )
+            .await;
+        assert!(seen.contains(&UiEvent::ClearNotes), "{seen:?}");
+        let cleared = note_texts(&seen).pop().expect("a note");
+        assert!(
+            cleared.ends_with("is kept: /resume or `soba -r` opens it (an unused one is removed)"),
+            "{cleared}"
+        );
+        let after = rig.session_logs();
+        assert!(
+            before.iter().all(|log| after.contains(log)),
+            "the old session stays"
+        );
+        assert_eq!(after.len(), before.len() + 2, "{after:?}");
         rig.quit().await;
     }
 

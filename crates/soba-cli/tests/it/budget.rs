@@ -332,7 +332,7 @@ async fn a_session_is_measured_while_another_process_holds_it_open() {
     let stdout = text(&output.stdout);
     assert_eq!(
         line_value(&stdout, "counts"),
-        Some("stored for all 2 messages (o200k_base)"),
+        Some("stored for all 2 messages of the live context (o200k_base)"),
         "{stdout}"
     );
 
@@ -367,7 +367,7 @@ async fn a_session_is_measured_while_another_process_holds_it_open() {
     assert_eq!(
         line_value(&stdout, "counts"),
         Some(
-            "2 of 2 messages counted again with o200k_base (2 stored no count: written by an older soba)"
+            "2 of 2 messages of the live context counted again with o200k_base (2 stored no count: written by an older soba)"
         ),
         "{stdout}"
     );

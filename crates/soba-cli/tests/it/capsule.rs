@@ -480,7 +480,8 @@ fn compact_with_nothing_to_compact_is_skipped_and_not_saved() {
     assert_eq!(
         stdout,
         "Compaction skipped (user): nothing to compact before the keep window\n\
-         not saved to Project Memory: no capsule was made (nothing to compact before the keep window)\n"
+         not saved to Project Memory: no capsule was made (nothing to compact before the keep window); \
+         to save the state as it is, write a handoff: soba capsule create \"title\"\n"
     );
     assert!(!sandbox.ws.join(".soba/memory").exists());
 }
@@ -826,4 +827,33 @@ fn a_cut_key_before_a_whole_key_exports_a_capsule_that_loads() {
         "{}",
         text(&loaded.stdout)
     );
+}
+
+/// Issue 36 item 12: an imported session whose model is recorded without
+/// a provider (`gpt-5.4`, as Codex writes it) compacts offline with the
+/// deterministic summarizer and the built-in window: no configuration, no
+/// `--model`, no key.
+#[test]
+fn an_imported_session_compacts_offline_without_configuration() {
+    let sandbox = Sandbox::new();
+    let mut lines = vec![serde_json::json!({"type":"session","id":"pi-x","timestamp":"2025-02-01T10:00:00.000Z","cwd":"/work/app","provider":"","modelId":"gpt-5.4","thinkingLevel":"off"}).to_string()];
+    for turn in 0..6 {
+        let words: Vec<String> = (0..800).map(|i| format!("w{turn}x{i}")).collect();
+        lines.push(serde_json::json!({"type":"message","timestamp":"2025-02-01T10:00:01.000Z","message":{"role":"user","content":format!("Turn {turn}: {}", words.join(" ")),"timestamp":1}}).to_string());
+        lines.push(serde_json::json!({"type":"message","timestamp":"2025-02-01T10:00:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":format!("Done {turn}.")}],"api":"openai-responses","provider":"","model":"gpt-5.4","usage":{"input":10,"output":5,"cacheRead":0,"cacheWrite":0},"stopReason":"stop","timestamp":2}}).to_string());
+    }
+    let file = sandbox.write("t/codex.jsonl", &(lines.join("\n") + "\n"));
+    sandbox.run_ok(&["import", file.to_str().unwrap()]);
+    let output = sandbox.run_ok(&[
+        "compact",
+        "--set",
+        "compaction.summarizer.model=deterministic",
+        "--set",
+        "compaction.keepRecentTokens=500",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.starts_with("Compacted (user): "), "{stdout}");
+    let budget = text(&sandbox.run_ok(&["budget"]).stdout);
+    assert!(budget.contains("openai/gpt-5.4"), "{budget}");
+    assert!(budget.contains("the built-in registry"), "{budget}");
 }

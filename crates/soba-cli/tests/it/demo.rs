@@ -33,8 +33,50 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
             || stdout.contains("Compacted (turn_complete): ")
     );
     assert!(stdout.contains("result: 37 turns, 0 failed"), "{stdout}");
+    // Issue 36: it says what it shows before it runs, explains its words
+    // once, says what each capsule kept and how to look at the result.
+    assert!(
+        stdout.contains("compacts the conversation into a capsule, and what the capsule kept."),
+        "{stdout}"
+    );
+    assert!(stdout.contains("· softGate 32,000\nlegend:\n"), "{stdout}");
+    for word in [
+        "effective",
+        "hygiene",
+        "turn_complete",
+        "read_cost",
+        "auto_threshold",
+    ] {
+        assert!(
+            stdout.contains(&format!("\n  {word} ")) || stdout.contains(&format!("\n    {word} ")),
+            "{word}: {stdout}"
+        );
+    }
+    assert_eq!(
+        stdout
+            .matches("\n          kept: the original task · ")
+            .count(),
+        stdout.matches("Compacted (").count(),
+        "{stdout}"
+    );
+    let workspace = std::fs::canonicalize(dir.join("workspace")).unwrap();
+    let tail: Vec<&str> = stdout.lines().rev().take(4).collect();
+    assert_eq!(
+        tail[3],
+        "look at it from its workspace, where soba finds the session by itself:"
+    );
+    assert_eq!(tail[2], format!("  cd {}", dir.join("workspace").display()));
+    assert!(
+        tail[1].starts_with("  soba sessions · soba show · "),
+        "{stdout}"
+    );
+    // The kept session is in the workspace's default sessions folder.
+    let sessions_dir = keep
+        .path()
+        .join("home/sessions")
+        .join(soba_cli::paths::project_slug(&workspace));
     // The kept log opens cleanly and holds the capsules the timeline names.
-    let sessions: Vec<_> = std::fs::read_dir(dir.join("sessions"))
+    let sessions: Vec<_> = std::fs::read_dir(&sessions_dir)
         .unwrap()
         .flatten()
         .map(|entry| entry.path())
@@ -53,6 +95,33 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
         .count();
     let completed = stdout.matches("Compacted (").count();
     assert_eq!(capsules, completed);
+    // Issue 36 item 8: every capsule id is printed with the length that
+    // makes it unique in the session (what `soba show` uses), once each
+    // in the timeline and the newest once more, spelled the same.
+    let short = soba_core::id::shortest_unique_len(log.entries().iter().map(|l| &l.entry.id));
+    let mut newest = None;
+    for logged in log.entries() {
+        if matches!(logged.entry.body, soba_core::EntryBody::Capsule(_)) {
+            let shown = logged.entry.id.short_with(short);
+            assert_eq!(
+                stdout.matches(&format!("· {shown}\n")).count(),
+                1,
+                "{shown}: {stdout}"
+            );
+            newest = Some(shown);
+        }
+    }
+    let newest = newest.unwrap();
+    assert!(
+        stdout.contains(&format!(
+            "\nnewest capsule {newest} kept: the original task · "
+        )),
+        "{stdout}"
+    );
+    assert!(
+        tail[0].starts_with(&format!("  soba capsule export {newest} ")),
+        "{stdout}"
+    );
     // Every capsule records the session's verification command, and each
     // records every checkpoint summarized before its boundary: they hold
     // more and more of the session's checkpoints, most of them in the end.
@@ -103,8 +172,6 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
     let soba = |args: &[&str]| {
         let output = Command::new(env!("CARGO_BIN_EXE_soba"))
             .args(args)
-            .arg("--session-dir")
-            .arg(dir.join("sessions"))
             .current_dir(dir.join("workspace"))
             .env("SOBA_HOME", keep.path().join("home"))
             .output()
@@ -124,6 +191,18 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
         .into_owned();
     let budget = soba(&["budget", "--session", &id]);
     assert!(budget.contains("159,808"), "{budget}");
+    // From the kept workspace, with no flag: the session is found.
+    let listed = soba(&["sessions"]);
+    assert!(listed.contains(&id[..8]), "{listed}");
+    let shown = soba(&["show"]);
+    assert!(shown.contains(&format!("session   {id}")), "{shown}");
+    assert_eq!(soba(&["budget"]), budget);
+    let capsules = soba(&["capsule"]);
+    assert!(
+        capsules.contains(&format!("* {newest}  turn_complete"))
+            || capsules.contains(&format!("* {newest}  ")),
+        "{capsules}"
+    );
     let created = soba(&["capsule", "create", "handoff"]);
     assert!(created.contains(".soba/capsules/"), "{created}");
     let compacted = soba(&["compact"]);

@@ -232,3 +232,38 @@ fn user_docs_stand_alone_without_the_spec() {
     }
     assert!(citations.is_empty(), "{citations:#?}");
 }
+
+/// Issue 36 item 3: every output sample in the docs marked
+/// `<!-- tested: soba ARGS -->` (the fenced block right after the marker)
+/// is what the binary prints for ARGS, offline, in an empty sandbox;
+/// paths of the sandbox print as `~`.
+#[test]
+fn marked_command_samples_in_the_docs_are_the_binarys_output() {
+    let mut n_checked = 0;
+    for name in ["user-guide.md"] {
+        let doc = read_doc(name);
+        let mut rest = doc.as_str();
+        while let Some(at) = rest.find("<!-- tested: soba ") {
+            let after = &rest[at + "<!-- tested: soba ".len()..];
+            let end = after.find(" -->").expect("a closed marker");
+            let args: Vec<&str> = after[..end].split_whitespace().collect();
+            let block = &after[end + " -->".len()..];
+            let block = block
+                .trim_start_matches('\n')
+                .strip_prefix("```")
+                .and_then(|text| text.split_once('\n'))
+                .map(|(_, text)| text)
+                .expect("a fenced block after the marker");
+            let expected = &block[..block.find("```").expect("a closed block")];
+            let sandbox = crate::support::Sandbox::new();
+            let output = sandbox.run(&args);
+            let printed = String::from_utf8_lossy(&output.stdout)
+                .replace(&sandbox.home.display().to_string(), "~");
+            assert!(output.status.success(), "soba {args:?}: {output:?}");
+            assert_eq!(printed, expected, "{name}: soba {}", args.join(" "));
+            n_checked += 1;
+            rest = &after[end..];
+        }
+    }
+    assert!(n_checked >= 1, "no marked samples found");
+}

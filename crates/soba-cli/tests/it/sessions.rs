@@ -259,3 +259,27 @@ fn stats_aggregates_flight_records() {
     let reclaimed = stats["reclaimed"]["compaction"].as_u64().unwrap();
     assert!(reclaimed > 1_000, "{stats}");
 }
+
+/// Issue 36 item 9: `soba show` and `soba budget` with no argument use the
+/// most recent session; `soba budget` with no session uses the configured
+/// model; `soba capsule` alone lists.
+#[test]
+fn show_budget_and_capsule_need_no_argument() {
+    let sandbox = Sandbox::new();
+    sandbox.write_user_config(&serde_json::json!({"model": "anthropic/claude-sonnet-4-5"}));
+    let configured = text(&sandbox.run_ok(&["budget"]).stdout);
+    assert!(
+        configured.contains("anthropic/claude-sonnet-4-5"),
+        "{configured}"
+    );
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let show = text(&sandbox.run_ok(&["show"]).stdout);
+    let named = text(&sandbox.run_ok(&["show", &id]).stdout);
+    assert_eq!(show, named);
+    let budget = text(&sandbox.run_ok(&["budget"]).stdout);
+    let with_session = text(&sandbox.run_ok(&["budget", "--session", &id]).stdout);
+    assert_eq!(budget, with_session);
+    let capsule = sandbox.run_ok(&["capsule"]);
+    let list = sandbox.run_ok(&["capsule", "list"]);
+    assert_eq!(text(&capsule.stdout), text(&list.stdout));
+}

@@ -842,3 +842,107 @@ mod e2e {
         drop(server);
     }
 }
+
+/// Issue 36 item 6: an unknown command leaves the box (so the next one is
+/// not glued to it) with a note naming the closest known command; a line
+/// starting with `/` that is no command is sent only on a second Enter;
+/// `/clear`, `/cost` and `/status` are commands.
+#[test]
+fn an_unknown_command_leaves_the_box_and_slash_text_asks_first() {
+    use soba_cli::tui::command::SlashCommand;
+    use soba_cli::tui::state::Action;
+    let mut state = working();
+    state.input.set("/clera");
+    assert_eq!(state.submit(), Vec::<Action>::new());
+    assert_eq!(state.input.text, "");
+    insta::assert_snapshot!("unknown_command", frame(&state, 110, 30));
+    for (typed, command) in [
+        ("/clear", SlashCommand::Clear),
+        ("/new", SlashCommand::Clear),
+        ("/cost", SlashCommand::Usage),
+        ("/usage", SlashCommand::Usage),
+        ("/status", SlashCommand::Status),
+    ] {
+        state.input.set(typed);
+        assert_eq!(state.submit(), vec![Action::Command(command)], "{typed}");
+        assert_eq!(state.input.text, "");
+    }
+    state.input.set("/clear/cost");
+    assert_eq!(state.submit(), Vec::<Action>::new());
+    assert_eq!(state.input.text, "/clear/cost");
+    insta::assert_snapshot!("slash_text_asks", frame(&state, 110, 30));
+    assert_eq!(
+        state.submit(),
+        vec![Action::StartTurn("/clear/cost".into())],
+        "a second Enter sends it"
+    );
+    // `/clear`'s new session starts with no notes of the one left.
+    assert!(!state.notes.is_empty());
+    state.apply(soba_cli::tui::state::UiEvent::ClearNotes);
+    assert!(state.notes.is_empty());
+}
+
+/// Issue 36 item 7: Esc during a streamed answer keeps the partial text,
+/// marked interrupted; the queued message goes back to the box instead of
+/// being sent; the status leaves "cancelling the turn…".
+#[test]
+fn esc_keeps_the_partial_answer_and_holds_the_queued_message() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use soba_cli::tui::state::{Action, UiEvent};
+    let mut state = running();
+    state.streaming = "I'll add `lexes_last_token_at_eof` next to the other lexer tests and".into();
+    state.queue.push_back("then bump the crate version".into());
+    let actions = state.on_key(
+        KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE),
+        std::time::Instant::now(),
+    );
+    assert_eq!(actions, vec![Action::Cancel]);
+    assert_eq!(state.hint.as_deref(), Some("cancelling the turn…"));
+    let after = state.apply(UiEvent::Finished(Some(
+        "turn cancelled: nothing more was appended; your message stays in the log unanswered"
+            .into(),
+    )));
+    assert_eq!(after, Vec::<Action>::new(), "nothing is sent at once");
+    assert_eq!(state.input.text, "then bump the crate version");
+    assert!(state.queue.is_empty());
+    assert!(
+        state
+            .hint
+            .as_deref()
+            .is_some_and(|hint| !hint.starts_with("cancelling")),
+        "{:?}",
+        state.hint
+    );
+    insta::assert_snapshot!("interrupted", frame(&state, 110, 30));
+}
+
+/// Issue 36 item 4: the `soba -r` picker at launch shows each session's
+/// message count and first prompt, and the sidebar behind it shows no
+/// placeholder figures while no session is open.
+#[test]
+fn resume_picker_at_launch() {
+    let state = AppState {
+        overlay: Some(Overlay::Picker(Picker {
+            title: "Resume a session (most recent first)".into(),
+            purpose: PickerPurpose::Resume,
+            items: vec![
+                PickerItem {
+                    key: String::new(),
+                    label: "(a new session)".into(),
+                },
+                PickerItem {
+                    key: "/s/a.jsonl".into(),
+                    label: "01a24f34  2026-12-07 06:32    373 messages    2.4 MB  We are extending loglens, our access-log analyzer. Over this…".into(),
+                },
+                PickerItem {
+                    key: "/s/b.jsonl".into(),
+                    label: "01a24f30  2026-12-07 06:32      2 messages    1.1 KB  hi".into(),
+                },
+            ],
+            selected: 1,
+            note: None,
+        })),
+        ..AppState::default()
+    };
+    insta::assert_snapshot!("resume_picker", frame(&state, 110, 20));
+}

@@ -5,7 +5,7 @@
 
 pub mod scenario;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -153,10 +153,28 @@ pub struct DemoSummary {
     pub failed_turns: Vec<String>,
 }
 
-/// Runs the demo in `dir` (a fresh temporary directory): writes the
+/// Where the demo writes: its directory and the folder of its session log.
+#[derive(Debug, Clone)]
+pub struct DemoPlaces {
+    /// The demo's directory (a fresh temporary or `--keep` one): the
+    /// workspace goes into `workspace/` under it.
+    pub dir: PathBuf,
+    /// The folder the session log goes into.
+    pub sessions_dir: PathBuf,
+    /// Set to the session log's path as soon as the log exists, so an
+    /// event sink can read it (the demo prints what each capsule kept).
+    pub session_log: Arc<std::sync::OnceLock<PathBuf>>,
+}
+
+/// Runs the demo in `places.dir` (a fresh directory): writes the
 /// generated workspace, then drives every scripted turn through the real
 /// agent loop, sending every event to `events`.
-pub async fn run(dir: &Path, seed: u64, events: EventSink) -> Result<DemoSummary, EngineError> {
+pub async fn run(
+    places: &DemoPlaces,
+    seed: u64,
+    events: EventSink,
+) -> Result<DemoSummary, EngineError> {
+    let dir = places.dir.as_path();
     let scenario: DemoScenario = scenario::generate(seed);
     let workspace_dir = dir.join("workspace");
     for file in &scenario.files {
@@ -189,8 +207,9 @@ pub async fn run(dir: &Path, seed: u64, events: EventSink) -> Result<DemoSummary
         tool_schemas: tool_schema_values(&tools),
         counter: None,
     };
-    let session_log = dir.join("sessions").join(format!("{}.jsonl", header.id));
+    let session_log = places.sessions_dir.join(format!("{}.jsonl", header.id));
     let core = SessionCore::create(&session_log, header, config, WriterOptions::default())?;
+    let _ = places.session_log.set(session_log.clone());
     let core = Arc::new(AsyncMutex::new(core));
     let op_counter = Arc::new(AtomicU64::new(0));
     let barrier = BarrierContext {
