@@ -281,7 +281,6 @@ impl RehydrateConfig {
     }
 }
 
-
 /// `compaction.keepRecentResults` by default: 25, tuned on half of the
 /// shared traces so that SOBA keeps as many tool results 6–20 back as the
 /// cheapest peer (ARCHITECTURE.md, "The capsule's working state").
