@@ -883,7 +883,7 @@ pub fn read_workspace_file(
         ToolError::SymlinkEscape { .. }
         | ToolError::OutsideWorkspace { .. }
         | ToolError::DanglingSymlink { .. } => WorkspaceReadError::Refused(format!(
-            "{err}: soba reads workspace files only beneath the workspace; replace the link with a copy of the file if soba should read it"
+            "{err}; replace the link with a copy of the file if soba should read it"
         )),
         ToolError::NotRegular { kind, .. } => WorkspaceReadError::Refused(format!(
             "`{shown}` is {kind}, not a regular file: soba reads only regular files here; put the content in a regular file"

@@ -85,7 +85,7 @@ pub enum ToolError {
     #[error("the path is empty; pass a path relative to the workspace root")]
     EmptyPath,
     /// The path lies outside the root (`..`, or an absolute path elsewhere).
-    #[error("`{path}` is outside the workspace root {root}; file tools only work inside it")]
+    #[error("`{path}` is outside the workspace root {root}; soba reads and writes workspace files only inside it")]
     OutsideWorkspace {
         /// The path as given.
         path: String,
@@ -95,7 +95,7 @@ pub enum ToolError {
     /// The path is inside the root by name but a symlink on it points
     /// outside.
     #[error(
-        "`{path}` resolves through a symlink to {target}, outside the workspace root {root}; file tools only work inside it"
+        "`{path}` resolves through a symlink to {target}, outside the workspace root {root}; soba reads and writes workspace files only inside it"
     )]
     SymlinkEscape {
         /// The path as given.

@@ -434,7 +434,7 @@ async fn dot_dot_and_absolute_escapes_are_refused() {
         "read_file",
         json!({"path": "../secret.txt"}),
         &format!(
-            "`../secret.txt` is outside the workspace root {root}; file tools only work inside it"
+            "`../secret.txt` is outside the workspace root {root}; soba reads and writes workspace files only inside it"
         ),
         true,
     )
@@ -444,7 +444,7 @@ async fn dot_dot_and_absolute_escapes_are_refused() {
         "write_file",
         json!({"path": absolute, "content": "pwned"}),
         &format!(
-            "`{absolute}` is outside the workspace root {root}; file tools only work inside it"
+            "`{absolute}` is outside the workspace root {root}; soba reads and writes workspace files only inside it"
         ),
         true,
     )
@@ -457,7 +457,7 @@ async fn dot_dot_and_absolute_escapes_are_refused() {
         "list_files",
         json!({"path": "sub/../.."}),
         &format!(
-            "`sub/../..` is outside the workspace root {root}; file tools only work inside it"
+            "`sub/../..` is outside the workspace root {root}; soba reads and writes workspace files only inside it"
         ),
         true,
     )
@@ -465,7 +465,7 @@ async fn dot_dot_and_absolute_escapes_are_refused() {
     fx.check(
         "search",
         json!({"pattern": "secret", "path": "/"}),
-        &format!("`/` is outside the workspace root {root}; file tools only work inside it"),
+        &format!("`/` is outside the workspace root {root}; soba reads and writes workspace files only inside it"),
         true,
     )
     .await;
@@ -473,7 +473,7 @@ async fn dot_dot_and_absolute_escapes_are_refused() {
         "edit_file",
         json!({"path": "../secret.txt", "oldString": "top", "newString": "no"}),
         &format!(
-            "`../secret.txt` is outside the workspace root {root}; file tools only work inside it"
+            "`../secret.txt` is outside the workspace root {root}; soba reads and writes workspace files only inside it"
         ),
         true,
     )
@@ -512,7 +512,7 @@ async fn symlinks_to_outside_dirs_and_files_are_refused() {
         "read_file",
         json!({"path": "out_dir/secret.txt"}),
         &format!(
-            "`out_dir/secret.txt` resolves through a symlink to {}, outside the workspace root {root}; file tools only work inside it",
+            "`out_dir/secret.txt` resolves through a symlink to {}, outside the workspace root {root}; soba reads and writes workspace files only inside it",
             target_dir.join("secret.txt").display()
         ),
         true,
@@ -523,7 +523,7 @@ async fn symlinks_to_outside_dirs_and_files_are_refused() {
         "write_file",
         json!({"path": "out_dir/new.txt", "content": "x"}),
         &format!(
-            "`out_dir/new.txt` resolves through a symlink to {}, outside the workspace root {root}; file tools only work inside it",
+            "`out_dir/new.txt` resolves through a symlink to {}, outside the workspace root {root}; soba reads and writes workspace files only inside it",
             target_dir.display()
         ),
         true,
@@ -531,7 +531,7 @@ async fn symlinks_to_outside_dirs_and_files_are_refused() {
     .await;
     assert!(!outside.path().join("new.txt").exists());
     let refused_file = format!(
-        "`out_file` resolves through a symlink to {}, outside the workspace root {root}; file tools only work inside it",
+        "`out_file` resolves through a symlink to {}, outside the workspace root {root}; soba reads and writes workspace files only inside it",
         target_dir.join("secret.txt").display()
     );
     fx.check(
@@ -560,7 +560,7 @@ async fn symlinks_to_outside_dirs_and_files_are_refused() {
         "top secret\n"
     );
     fx.check("search", json!({"pattern": "secret", "path": "out_dir"}), &format!(
-        "`out_dir` resolves through a symlink to {}, outside the workspace root {root}; file tools only work inside it",
+        "`out_dir` resolves through a symlink to {}, outside the workspace root {root}; soba reads and writes workspace files only inside it",
         target_dir.display()
     ), true)
     .await;
