@@ -85,7 +85,9 @@ pub enum ToolError {
     #[error("the path is empty; pass a path relative to the workspace root")]
     EmptyPath,
     /// The path lies outside the root (`..`, or an absolute path elsewhere).
-    #[error("`{path}` is outside the workspace root {root}; soba reads and writes workspace files only inside it")]
+    #[error(
+        "`{path}` is outside the workspace root {root}; soba reads and writes workspace files only inside it"
+    )]
     OutsideWorkspace {
         /// The path as given.
         path: String,
