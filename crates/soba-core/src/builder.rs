@@ -348,7 +348,10 @@ fn plan_sections(plan: &PlanState) -> PlanSections {
         },
         next_steps: match next {
             Some(item) => plan_line(item),
-            None if in_progress.is_empty() => "(every plan step is done)".to_owned(),
+            None if in_progress.is_empty() => {
+                "(every plan step is done; newer requests, if any, are under Latest user instructions)"
+                    .to_owned()
+            }
             None => "(finish the step in progress; no plan step is pending)".to_owned(),
         },
     }

@@ -6,7 +6,10 @@
 //! it, must stay inside it *after following links*: the parent folder is
 //! canonicalized and checked against the canonical base, before and after
 //! creating missing folders, so a symlinked folder in a cloned repository
-//! cannot carry the write elsewhere. An absolute path outside the base is
+//! cannot carry the write elsewhere; the folder is then held open beneath
+//! the base (`openat2` with `RESOLVE_BENEATH`, [`crate::beneath`]) and every
+//! later step names the file through that handle, so a folder swapped for a
+//! link between the check and the write cannot carry it out either. An absolute path outside the base is
 //! taken as typed. Whatever the path, its last component must not be a
 //! symbolic link (dangling or not) or anything but a regular file.
 //!
@@ -198,7 +201,17 @@ fn write_output_with(
         path: parent.to_path_buf(),
         source,
     })?;
-    let real_file = check(parent)?.join(name);
+    let real_parent = check(parent)?;
+    // Held open beneath the workspace from here on, so a folder swapped for
+    // a link after the checks above cannot lead the write out.
+    let held = match &canonical_root {
+        Some(canonical_root) => hold_parent(canonical_root, root, given, &real_parent)?,
+        None => None,
+    };
+    let real_file = match &held {
+        Some(fd) => held_path(fd).join(name),
+        None => real_parent.join(name),
+    };
     let existing = match std::fs::symlink_metadata(&real_file) {
         Ok(metadata) => Some(metadata),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
@@ -241,6 +254,55 @@ fn write_output_with(
         }
     }
     Ok(path)
+}
+
+/// Opens the checked folder `real_parent` (canonical, so free of links)
+/// beneath `canonical_root`, for a write confined to the workspace: a link
+/// swapped in after the check cannot lead the open out. `None` when the
+/// system has no `/proc/self/fd` to name files through the handle: the
+/// checked path is used then.
+fn hold_parent(
+    canonical_root: &Path,
+    root: &Path,
+    given: &Path,
+    real_parent: &Path,
+) -> Result<Option<std::os::fd::OwnedFd>, OutputPathError> {
+    use crate::beneath::{Beneath, BeneathError, Links};
+    if !Path::new("/proc/self/fd").is_dir() {
+        return Ok(None);
+    }
+    let relative = match real_parent.strip_prefix(canonical_root) {
+        Ok(rel) if rel.as_os_str().is_empty() => Path::new("."),
+        Ok(rel) => rel,
+        Err(_) => {
+            return Err(OutputPathError::ThroughLink {
+                given: given.to_path_buf(),
+                root: root.to_path_buf(),
+                resolved: real_parent.to_path_buf(),
+            });
+        }
+    };
+    let opened = Beneath::open(canonical_root)
+        .and_then(|beneath| beneath.open_dir(relative, Links::FollowBeneath));
+    match opened {
+        Ok(fd) => Ok(Some(fd)),
+        Err(BeneathError::Escape { .. }) => Err(OutputPathError::ThroughLink {
+            given: given.to_path_buf(),
+            root: root.to_path_buf(),
+            resolved: real_parent.to_path_buf(),
+        }),
+        Err(err) => Err(OutputPathError::Io {
+            action: "open",
+            path: real_parent.to_path_buf(),
+            source: std::io::Error::other(err.to_string()),
+        }),
+    }
+}
+
+/// The path that names `fd`'s folder itself, whatever is at its old name.
+fn held_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// Where a temporary sibling of `real_file` is written: a short hidden
@@ -359,6 +421,49 @@ mod tests {
             root,
             outside,
         }
+    }
+
+    /// A folder swapped for a link to a folder outside, again and again,
+    /// while files are written into it: the check-then-write of the old
+    /// code let some writes land outside; the held folder never does.
+    #[test]
+    fn a_folder_swapped_for_a_link_during_writes_never_leads_out() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let rig = rig();
+        let sub = rig.root.join("sub");
+        std::fs::create_dir_all(&sub).expect("sub");
+        let (parked, link) = (rig.root.join("sub.real"), rig.root.join("sub.link"));
+        symlink(&rig.outside, &link).expect("link");
+        let stop = Arc::new(AtomicBool::new(false));
+        let n_swaps = Arc::new(AtomicU64::new(0));
+        let swapper = {
+            let (stop, n_swaps) = (stop.clone(), n_swaps.clone());
+            let (sub, parked, link) = (sub.clone(), parked.clone(), link.clone());
+            std::thread::spawn(move || {
+                // A write may create `sub` again while it is parked, so a
+                // step can fail; only the swaps that put the link in count.
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::fs::rename(&sub, &parked);
+                    if std::fs::rename(&link, &sub).is_ok() {
+                        n_swaps.fetch_add(1, Ordering::Relaxed);
+                        let _ = std::fs::rename(&sub, &link);
+                    }
+                    let _ = std::fs::rename(&parked, &sub);
+                }
+            })
+        };
+        for n in 0..1_000 {
+            let _ = write_output(&rig.root, Path::new(&format!("sub/w{n}.md")), b"w", true);
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().expect("the swapper ends");
+        assert!(n_swaps.load(Ordering::Relaxed) > 0);
+        let outside: Vec<_> = std::fs::read_dir(&rig.outside)
+            .expect("outside")
+            .map(|entry| entry.expect("an entry").file_name())
+            .collect();
+        assert_eq!(outside, Vec::<std::ffi::OsString>::new());
     }
 
     #[test]
