@@ -305,7 +305,9 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
         align(&rows),
         if dollars {
             format!(
-                "; recorded$ is what the transcripts' own usage cost. Of the {} session(s), {} record                  usage at a known price and {} have a model with a price; `-` and the totals leave                  out the others",
+                "; recorded$ is what the transcripts' own usage cost. Of the {} session(s), {} record \
+                 usage at a known price and {} have a model with a price; `-` and the totals leave \
+                 out the others",
                 total.sessions, total.recorded_priced, total.replay_priced
             )
         } else {
@@ -566,6 +568,15 @@ mod tests {
             .find(|line| line.starts_with("total"))
             .unwrap();
         assert!(total_row.contains("3.00 (37.5 %)"), "{total_row}");
+        // The footnote is one sentence per thought, with no gap inside.
+        let footnote = table
+            .lines()
+            .find(|line| line.starts_with("agent$"))
+            .unwrap();
+        assert!(
+            footnote.contains(" record usage at a known price and ") && !footnote.contains("  "),
+            "{footnote}"
+        );
         let tokens = group_table(&projects, &total, GroupBy::Project, false);
         assert!(tokens.contains("1,000,000 (25.0 %)"), "{tokens}");
     }
