@@ -469,6 +469,7 @@ pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
     let prices = soba_replay::price::PriceTable::new();
     let mut total = soba_core::Usage::default();
     let (mut requests, mut priced, mut unpriced) = (0_usize, 0.0_f64, Vec::<String>::new());
+    let mut priced_requests = 0_usize;
     for entry in entries {
         let EntryBody::Message(message) = &entry.body else {
             continue;
@@ -480,7 +481,10 @@ pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
         total.add(usage);
         let model = message.message.model.as_deref().unwrap_or(session_model);
         match prices.get(model) {
-            Some(price) => priced += price.recorded(usage),
+            Some(price) => {
+                priced += price.recorded(usage);
+                priced_requests += 1;
+            }
             None if !unpriced.iter().any(|known| known == model) => unpriced.push(model.to_owned()),
             None => {}
         }
@@ -500,7 +504,7 @@ pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
     }
     let cost = if unpriced.is_empty() {
         format!("${priced:.4} ({})", prices.as_of())
-    } else if requests == unpriced.len() && priced == 0.0 {
+    } else if priced_requests == 0 {
         format!(
             "not priced: soba has no price for {} (soba replay takes models.<id>.inputPrice/outputPrice from your config)",
             unpriced.join(", ")
