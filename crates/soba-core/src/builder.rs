@@ -2,14 +2,20 @@
 //! the bounds every capsule's local sections obey, LLM capsules included.
 //!
 //! Bounds: files modified, every path in full; files read, newest 50 then
-//! "and N more"; verification, newest 20; unresolved errors, newest 10 of
-//! 500 characters each; checkpoints, newest 20; the original task, 1,000
+//! "and N more"; verification, newest 20 checks (a check piped into `tail`
+//! or `grep` is the same check); unresolved errors, newest 10 of 500
+//! characters each, plus up to 3 lines from the cut middle that name the
+//! failure ([`error_excerpt`]); checkpoints, newest 20; the original task, 1,000
 //! tokens; the earlier narrative, 2,000 tokens. The whole capsule (its model
 //! input rendering) is ≤ min(8,000, floor(0.1 × autoLimit)) tokens, trimmed
 //! in this order: files read, earlier narrative, checkpoints, verification.
 //! The narrative, files modified, the original task and the latest
 //! instructions are never trimmed below their own caps: when they alone
 //! exceed the bound, the bound yields.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 use crate::capsule::{
     BoundaryTruncation, Capsule, CapsuleState, ImportedCapsule, LocalSections, Narrative,
@@ -18,8 +24,8 @@ use crate::capsule::{
 use crate::directive::constraint_key;
 use crate::entry::CheckpointKind;
 use crate::facts::{
-    Facts, PlanItem, PlanState, PlanStatus, UnresolvedError, truncate_middle_lines,
-    truncate_middle_tokens,
+    Facts, PlanItem, PlanState, PlanStatus, UnresolvedError, omission_marker,
+    truncate_middle_lines, truncate_middle_tokens,
 };
 use crate::id::EntryId;
 use crate::render::{self, CapsuleView, NONE_RECORDED, code_span};
@@ -39,6 +45,101 @@ pub const ERRORS_SHOWN: usize = 10;
 pub const ERROR_HEAD_CHARS: usize = 250;
 /// Characters kept from the end of an unresolved error.
 pub const ERROR_TAIL_CHARS: usize = 250;
+
+/// Lines of an error's omitted middle kept because they name the failure.
+pub const ERROR_KEY_LINES: usize = 3;
+/// Characters of one such line.
+const ERROR_KEY_LINE_CHARS: usize = 200;
+
+/// Returns whether `line` names a failure (an error, a failed check, a
+/// panic, a missing file…): the lines a reader looks for first in a cut
+/// error, and that a stack trace's frames do not.
+fn names_failure(line: &str) -> bool {
+    static FAILURE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?i)\b(error|errors|fail|failed|failure|failing|panic|panicked|exception|fatal|denied|not found|no such|cannot|can't|undefined|assert)",
+        )
+        .expect("the failure vocabulary is a valid regex")
+    });
+    !line
+        .trim_start()
+        .starts_with("Traceback (most recent call last)")
+        && FAILURE.is_match(line)
+}
+
+/// Returns an unresolved error's text as the capsule shows it: whole lines
+/// from its start and end within [`ERROR_HEAD_CHARS`] and
+/// [`ERROR_TAIL_CHARS`] (as [`truncate_middle_lines`] cuts), and from the
+/// middle it omits, up to [`ERROR_KEY_LINES`] lines that name the failure,
+/// each marker saying how much was left out around them. A stack trace's
+/// head and tail are frames; the line that says what went wrong is often
+/// in between.
+pub fn error_excerpt(text: &str) -> String {
+    if text.chars().count() <= ERROR_HEAD_CHARS + ERROR_TAIL_CHARS {
+        return text.to_owned();
+    }
+    let plain = truncate_middle_lines(text, ERROR_HEAD_CHARS, ERROR_TAIL_CHARS);
+    let lines: Vec<&str> = text.lines().collect();
+    let chars = |line: &str| line.chars().count() + 1;
+    let mut head_end = 0;
+    let mut used = 0;
+    while head_end < lines.len() && used + chars(lines[head_end]) <= ERROR_HEAD_CHARS {
+        used += chars(lines[head_end]);
+        head_end += 1;
+    }
+    let mut tail_start = lines.len();
+    let mut tail_used = 0;
+    while tail_start > head_end && tail_used + chars(lines[tail_start - 1]) <= ERROR_TAIL_CHARS {
+        tail_used += chars(lines[tail_start - 1]);
+        tail_start -= 1;
+    }
+    // A head or tail cut inside its only line is the plain cut's job.
+    if head_end == 0 || tail_start == lines.len() {
+        return plain;
+    }
+    let key: Vec<usize> = (head_end..tail_start)
+        .filter(|&idx| names_failure(lines[idx]))
+        .take(ERROR_KEY_LINES)
+        .collect();
+    if key.is_empty() {
+        return plain;
+    }
+    let mut out = lines[..head_end].join("\n");
+    let mut next = head_end;
+    for idx in key {
+        let omitted: usize = lines[next..idx].iter().map(|line| chars(line)).sum();
+        if omitted > 0 {
+            out.push_str(&omission_marker(omitted));
+        } else {
+            out.push('\n');
+        }
+        out.push_str(&cut_line(lines[idx], ERROR_KEY_LINE_CHARS));
+        next = idx + 1;
+    }
+    let omitted: usize = lines[next..tail_start].iter().map(|line| chars(line)).sum();
+    if omitted > 0 {
+        out.push_str(&omission_marker(omitted));
+    } else {
+        out.push('\n');
+    }
+    out.push_str(&lines[tail_start..].join("\n"));
+    out
+}
+
+/// Returns `line` whole when it has at most `max` characters, else its
+/// start cut at the last word break that keeps at least half of them, and
+/// `…`.
+fn cut_line(line: &str, max: usize) -> String {
+    if line.chars().count() <= max {
+        return line.to_owned();
+    }
+    let head: String = line.chars().take(max.saturating_sub(1)).collect();
+    let cut = match head.rfind(char::is_whitespace) {
+        Some(idx) if head[..idx].chars().count() >= max / 2 => &head[..idx],
+        _ => head.as_str(),
+    };
+    format!("{}…", cut.trim_end())
+}
 /// Checkpoint entries listed, newest first.
 pub const CHECKPOINTS_SHOWN: usize = 20;
 /// Constraints are kept verbatim, oldest first, up to this many tokens.
@@ -211,7 +312,7 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
                 // so the error's own first characters are never pushed out.
                 UnresolvedError {
                     key: error.key.clone(),
-                    text: truncate_middle_lines(&error.text, ERROR_HEAD_CHARS, ERROR_TAIL_CHARS),
+                    text: error_excerpt(&error.text),
                 }
                 .to_stored()
             })
@@ -729,6 +830,45 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_keeps_the_lines_naming_the_failure_from_its_cut_middle() {
+        // A Node stack trace: its head and tail are frames; the line that
+        // says what went wrong is in between.
+        let frames = "    at Module._load (node:internal/modules/cjs/loader:1104:12)\n".repeat(12);
+        let text = format!(
+            "/repo/node_modules/tsx/dist/register.cjs:3\n{}\n{frames}\
+             Error: Cannot find module './src/utils/config.js'\n{frames}\
+             Node.js v23.4.0\n\nCommand exited with code 1",
+            "x".repeat(900)
+        );
+        let shown = error_excerpt(&text);
+        assert!(
+            shown.contains("\nError: Cannot find module './src/utils/config.js'\n[… "),
+            "{shown}"
+        );
+        assert!(shown.starts_with("/repo/node_modules/tsx/dist/register.cjs:3\n[… "));
+        assert!(shown.ends_with("Node.js v23.4.0\n\nCommand exited with code 1"));
+        // Every cut is on a line boundary and says how much it left out.
+        assert_eq!(shown.matches("characters omitted").count(), 2, "{shown}");
+        assert!(shown.chars().count() < 700, "{}", shown.chars().count());
+        // Without such a line it is the plain cut; a short error is whole.
+        let plain = format!("{}\n{}\ndone", "a".repeat(300), "b ".repeat(300));
+        assert_eq!(
+            error_excerpt(&plain),
+            truncate_middle_lines(&plain, ERROR_HEAD_CHARS, ERROR_TAIL_CHARS)
+        );
+        assert_eq!(error_excerpt("error: short"), "error: short");
+        // At most three such lines, each cut at a word break.
+        let many = format!(
+            "head\n{}{}\ntail",
+            "filler line\n".repeat(30),
+            format!("error: {}\n", "word ".repeat(60)).repeat(5)
+        );
+        let shown = error_excerpt(&many);
+        assert_eq!(shown.matches("\nerror: ").count(), 3, "{shown}");
+        assert!(shown.contains("word word…\n"), "{shown}");
+    }
 
     #[test]
     fn bound_is_a_tenth_of_auto_limit_up_to_8000() {

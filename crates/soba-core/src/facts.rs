@@ -454,6 +454,38 @@ fn is_plain_path(word: &str) -> bool {
 // Shell parsing
 // ---------------------------------------------------------------------------
 
+/// Programs that only show another command's output: a check piped into
+/// one of them is still that check.
+const OUTPUT_VIEWERS: [&str; 12] = [
+    "head", "tail", "grep", "egrep", "rg", "less", "more", "cat", "tee", "wc", "sort", "uniq",
+];
+
+/// Returns the key under which verification keeps a command's latest
+/// result: its simple commands without redirections and without the
+/// viewers its output went through, so `npm run check 2>&1 | tail -5` and
+/// `npm run check | grep error` are the one check `npm run check`, shown
+/// once with its newest run.
+pub fn check_key(command: &str) -> String {
+    let segments = split_commands(&command::unwrap_shell(command));
+    let kept: Vec<String> = segments
+        .iter()
+        .enumerate()
+        .filter_map(|(idx, segment)| {
+            let words = strip_redirections(shell_words(segment));
+            let viewer = words
+                .first()
+                .is_some_and(|program| OUTPUT_VIEWERS.contains(&basename(program)));
+            (idx == 0 || !viewer).then(|| words.join(" "))
+        })
+        .collect();
+    kept.join(" ; ")
+}
+
+/// Returns whether two commands are one check ([`check_key`]).
+fn same_check(a: &str, b: &str) -> bool {
+    a == b || check_key(a) == check_key(b)
+}
+
 /// Splits a shell script into simple commands at newlines, `;`, `&&`, `||`,
 /// `&` and `|`, outside quotes, dropping comments and here-document bodies.
 pub fn split_commands(script: &str) -> Vec<String> {
@@ -531,6 +563,10 @@ pub fn split_commands(script: &str) -> Vec<String> {
                         }
                     }
                 }
+            }
+            // `2>&1`, `<&3` and `&>` redirect; they do not separate.
+            '&' if current.ends_with(['>', '<']) || chars.get(idx + 1) == Some(&'>') => {
+                current.push(ch);
             }
             ';' | '&' | '|' => {
                 flush(&mut current, &mut segments);
@@ -1234,7 +1270,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                         .filter(|c| is_verification(c) || directive::matches_declared(c, &declared))
                     {
                         let shown = shown_key(&command);
-                        verification.retain(|(_, v)| v.command != shown);
+                        verification.retain(|(_, v)| !same_check(&v.command, &shown));
                         verification.push((
                             seq,
                             Verification {
@@ -1296,7 +1332,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 .filter(|c| is_verification(c) || directive::matches_declared(c, &declared))
             {
                 let shown = shown_key(&command);
-                verification.retain(|(_, v)| v.command != shown);
+                verification.retain(|(_, v)| !same_check(&v.command, &shown));
                 verification.push((
                     seq,
                     Verification {
@@ -1349,7 +1385,10 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut verification: Vec<Verification> = verification.into_iter().map(|(_, v)| v).collect();
     if let Some(local) = previous_local {
         for carried in &local.verification {
-            if !verification.iter().any(|v| v.command == carried.command) {
+            if !verification
+                .iter()
+                .any(|v| same_check(&v.command, &carried.command))
+            {
                 verification.push(carried.clone());
             }
         }
@@ -1758,6 +1797,27 @@ mod tests {
         assert_eq!(exit_code("Output: x\nExit Code: 0\nSignal: 0"), Some(0));
         assert_eq!(exit_code("Command exited with code 1"), Some(1));
         assert_eq!(exit_code("all good"), None);
+    }
+
+    #[test]
+    fn a_check_piped_into_a_viewer_is_the_same_check() {
+        assert_eq!(check_key("npm run check 2>&1 | tail -5"), "npm run check");
+        assert_eq!(
+            check_key("npm run check 2>&1 | grep -E \"(error|warning)\" | head -20"),
+            "npm run check"
+        );
+        assert_eq!(check_key("bash -lc 'cargo test | tail -3'"), "cargo test");
+        // The directory and other commands of a chain stay part of the check.
+        assert_eq!(check_key("cd web && npm test"), "cd web ; npm test");
+        assert_ne!(check_key("cd web && npm test"), check_key("npm test"));
+        assert_ne!(check_key("cargo test -p a"), check_key("cargo test -p b"));
+        // A viewer is only dropped after the check, never as the check.
+        assert_eq!(check_key("cat log.txt | grep FAIL"), "cat log.txt");
+        // Redirections joining streams do not split a command.
+        assert_eq!(
+            split_commands("make 2>&1 | tee out; ls &>/dev/null & wait"),
+            ["make 2>&1", "tee out", "ls &>/dev/null", "wait"]
+        );
     }
 
     #[test]

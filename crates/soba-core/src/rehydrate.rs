@@ -4,12 +4,20 @@
 //! (`compaction.rehydrate.*`: 5 files, 5,000 tokens each, 25,000 in all by
 //! default), as Claude Code and Qwen Code do.
 //!
-//! The rules, in order, for each candidate ([`candidates`]):
+//! The candidates ([`candidates`]) are the files modified in the span
+//! being compacted, most recently modified first. A file only an earlier
+//! capsule knew of (brought back, listed, or modified before it) and that
+//! nothing has modified since is listed by path only: the work has moved on
+//! from it for a whole compaction cycle, and bringing it back at every
+//! compaction would pay for its content at every later request (on the
+//! tuning half of the shared traces this cost 4 % of the billed tokens for
+//! no item the fidelity probe counts). The rules, in order, for each file
+//! modified in the span:
 //!
 //! - a file gone from the workspace is skipped;
 //! - a file whose content is already verbatim in the retained tail (a write
-//!   call's `content`, or a tool result that contains it) is skipped: the
-//!   model input has it;
+//!   call's `content`, or a tool result that contains it, line numbers of a
+//!   `cat -n` or `N→` read taken off) is skipped: the model input has it;
 //! - once `maxFiles` files are shown or `maxTokens` are used, a file is
 //!   listed by path only (at most [`PATHS_ONLY_MAX`] paths; the capsule's
 //!   "Files modified" has them all); so is a file that cannot be read as
@@ -78,11 +86,32 @@ pub trait FileSource {
     fn probe(&self, path: &str) -> FileProbe;
 }
 
+/// The files a capsule may bring back ([`candidates`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Candidates {
+    /// Files modified in the span, most recently modified first: shown
+    /// with their content, within the budget.
+    pub fresh: Vec<String>,
+    /// Files only the previous capsule knew of (brought back, listed, or
+    /// modified before it), newest first: listed by path only.
+    pub carried: Vec<String>,
+}
+
+impl Candidates {
+    /// Returns candidates that are all fresh.
+    pub fn fresh(paths: &[String]) -> Self {
+        Candidates {
+            fresh: paths.to_vec(),
+            carried: Vec::new(),
+        }
+    }
+}
+
 /// Returns the files modified in `span` (by the explicit edit tools and the
 /// shell commands the capsule's facts recognise), most recently modified
-/// first, then those the previous capsule brought back or listed as
-/// modified, newest first.
-pub fn candidates(span: &[Entry], previous: Option<&Capsule>, cwd: Option<&str>) -> Vec<String> {
+/// first, and apart from them those the previous capsule brought back or
+/// listed or that were modified before it, newest first.
+pub fn candidates(span: &[Entry], previous: Option<&Capsule>, cwd: Option<&str>) -> Candidates {
     let mut last_change: HashMap<String, usize> = HashMap::new();
     let mut seq = 0usize;
     for entry in span {
@@ -98,22 +127,36 @@ pub fn candidates(span: &[Entry], previous: Option<&Capsule>, cwd: Option<&str>)
     }
     let mut ordered: Vec<(String, usize)> = last_change.into_iter().collect();
     ordered.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let mut out: Vec<String> = ordered.into_iter().map(|(path, _)| path).collect();
+    let fresh: Vec<String> = ordered.into_iter().map(|(path, _)| path).collect();
+    let mut carried: Vec<String> = Vec::new();
     if let Some(previous) = previous {
-        let carried = previous
+        let known = previous
             .rehydrated
             .files
             .iter()
             .map(|file| &file.path)
             .chain(previous.rehydrated.paths_only.iter())
             .chain(previous.local.files_modified.iter().rev());
-        for path in carried {
-            if !out.contains(path) {
-                out.push(path.clone());
+        for path in known {
+            if !fresh.contains(path) && !carried.contains(path) {
+                carried.push(path.clone());
             }
         }
     }
-    out
+    Candidates { fresh, carried }
+}
+
+/// Lists the carried candidates that are still there by path only, after
+/// whatever `paths_only` already holds, up to [`PATHS_ONLY_MAX`].
+fn list_carried(carried: &[String], files: &dyn FileSource, paths_only: &mut Vec<String>) {
+    for path in carried {
+        if paths_only.len() >= PATHS_ONLY_MAX {
+            break;
+        }
+        if !paths_only.contains(path) && files.probe(path) != FileProbe::Gone {
+            paths_only.push(path.clone());
+        }
+    }
 }
 
 /// Chooses what comes back after a capsule: `candidates` in order (most
@@ -121,7 +164,7 @@ pub fn candidates(span: &[Entry], previous: Option<&Capsule>, cwd: Option<&str>)
 /// module docs); `retained` is the retained tail, whose verbatim copies are
 /// not repeated.
 pub fn select(
-    candidates: &[String],
+    candidates: &Candidates,
     files: &dyn FileSource,
     retained: &[Entry],
     config: &RehydrateConfig,
@@ -132,7 +175,7 @@ pub fn select(
         return out;
     }
     let mut used = TokenCount::ZERO;
-    for path in candidates {
+    for path in &candidates.fresh {
         let full = out.files.len() >= config.max_files || used >= config.max_tokens;
         if full {
             if out.paths_only.len() >= PATHS_ONLY_MAX {
@@ -168,6 +211,7 @@ pub fn select(
             None => {}
         }
     }
+    list_carried(&candidates.carried, files, &mut out.paths_only);
     out
 }
 
@@ -181,7 +225,7 @@ const ESTIMATE_BYTES_PER_TOKEN: u64 = 3;
 /// every file would cost too much. Verbatim copies in the tail are not
 /// looked for.
 pub fn estimate(
-    candidates: &[String],
+    candidates: &Candidates,
     files: &dyn FileSource,
     config: &RehydrateConfig,
     counter: &dyn TokenCounter,
@@ -192,7 +236,7 @@ pub fn estimate(
     let mut used = TokenCount::ZERO;
     let mut shown = 0usize;
     let mut paths_only: Vec<String> = Vec::new();
-    for path in candidates {
+    for path in &candidates.fresh {
         if shown >= config.max_files || used >= config.max_tokens {
             if paths_only.len() >= PATHS_ONLY_MAX {
                 break;
@@ -226,6 +270,7 @@ pub fn estimate(
             }
         }
     }
+    list_carried(&candidates.carried, files, &mut paths_only);
     let listed = Rehydration {
         files: Vec::new(),
         paths_only,
@@ -397,9 +442,11 @@ fn is_verbatim_in(retained: &[Entry], content: &str) -> bool {
                 .object()
                 .values()
                 .any(|value| value.as_str().is_some_and(|text| text.trim() == needle))
-        }) || message
-            .tool_results()
-            .any(|result| !result.is_error && result.text().contains(needle))
+        }) || message.tool_results().any(|result| {
+            let text = result.text();
+            !result.is_error
+                && (text.contains(needle) || strip_line_numbers(&text).contains(needle))
+        })
     })
 }
 

@@ -154,13 +154,13 @@ fn candidates_are_the_span_files_newest_change_first_then_the_previous_capsules(
         },
         ..bare_capsule()
     };
+    let found = candidates(&span, Some(&previous), None);
+    assert_eq!(found.fresh, ["a.py", "c.py", "b.py"]);
+    assert_eq!(found.carried, ["old1.py", "old2.py", "old4.py", "old3.py"]);
     assert_eq!(
-        candidates(&span, Some(&previous), None),
-        [
-            "a.py", "c.py", "b.py", "old1.py", "old2.py", "old4.py", "old3.py"
-        ]
+        candidates(&span, None, None),
+        Candidates::fresh(&found.fresh)
     );
-    assert_eq!(candidates(&span, None, None), ["a.py", "c.py", "b.py"]);
 }
 
 #[test]
@@ -172,7 +172,7 @@ fn at_most_max_files_are_shown_and_the_rest_listed_by_path() {
         .collect();
     let disk = Disk::new(&layout);
     let out = select(
-        &names,
+        &Candidates::fresh(&names),
         &disk,
         &[],
         &RehydrateConfig::default(),
@@ -191,7 +191,7 @@ fn a_file_over_the_per_file_budget_is_cut_on_a_line_boundary_with_a_marker() {
     let content = lines("big", 400);
     let disk = Disk::new(&[("big.rs", text(&content))]);
     let out = select(
-        &["big.rs".to_owned()],
+        &Candidates::fresh(&["big.rs".to_owned()]),
         &disk,
         &[],
         &config(5, 1_000, 25_000),
@@ -230,7 +230,13 @@ fn the_total_budget_caps_the_files_and_the_rest_goes_by_path() {
         .map(|name| (name.as_str(), text(&lines(name, 200))))
         .collect();
     let disk = Disk::new(&layout);
-    let out = select(&names, &disk, &[], &config(5, 5_000, 5_000), &ByteCounter);
+    let out = select(
+        &Candidates::fresh(&names),
+        &disk,
+        &[],
+        &config(5, 5_000, 5_000),
+        &ByteCounter,
+    );
     assert_eq!(paths(&out), ["m0.rs", "m1.rs", "m2.rs"]);
     assert!(!out.files[0].is_cut() && !out.files[1].is_cut());
     assert!(out.files[2].is_cut(), "the third gets what is left");
@@ -251,7 +257,7 @@ fn gone_files_are_skipped_and_unreadable_ones_listed_by_path() {
     ]);
     let names = ["deleted.py", "image.png", "kept.py"].map(str::to_owned);
     let out = select(
-        &names,
+        &Candidates::fresh(&names),
         &disk,
         &[],
         &RehydrateConfig::default(),
@@ -260,10 +266,16 @@ fn gone_files_are_skipped_and_unreadable_ones_listed_by_path() {
     assert_eq!(paths(&out), ["kept.py"]);
     assert_eq!(out.paths_only, ["image.png"]);
     // Beyond the budget a gone file is not listed either.
-    let out = select(&names, &disk, &[], &config(0, 5_000, 25_000), &ByteCounter);
+    let out = select(
+        &Candidates::fresh(&names),
+        &disk,
+        &[],
+        &config(0, 5_000, 25_000),
+        &ByteCounter,
+    );
     assert!(out.is_empty(), "0 files turns it off");
     let out = select(
-        &["kept.py", "deleted.py", "image.png"].map(str::to_owned),
+        &Candidates::fresh(&["kept.py", "deleted.py", "image.png"].map(str::to_owned)),
         &disk,
         &[],
         &config(1, 5_000, 25_000),
@@ -279,12 +291,19 @@ fn zero_files_disables_it_in_select_and_estimate() {
     let names = ["a.py".to_owned()];
     let off = config(0, 5_000, 25_000);
     assert!(!off.is_enabled());
-    assert!(select(&names, &disk, &[], &off, &ByteCounter).is_empty());
+    assert!(select(&Candidates::fresh(&names), &disk, &[], &off, &ByteCounter).is_empty());
     assert_eq!(
-        estimate(&names, &disk, &off, &ByteCounter),
+        estimate(&Candidates::fresh(&names), &disk, &off, &ByteCounter),
         TokenCount::ZERO
     );
-    assert!(estimate(&names, &disk, &RehydrateConfig::default(), &ByteCounter) > TokenCount::ZERO);
+    assert!(
+        estimate(
+            &Candidates::fresh(&names),
+            &disk,
+            &RehydrateConfig::default(),
+            &ByteCounter
+        ) > TokenCount::ZERO
+    );
 }
 
 #[test]
@@ -302,10 +321,16 @@ fn the_estimate_is_not_below_what_is_brought_back() {
         config(5, 5_000, 6_000),
     ] {
         let brought = tokens(
-            &select(&names, &disk, &[], &config, &ByteCounter),
+            &select(
+                &Candidates::fresh(&names),
+                &disk,
+                &[],
+                &config,
+                &ByteCounter,
+            ),
             &ByteCounter,
         );
-        let estimated = estimate(&names, &disk, &config, &ByteCounter);
+        let estimated = estimate(&Candidates::fresh(&names), &disk, &config, &ByteCounter);
         assert!(estimated >= brought, "{estimated} < {brought}");
     }
 }
@@ -321,7 +346,7 @@ fn a_file_already_verbatim_in_the_retained_tail_is_not_repeated() {
     )];
     let names = ["w.py", "other.py"].map(str::to_owned);
     let out = select(
-        &names,
+        &Candidates::fresh(&names),
         &disk,
         &tail,
         &RehydrateConfig::default(),
@@ -336,13 +361,86 @@ fn a_file_already_verbatim_in_the_retained_tail_is_not_repeated() {
         json!({"path": "w.py", "content": "def f():\n    return 0\n"}),
     )];
     let out = select(
-        &names,
+        &Candidates::fresh(&names),
         &disk,
         &stale,
         &RehydrateConfig::default(),
         &ByteCounter,
     );
     assert_eq!(paths(&out), ["w.py", "other.py"]);
+}
+
+#[test]
+fn a_numbered_read_in_the_retained_tail_counts_as_verbatim() {
+    let content = "def f():\n    return 1\n";
+    let disk = Disk::new(&[("r.py", text(content))]);
+    let names = ["r.py".to_owned()];
+    for numbered in [
+        "     1\u{2192}def f():\n     2\u{2192}    return 1\n",
+        "     1\tdef f():\n     2\t    return 1\n",
+    ] {
+        let tail = vec![
+            call(8, "read_file", json!({"path": "r.py"})),
+            entry(9, Message::tool_result("c8", numbered, false)),
+        ];
+        let out = select(
+            &Candidates::fresh(&names),
+            &disk,
+            &tail,
+            &RehydrateConfig::default(),
+            &ByteCounter,
+        );
+        assert!(out.is_empty(), "{numbered:?}: {out:?}");
+    }
+}
+
+#[test]
+fn a_file_only_the_previous_capsule_knew_is_listed_by_path_only() {
+    let disk = Disk::new(&[
+        ("new.py", text("x = 1\n")),
+        ("old.py", text("y = 2\n")),
+        ("older.py", text("z = 3\n")),
+    ]);
+    let span = vec![call(
+        1,
+        "write_file",
+        json!({"path": "new.py", "content": "x = 1\n"}),
+    )];
+    let previous = Capsule {
+        rehydrated: Rehydration {
+            files: vec![RehydratedFile {
+                path: "old.py".into(),
+                text: "y = 2\n".into(),
+                total_lines: 1,
+                shown_lines: 1,
+            }],
+            paths_only: Vec::new(),
+        },
+        local: LocalSections {
+            files_modified: vec!["older.py".into(), "gone.py".into()],
+            ..LocalSections::default()
+        },
+        ..bare_capsule()
+    };
+    let found = candidates(&span, Some(&previous), None);
+    let out = select(
+        &found,
+        &disk,
+        &[],
+        &RehydrateConfig::default(),
+        &ByteCounter,
+    );
+    assert_eq!(paths(&out), ["new.py"]);
+    assert_eq!(out.paths_only, ["old.py", "older.py"], "gone.py is gone");
+    // The estimate lists them the same way.
+    let listed = Rehydration {
+        files: Vec::new(),
+        paths_only: out.paths_only.clone(),
+    };
+    assert!(
+        estimate(&found, &disk, &RehydrateConfig::default(), &ByteCounter)
+            >= tokens(&listed, &ByteCounter)
+    );
 }
 
 #[test]
