@@ -102,7 +102,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub discover: bool,
     /// Only these agents' sessions, repeated or comma-separated:
-    /// claude-code, codex, pi, gemini.
+    /// claude-code, codex, pi, gemini, opencode.
     #[arg(long, value_name = "AGENT", value_delimiter = ',')]
     pub agent: Vec<String>,
     /// Only sessions started on or after this day (YYYY-MM-DD, local time).

@@ -7,6 +7,11 @@
 //! | Codex | `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, `~/.codex/archived_sessions/rollout-*.jsonl` | `CODEX_HOME` |
 //! | pi | `~/.pi/agent/sessions/<project>/*.jsonl` | `PI_CODING_AGENT_SESSION_DIR`, `PI_CODING_AGENT_DIR` |
 //! | Gemini CLI | `~/.gemini/tmp/<project>/chats/session-*.json` and `.jsonl` | `GEMINI_CLI_HOME` (replaces the home folder) |
+//! | opencode | `~/.local/share/opencode/storage/session/<project>/ses_*.json` (the JSON storage of opencode before 1.2.0) | `XDG_DATA_HOME` |
+//!
+//! opencode 1.2.0 and later keep sessions in `opencode.db` (SQLite), which
+//! soba does not read: when that file is there, the opencode row says so
+//! and names `opencode export`, whose document soba imports.
 //!
 //! Sub-agent transcripts (Claude Code's `subagents/` folders and
 //! `agent-*.jsonl` files, Gemini's per-session sub-folders of `chats/`)
@@ -32,11 +37,19 @@ pub enum Agent {
     Pi,
     /// Google's Gemini CLI.
     Gemini,
+    /// sst's opencode.
+    OpenCode,
 }
 
 impl Agent {
     /// Every agent, in report order.
-    pub const ALL: [Agent; 4] = [Agent::ClaudeCode, Agent::Codex, Agent::Pi, Agent::Gemini];
+    pub const ALL: [Agent; 5] = [
+        Agent::ClaudeCode,
+        Agent::Codex,
+        Agent::Pi,
+        Agent::Gemini,
+        Agent::OpenCode,
+    ];
 
     /// Returns the name used by `--agent` and in reports.
     pub fn as_str(self) -> &'static str {
@@ -45,6 +58,7 @@ impl Agent {
             Agent::Codex => "codex",
             Agent::Pi => "pi",
             Agent::Gemini => "gemini",
+            Agent::OpenCode => "opencode",
         }
     }
 
@@ -55,6 +69,7 @@ impl Agent {
             "codex" => Some(Agent::Codex),
             "pi" => Some(Agent::Pi),
             "gemini" | "gemini-cli" => Some(Agent::Gemini),
+            "opencode" => Some(Agent::OpenCode),
             _ => None,
         }
     }
@@ -85,6 +100,8 @@ pub struct Environment {
     pub pi_session_dir: Option<OsString>,
     /// `GEMINI_CLI_HOME`.
     pub gemini_cli_home: Option<OsString>,
+    /// `XDG_DATA_HOME` (where opencode keeps its data).
+    pub xdg_data_home: Option<OsString>,
 }
 
 impl Environment {
@@ -100,6 +117,7 @@ impl Environment {
             pi_agent_dir: var("PI_CODING_AGENT_DIR"),
             pi_session_dir: var("PI_CODING_AGENT_SESSION_DIR"),
             gemini_cli_home: var("GEMINI_CLI_HOME"),
+            xdg_data_home: var("XDG_DATA_HOME"),
         }
     }
 
@@ -178,7 +196,29 @@ impl Environment {
                     .map(|base| root(base.join(".gemini").join("tmp"), Layout::GeminiChats))
                     .collect()
             }
+            Agent::OpenCode => self
+                .opencode_data()
+                .into_iter()
+                .map(|data| {
+                    root(
+                        data.join("storage").join("session"),
+                        Layout::OpenCodeSessions,
+                    )
+                })
+                .collect(),
         }
+    }
+
+    /// opencode's data folder: `$XDG_DATA_HOME/opencode`, by default
+    /// `~/.local/share/opencode` (on macOS too).
+    fn opencode_data(&self) -> Option<PathBuf> {
+        let absolute = |value: &OsString| Some(PathBuf::from(value)).filter(|p| p.is_absolute());
+        let home = self.home.as_deref().filter(|home| home.is_absolute());
+        self.xdg_data_home
+            .as_ref()
+            .and_then(absolute)
+            .or_else(|| home.map(|home| home.join(".local").join("share")))
+            .map(|data| data.join("opencode"))
     }
 }
 
@@ -216,13 +256,15 @@ pub enum Layout {
     PiProjects,
     /// `<project>/chats/session-*.json[l]` (Gemini CLI).
     GeminiChats,
+    /// `<project>/ses_*.json` (opencode's storage, before 1.2.0).
+    OpenCodeSessions,
 }
 
 impl Layout {
     /// The most folders between the root and a session file.
     pub fn depth(self) -> usize {
         match self {
-            Layout::ClaudeProjects | Layout::PiProjects => 1,
+            Layout::ClaudeProjects | Layout::PiProjects | Layout::OpenCodeSessions => 1,
             Layout::CodexDated => 3,
             Layout::CodexFlat => 0,
             Layout::GeminiChats => 2,
@@ -259,6 +301,9 @@ impl Root {
                     && name.starts_with("session-")
                     && (jsonl || name.ends_with(".json"))
             }
+            Layout::OpenCodeSessions => {
+                folders.len() == 1 && name.starts_with("ses") && name.ends_with(".json")
+            }
         }
     }
 }
@@ -287,6 +332,9 @@ pub struct RootReport {
     /// The folder it is the same as, when an earlier root already named it
     /// (through a link or twice in a list): it is not searched again.
     pub same_as: Option<PathBuf>,
+    /// What else the user should know about the agent's sessions there
+    /// (opencode's `opencode.db`, which soba does not read).
+    pub note: Option<String>,
 }
 
 /// Everything discovery found.
@@ -328,6 +376,7 @@ pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
                 files: 0,
                 error: None,
                 same_as: None,
+                note: opencode_db_note(&root),
             };
             match std::fs::metadata(&root.path) {
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
@@ -355,6 +404,21 @@ pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
         }
     }
     discovery
+}
+
+/// The note of an opencode root whose data folder holds `opencode.db`:
+/// the sessions of opencode 1.2.0 and later, which soba does not read.
+fn opencode_db_note(root: &Root) -> Option<String> {
+    if root.layout != Layout::OpenCodeSessions {
+        return None;
+    }
+    let db = root.path.parent()?.parent()?.join("opencode.db");
+    db.is_file().then(|| {
+        format!(
+            "{} holds the sessions of opencode 1.2.0 and later (SQLite), which soba does not read: write one with `opencode export <session-id> > session.json` and replay that file",
+            db.display()
+        )
+    })
 }
 
 /// Walks one root and adds its session files (and its unreadable
@@ -522,6 +586,53 @@ mod tests {
         assert_eq!(Agent::parse(" Claude "), Some(Agent::ClaudeCode));
         assert_eq!(Agent::parse("gemini-cli"), Some(Agent::Gemini));
         assert_eq!(Agent::parse("cursor"), None);
+    }
+
+    #[test]
+    fn opencode_sessions_are_found_in_its_storage_and_its_database_is_named() {
+        assert_eq!(
+            paths(env("/h").roots(Agent::OpenCode)),
+            ["/h/.local/share/opencode/storage/session"]
+        );
+        let moved = Environment {
+            xdg_data_home: Some("/d".into()),
+            ..env("/h")
+        };
+        assert_eq!(
+            paths(moved.roots(Agent::OpenCode)),
+            ["/d/opencode/storage/session"]
+        );
+        assert_eq!(Agent::parse("OpenCode"), Some(Agent::OpenCode));
+        let home = tempfile::tempdir().unwrap();
+        let data = home.path().join(".local/share/opencode");
+        let project = data.join("storage/session/prj1");
+        std::fs::create_dir_all(&project).unwrap();
+        for name in ["ses_a.json", "notes.txt"] {
+            std::fs::write(project.join(name), "{}").unwrap();
+        }
+        // Message files are read by the session's import, not found alone.
+        std::fs::create_dir_all(data.join("storage/message/ses_a")).unwrap();
+        std::fs::write(data.join("storage/message/ses_a/msg_1.json"), "{}").unwrap();
+        let env = Environment {
+            home: Some(home.path().into()),
+            ..Environment::default()
+        };
+        let found = discover(&env, &[Agent::OpenCode]);
+        let names: Vec<PathBuf> = found.files.iter().map(|f| f.file.path.clone()).collect();
+        assert_eq!(names, [project.join("ses_a.json")]);
+        assert_eq!(found.roots[0].note, None);
+        std::fs::write(data.join("opencode.db"), "").unwrap();
+        let found = discover(&env, &[Agent::OpenCode]);
+        assert_eq!(
+            found.roots[0].note.as_deref(),
+            Some(
+                format!(
+                    "{} holds the sessions of opencode 1.2.0 and later (SQLite), which soba does not read: write one with `opencode export <session-id> > session.json` and replay that file",
+                    data.join("opencode.db").display()
+                )
+                .as_str()
+            )
+        );
     }
 
     #[test]

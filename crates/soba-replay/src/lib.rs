@@ -690,7 +690,7 @@ pub struct FileDone {
 }
 
 /// Replays many files on `threads` threads (all cores when 0), one file
-/// per thread at a time: each file is imported, its sessions replayed and
+/// per thread at a time, the largest first: each file is imported, its sessions replayed and
 /// dropped before the thread takes the next, so memory grows with the
 /// largest files, not with the folder. `on_file` is called as each file
 /// is done, from the thread that did it. Rows come out in input order;
@@ -703,7 +703,6 @@ pub fn replay_inputs(
     threads: usize,
     on_file: &(dyn Fn(&FileDone) + Sync),
 ) -> ReplayReport {
-    use rayon::prelude::*;
     let work = |input: Input| -> FileRows {
         let path = input.file.path.clone();
         let bytes = std::fs::metadata(&path).map_or(0, |meta| meta.len());
@@ -720,8 +719,7 @@ pub fn replay_inputs(
         rows
     };
     let files: Vec<FileRows> = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-        // One file per task: a folder's files are of any size.
-        Ok(pool) => pool.install(|| inputs.into_par_iter().with_max_len(1).map(work).collect()),
+        Ok(pool) => pool.install(|| largest_first(inputs, &work)),
         // No threads to be had: the same work, on this one.
         Err(_) => inputs.into_iter().map(work).collect(),
     };
@@ -765,6 +763,60 @@ pub fn replay_inputs(
     }
     report.total();
     report
+}
+
+/// Runs `work` on every input on the current rayon pool, each thread
+/// taking the largest file not yet started, and returns the results in
+/// input order. A folder's files are of any size, and a replay's time
+/// grows with a file's size: started in walk order, one large file taken
+/// last keeps one thread busy after the others are done; largest first,
+/// the small ones fill in around it.
+fn largest_first<R: Send>(inputs: Vec<Input>, work: &(dyn Fn(Input) -> R + Sync)) -> Vec<R> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let n_inputs = inputs.len();
+    let mut queue: Vec<(usize, u64, Input)> = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(input_idx, input)| {
+            let bytes = std::fs::metadata(&input.file.path).map_or(0, |meta| meta.len());
+            (input_idx, bytes, input)
+        })
+        .collect();
+    // Largest first; equal sizes in walk order.
+    queue.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let slots: Vec<Mutex<Option<(usize, Input)>>> = queue
+        .into_iter()
+        .map(|(input_idx, _, input)| Mutex::new(Some((input_idx, input))))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..n_inputs).map(|_| None).collect());
+    let take = |slot: &Mutex<Option<(usize, Input)>>| match slot.lock() {
+        Ok(mut guard) => guard.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    rayon::scope(|scope| {
+        for _ in 0..rayon::current_num_threads().min(n_inputs) {
+            scope.spawn(|_| {
+                while let Some(slot) = slots.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let Some((input_idx, input)) = take(slot) else {
+                        continue;
+                    };
+                    let result = work(input);
+                    let mut results = match results.lock() {
+                        Ok(guard) => guard,
+                        Err(poisoned) => poisoned.into_inner(),
+                    };
+                    results[input_idx] = Some(result);
+                }
+            });
+        }
+    });
+    let results = match results.into_inner() {
+        Ok(results) => results,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    results.into_iter().flatten().collect()
 }
 
 /// A session's own id, with its file's size where copies must match it
@@ -875,4 +927,49 @@ pub fn replay_path(path: &Path, options: &ReplayOptions) -> Result<ReplayReport,
     }
     report.total();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// One thread takes the files largest first, so a large file never
+    /// starts last; the results still come out in walk order.
+    #[test]
+    fn files_start_largest_first_and_come_out_in_walk_order() {
+        let dir = tempfile::tempdir().expect("a folder");
+        for (name, size) in [
+            ("a.jsonl", 10),
+            ("b.jsonl", 30),
+            ("c.jsonl", 20),
+            ("d.jsonl", 20),
+        ] {
+            std::fs::write(dir.path().join(name), vec![b'x'; size]).expect("written");
+        }
+        let inputs = Input::walk(dir.path()).expect("walked");
+        let started = Mutex::new(Vec::new());
+        let work = |input: Input| -> String {
+            let name = input
+                .file
+                .path
+                .file_name()
+                .expect("a file name")
+                .to_string_lossy()
+                .into_owned();
+            started.lock().expect("not poisoned").push(name.clone());
+            name
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a pool");
+        let out = pool.install(|| largest_first(inputs, &work));
+        assert_eq!(
+            started.into_inner().expect("not poisoned"),
+            ["b.jsonl", "c.jsonl", "d.jsonl", "a.jsonl"]
+        );
+        assert_eq!(out, ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"]);
+    }
 }

@@ -36,7 +36,7 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
             print_discovery(&discovery);
             if discovery.files.is_empty() {
                 return Err(CliError::user(
-                    "no sessions of Claude Code, Codex, pi or Gemini CLI were found in their standard places",
+                    "no sessions of Claude Code, Codex, pi, Gemini CLI or opencode were found in their standard places",
                 )
                 .hint("pass a transcript or a folder: soba replay PATH"));
             }
@@ -277,6 +277,9 @@ fn print_discovery(discovery: &Discovery) {
                 if root.files == 1 { "" } else { "s" }
             ),
         }
+        if let Some(note) = &root.note {
+            crate::output::errln!("{agent}: {}", soba_core::terminal::sanitize_line(note));
+        }
     }
 }
 
@@ -378,7 +381,7 @@ fn agents(args: &ReplayArgs) -> CliResult<Vec<Agent>> {
     for name in args.agent.iter().filter(|name| !name.trim().is_empty()) {
         let agent = Agent::parse(name).ok_or_else(|| {
             CliError::usage(format!(
-                "--agent {}: use claude-code, codex, pi or gemini",
+                "--agent {}: use claude-code, codex, pi, gemini or opencode",
                 soba_core::terminal::sanitize_line(name)
             ))
         })?;

@@ -767,7 +767,7 @@ fn replay_without_a_path_in_an_empty_home_says_where_it_looked() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("claude-code: no "), "{stderr}");
     assert!(
-        stderr.contains("no sessions of Claude Code, Codex, pi or Gemini CLI were found"),
+        stderr.contains("no sessions of Claude Code, Codex, pi, Gemini CLI or opencode were found"),
         "{stderr}"
     );
     assert!(stderr.contains("soba replay PATH"), "{stderr}");

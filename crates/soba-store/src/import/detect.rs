@@ -338,6 +338,9 @@ fn classify_document(doc: &Map<String, Value>) -> Option<Format> {
     if doc.contains_key("instance_id") && doc.get("history").is_some_and(Value::is_array) {
         return Some(Format::OpenHands);
     }
+    if let Some(format) = classify_opencode(doc) {
+        return Some(format);
+    }
     if let Some(messages) = doc.get("messages").and_then(Value::as_array) {
         let gemini_types = messages.iter().filter_map(Value::as_object).any(|m| {
             matches!(
@@ -358,6 +361,29 @@ fn classify_document(doc: &Map<String, Value>) -> Option<Format> {
         }
     }
     classify_line(doc)
+}
+
+/// Classifies an opencode document: an export (`info` is a session, each
+/// message an `{info, parts}` pair) or a session file of the storage
+/// layout (a session object: `id` `ses_…`, `projectID`, `time`, no
+/// messages).
+fn classify_opencode(doc: &Map<String, Value>) -> Option<Format> {
+    let is_session = |obj: &Map<String, Value>| {
+        str_field(obj, "id").is_some_and(|id| id.starts_with("ses"))
+            && str_field(obj, "projectID").is_some()
+            && obj.get("time").is_some_and(Value::is_object)
+    };
+    if let Some(info) = obj_field(doc, "info")
+        && is_session(info)
+        && let Some(messages) = doc.get("messages").and_then(Value::as_array)
+        && messages
+            .iter()
+            .filter_map(Value::as_object)
+            .all(|message| message.contains_key("info") && message.contains_key("parts"))
+    {
+        return Some(Format::OpenCode);
+    }
+    (is_session(doc) && !doc.contains_key("messages")).then_some(Format::OpenCodeStorage)
 }
 
 /// Classifies one JSONL line.

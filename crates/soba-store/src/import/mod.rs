@@ -1,5 +1,5 @@
 //! Importers of foreign transcripts (SPEC §3.4): pi, SWE-agent, OpenHands,
-//! Gemini CLI (JSON and JSONL), Claude Code and Codex sessions converted
+//! Gemini CLI (JSON and JSONL), Claude Code, Codex and opencode sessions converted
 //! into SOBA domain values — entries, recorded inferences and import
 //! statistics.
 //!
@@ -36,6 +36,7 @@ mod codex;
 mod detect;
 mod gemini;
 mod lines;
+mod opencode;
 mod openhands;
 mod pi;
 mod scan;
@@ -80,11 +81,16 @@ pub enum Format {
     CodexRollout,
     /// A Codex rollout converted to `{messages, meta}`.
     CodexMessagesMeta,
+    /// The document `opencode export` writes (`{info, messages}`).
+    OpenCode,
+    /// A session file of opencode's JSON storage layout (before 1.2.0),
+    /// read with its message and part files.
+    OpenCodeStorage,
 }
 
 impl Format {
     /// Every format, in detection order after SOBA itself.
-    pub const ALL: [Format; 11] = [
+    pub const ALL: [Format; 13] = [
         Format::PiV1,
         Format::PiV3,
         Format::SweAgent1,
@@ -96,6 +102,8 @@ impl Format {
         Format::GeminiCliJsonl,
         Format::ClaudeCode,
         Format::CodexRollout,
+        Format::OpenCode,
+        Format::OpenCodeStorage,
     ];
 
     /// Returns the format's name as reported by `soba import --json`.
@@ -112,6 +120,8 @@ impl Format {
             Format::ClaudeCodeOpenAiChat => "claude-code-openai-chat",
             Format::CodexRollout => "codex-rollout",
             Format::CodexMessagesMeta => "codex-messages-meta",
+            Format::OpenCode => "opencode",
+            Format::OpenCodeStorage => "opencode-storage",
         }
     }
 
@@ -123,7 +133,7 @@ impl Format {
     }
 
     /// Returns the agent that wrote the format (`pi`, `swe-agent`,
-    /// `openhands`, `gemini-cli`, `claude-code`, `codex`), as recorded on
+    /// `openhands`, `gemini-cli`, `claude-code`, `codex`, `opencode`), as recorded on
     /// imported capsules.
     pub fn agent(self) -> &'static str {
         match self {
@@ -133,6 +143,7 @@ impl Format {
             Format::GeminiCli | Format::GeminiCliJsonl => "gemini-cli",
             Format::ClaudeCode | Format::ClaudeCodeOpenAiChat => "claude-code",
             Format::CodexRollout | Format::CodexMessagesMeta => "codex",
+            Format::OpenCode | Format::OpenCodeStorage => "opencode",
         }
     }
 
@@ -634,6 +645,8 @@ pub fn import_as(
         Format::GeminiCli => gemini::import(&text, &ctx),
         Format::ClaudeCodeOpenAiChat => claude_code::import_openai_chat(&text, &ctx),
         Format::CodexMessagesMeta => codex::import_messages_meta(&text, &ctx),
+        Format::OpenCode => opencode::import_export(&text, &ctx),
+        Format::OpenCodeStorage => opencode::import_storage(&text, &ctx),
         line_format => {
             return import_lines(&lines::Lines::Text(&text), line_format, source, options)
                 .map(|sessions| notes.add_to(sessions, source));

@@ -4,6 +4,7 @@ mod crash;
 mod import;
 mod import_stream;
 mod log;
+mod opencode;
 mod reader;
 mod resume;
 mod strategy;

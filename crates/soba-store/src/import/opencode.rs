@@ -1,0 +1,455 @@
+//! opencode sessions (sst/opencode, npm `opencode-ai`): the document
+//! `opencode export <session>` writes, and the JSON storage layout opencode
+//! kept its sessions in before 1.2.0 (`storage/session/<project>/<id>.json`,
+//! `storage/message/<session>/<id>.json`, `storage/part/<message>/<id>.json`).
+//! Since 1.2.0 opencode keeps them in one SQLite file, `opencode.db`, whose
+//! `message.data` and `part.data` columns hold the same JSON objects; soba
+//! does not read that file: `opencode export` writes the same session as a
+//! document soba imports.
+//!
+//! Both forms give the same list of messages, each an `info` object
+//! (`role`, `time.created` in Unix milliseconds, and on an assistant
+//! message `modelID`, `tokens` and `cost`) and its `parts`, in order. An
+//! assistant message holds one or more steps, each one model request,
+//! opened by a `step-start` part and closed by a `step-finish` part that
+//! carries that request's `tokens` and `cost`. Each step becomes one
+//! assistant entry (its `reasoning`, `text` and `tool` parts) followed by
+//! one `tool` entry per call whose `state` holds an `output` or an
+//! `error`; a call still `pending` or `running` is kept unpaired. A step
+//! with no `step-finish` (aborted) is an inference without usage.
+//!
+//! opencode's `tokens.input` excludes cached tokens and `tokens.output`
+//! excludes `tokens.reasoning`; SOBA's output includes reasoning.
+//!
+//! A compaction is an assistant message with `summary: true` answering a
+//! user message whose part is `compaction`: it becomes an imported capsule
+//! carrying the summary, and the conversation goes on after it.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
+
+use super::builder::{
+    Context, KeptTarget, SessionBuilder, array_field, count_field, image_from_url, message_with,
+    obj_field, parse_document, str_field, text_of, timestamp_field, tool_message, usage_figures,
+};
+use super::{Format, ImportedSession};
+
+/// The largest message or part file of the storage layout soba reads: a
+/// part holds one tool output, which opencode caps far below this.
+const STORAGE_FILE_LIMIT: u64 = 64 << 20;
+
+/// Imports the document `opencode export` writes: `{info, messages}`.
+pub(crate) fn import_export(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+    let doc = parse_document(text)?;
+    let info = obj_field(&doc, "info").cloned().unwrap_or_default();
+    let mut b = SessionBuilder::new(Format::OpenCode, ctx, 0);
+    let messages: Vec<(Map<String, Value>, Vec<Value>, String)> = array_field(&doc, "messages")
+        .iter()
+        .enumerate()
+        .filter_map(|(idx, message)| {
+            let at = format!("messages[{idx}]");
+            let Some(message) = message.as_object() else {
+                b.diag(format!("{at}: skipped: not an object"));
+                return None;
+            };
+            let Some(info) = obj_field(message, "info") else {
+                b.diag(format!("{at}: skipped: no `info` object"));
+                return None;
+            };
+            Some((info.clone(), array_field(message, "parts").to_vec(), at))
+        })
+        .collect();
+    convert(&info, messages, &mut b);
+    Ok(vec![b.finish()])
+}
+
+/// Imports a session file of the storage layout, `text` read from
+/// `ctx.source` (`…/storage/session/<project>/<session>.json`): its
+/// messages and parts are read from the `message` and `part` folders
+/// beside `session`. A message or part file that cannot be read or parsed
+/// is skipped with a diagnostic naming it.
+pub(crate) fn import_storage(text: &str, ctx: &Context) -> Result<Vec<ImportedSession>, String> {
+    let info = parse_document(text)?;
+    let mut b = SessionBuilder::new(Format::OpenCodeStorage, ctx, 0);
+    let Some(session_id) = str_field(&info, "id").map(str::to_owned) else {
+        return Err("the session file has no string `id`".into());
+    };
+    let storage = storage_root(&ctx.source).ok_or_else(|| {
+        format!(
+            "the session file is not inside opencode's storage folder (…/storage/session/<project>/{session_id}.json), so its messages cannot be found; import the document `opencode export {session_id}` writes instead"
+        )
+    })?;
+    let mut messages = Vec::new();
+    for (path, message) in read_objects(&storage.join("message").join(&session_id), &mut b) {
+        let Some(message_id) = str_field(&message, "id").map(str::to_owned) else {
+            b.diag(format!(
+                "{}: skipped: a message with no string `id`",
+                path.display()
+            ));
+            continue;
+        };
+        let parts: Vec<Value> = read_objects(&storage.join("part").join(&message_id), &mut b)
+            .into_iter()
+            .map(|(_, part)| Value::Object(part))
+            .collect();
+        messages.push((message, parts, format!("message {message_id}")));
+    }
+    // opencode's message ids ascend with time; the file names are the ids.
+    messages.sort_by(|a, b| {
+        let id = |m: &Map<String, Value>| str_field(m, "id").unwrap_or_default().to_owned();
+        id(&a.0).cmp(&id(&b.0))
+    });
+    convert(&info, messages, &mut b);
+    Ok(vec![b.finish()])
+}
+
+/// Returns the `storage` folder of a session file
+/// `<storage>/session/<project>/<session>.json`.
+fn storage_root(session_file: &Path) -> Option<PathBuf> {
+    let project = session_file.parent()?;
+    let sessions = project.parent()?;
+    if sessions.file_name()? != "session" {
+        return None;
+    }
+    Some(sessions.parent()?.to_owned())
+}
+
+/// Reads every `*.json` file of `dir` as a JSON object, in name order (the
+/// names are opencode's ascending ids). A missing folder gives nothing; a
+/// file that cannot be read or is not an object is named in a diagnostic.
+fn read_objects(dir: &Path, b: &mut SessionBuilder) -> Vec<(PathBuf, Map<String, Value>)> {
+    let mut names: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(err) => {
+            b.diag(format!("{}: skipped: cannot be read: {err}", dir.display()));
+            return Vec::new();
+        }
+    };
+    names.sort();
+    let mut objects = Vec::with_capacity(names.len());
+    for path in names {
+        let bytes = match crate::untrusted::read_untrusted(&path, STORAGE_FILE_LIMIT) {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                b.diag(format!("{}: skipped: {err}", path.display()));
+                continue;
+            }
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(object)) => objects.push((path, object)),
+            Ok(_) => b.diag(format!("{}: skipped: not a JSON object", path.display())),
+            Err(err) => b.diag(format!("{}: skipped: invalid JSON: {err}", path.display())),
+        }
+    }
+    objects
+}
+
+/// Raw sums of the recorded usage, in opencode's names.
+#[derive(Debug, Default)]
+struct RawUsage {
+    input: u64,
+    output: u64,
+    reasoning: u64,
+    cache_read: u64,
+    cache_write: u64,
+    cost: f64,
+}
+
+/// Converts a session: its `info` and its messages (info, parts, and how
+/// diagnostics name the message), in order.
+fn convert(
+    info: &Map<String, Value>,
+    messages: Vec<(Map<String, Value>, Vec<Value>, String)>,
+    b: &mut SessionBuilder,
+) {
+    if let Some(id) = str_field(info, "id") {
+        id.clone_into(&mut b.original_id);
+    }
+    b.cwd = str_field(info, "directory").map(str::to_owned);
+    b.created_at = obj_field(info, "time").and_then(|time| timestamp_field(time, "created"));
+    let mut raw = RawUsage::default();
+    for (message, parts, at) in messages {
+        b.messages += 1;
+        let role = str_field(&message, "role").unwrap_or("");
+        b.count_record(role);
+        let timestamp =
+            obj_field(&message, "time").and_then(|time| timestamp_field(time, "created"));
+        match role {
+            "user" => convert_user(&parts, timestamp, &at, b),
+            "assistant" => convert_assistant(&message, &parts, timestamp, &at, b, &mut raw),
+            other => b.diag(format!(
+                "{at}: skipped: role {other:?} is not user or assistant"
+            )),
+        }
+    }
+    b.usage_raw = json!({
+        "counting": "per-request",
+        "input": raw.input,
+        "output": raw.output,
+        "reasoning": raw.reasoning,
+        "cacheRead": raw.cache_read,
+        "cacheWrite": raw.cache_write,
+        "cost": raw.cost,
+    });
+}
+
+/// Converts a user message: its text and file parts. A message whose text
+/// parts are all `synthetic` (file contents and notes opencode adds) is
+/// injected context; a `compaction` part asks for a summary and is not
+/// model input.
+fn convert_user(parts: &[Value], timestamp: Option<String>, at: &str, b: &mut SessionBuilder) {
+    let mut blocks = Vec::new();
+    let mut typed = false;
+    for part in parts.iter().filter_map(Value::as_object) {
+        match str_field(part, "type").unwrap_or("") {
+            "text" => {
+                if part.get("ignored").and_then(Value::as_bool) == Some(true) {
+                    continue;
+                }
+                if part.get("synthetic").and_then(Value::as_bool) != Some(true) {
+                    typed = true;
+                }
+                blocks.push(Block::Text(
+                    str_field(part, "text").unwrap_or("").to_owned(),
+                ));
+            }
+            "file" => {
+                let mime = str_field(part, "mime").unwrap_or("");
+                let url = str_field(part, "url").unwrap_or("");
+                if mime.starts_with("image/") && url.starts_with("data:") {
+                    blocks.push(Block::Image(image_from_url(url)));
+                } else {
+                    let name = str_field(part, "filename").unwrap_or(url);
+                    blocks.push(Block::Text(format!("[file: {name}]")));
+                }
+                typed = true;
+            }
+            "compaction" => b.count_record("compaction"),
+            _ => {}
+        }
+    }
+    if blocks.is_empty() {
+        if !parts
+            .iter()
+            .any(|part| part.get("type").and_then(Value::as_str) == Some("compaction"))
+        {
+            b.diag(format!(
+                "{at}: skipped: a user message with no text or file part"
+            ));
+        }
+        return;
+    }
+    let origin = if typed {
+        MessageOrigin::Typed
+    } else {
+        MessageOrigin::Injected
+    };
+    b.push_message(message_with(Role::User, blocks, origin), timestamp);
+}
+
+/// One step of an assistant message: the parts between two `step-start`s,
+/// and the `step-finish` that closed it.
+#[derive(Default)]
+struct Step<'a> {
+    parts: Vec<&'a Map<String, Value>>,
+    finish: Option<&'a Map<String, Value>>,
+}
+
+/// Converts an assistant message, step by step.
+fn convert_assistant(
+    message: &Map<String, Value>,
+    parts: &[Value],
+    timestamp: Option<String>,
+    at: &str,
+    b: &mut SessionBuilder,
+    raw: &mut RawUsage,
+) {
+    let model = str_field(message, "modelID")
+        .or_else(|| obj_field(message, "model").and_then(|model| str_field(model, "modelID")))
+        .map(str::to_owned);
+    let response_id = str_field(message, "id").map(str::to_owned);
+    let mut steps: Vec<Step<'_>> = Vec::new();
+    for part in parts.iter().filter_map(Value::as_object) {
+        match str_field(part, "type").unwrap_or("") {
+            "step-start" => steps.push(Step::default()),
+            "step-finish" => {
+                if steps.last().is_none_or(|step| step.finish.is_some()) {
+                    steps.push(Step::default());
+                }
+                if let Some(step) = steps.last_mut() {
+                    step.finish = Some(part);
+                }
+            }
+            "text" | "reasoning" | "tool" => {
+                if steps.last().is_none_or(|step| step.finish.is_some()) {
+                    steps.push(Step::default());
+                }
+                if let Some(step) = steps.last_mut() {
+                    step.parts.push(part);
+                }
+            }
+            // Snapshots, patches, retries and agent notes are not model input.
+            _ => {}
+        }
+    }
+    steps.retain(|step| !step.parts.is_empty() || step.finish.is_some());
+    if steps.is_empty() {
+        let why = obj_field(message, "error")
+            .and_then(|error| str_field(error, "name"))
+            .map(|name| format!(" ({name})"))
+            .unwrap_or_default();
+        b.diag(format!(
+            "{at}: skipped: an assistant message with no content{why}"
+        ));
+        return;
+    }
+    let is_summary = message.get("summary").and_then(Value::as_bool) == Some(true);
+    // Older versions record usage on the message only: it then stands for
+    // its one step. An aborted request records zeros there: no usage.
+    let message_tokens = (steps.len() == 1 && steps[0].finish.is_none())
+        .then(|| obj_field(message, "tokens"))
+        .flatten()
+        .filter(|tokens| {
+            ["input", "output", "reasoning"]
+                .iter()
+                .any(|key| count_field(tokens, key) > 0)
+                || obj_field(tokens, "cache").is_some_and(|cache| {
+                    count_field(cache, "read") > 0 || count_field(cache, "write") > 0
+                })
+        });
+    for (step_idx, step) in steps.iter().enumerate() {
+        let step_at = format!("{at} step {}", step_idx + 1);
+        let tokens = step
+            .finish
+            .and_then(|finish| obj_field(finish, "tokens"))
+            .or(message_tokens);
+        let cost = step
+            .finish
+            .or(message_tokens.map(|_| message))
+            .and_then(|holder| holder.get("cost"))
+            .and_then(Value::as_f64)
+            .filter(|cost| cost.is_finite() && *cost >= 0.0);
+        let usage = tokens.and_then(|tokens| usage_of(tokens, &step_at, b, raw));
+        if usage.is_some() {
+            raw.cost += cost.unwrap_or(0.0);
+        }
+        if is_summary {
+            let summary: Vec<&str> = step
+                .parts
+                .iter()
+                .filter(|part| str_field(part, "type") == Some("text"))
+                .filter_map(|part| str_field(part, "text"))
+                .collect();
+            let tokens_before = b.last_prompt().unwrap_or(0);
+            b.push_capsule(
+                summary.join("\n"),
+                response_id.clone().unwrap_or_default(),
+                tokens_before,
+                timestamp.clone(),
+                KeptTarget::Nothing,
+            );
+            continue;
+        }
+        let (blocks, results) = step_blocks(&step.parts);
+        let entry_idx = b.push_message(Message::new(Role::Assistant, blocks), timestamp.clone());
+        b.push_inference(
+            entry_idx,
+            usage,
+            timestamp.clone(),
+            model.clone(),
+            response_id.clone(),
+        );
+        for (result, result_time) in results {
+            b.push_message(result, result_time.or_else(|| timestamp.clone()));
+        }
+    }
+}
+
+/// Reads opencode's `tokens` object as SOBA usage, adding the raw figures
+/// to `raw`.
+fn usage_of(
+    tokens: &Map<String, Value>,
+    at: &str,
+    b: &mut SessionBuilder,
+    raw: &mut RawUsage,
+) -> Option<Usage> {
+    let [input, output, reasoning, cache_read, cache_write] = usage_figures(
+        tokens,
+        ["input", "output", "reasoning", "cache.read", "cache.write"],
+        at,
+        &mut b.diagnostics,
+    )?;
+    raw.input = raw.input.saturating_add(input);
+    raw.output = raw.output.saturating_add(output);
+    raw.reasoning = raw.reasoning.saturating_add(reasoning);
+    raw.cache_read = raw.cache_read.saturating_add(cache_read);
+    raw.cache_write = raw.cache_write.saturating_add(cache_write);
+    Some(Usage {
+        input,
+        cache_read,
+        cache_write,
+        output: output.saturating_add(reasoning),
+        reasoning,
+    })
+}
+
+/// Builds a step's assistant blocks and the `tool` messages of its calls
+/// that have a result, each with the time the call ended.
+fn step_blocks(parts: &[&Map<String, Value>]) -> (Vec<Block>, Vec<(Message, Option<String>)>) {
+    let mut blocks = Vec::new();
+    let mut results = Vec::new();
+    for part in parts {
+        match str_field(part, "type").unwrap_or("") {
+            "reasoning" => blocks.push(Block::Thinking {
+                text: str_field(part, "text").unwrap_or("").to_owned(),
+                signature: None,
+            }),
+            "text" => {
+                let text = str_field(part, "text").unwrap_or("");
+                if !text.is_empty() {
+                    blocks.push(Block::Text(text.to_owned()));
+                }
+            }
+            "tool" => {
+                let id = str_field(part, "callID").unwrap_or("").to_owned();
+                let state = obj_field(part, "state");
+                let input = match state.and_then(|state| state.get("input")) {
+                    Some(Value::String(text)) => ToolInput::from_json_text(text),
+                    Some(Value::Null) | None => ToolInput::empty(),
+                    Some(other) => ToolInput::from_value(other.clone()),
+                };
+                blocks.push(Block::ToolUse(ToolUse {
+                    id: id.clone(),
+                    name: str_field(part, "tool").unwrap_or("").to_owned(),
+                    input,
+                }));
+                let Some(state) = state else { continue };
+                let ended = obj_field(state, "time").and_then(|time| timestamp_field(time, "end"));
+                match str_field(state, "status") {
+                    Some("completed") => {
+                        let output = state.get("output").map(text_of).unwrap_or_default();
+                        results.push((
+                            tool_message(id, vec![ResultPart::Text(output)], false),
+                            ended,
+                        ));
+                    }
+                    Some("error") => {
+                        let error = state.get("error").map(text_of).unwrap_or_default();
+                        results
+                            .push((tool_message(id, vec![ResultPart::Text(error)], true), ended));
+                    }
+                    // `pending` or `running`: the call never ended.
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    (blocks, results)
+}
