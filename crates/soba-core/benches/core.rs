@@ -3,6 +3,11 @@
 //! - a preflight with nothing to do on a 200,000-token session (target
 //!   ≤ 20 µs): append one entry, bring the input up to date, measure, check
 //!   hygiene and the limits — against re-counting the session from scratch;
+//! - the shared decision ([`soba_core::preflight::decide`], as the engine's
+//!   barrier and the replay call it) on the same session, with the derived
+//!   state kept up to date entry by entry: below softGate, where it has
+//!   nothing to do (target ≤ 20 µs), and above it, where the soft triggers
+//!   are candidates and it plans;
 //! - plan + deterministic capsule over 1,000,000 tokens of history (target
 //!   ≤ 100 ms), with the plan alone beside it.
 //!
@@ -22,6 +27,7 @@ use soba_core::builder::{BuildOptions, build_deterministic};
 use soba_core::calibration::Factor;
 use soba_core::capsule::{Quality, Trigger};
 use soba_core::config::CompactionConfig;
+use soba_core::derived::DerivedState;
 use soba_core::entry::{Entry, EntryBody, MessageEntry, StoredTokens};
 use soba_core::facts::{FactsConfig, FactsInput, extract};
 use soba_core::hygiene;
@@ -29,7 +35,9 @@ use soba_core::id::{EntryId, IdKind};
 use soba_core::input::{InputConfig, InputSetup, LiveInput};
 use soba_core::message::{Block, Message, Role, ToolInput, ToolUse};
 use soba_core::plan::{PlanRequest, plan};
+use soba_core::preflight::{self, Decision};
 use soba_core::tokens::{self, BpeCounter, Encoding, TokenCount, TokenCounter};
+use soba_core::trigger::TurnState;
 
 /// Builds sessions with the counts a session log stores.
 struct Builder {
@@ -208,6 +216,72 @@ fn preflight(c: &mut Criterion) {
             total
         });
     });
+    // The shared decision: softGate above the session (nothing to do),
+    // then the default softGate (read_cost plans at every preflight).
+    let counter = BpeCounter::new(Encoding::O200kBase);
+    for (name, soft_floor, quiet) in [
+        ("decide_nothing_to_do_incremental", 400_000, true),
+        ("decide_above_soft_gate_incremental", 32_000, false),
+    ] {
+        let config = CompactionConfig {
+            min_tokens_for_auto_compact: TokenCount::new(soft_floor),
+            ..config.clone()
+        };
+        let budget = Budget::compute(TokenCount::new(1_000_000), TokenCount::new(64_000), &config)
+            .expect("valid budget");
+        let live = LiveInput::build(setup(&budget, &config), &base);
+        let derived = DerivedState::from_path(&base);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut path = base.clone();
+                let mut live = live.clone();
+                let mut derived = derived.clone();
+                let mut turn = TurnState::new();
+                let mut hygiene_considered = None;
+                for iter in 0..iters as usize {
+                    let n = iter % appended.len();
+                    if n == 0 && iter > 0 {
+                        path.truncate(base.len());
+                        live = LiveInput::build(live.setup().clone(), &path);
+                        derived = DerivedState::from_path(&path);
+                    }
+                    path.push(appended[n].clone());
+                    let start = Instant::now();
+                    live.extend(&path);
+                    derived.apply(&appended[n]);
+                    let decided = preflight::decide(
+                        &preflight::Input {
+                            live: &live,
+                            path: &path,
+                            derived: &derived,
+                            budget: &budget,
+                            config: &config,
+                            effective: Factor::ONE.apply(live.total_tokens()),
+                            factor: Factor::ONE,
+                            counter: &counter,
+                            cwd: None,
+                            model: "bench",
+                            idle_ms: None,
+                            cache_ttl_ms: None,
+                            forced: None,
+                            files: None,
+                        },
+                        &mut turn,
+                        &mut hygiene_considered,
+                    );
+                    total += start.elapsed();
+                    assert!(
+                        !quiet || matches!(decided.decision, Decision::Proceed),
+                        "{name}: below softGate the preflight goes on to inference"
+                    );
+                    black_box(decided);
+                }
+                total
+            });
+        });
+    }
+
     let unstored = session(200_000, false);
     group.sample_size(10);
     group.bench_function("recount_from_scratch", |b| {
