@@ -713,15 +713,19 @@ pub struct DumpError {
 }
 
 /// The `--dump-inputs` file: JSON lines written through a 64 KiB buffer,
-/// one trace's lines together (traces in the order they finish).
+/// one trace's lines together (traces in the order they finish), into a
+/// new file beside the target that [`InputDump::finish`] renames over it:
+/// a replay that fails leaves the target as it was and no partial file.
 pub struct InputDump {
     path: PathBuf,
+    temporary: PathBuf,
     state: Mutex<DumpState>,
 }
 
 struct DumpState {
     out: BufWriter<File>,
     error: Option<io::Error>,
+    finished: bool,
 }
 
 impl std::fmt::Debug for InputDump {
@@ -732,18 +736,104 @@ impl std::fmt::Debug for InputDump {
     }
 }
 
+impl Drop for InputDump {
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !state.finished {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
+}
+
+/// Says why `path` cannot take the dump without opening it: `-` (standard
+/// output holds the report), something other than a regular file (a FIFO
+/// would wait for a reader, a device never ends), or one of the
+/// transcripts `replayed` (a file, or a folder walked for them), which
+/// writing would destroy.
+fn unfit_target(path: &Path, replayed: &[&Path]) -> Option<String> {
+    if path.as_os_str() == "-" {
+        return Some(
+            "`-` is not standard output here (the report is printed there); pass a file path"
+                .to_owned(),
+        );
+    }
+    let existing = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Some("the path is a symbolic link; pass the path of a regular file".to_owned());
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Some(format!(
+                "the path is {}, not a regular file",
+                soba_store::untrusted::FileKind::of(&meta)
+            ));
+        }
+        Ok(meta) => Some(meta),
+        Err(_) => None,
+    };
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let folder = std::fs::canonicalize(folder).ok();
+    for input in replayed {
+        let Ok(input_meta) = std::fs::metadata(input) else {
+            continue;
+        };
+        if input_meta.is_dir() {
+            let inside = folder.as_ref().zip(std::fs::canonicalize(input).ok());
+            if inside.is_some_and(|(folder, input)| folder.starts_with(input)) {
+                return Some(format!(
+                    "it is inside {}, the folder being replayed, where it would be read as a transcript; write it elsewhere",
+                    input.display()
+                ));
+            }
+        } else if let Some(meta) = &existing {
+            use std::os::unix::fs::MetadataExt;
+            if meta.dev() == input_meta.dev() && meta.ino() == input_meta.ino() {
+                return Some(
+                    "it is the transcript being replayed, which writing would destroy; pass another file"
+                        .to_owned(),
+                );
+            }
+        }
+    }
+    None
+}
+
 impl InputDump {
-    /// Creates (or truncates) the file.
-    pub fn create(path: &Path) -> Result<InputDump, DumpError> {
-        let file = File::create(path).map_err(|source| DumpError {
+    /// Prepares the dump into `path`, refused when [`unfit_target`] says
+    /// so; `replayed` are the paths given to the replay. Writes go to a
+    /// new file beside `path` until [`InputDump::finish`].
+    pub fn create(path: &Path, replayed: &[&Path]) -> Result<InputDump, DumpError> {
+        let fail = |source: io::Error| DumpError {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        if let Some(why) = unfit_target(path, replayed) {
+            return Err(fail(io::Error::other(why)));
+        }
+        let name = path
+            .file_name()
+            .ok_or_else(|| fail(io::Error::other("the path names no file")))?;
+        let mut temporary_name = std::ffi::OsString::from(".");
+        temporary_name.push(name);
+        temporary_name.push(format!(".{}.tmp", std::process::id()));
+        let temporary = path.with_file_name(temporary_name);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temporary)
+            .map_err(fail)?;
         Ok(InputDump {
             path: path.to_owned(),
+            temporary,
             state: Mutex::new(DumpState {
                 out: BufWriter::with_capacity(64 << 10, file),
                 error: None,
+                finished: false,
             }),
         })
     }
@@ -787,7 +877,8 @@ impl InputDump {
         }
     }
 
-    /// Flushes the file; returns the first error any write met.
+    /// Flushes the file and puts it in place of the target; returns the
+    /// first error any write met (the target is then left as it was).
     pub fn finish(&self) -> Result<(), DumpError> {
         let mut state = self
             .state
@@ -795,8 +886,12 @@ impl InputDump {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let result = match state.error.take() {
             Some(err) => Err(err),
-            None => state.out.flush(),
+            None => state
+                .out
+                .flush()
+                .and_then(|()| std::fs::rename(&self.temporary, &self.path)),
         };
+        state.finished = result.is_ok();
         result.map_err(|source| DumpError {
             path: self.path.clone(),
             source,

@@ -457,8 +457,11 @@ pub fn read_log(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
 /// error flags, capsule figures, state and references, and every
 /// diagnostic, exactly as [`read_log`] gives them; texts cut to their first
 /// [`OUTLINE_CHARS`] characters, timestamps, message models, tool
-/// arguments, images and reasoning dropped, capsule sections emptied. Memory grows with the number of
-/// entries, not the log's size: `soba show` reads a 1 GB log this way.
+/// arguments, images and reasoning dropped, capsule sections and the
+/// files brought back after a capsule emptied. Memory grows with the
+/// number of entries, not the log's size: `soba show` reads a 1 GB log
+/// this way; a line that cannot be an entry (a zero-filled tail, a run
+/// of bytes without a newline) is read past, not held ([`read_log_line`]).
 pub fn read_log_outline(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
     read_log_keeping(path.as_ref(), Keep::Outline)
 }
@@ -530,6 +533,9 @@ fn outline(entry: &mut Entry) {
             capsule.earlier_narrative = None;
             capsule.native = None;
             capsule.markdown = String::new();
+            // The files brought back after it are model input, as large
+            // as its sections (25,000 tokens by default).
+            capsule.rehydrated = Default::default();
             if let Some(instructions) = &mut capsule.instructions {
                 cut_text(instructions);
             }
@@ -569,19 +575,31 @@ impl SessionLog {
         let mut offset = 0u64;
         let mut line = Vec::new();
         loop {
-            line.clear();
-            let n_read = reader.read_until(b'\n', &mut line)?;
-            if n_read == 0 {
-                break;
-            }
-            let terminated = line.last() == Some(&b'\n');
-            let body = if terminated {
-                &line[..line.len() - 1]
-            } else {
-                &line[..]
+            let read = read_log_line(&mut reader, &mut line, MAX_LOG_LINE)?;
+            let (n_read, terminated, skipped) = match read {
+                LogLine::End => break,
+                LogLine::Held { n_read, terminated } => (n_read, terminated, None),
+                LogLine::Skipped {
+                    n_read,
+                    terminated,
+                    why,
+                } => (n_read, terminated, Some(why)),
             };
-            builder.line(offset, body, terminated);
-            offset += n_read as u64;
+            match skipped {
+                None => {
+                    let body = if terminated {
+                        &line[..line.len() - 1]
+                    } else {
+                        &line[..]
+                    };
+                    builder.line(offset, body, terminated);
+                }
+                Some(why) => {
+                    let n_bytes = n_read - u64::from(terminated);
+                    builder.skipped_line(offset, n_bytes, terminated, &why);
+                }
+            }
+            offset += n_read;
         }
         Ok(builder.finish(offset))
     }
@@ -771,6 +789,31 @@ impl LogBuilder {
             }
             LineOutcome::Damaged(kind) => self.push_diagnostic(location, kind),
         }
+    }
+
+    /// A line [`read_log_line`] read past without holding it: a torn last
+    /// line as [`LogBuilder::line`] reports one, else invalid JSON saying
+    /// why it was not held.
+    fn skipped_line(&mut self, offset: u64, n_bytes: u64, terminated: bool, why: &str) {
+        self.n_lines += 1;
+        let location = Location {
+            offset,
+            line: Some(self.n_lines),
+        };
+        self.last_location = location;
+        let is_first = self.n_lines == 1;
+        if !terminated {
+            if is_first {
+                self.missing_header = Some("line 1 is torn".to_owned());
+            }
+            self.push_diagnostic(location, DiagnosticKind::TornLine { bytes: n_bytes });
+            return;
+        }
+        if is_first {
+            self.missing_header = Some(format!("line 1 is not JSON: {why}"));
+        }
+        let message = format!("{why}; its {n_bytes} bytes were read past, not held");
+        self.push_diagnostic(location, DiagnosticKind::InvalidJson { message });
     }
 
     fn push_entry(&mut self, mut entry: Entry, location: Location, mut raw: Option<String>) {
@@ -1158,6 +1201,139 @@ pub(crate) fn read_line_bounded(
     })
 }
 
+/// The longest line a session log reader holds: no entry is longer (an
+/// import reads at most [`crate::import::IMPORT_LIMIT`] bytes in all). A
+/// longer line is read past and reported, never held.
+const MAX_LOG_LINE: usize = 1 << 30;
+
+/// How much of a line is held before it is checked as it grows: below
+/// this, every line is held whole and judged by the JSON parser, as
+/// before; past it, a line that cannot be JSON stops being held.
+const LOG_LINE_CHECKED_AFTER: usize = 1 << 20;
+
+/// What [`read_log_line`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum LogLine {
+    /// The end of the file.
+    End,
+    /// A line is in the buffer, with its `\n` when `terminated`.
+    Held { n_read: u64, terminated: bool },
+    /// A line that cannot be an entry was read past; the buffer holds at
+    /// most its head. `why` says what it is.
+    Skipped {
+        n_read: u64,
+        terminated: bool,
+        why: String,
+    },
+}
+
+/// Reads the next line of a session log into `line` (cleared first). A
+/// line is held whole up to [`LOG_LINE_CHECKED_AFTER`] bytes; past that it
+/// stops being held (the rest is read and dropped, so memory stays bounded
+/// whatever the file holds: a sparse or zero-filled tail, a run of bytes
+/// without a newline) as soon as it cannot be JSON: a raw control byte
+/// (JSON text holds none but tab, carriage return and the newline that
+/// ends it), a first byte that does not open an object, or more than `max`
+/// bytes.
+fn read_log_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LogLine> {
+    line.clear();
+    let mut n_read = 0u64;
+    let mut why: Option<String> = None;
+    let mut check = LineCheck::default();
+    let mut terminated = false;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
+        if buffer.is_empty() {
+            break;
+        }
+        let (chunk, done) = match buffer.iter().position(|&byte| byte == b'\n') {
+            Some(at) => (&buffer[..=at], true),
+            None => (buffer, false),
+        };
+        let n = chunk.len();
+        if why.is_none() {
+            line.extend_from_slice(chunk);
+            if line.len() > LOG_LINE_CHECKED_AFTER {
+                why = check.not_json(line, max);
+                if why.is_some() {
+                    line.truncate(LOG_LINE_CHECKED_AFTER);
+                    line.shrink_to_fit();
+                }
+            }
+        }
+        n_read += n as u64;
+        reader.consume(n);
+        if done {
+            terminated = true;
+            break;
+        }
+    }
+    if n_read == 0 {
+        return Ok(LogLine::End);
+    }
+    Ok(match why {
+        None => LogLine::Held { n_read, terminated },
+        Some(why) => LogLine::Skipped {
+            n_read,
+            terminated,
+            why,
+        },
+    })
+}
+
+/// How far [`read_log_line`] has checked the line it holds.
+#[derive(Debug, Default)]
+struct LineCheck {
+    /// Bytes already looked at.
+    checked: usize,
+    /// Whether the first byte that is not whitespace (a `{`) was seen.
+    opened: bool,
+}
+
+impl LineCheck {
+    /// Says why the line held so far cannot be a JSON entry, looking only
+    /// at the bytes not yet checked; `None` while it still could be one.
+    fn not_json(&mut self, line: &[u8], max: usize) -> Option<String> {
+        let start = self.checked;
+        self.checked = line.len();
+        let fresh = &line[start..];
+        if !self.opened {
+            let body = if start == 0 {
+                fresh.strip_prefix(UTF8_BOM).unwrap_or(fresh)
+            } else {
+                fresh
+            };
+            if let Some(&first) = body.iter().find(|byte| !byte.is_ascii_whitespace()) {
+                if first != b'{' {
+                    return Some(format!(
+                        "it starts with byte 0x{first:02x}, not with the `{{` of an entry"
+                    ));
+                }
+                self.opened = true;
+            }
+        }
+        if let Some(at) = fresh
+            .iter()
+            .position(|&byte| byte < 0x20 && !matches!(byte, b'\t' | b'\r' | b'\n'))
+        {
+            return Some(format!(
+                "a raw control byte 0x{:02x} at byte {}, which no JSON line holds",
+                fresh[at],
+                start + at
+            ));
+        }
+        (line.len() > max).then(|| format!("it is longer than {max} bytes, more than any entry"))
+    }
+}
+
 /// Finds the session whose id is `prefix` or starts with it.
 pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummary, StoreError> {
     let dir = dir.as_ref();
@@ -1463,5 +1639,110 @@ mod content_tests {
                 (LineRead::Line, "last".to_owned()),
             ]
         );
+    }
+
+    /// A header, a message, `bad` (a line of its own), then a message
+    /// under the first.
+    fn around(bad: &[u8]) -> Vec<u8> {
+        let mut text = format!("{HEADER}\n{MESSAGE}\n").into_bytes();
+        text.extend_from_slice(bad);
+        text.extend_from_slice(
+            br#"{"type":"message","id":"e_0194c2d0e4c070068000000000000001","parentId":"e_0194c2d0e4c070048000000000000001","timestamp":"t","role":"user","content":[{"type":"text","text":"after"}]}"#,
+        );
+        text.push(b'\n');
+        text
+    }
+
+    /// Reads `text` through a small buffer, as a file arrives in pieces.
+    fn read_in_pieces(text: &[u8]) -> SessionLog {
+        SessionLog::read(BufReader::with_capacity(4096, text), Keep::Outline).expect("reads")
+    }
+
+    #[test]
+    fn a_long_line_that_cannot_be_json_is_read_past_not_held() {
+        let long = 3 * LOG_LINE_CHECKED_AFTER;
+        for (bad, why) in [
+            // A zero-filled stretch (a sparse file, a crash that left zeros).
+            (
+                [b"{".as_slice(), &vec![0u8; long], b"\n"].concat(),
+                "raw control byte 0x00",
+            ),
+            // A run of bytes that does not open an object.
+            (
+                [vec![b'x'; long], b"\n".to_vec()].concat(),
+                "starts with byte 0x78",
+            ),
+        ] {
+            let mut reader = BufReader::with_capacity(4096, &bad[..]);
+            let mut line = Vec::new();
+            let read = read_log_line(&mut reader, &mut line, MAX_LOG_LINE).expect("reads");
+            assert!(
+                matches!(&read, LogLine::Skipped { n_read, terminated: true, why: found } if *n_read == bad.len() as u64 && found.contains(why)),
+                "{read:?}"
+            );
+            assert!(
+                line.len() <= LOG_LINE_CHECKED_AFTER,
+                "{} bytes held",
+                line.len()
+            );
+            // The entries on both sides are read, and the path goes on.
+            let log = read_in_pieces(&around(&bad));
+            assert_eq!(log.entries().len(), 2);
+            assert_eq!(log.path().len(), 2);
+            let messages: Vec<String> = log.diagnostics().iter().map(ToString::to_string).collect();
+            assert_eq!(messages.len(), 1, "{messages:?}");
+            assert!(
+                messages[0].starts_with("line 3")
+                    && messages[0].contains(why)
+                    && messages[0].contains(&format!("its {} bytes were read past", bad.len() - 1)),
+                "{messages:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_valid_line_and_a_long_torn_tail_read_as_before() {
+        // A message of 3 MiB of text is held and read.
+        let text = "y".repeat(3 * LOG_LINE_CHECKED_AFTER);
+        let big = format!(
+            r#"{{"type":"message","id":"e_0194c2d0e4c070078000000000000001","parentId":"e_0194c2d0e4c070048000000000000001","timestamp":"t","role":"user","content":[{{"type":"text","text":"{text}"}}]}}"#
+        );
+        let log = read_in_pieces(
+            &[
+                HEADER.as_bytes(),
+                b"\n",
+                MESSAGE.as_bytes(),
+                b"\n",
+                big.as_bytes(),
+                b"\n",
+            ]
+            .concat(),
+        );
+        assert!(log.is_clean(), "{:?}", log.diagnostics());
+        assert_eq!(log.path().len(), 2);
+        // A zero-filled tail without a newline is a torn last line.
+        let mut torn = format!("{HEADER}\n{MESSAGE}\n{{").into_bytes();
+        torn.extend(vec![0u8; 3 * LOG_LINE_CHECKED_AFTER]);
+        let log = read_in_pieces(&torn);
+        let expected = 1 + 3 * LOG_LINE_CHECKED_AFTER as u64;
+        assert!(
+            matches!(log.diagnostics(), [Diagnostic { kind: DiagnosticKind::TornLine { bytes }, .. }] if *bytes == expected),
+            "{:?}",
+            log.diagnostics()
+        );
+        assert_eq!(log.path().len(), 1);
+    }
+
+    #[test]
+    fn an_outline_leaves_out_the_files_brought_back_after_a_capsule() {
+        let capsule = r#"{"type":"capsule","id":"ck_0194c2d0e4c070088000000000000001","parentId":"e_0194c2d0e4c070048000000000000001","timestamp":"t","trigger":"user","quality":"full","firstKeptEntryId":null,"tokensBefore":40000,"tokensAfter":2000,"summarizer":"deterministic","previousCapsuleId":null,"state":{"model":"fake/m","calibration":{},"autoCompact":true,"skills":[],"pinned":{"agentsMd":null,"system":[]}},"narrative":{"goal":"g","constraints":"","done":"","inProgress":"","pending":"","decisions":"","blockers":"","nextSteps":""},"local":{"originalTask":"g","latestInstructions":[],"filesRead":[],"filesReadMore":0,"filesModified":["a.rs"],"verification":[],"unresolvedErrors":[],"checkpoints":[],"activeSkills":[]},"markdown":"g","rehydrated":{"files":[{"path":"a.rs","text":"fn main() {}\n","totalLines":1,"shownLines":1}],"pathsOnly":["b.rs"]}}"#;
+        let text = format!("{HEADER}\n{MESSAGE}\n{capsule}\n");
+        let rehydrated = |log: &SessionLog| match &log.entries()[1].entry.body {
+            EntryBody::Capsule(capsule) => capsule.rehydrated.clone(),
+            other => panic!("not a capsule: {other:?}"),
+        };
+        let whole = SessionLog::from_bytes(text.as_bytes());
+        assert_eq!(rehydrated(&whole).files.len(), 1);
+        assert!(rehydrated(&read_in_pieces(text.as_bytes())).is_empty());
     }
 }

@@ -485,7 +485,8 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
     }
     let dump_inputs = match &args.dump_inputs {
         Some(path) => {
-            // Never written through a link, as --html.
+            // Never written through a link, as --html; never over a
+            // transcript being replayed (create says why).
             if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
                 return Err(CliError::user(format!(
                     "--dump-inputs {}: the path is a symbolic link",
@@ -493,7 +494,8 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
                 ))
                 .hint("pass the path of a regular file"));
             }
-            let dump = replay::fidelity::InputDump::create(path)
+            let replayed: Vec<&std::path::Path> = args.path.iter().map(|p| p.as_path()).collect();
+            let dump = replay::fidelity::InputDump::create(path, &replayed)
                 .map_err(|err| CliError::user(replay::error_text(&err)).hint("check that its folder exists and is writable and that the disk has room, or pass another --dump-inputs FILE"))?;
             Some(std::sync::Arc::new(dump))
         }

@@ -638,8 +638,14 @@ pub(crate) fn import_rollout(
                 b.count_record(kind);
                 run.close();
                 let summary = payload.get("message").map(text_of).unwrap_or_default();
-                let history = payload.get("replacement_history").and_then(Value::as_array);
-                let Some(history) = history else {
+                let history = payload.get("replacement_history");
+                if let Some(other) = history.filter(|history| !history.is_array()) {
+                    b.diag(format!(
+                        "line {line_no}: replacement_history is {}, not a list; the compaction keeps nothing from it",
+                        json_kind(other)
+                    ));
+                }
+                let Some(history) = history.and_then(Value::as_array) else {
                     b.push_capsule(
                         summary,
                         format!("line:{line_idx}"),
@@ -820,10 +826,10 @@ fn replacement_history(
     let line_no = line_idx + 1;
     let mut messages: Vec<Message> = Vec::new();
     let mut encrypted = 0usize;
-    let mut skipped: Vec<String> = Vec::new();
+    let mut skipped = Skipped::default();
     for item in history {
         let Some(item) = item.as_object() else {
-            skipped.push("a non-object item".to_owned());
+            skipped.add("non-object");
             continue;
         };
         match (str_field(item, "type"), str_field(item, "role")) {
@@ -846,7 +852,14 @@ fn replacement_history(
                 messages.push(message);
             }
             (Some("compaction" | "compaction_summary"), _) => encrypted += 1,
-            (kind, _) => skipped.push(format!("{:?}", kind.unwrap_or("?"))),
+            (kind, _) => {
+                let kind: String = kind
+                    .unwrap_or("?")
+                    .chars()
+                    .take(Skipped::KIND_CHARS)
+                    .collect();
+                skipped.add(&format!("{kind:?}"));
+            }
         }
     }
     let n_user = messages.iter().filter(|m| m.role == Role::User).count();
@@ -882,11 +895,67 @@ fn replacement_history(
     for message in messages {
         b.push_message(message, timestamp.clone());
     }
-    if !skipped.is_empty() {
+    if skipped.n_items > 0 {
         b.diag(format!(
             "line {line_no}: replacement history items skipped: {}",
-            skipped.join(", ")
+            skipped.summary()
         ));
+    }
+}
+
+/// The kinds of JSON value, for a field of the wrong type.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The replacement history items left out, counted by kind: the first
+/// [`Skipped::KINDS_NAMED`] kinds are named (each cut to
+/// [`Skipped::KIND_CHARS`] characters by the caller), the rest counted, so
+/// a history of a million odd items gives one short diagnostic.
+#[derive(Debug, Default)]
+struct Skipped {
+    kinds: Vec<(String, usize)>,
+    n_items: usize,
+    n_other: usize,
+}
+
+impl Skipped {
+    const KINDS_NAMED: usize = 5;
+    const KIND_CHARS: usize = 40;
+
+    fn add(&mut self, kind: &str) {
+        self.n_items += 1;
+        if let Some(slot) = self.kinds.iter_mut().find(|(named, _)| *named == kind) {
+            slot.1 += 1;
+        } else if self.kinds.len() < Self::KINDS_NAMED {
+            self.kinds.push((kind.to_owned(), 1));
+        } else {
+            self.n_other += 1;
+        }
+    }
+
+    fn summary(&self) -> String {
+        let mut parts: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|(kind, n)| match (kind.as_str(), *n) {
+                ("non-object", 1) => "a non-object item".to_owned(),
+                ("non-object", n) => format!("{n} non-object items"),
+                (kind, 1) => kind.to_owned(),
+                (kind, n) => format!("{kind} ×{n}"),
+            })
+            .collect();
+        if self.n_other > 0 {
+            parts.push(format!("{} items of other kinds", self.n_other));
+        }
+        parts.join(", ")
     }
 }
 
