@@ -166,6 +166,49 @@ fn check_reports_damage_with_line_numbers_and_exits_1() {
 }
 
 #[test]
+fn check_names_a_parent_loop() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let file = sandbox.session_files().remove(0);
+    let start = std::fs::metadata(&file).unwrap().len();
+    // Two hand-edited messages whose parents lead to each other.
+    let a = "e_0194c2d0e4c07f028000000000000a0a";
+    let b = "e_0194c2d0e4c07f028000000000000b0b";
+    let first = format!(
+        r#"{{"type":"message","id":"{a}","parentId":"{b}","timestamp":"t","role":"user","content":[{{"type":"text","text":"one"}}]}}"#
+    );
+    let second = format!(
+        r#"{{"type":"message","id":"{b}","parentId":"{a}","timestamp":"t","role":"assistant","content":[{{"type":"text","text":"two"}}]}}"#
+    );
+    let mut appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    writeln!(appended, "{first}\n{second}").unwrap();
+    drop(appended);
+    let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+    let output = sandbox.run(&["show", &id, "--check"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some(
+            format!(
+                "line {} (byte {start}): the parentId chain of entry {a} loops back to it ({a} → {b} → {a}), so none of these 2 entries reaches the session's root; a path through them starts where the loop is entered (fix or remove the parentId that closes it)",
+                lines - 1
+            )
+            .as_str()
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("loops back").count(),
+        1,
+        "one problem per loop: {stdout}"
+    );
+}
+
+#[test]
 fn check_tells_what_resume_does_with_a_damaged_capsule() {
     let sandbox = Sandbox::new();
     let id = imported(&sandbox, &pi_session("Fix the failing test."));
