@@ -158,6 +158,12 @@ impl fmt::Display for CliError {
 /// (the environment), or `None` for one that points at a bug.
 pub fn environment_hint(err: &std::io::Error) -> Option<&'static str> {
     use std::io::ErrorKind as Kind;
+    // ELOOP has no stable `ErrorKind` yet (it reads as `Uncategorized`).
+    if err.raw_os_error() == Some(libc::ELOOP) {
+        return Some(
+            "a symbolic link on the path loops (or links are nested too deeply): check it with `readlink -f` and give the real folder",
+        );
+    }
     let hint = match err.kind() {
         Kind::PermissionDenied => {
             "permission denied: check the owner and mode of the file and its folder (ls -l), or use another location (SOBA_HOME, --session-dir, --out)"
@@ -379,6 +385,28 @@ mod tests {
             assert_eq!(error.exit_code(), 1, "errno {code}: {error}");
             let raw = CliError::from(Error::from_raw_os_error(code));
             assert_eq!(raw.exit_code(), 1, "errno {code}: {raw}");
+        }
+    }
+
+    #[test]
+    fn a_symlink_loop_is_an_environment_error_with_its_hint() {
+        let store = soba_store::StoreError::Io {
+            action: "list",
+            path: Path::new("/s/loop").to_path_buf(),
+            source: Error::from_raw_os_error(libc::ELOOP),
+        };
+        for error in [
+            CliError::from(Error::from_raw_os_error(libc::ELOOP)),
+            CliError::from(store),
+        ] {
+            assert_eq!(error.exit_code(), 1, "{error}");
+            assert_eq!(
+                error.hints,
+                vec![
+                    "a symbolic link on the path loops (or links are nested too deeply): check it with `readlink -f` and give the real folder"
+                ],
+                "{error}"
+            );
         }
     }
 

@@ -1,18 +1,19 @@
 //! The full validation of a session log behind `soba show --check`, shared
 //! so importers' output can be held to the same rules in tests.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use soba_core::{Block, EntryBody, EntryId, Role};
 
-use crate::reader::SessionLog;
+use crate::reader::{LoggedEntry, SessionLog};
 
 /// Returns every problem `soba show --check` reports: each reader
 /// diagnostic, then each reference the path depends on that does not hold
 /// (a tool result with no earlier call, a tool call the conversation went
 /// on without answering, a capsule keeping from an entry not before it or
 /// rolling up one not in the log, a hygiene entry pruning past the path, a
-/// leaf naming a missing entry), each with its line.
+/// leaf naming a missing entry), each with its line; last, each `parentId`
+/// loop (entries that lead back to themselves instead of to the root).
 ///
 /// A call is unanswered when a later response follows it, with no capsule
 /// between, and no result for it came first: the model was sent its call
@@ -105,5 +106,77 @@ pub fn problems(log: &SessionLog) -> Vec<String> {
             ));
         }
     }
+    problems.extend(parent_loops(log));
     problems
+}
+
+/// The most ids of one loop named in its problem.
+const LOOP_IDS_SHOWN: usize = 6;
+
+/// Returns one problem for each `parentId` loop in the log (a hand edit can
+/// make entries lead back to themselves): none of its entries reaches the
+/// root, and a path through it starts where the loop is entered. Each entry
+/// is walked once, so a long log costs linear time.
+fn parent_loops(log: &SessionLog) -> Vec<String> {
+    let mut problems = Vec::new();
+    // The walk that first reached each entry.
+    let mut reached: HashMap<&EntryId, usize> = HashMap::new();
+    let mut chain: Vec<&LoggedEntry> = Vec::new();
+    for (walk, start) in log.entries().iter().enumerate() {
+        chain.clear();
+        let mut cursor = Some(start);
+        while let Some(logged) = cursor {
+            if matches!(logged.entry.body, EntryBody::Leaf { .. }) {
+                break;
+            }
+            match reached.get(&logged.entry.id) {
+                Some(&earlier) if earlier == walk => {
+                    let from = chain
+                        .iter()
+                        .position(|seen| seen.entry.id == logged.entry.id)
+                        .expect("an entry this walk reached is on its chain");
+                    problems.push(describe_loop(&chain[from..]));
+                    break;
+                }
+                Some(_) => break,
+                None => {}
+            }
+            reached.insert(&logged.entry.id, walk);
+            chain.push(logged);
+            cursor = logged
+                .entry
+                .parent_id
+                .as_ref()
+                .and_then(|parent| log.entry(parent));
+        }
+    }
+    problems
+}
+
+/// Names a loop at its entry that comes first in the file, following the
+/// parents from it.
+fn describe_loop(members: &[&LoggedEntry]) -> String {
+    let first = members
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, logged)| logged.location.offset)
+        .map_or(0, |(index, _)| index);
+    let mut ids: Vec<String> = members[first..]
+        .iter()
+        .chain(&members[..first])
+        .take(LOOP_IDS_SHOWN)
+        .map(|logged| logged.entry.id.to_string())
+        .collect();
+    if members.len() > LOOP_IDS_SHOWN {
+        ids.push(format!("… ({} more)", members.len() - LOOP_IDS_SHOWN));
+    }
+    let head = members[first];
+    ids.push(head.entry.id.to_string());
+    format!(
+        "{}: the parentId chain of entry {} loops back to it ({}), so none of these {} entries reaches the session's root; a path through them starts where the loop is entered (fix or remove the parentId that closes it)",
+        head.location,
+        head.entry.id,
+        ids.join(" → "),
+        members.len()
+    )
 }

@@ -982,10 +982,61 @@ pub fn session_path(dir: impl AsRef<Path>, id: &crate::log::SessionId) -> PathBu
 /// files excluded), most
 /// recently modified first. A missing directory has no sessions.
 pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, StoreError> {
+    list_sessions_and_skipped(dir).map(|(sessions, _)| sessions)
+}
+
+/// An entry of a sessions folder named like a session log (`*.jsonl`) that
+/// is not a regular file, so it is not listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedEntry {
+    /// Its file name.
+    pub name: String,
+    /// What it is instead, e.g. `a FIFO`, `a broken symbolic link`.
+    pub kind: String,
+}
+
+/// Says what a `*.jsonl` entry that is not a regular file is.
+fn skipped_kind(path: &Path, metadata: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let file_type = metadata.file_type();
+    if file_type.is_symlink() {
+        return match std::fs::metadata(path) {
+            Ok(_) => "a symbolic link (sessions are read from regular files only)".to_owned(),
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                "a symbolic link loop".to_owned()
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                "a broken symbolic link".to_owned()
+            }
+            Err(err) => format!("a symbolic link that cannot be followed ({err})"),
+        };
+    }
+    let kind = if file_type.is_dir() {
+        "a folder"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else {
+        "a special file"
+    };
+    kind.to_owned()
+}
+
+/// [`list_sessions`], plus the `*.jsonl` entries it skipped because they
+/// are not regular files (FIFOs, sockets, folders, links), by name.
+pub fn list_sessions_and_skipped(
+    dir: impl AsRef<Path>,
+) -> Result<(Vec<SessionSummary>, Vec<SkippedEntry>), StoreError> {
     let dir = dir.as_ref();
+    let mut skipped = Vec::new();
     let read_dir = match std::fs::read_dir(dir) {
         Ok(read_dir) => read_dir,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((Vec::new(), skipped));
+        }
         Err(err) => return Err(StoreError::io("list", dir, err)),
     };
     let mut sessions = Vec::new();
@@ -1004,10 +1055,21 @@ pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, Store
         {
             continue;
         }
-        let Ok(metadata) = dir_entry.metadata() else {
-            continue;
+        let metadata = match dir_entry.metadata() {
+            Ok(metadata) => metadata,
+            Err(err) => {
+                skipped.push(SkippedEntry {
+                    name: name.to_owned(),
+                    kind: format!("unreadable ({err})"),
+                });
+                continue;
+            }
         };
         if !metadata.is_file() {
+            skipped.push(SkippedEntry {
+                name: name.to_owned(),
+                kind: skipped_kind(&path, &metadata),
+            });
             continue;
         }
         let mut summary = SessionSummary {
@@ -1030,7 +1092,8 @@ pub fn list_sessions(dir: impl AsRef<Path>) -> Result<Vec<SessionSummary>, Store
         sessions.push(summary);
     }
     sessions.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| a.id.cmp(&b.id)));
-    Ok(sessions)
+    skipped.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((sessions, skipped))
 }
 
 /// Reads only line 1 of a session file; the error says why it is not a header.

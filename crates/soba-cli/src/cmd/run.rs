@@ -4,12 +4,14 @@
 //! until its result line replaces it (SPEC §11.2) — and `--json` writes
 //! the engine's events as JSON lines on stdout. Exit
 //! codes: 0 completed, 1 failed or configuration error, 2 usage, 130
-//! SIGINT, 255 internal; the last stderr line names the reason.
+//! SIGINT, 143 SIGTERM, 129 SIGHUP, 255 internal; the last stderr line
+//! names the reason. A signal mid-reply saves the text streamed so far as
+//! an assistant message ending in an `[interrupted by …]` mark.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use soba_core::EntryBody;
+use soba_core::{Block, EntryBody, Message, Role};
 use soba_engine::agent::Agent;
 use soba_engine::barrier::EventSink;
 use soba_engine::event::{EngineEvent, TurnEnd};
@@ -95,6 +97,9 @@ struct Printer {
     stderr: Mutex<Stderr>,
     /// The session log, read for the length that keeps its ids unique.
     log: Option<std::path::PathBuf>,
+    /// The text streamed since the last appended assistant message: what
+    /// a signal mid-reply saves as the interrupted reply.
+    streamed: Mutex<String>,
 }
 
 impl Printer {
@@ -120,6 +125,13 @@ impl Printer {
     }
 
     fn print(&self, event: EngineEvent) {
+        if let Ok(mut streamed) = self.streamed.lock() {
+            match &event {
+                EngineEvent::TextDelta { text } => streamed.push_str(text),
+                EngineEvent::AssistantMessage { .. } => streamed.clear(),
+                _ => {}
+            }
+        }
         if self.json {
             let mut stdout = crate::output::stdout();
             let _ = writeln!(
@@ -324,12 +336,14 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     );
     let log = core.log_path().to_path_buf();
     let core = Arc::new(tokio::sync::Mutex::new(core));
+    let session = core.clone();
     let printer = Arc::new(Printer {
         log: Some(log),
         json: args.json,
         tools: tools.clone(),
         policy: policy.clone(),
         at_line_start: Mutex::new(true),
+        streamed: Mutex::new(String::new()),
         stderr: Mutex::new(Stderr::new(
             Box::new(crate::output::raw_stderr()),
             crate::output::stderr_is_terminal(),
@@ -347,25 +361,26 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         text_tool_calls: setup.text_tool_calls,
     };
     let runtime = engine::runtime()?;
-    let (end, interrupted) = runtime.block_on(async {
+    let (end, stopped) = runtime.block_on(async {
+        let mut signals = StopSignals::install()?;
         let cancel = CancellationToken::new();
         let turn = agent.run_turn(&args.prompt, &cancel);
         tokio::pin!(turn);
-        let mut interrupted = false;
+        let mut stopped: Option<Stop> = None;
         loop {
             tokio::select! {
-                end = &mut turn => break (end, interrupted),
-                signal = tokio::signal::ctrl_c() => {
-                    if signal.is_err() || interrupted {
-                        // A second Ctrl-C does not wait for the turn.
-                        break (Ok(TurnEnd::Cancelled), true);
+                end = &mut turn => break Ok::<_, CliError>((end, stopped)),
+                stop = signals.recv() => {
+                    if stopped.is_some() {
+                        // A second signal does not wait for the turn.
+                        break Ok((Ok(TurnEnd::Cancelled), stopped));
                     }
-                    interrupted = true;
+                    stopped = Some(stop);
                     cancel.cancel();
                 }
             }
         }
-    });
+    })?;
     printer.end_stdout_line();
     let end = end?;
     tracing::info!(session = %session_id, end = ?end, "soba run: turn ended");
@@ -382,18 +397,152 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         TurnEnd::Failed(reason) => Err(CliError::user(format!(
             "turn failed: {reason} ({in_session})"
         ))),
-        TurnEnd::Cancelled if interrupted => Err(CliError {
-            kind: ErrorKind::Interrupted,
-            message: format!("interrupted (SIGINT): the turn was cancelled ({in_session})"),
-            source: None,
-            hints: Vec::new(),
-        }),
-        TurnEnd::Cancelled => Err(CliError::user(format!(
-            "the turn was cancelled ({in_session})"
-        ))),
+        TurnEnd::Cancelled => match stopped {
+            Some(stop) => {
+                let partial = printer
+                    .streamed
+                    .lock()
+                    .map(|mut streamed| std::mem::take(&mut *streamed))
+                    .unwrap_or_default();
+                Err(save_interrupted(
+                    &runtime,
+                    &session,
+                    stop,
+                    partial,
+                    &ctx.locations.sessions_dir,
+                    session_id.as_str(),
+                ))
+            }
+            None => Err(CliError::user(format!(
+                "the turn was cancelled ({in_session})"
+            ))),
+        },
         TurnEnd::Stale => Err(CliError::user(format!(
             "the turn ended: the session moved during compaction ({in_session})"
         ))),
+    }
+}
+
+/// A signal that stops `soba run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGINT (Ctrl-C): exit 130.
+    Interrupt,
+    /// SIGTERM: exit 143.
+    Terminate,
+    /// SIGHUP (the terminal was closed): exit 129.
+    HangUp,
+}
+
+impl Stop {
+    fn name(self) -> &'static str {
+        match self {
+            Stop::Interrupt => "SIGINT",
+            Stop::Terminate => "SIGTERM",
+            Stop::HangUp => "SIGHUP",
+        }
+    }
+
+    fn kind(self) -> ErrorKind {
+        match self {
+            Stop::Interrupt => ErrorKind::Interrupted,
+            Stop::Terminate => ErrorKind::Terminated,
+            Stop::HangUp => ErrorKind::HungUp,
+        }
+    }
+}
+
+/// The handlers of the signals that stop a turn.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers; must run inside the runtime.
+    fn install() -> CliResult<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind| {
+            signal(kind).map_err(|err| {
+                CliError::internal("cannot install the signal handlers").caused_by(err)
+            })
+        };
+        Ok(StopSignals {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+            hangup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for the next stop signal.
+    async fn recv(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.interrupt.recv() => Stop::Interrupt,
+            _ = self.terminate.recv() => Stop::Terminate,
+            _ = self.hangup.recv() => Stop::HangUp,
+        }
+    }
+}
+
+/// The text block that ends a reply cut off by a signal, in the log and
+/// so in the model's next input.
+fn interrupted_mark(stop: Stop) -> String {
+    format!(
+        "[interrupted by {}: the reply was cut off here]",
+        stop.name()
+    )
+}
+
+/// Appends the text a signal cut off as an assistant message marked
+/// interrupted, and returns the error `soba run` exits with: one line
+/// saying what was saved and how to resume.
+fn save_interrupted(
+    runtime: &tokio::runtime::Runtime,
+    session: &Arc<tokio::sync::Mutex<SessionCore>>,
+    stop: Stop,
+    partial: String,
+    sessions_dir: &std::path::Path,
+    session_id: &str,
+) -> CliError {
+    let signal = stop.name();
+    let error = |message: String| CliError {
+        kind: stop.kind(),
+        message,
+        source: None,
+        hints: Vec::new(),
+    };
+    if partial.trim().is_empty() {
+        return error(format!(
+            "interrupted ({signal}): the turn was cancelled before any reply; {}",
+            crate::context::resume_hint(sessions_dir, session_id)
+        ));
+    }
+    let chars = partial.chars().count();
+    let appended = runtime.block_on(async {
+        let mut core = session.lock().await;
+        let mut message = Message::new(
+            Role::Assistant,
+            vec![Block::Text(partial), Block::Text(interrupted_mark(stop))],
+        );
+        message.model = Some(core.model_id().to_owned());
+        core.append_message(message)
+    });
+    match appended {
+        Ok(_) => error(format!(
+            "interrupted ({signal}): the turn was cancelled; its partial reply ({chars} characters, marked interrupted) is in the log; {}",
+            crate::context::resume_hint(sessions_dir, session_id)
+        )),
+        Err(err) => {
+            let cause = CliError::from(err);
+            let mut failed = error(format!(
+                "interrupted ({signal}): the turn was cancelled and its partial reply ({chars} characters) could not be saved: {}",
+                cause.message
+            ));
+            failed.source = cause.source;
+            failed.hints = cause.hints;
+            failed
+        }
     }
 }
 
@@ -444,6 +593,7 @@ mod tests {
             tools: Arc::new(ToolRegistry::builtin()),
             policy: ApprovalPolicy::default(),
             at_line_start: Mutex::new(true),
+            streamed: Mutex::new(String::new()),
             stderr: Mutex::new(Stderr::new(Box::new(captured.clone()), terminal)),
         };
         let progress = |percent| EngineEvent::CompactionProgress {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use soba_core::terminal::sanitize_line;
-use soba_store::reader::{SessionSummary, has_content, list_sessions};
+use soba_store::reader::{SessionSummary, SkippedEntry, has_content, list_sessions_and_skipped};
 
 use crate::cli::{GlobalArgs, SessionsArgs};
 use crate::context::Context;
@@ -21,7 +21,11 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(global)?;
     ctx.print_warnings();
     let dir = &ctx.locations.sessions_dir;
-    let listed = list_sessions(dir)?;
+    let (listed, skipped) = list_sessions_and_skipped(dir)?;
+    if !skipped.is_empty() {
+        // On stderr, so `--json` stays one document.
+        crate::output::errln!("{}", skipped_note(&skipped));
+    }
     let n_listed = listed.len();
     // Unused sessions (opened and left before anything was said) are
     // hidden unless asked for; an unreadable header is always shown.
@@ -70,6 +74,23 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
         writeln!(stdout, "{}", hidden_note(n_hidden))?;
     }
     Ok(stdout.flush()?)
+}
+
+/// The one line naming the `*.jsonl` entries that are not session logs;
+/// the names come from the folder, so the line is escaped.
+fn skipped_note(skipped: &[SkippedEntry]) -> String {
+    let listed: Vec<String> = skipped
+        .iter()
+        .map(|entry| format!("{} ({})", entry.name, entry.kind))
+        .collect();
+    let line = format!(
+        "note: skipped {} entr{} that {} not session logs: {}",
+        skipped.len(),
+        if skipped.len() == 1 { "y" } else { "ies" },
+        if skipped.len() == 1 { "is" } else { "are" },
+        listed.join(", ")
+    );
+    sanitize_line(&line).into_owned()
 }
 
 fn hidden_note(n_hidden: usize) -> String {

@@ -476,6 +476,111 @@ async fn sigint_cancels_the_turn_with_exit_130() {
     );
 }
 
+/// SIGINT, SIGTERM and SIGHUP while a reply streams: the text streamed so
+/// far is saved as an assistant message marked interrupted, one line says
+/// so and how to resume, the exit code is 128 + the signal, and the log
+/// passes `soba show --check`.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_mid_reply_saves_the_partial_reply_marked_interrupted() {
+    use soba_provider::fake::{Frame, StreamEnd};
+    use tokio::io::AsyncReadExt;
+
+    for (signal, code) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
+        let server = FakeServer::start().await.unwrap();
+        let sandbox = sandbox_for(&server, json!({}));
+        let chunk = |content: &str| {
+            Frame::data(
+                &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "test-model",
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": null}]})
+                .to_string(),
+            )
+        };
+        // Two pieces, then the server goes silent mid-reply.
+        server.push(Script::Stream {
+            frames: vec![chunk("The partial "), chunk("answer so far.")],
+            end: StreamEnd::Stall(Duration::from_secs(60)),
+        });
+        let mut command = tokio::process::Command::from(sandbox.command(&["run", "hello"]));
+        command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let pid = child.id().expect("the child is running");
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut shown = Vec::new();
+        let wait = async {
+            let mut buffer = [0u8; 256];
+            while !text(&shown).contains("The partial answer so far.") {
+                let read = stdout.read(&mut buffer).await.unwrap();
+                assert_ne!(read, 0, "stdout closed before the reply streamed");
+                shown.extend_from_slice(&buffer[..read]);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), wait)
+            .await
+            .expect("the partial reply is printed");
+        assert!(send_signal(signal, pid), "SIG{signal} could not be sent");
+        let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+            .await
+            .expect("soba exits after the signal")
+            .unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "SIG{signal}: {stderr}");
+        let log = sandbox.session_files().remove(0);
+        let id = log.file_stem().unwrap().to_string_lossy().into_owned();
+        let short: String = id.chars().take(8).collect();
+        assert_eq!(
+            last_line(&stderr),
+            format!(
+                "error: interrupted (SIG{signal}): the turn was cancelled; its partial reply (26 characters, marked interrupted) is in the log; session {short}… saved — resume with `soba -c` (or `soba -r {short}`)"
+            ),
+            "{stderr}"
+        );
+        let check = sandbox.run(&["show", &id, "--check"]);
+        assert_eq!(
+            check.status.code(),
+            Some(0),
+            "SIG{signal}: {}{}",
+            text(&check.stdout),
+            text(&check.stderr)
+        );
+        let saved = soba_store::read_log(&log).unwrap();
+        let path = saved.path();
+        let last = path.last().expect("the log has entries");
+        let soba_core::EntryBody::Message(soba_core::MessageEntry { message, .. }) =
+            &last.entry.body
+        else {
+            panic!("the last entry is not a message: {last:?}");
+        };
+        assert_eq!(message.role, soba_core::Role::Assistant);
+        assert_eq!(
+            message.text(),
+            format!(
+                "The partial answer so far.\n[interrupted by SIG{signal}: the reply was cut off here]"
+            )
+        );
+        // The next turn goes on from it.
+        server.push(Script::stream(Dialect::Chat, &Reply::text("Resumed.")));
+        let resumed = run(&sandbox, &["-c", "go on"]).await;
+        assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+        let sent = body(server.requests().last().unwrap());
+        assert!(
+            sent.contains("The partial answer so far.") && sent.contains("[interrupted by SIG"),
+            "{sent}"
+        );
+    }
+}
+
+/// Sends a signal to our own child with the `kill` command.
+#[cfg(unix)]
+fn send_signal(signal: &str, pid: u32) -> bool {
+    std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 /// Sends SIGINT to our own child with the `kill` command (the workspace
 /// denies unsafe code, so no libc call).
 #[cfg(unix)]

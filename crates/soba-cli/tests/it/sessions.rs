@@ -166,6 +166,99 @@ fn check_reports_damage_with_line_numbers_and_exits_1() {
 }
 
 #[test]
+fn a_session_dir_inside_a_symlink_loop_is_named_with_exit_1() {
+    let sandbox = Sandbox::new();
+    let root = sandbox.home.join("loop");
+    std::fs::create_dir_all(&root).unwrap();
+    std::os::unix::fs::symlink(root.join("b"), root.join("a")).unwrap();
+    std::os::unix::fs::symlink(root.join("a"), root.join("b")).unwrap();
+    let dir = root.join("a").join("sessions");
+    let output = sandbox.run(&["--session-dir", dir.to_str().unwrap(), "sessions"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        last_line(&stderr),
+        "hint: a symbolic link on the path loops (or links are nested too deeply): check it with `readlink -f` and give the real folder",
+        "{stderr}"
+    );
+    assert!(stderr.contains(&dir.display().to_string()), "{stderr}");
+}
+
+#[test]
+fn sessions_names_the_entries_that_are_not_session_logs_in_one_line() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let dir = sandbox.sessions_dir();
+    let fifo = dir.join("f\u{1b}[31m.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let _socket = std::os::unix::net::UnixListener::bind(dir.join("s.jsonl")).unwrap();
+    std::fs::create_dir(dir.join("d.jsonl")).unwrap();
+    std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("b.jsonl")).unwrap();
+    std::os::unix::fs::symlink(dir.join("l2.jsonl"), dir.join("l1.jsonl")).unwrap();
+    std::os::unix::fs::symlink(dir.join("l1.jsonl"), dir.join("l2.jsonl")).unwrap();
+    let output = sandbox.run_ok(&["sessions"]);
+    assert!(
+        text(&output.stdout).contains(&id[..8]),
+        "{}",
+        text(&output.stdout)
+    );
+    assert_eq!(
+        text(&output.stderr),
+        "note: skipped 6 entries that are not session logs: b.jsonl (a broken symbolic link), d.jsonl (a folder), f\\x1b[31m.jsonl (a FIFO), l1.jsonl (a symbolic link loop), l2.jsonl (a symbolic link loop), s.jsonl (a socket)\n"
+    );
+    let json = sandbox.run_ok(&["sessions", "--json"]);
+    let rows: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(rows.len(), 1);
+}
+
+#[test]
+fn check_names_a_parent_loop() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let file = sandbox.session_files().remove(0);
+    let start = std::fs::metadata(&file).unwrap().len();
+    // Two hand-edited messages whose parents lead to each other.
+    let a = "e_0194c2d0e4c07f028000000000000a0a";
+    let b = "e_0194c2d0e4c07f028000000000000b0b";
+    let first = format!(
+        r#"{{"type":"message","id":"{a}","parentId":"{b}","timestamp":"t","role":"user","content":[{{"type":"text","text":"one"}}]}}"#
+    );
+    let second = format!(
+        r#"{{"type":"message","id":"{b}","parentId":"{a}","timestamp":"t","role":"assistant","content":[{{"type":"text","text":"two"}}]}}"#
+    );
+    let mut appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    writeln!(appended, "{first}\n{second}").unwrap();
+    drop(appended);
+    let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+    let output = sandbox.run(&["show", &id, "--check"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some(
+            format!(
+                "line {} (byte {start}): the parentId chain of entry {a} loops back to it ({a} → {b} → {a}), so none of these 2 entries reaches the session's root; a path through them starts where the loop is entered (fix or remove the parentId that closes it)",
+                lines - 1
+            )
+            .as_str()
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("loops back").count(),
+        1,
+        "one problem per loop: {stdout}"
+    );
+}
+
+#[test]
 fn check_tells_what_resume_does_with_a_damaged_capsule() {
     let sandbox = Sandbox::new();
     let id = imported(&sandbox, &pi_session("Fix the failing test."));

@@ -107,6 +107,27 @@ pub enum ToolError {
         /// The canonical root.
         root: PathBuf,
     },
+    /// The path passed the name check, but a folder on it was replaced by a
+    /// symlink leading out of the root before the file was opened (another
+    /// program moving files during the call). Nothing was read or written
+    /// through it; a retry helps once the path stays put.
+    #[error(
+        "`{path}` changed during the call: a folder on it was replaced by a symbolic link leading out of the workspace root {root} between soba's check and its open, so soba refused it and read or wrote nothing through it; retry the call, and if this repeats, another program is moving files there"
+    )]
+    ChangedDuringCall {
+        /// The path as given.
+        path: String,
+        /// The canonical root.
+        root: PathBuf,
+    },
+    /// `write_file` was given a path ending in `/`, which names a folder.
+    #[error(
+        "`{path}` ends in `/`, so it names a folder, not a file; write_file writes files: give the file's path without the trailing `/` (folders are created as needed)"
+    )]
+    NamesFolder {
+        /// The path as given.
+        path: String,
+    },
     /// The path is, or goes through, a symlink whose target does not exist;
     /// writing through it would create a file wherever it points.
     #[error(

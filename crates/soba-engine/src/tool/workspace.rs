@@ -168,7 +168,7 @@ impl Workspace {
                 }
             }
             Ok(None) => Ok(resolved),
-            Err(error) => Err(self.beneath_error(&shown, inside, error)),
+            Err(error) => Err(self.beneath_error(&shown, error)),
         }
     }
 
@@ -182,7 +182,7 @@ impl Workspace {
         let (file, meta) = self
             .beneath
             .open_regular(inside, Links::FollowBeneath)
-            .map_err(|error| self.beneath_error(path, inside, error))?;
+            .map_err(|error| self.beneath_error(path, error))?;
         Ok((file, meta, resolved))
     }
 
@@ -201,12 +201,12 @@ impl Workspace {
         if let Some(parent) = inside.parent() {
             self.beneath
                 .create_dir_all(parent)
-                .map_err(|error| self.beneath_error(path, parent, error))?;
+                .map_err(|error| self.beneath_error(path, error))?;
         }
         let replaced = self
             .beneath
             .replace(inside, bytes)
-            .map_err(|error| self.beneath_error(path, inside, error))?;
+            .map_err(|error| self.beneath_error(path, error))?;
         Ok((replaced, resolved))
     }
 
@@ -238,19 +238,14 @@ impl Workspace {
     }
 
     /// Turns a failure beneath the root into the tool error the model sees.
-    fn beneath_error(&self, shown: &str, inside: &Path, error: BeneathError) -> ToolError {
+    fn beneath_error(&self, shown: &str, error: BeneathError) -> ToolError {
         let shown = shown.to_owned();
         match error {
-            // The name check passed, so a link on the way changed since:
-            // say where it leads now, as the name check would have.
-            BeneathError::Escape { .. } => {
-                let joined = self.root.join(inside);
-                ToolError::SymlinkEscape {
-                    path: shown,
-                    target: fs::canonicalize(&joined).unwrap_or(joined),
-                    root: self.root.clone(),
-                }
-            }
+            // The name check passed, so a link on the way changed since.
+            BeneathError::Escape { .. } => ToolError::ChangedDuringCall {
+                path: shown,
+                root: self.root.clone(),
+            },
             BeneathError::NotRegular {
                 kind: FileKind::Directory,
                 ..
@@ -312,6 +307,26 @@ mod tests {
             PathBuf::from("/a/c/d")
         );
         assert_eq!(normalize(Path::new("/a/../../..")), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn an_escape_after_the_name_check_says_the_path_changed_during_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(dir.path()).unwrap();
+        let error = workspace.beneath_error(
+            "sub/a.txt",
+            BeneathError::Escape {
+                path: PathBuf::from("sub/a.txt"),
+                root: workspace.root().to_path_buf(),
+            },
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "`sub/a.txt` changed during the call: a folder on it was replaced by a symbolic link leading out of the workspace root {} between soba's check and its open, so soba refused it and read or wrote nothing through it; retry the call, and if this repeats, another program is moving files there",
+                workspace.root().display()
+            )
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use soba_store::beneath::Replaced;
 
 use super::args::Args;
 
-use super::{Tool, ToolContext, ToolFuture, ToolOutcome, Workspace, run_blocking};
+use super::{Tool, ToolContext, ToolError, ToolFuture, ToolOutcome, Workspace, run_blocking};
 
 /// The `write_file` tool.
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,6 +53,12 @@ impl Tool for WriteFile {
 }
 
 fn write_file(workspace: &Workspace, path: &str, content: &str) -> ToolOutcome {
+    if path.ends_with('/') {
+        return ToolError::NamesFolder {
+            path: path.to_owned(),
+        }
+        .into();
+    }
     // A temporary file in the parent folder's handle, renamed over the name:
     // a folder swapped for a link, or a link planted on the name, cannot
     // send the bytes outside the workspace.

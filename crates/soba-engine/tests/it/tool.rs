@@ -245,6 +245,24 @@ async fn write_file_creates_parents_and_overwrites() {
 }
 
 #[tokio::test]
+async fn write_file_says_a_path_ending_in_a_slash_names_a_folder() {
+    let fx = Fixture::new();
+    for path in ["a.txt/", "sub/a.txt/"] {
+        fx.check(
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            &format!(
+                "`{path}` ends in `/`, so it names a folder, not a file; write_file writes files: give the file's path without the trailing `/` (folders are created as needed)"
+            ),
+            true,
+        )
+        .await;
+    }
+    assert!(!fx.root().join("a.txt").exists());
+    assert!(!fx.root().join("sub").exists());
+}
+
+#[tokio::test]
 async fn edit_file_replaces_exactly_one_match_unless_replace_all() {
     let fx = Fixture::new();
     fx.write("f.txt", "let a = 1;\nlet b = 1;\nlet c = 2;\n");
