@@ -812,6 +812,13 @@ impl AppState {
             Overlay::Picker(mut picker) => match key.code {
                 KeyCode::Esc | KeyCode::Char('q') => {
                     self.overlay = None;
+                    if picker.purpose == PickerPurpose::Resume && self.header.model.is_empty() {
+                        // `soba -r` closed without a choice: no session is
+                        // open, and an empty screen does not say what now.
+                        self.note(
+                            "no session open: type a message to start a new one, /resume lists the sessions again, Ctrl-D quits",
+                        );
+                    }
                     Vec::new()
                 }
                 KeyCode::Up | KeyCode::Char('k') => {

@@ -953,6 +953,38 @@ fn resume_picker_at_launch() {
     insta::assert_snapshot!("resume_picker", frame(&state, 110, 20));
 }
 
+/// Issue 36 item 4: Esc on the `soba -r` picker at launch does not leave
+/// an empty screen: a note says what to do with no session open.
+#[test]
+fn esc_on_the_resume_picker_at_launch_says_what_now() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut state = AppState {
+        overlay: Some(Overlay::Picker(Picker {
+            title: "Resume a session (most recent first)".into(),
+            purpose: PickerPurpose::Resume,
+            items: vec![PickerItem {
+                key: String::new(),
+                label: "(a new session)".into(),
+            }],
+            selected: 0,
+            note: None,
+        })),
+        ..AppState::default()
+    };
+    let actions = state.on_key(
+        KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE),
+        std::time::Instant::now(),
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert!(state.overlay.is_none());
+    let screen = frame(&state, 110, 20);
+    assert!(
+        screen.contains("no session open: type a message to start a new one"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("resume_picker_esc", screen);
+}
+
 /// Issue 36 item 10: after an approved edit its diff stays in the
 /// transcript, folded to its first lines (Ctrl-O shows it whole); a
 /// denied edit says "denied" and shows what was denied.
