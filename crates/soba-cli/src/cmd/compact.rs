@@ -132,6 +132,17 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
         }
         Outcome::Completed | Outcome::Skipped => {}
     }
+    if end.outcome == Outcome::Skipped && !args.save {
+        // Someone reading what SOBA would keep of a session whose live
+        // context is all within the keep window (an imported session that
+        // ends just after its own compaction) gets the one command that
+        // shows it.
+        writeln!(
+            stdout,
+            "to read what SOBA would keep of this session as it is, write a handoff capsule: soba capsule create \"title\""
+        )?;
+        stdout.flush()?;
+    }
     if args.save {
         save_to_memory(&ctx, &core, &summary.id, &end, &mut stdout)?;
     }

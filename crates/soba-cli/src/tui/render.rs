@@ -163,6 +163,7 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
                 line,
                 is_error,
                 output,
+                diff,
             } => {
                 let style = if *is_error {
                     Style::default().fg(Color::Red)
@@ -179,6 +180,9 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
                 };
                 let row = truncate_to(&format!("  {marker} {line}"), width);
                 lines.push(Line::from(Span::styled(row, style)));
+                if !diff.is_empty() {
+                    lines.extend(change_lines(diff, state.expand_tools, width));
+                }
                 if state.expand_tools
                     && let Some(output) = output
                 {
@@ -215,6 +219,51 @@ pub fn conversation_lines(state: &AppState, width: usize) -> Vec<Line<'static>> 
     }
     while lines.last().is_some_and(|line| line.spans.is_empty()) {
         lines.pop();
+    }
+    lines
+}
+
+/// The lines of a file change shown under its tool line while tool
+/// output is folded.
+pub const FOLDED_CHANGE_LINES: usize = 8;
+
+/// Returns a file change's lines under a `│` gutter: `-` red, `+` green,
+/// context plain, notes dim; the first [`FOLDED_CHANGE_LINES`] unless
+/// `expanded`, then how many more Ctrl-O shows.
+fn change_lines(diff: &[DiffLine], expanded: bool, width: usize) -> Vec<Line<'static>> {
+    let gutter = Span::styled("    │ ", dim());
+    let shown = if expanded {
+        diff.len()
+    } else {
+        diff.len().min(FOLDED_CHANGE_LINES)
+    };
+    let mut lines: Vec<Line<'static>> = diff[..shown]
+        .iter()
+        .map(|DiffLine { kind, text }| {
+            let (mark, style) = match kind {
+                DiffKind::Context => (' ', Style::default()),
+                DiffKind::Removed => ('-', Style::default().fg(Color::Red)),
+                DiffKind::Added => ('+', Style::default().fg(Color::Green)),
+                DiffKind::Note => (' ', dim().add_modifier(Modifier::ITALIC)),
+            };
+            let row = truncate_to(
+                &format!("{mark} {}", text.replace('\t', "    ")),
+                width.saturating_sub(6),
+            );
+            Line::from(vec![gutter.clone(), Span::styled(row, style)])
+        })
+        .collect();
+    if shown < diff.len() {
+        lines.push(Line::from(vec![
+            gutter,
+            Span::styled(
+                format!(
+                    "… {} more lines (Ctrl-O shows them)",
+                    group_thousands((diff.len() - shown) as u64)
+                ),
+                dim(),
+            ),
+        ]));
     }
     lines
 }

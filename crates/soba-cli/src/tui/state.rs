@@ -32,6 +32,10 @@ pub enum HistoryItem {
         is_error: bool,
         /// The result's text, shown when tool output is expanded (Ctrl-O).
         output: Option<ToolOutput>,
+        /// What a file change did (`edit_file`, `write_file`), kept under
+        /// the line once the call has run or was denied: folded to its
+        /// first lines, whole with Ctrl-O.
+        diff: Vec<DiffLine>,
     },
     /// A non-message entry worth showing: a capsule, a checkpoint, a model,
     /// skill or setting change, a loaded capsule file, a hygiene pass.
@@ -412,6 +416,25 @@ pub struct AppState {
     pub cancelling: bool,
 }
 
+/// Returns how the conversation shown moved when `new` extends `old`
+/// upwards (PageUp loaded the earlier conversation): `(skipped, added)`,
+/// the leading items of `old` that `new` no longer has (the "earlier
+/// conversation not loaded" line) and the items `new` has above the rest
+/// of `old`. `None` when `new` does not hold `old`'s items below new ones.
+fn earlier_loaded(old: &[HistoryItem], new: &[HistoryItem]) -> Option<(usize, usize)> {
+    let skipped = usize::from(matches!(
+        old.first(),
+        Some(HistoryItem::Event(text)) if text.starts_with("earlier conversation not loaded")
+    ));
+    let rest = &old[skipped..];
+    if skipped == 0 || rest.is_empty() || new.len() < rest.len() {
+        return None;
+    }
+    (0..=new.len() - rest.len())
+        .find(|&at| new[at..at + rest.len()] == *rest)
+        .map(|added| (skipped, added))
+}
+
 impl AppState {
     /// Returns whether a turn or an idle `/compact` is running.
     pub fn is_busy(&self) -> bool {
@@ -538,9 +561,18 @@ impl AppState {
             }
             UiEvent::EarlierHistory(earlier) => self.earlier_history = earlier,
             UiEvent::History(items) => {
+                let shift = earlier_loaded(&self.history, &items);
                 self.history = items;
                 let len = self.history.len();
                 for (anchor, _) in &mut self.notes {
+                    if let Some((skipped, added)) = shift {
+                        // Earlier conversation came in above: a note stays
+                        // after the item it followed (a note at the top
+                        // stays at the top).
+                        if *anchor >= skipped {
+                            *anchor = *anchor - skipped + added;
+                        }
+                    }
                     *anchor = (*anchor).min(len);
                 }
             }
@@ -780,6 +812,13 @@ impl AppState {
             Overlay::Picker(mut picker) => match key.code {
                 KeyCode::Esc | KeyCode::Char('q') => {
                     self.overlay = None;
+                    if picker.purpose == PickerPurpose::Resume && self.header.model.is_empty() {
+                        // `soba -r` closed without a choice: no session is
+                        // open, and an empty screen does not say what now.
+                        self.note(
+                            "no session open: type a message to start a new one, /resume lists the sessions again, Ctrl-D quits",
+                        );
+                    }
                     Vec::new()
                 }
                 KeyCode::Up | KeyCode::Char('k') => {

@@ -11,8 +11,10 @@ use soba_core::tokens::group_thousands;
 use soba_core::{Block, ContextSource, Entry, EntryBody, EntryId, Quality, Role};
 use soba_engine::agent::describe_call;
 use soba_engine::session::SessionCore;
+use soba_engine::tool::{NON_INTERACTIVE_DENIAL, USER_DENIAL};
 
 use super::mention;
+use super::preview::{self, DiffKind, DiffLine};
 use super::state::{HistoryItem, PickerItem, RewindPlan, Sidebar, ToolOutput};
 
 /// The most lines of one tool result the expanded view shows.
@@ -80,9 +82,13 @@ fn exit_code(text: &str) -> Option<&str> {
 }
 
 /// Folds one tool call and its result into a line, e.g.
-/// `bash: cargo test (exit 1, 2.3 KB)`.
+/// `bash: cargo test (exit 1, 2.3 KB)`; a call the user denied says so.
 pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: bool) -> String {
     match result {
+        Some((text, true)) if text == USER_DENIAL => format!("{call} (denied)"),
+        Some((text, true)) if text == NON_INTERACTIVE_DENIAL => {
+            format!("{call} (not run: soba run could not ask for approval)")
+        }
         Some((text, is_error)) => {
             let size = format_size(text.len());
             match exit_code(text) {
@@ -96,12 +102,60 @@ pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: 
     }
 }
 
+/// Returns what a file change call does, from its arguments alone (so a
+/// resumed session shows it too): `edit_file`'s old → new text as a diff,
+/// `write_file`'s lines; nothing for other tools.
+pub fn change_lines(call: &soba_core::ToolUse) -> Vec<DiffLine> {
+    let input = &call.input;
+    let limit = preview::MAX_PREVIEW_LINES;
+    match call.name.as_str() {
+        "edit_file" => {
+            let (Some(old), Some(new)) = (input.str_arg("oldString"), input.str_arg("newString"))
+            else {
+                return Vec::new();
+            };
+            let mut lines = Vec::new();
+            if input
+                .object()
+                .get("replaceAll")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false)
+            {
+                lines.push(DiffLine {
+                    kind: DiffKind::Note,
+                    text: "every occurrence:".to_owned(),
+                });
+            }
+            lines.extend(preview::diff(old, new, limit));
+            preview::bound(lines, limit)
+        }
+        "write_file" => {
+            let Some(content) = input.str_arg("content") else {
+                return Vec::new();
+            };
+            let n_lines = content.lines().count();
+            let mut lines = vec![DiffLine {
+                kind: DiffKind::Note,
+                text: format!("{n_lines} line{}", if n_lines == 1 { "" } else { "s" }),
+            }];
+            lines.extend(content.lines().map(|line| DiffLine {
+                kind: DiffKind::Added,
+                text: line.to_owned(),
+            }));
+            preview::bound(lines, limit)
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Builds the conversation from `path`; `running` marks unanswered tool
 /// calls of the turn in progress as running rather than interrupted.
 pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<HistoryItem> {
     let mut items = Vec::new();
     // Tool call id → (index in items, description, tool name).
     let mut calls: HashMap<String, (usize, String, String)> = HashMap::new();
+    // Tool call id → what its file change does.
+    let mut changes: HashMap<String, Vec<DiffLine>> = HashMap::new();
     for entry in path {
         match &entry.body {
             EntryBody::Message(stored) => {
@@ -127,6 +181,10 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                         }
                         for call in message.tool_uses() {
                             let description = describe_call(call);
+                            let change = change_lines(call);
+                            if !change.is_empty() {
+                                changes.insert(call.id.clone(), change);
+                            }
                             calls.insert(
                                 call.id.clone(),
                                 (items.len(), description.clone(), call.name.clone()),
@@ -135,6 +193,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                                 line: tool_line(&description, &call.name, None, running),
                                 is_error: false,
                                 output: None,
+                                diff: Vec::new(),
                             });
                         }
                     }
@@ -145,6 +204,14 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                             };
                             if let Some((idx, description, tool)) = calls.get(&result.tool_use_id) {
                                 let text = result.text();
+                                // A change that ran, or that the user
+                                // denied, stays visible; one that failed
+                                // shows its error instead.
+                                let diff = if !result.is_error || text == USER_DENIAL {
+                                    changes.remove(&result.tool_use_id).unwrap_or_default()
+                                } else {
+                                    Vec::new()
+                                };
                                 items[*idx] = HistoryItem::Tool {
                                     line: tool_line(
                                         description,
@@ -154,6 +221,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                                     ),
                                     is_error: result.is_error,
                                     output: Some(tool_output(&text)),
+                                    diff,
                                 };
                             }
                         }
@@ -1039,6 +1107,7 @@ mod tests {
                         lines: vec!["x".repeat(1_000), "exit code 1".into()],
                         more_lines: 0
                     }),
+                    diff: Vec::new(),
                 },
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
@@ -1048,12 +1117,14 @@ mod tests {
                         lines: vec!["fn main() {}".into()],
                         more_lines: 0
                     }),
+                    diff: Vec::new(),
                 },
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
                     line: "write_file: a.txt (no result recorded)".into(),
                     is_error: false,
                     output: None,
+                    diff: Vec::new(),
                 },
             ]
         );
@@ -1064,7 +1135,85 @@ mod tests {
                 line: "write_file: a.txt (running…)".into(),
                 is_error: false,
                 output: None,
+                diff: Vec::new(),
             })
+        );
+    }
+
+    /// Issue 36 item 10: an approved edit keeps its diff under its line
+    /// (from the call's arguments, so a resumed session shows it too), a
+    /// written file its lines; a denied edit says "denied" and keeps what
+    /// was denied; a failed edit shows no diff.
+    #[test]
+    fn file_changes_keep_their_diff_and_a_denied_call_says_so() {
+        let edit = serde_json::json!({"path": "src/lexer.rs", "oldString": "a\nb\nc\n", "newString": "a\nB\nc\n"});
+        let path = vec![
+            entry(1, None, message(Message::user("fix it"))),
+            entry(2, Some(1), message(call("c1", "edit_file", edit.clone()))),
+            entry(
+                3,
+                Some(2),
+                message(Message::tool_result("c1", "edited src/lexer.rs", false)),
+            ),
+            entry(4, Some(3), message(call("c2", "edit_file", edit.clone()))),
+            entry(
+                5,
+                Some(4),
+                message(Message::tool_result("c2", USER_DENIAL, true)),
+            ),
+            entry(6, Some(5), message(call("c3", "edit_file", edit))),
+            entry(
+                7,
+                Some(6),
+                message(Message::tool_result("c3", "oldString not found", true)),
+            ),
+            entry(
+                8,
+                Some(7),
+                message(call(
+                    "c4",
+                    "write_file",
+                    serde_json::json!({"path": "n.md", "content": "# T\ntext\n"}),
+                )),
+            ),
+            entry(
+                9,
+                Some(8),
+                message(Message::tool_result("c4", "wrote n.md", false)),
+            ),
+        ];
+        let items = history_items(&path, 4, false);
+        let tools: Vec<(&str, Vec<(DiffKind, &str)>)> = items
+            .iter()
+            .filter_map(|item| match item {
+                HistoryItem::Tool { line, diff, .. } => Some((
+                    line.as_str(),
+                    diff.iter().map(|d| (d.kind, d.text.as_str())).collect(),
+                )),
+                _ => None,
+            })
+            .collect();
+        let change = vec![
+            (DiffKind::Context, "a"),
+            (DiffKind::Removed, "b"),
+            (DiffKind::Added, "B"),
+            (DiffKind::Context, "c"),
+        ];
+        assert_eq!(
+            tools,
+            vec![
+                ("edit_file: src/lexer.rs (19 B)", change.clone()),
+                ("edit_file: src/lexer.rs (denied)", change),
+                ("edit_file: src/lexer.rs (error, 19 B)", Vec::new()),
+                (
+                    "write_file: n.md (10 B)",
+                    vec![
+                        (DiffKind::Note, "2 lines"),
+                        (DiffKind::Added, "# T"),
+                        (DiffKind::Added, "text"),
+                    ]
+                ),
+            ]
         );
     }
 

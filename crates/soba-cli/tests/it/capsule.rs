@@ -857,3 +857,26 @@ fn an_imported_session_compacts_offline_without_configuration() {
     assert!(budget.contains("openai/gpt-5.4"), "{budget}");
     assert!(budget.contains("the built-in registry"), "{budget}");
 }
+
+/// Issue 36 item 12: when an imported session's live context is all
+/// within the keep window (it ends just after its own compaction, as the
+/// Codex traces do), `soba compact` with no configuration says the one
+/// command that shows what SOBA would keep, and that command works
+/// offline.
+#[test]
+fn compacting_a_short_imported_session_says_what_to_type() {
+    let sandbox = Sandbox::new();
+    let mut lines = vec![serde_json::json!({"type":"session","id":"pi-y","timestamp":"2025-02-01T10:00:00.000Z","cwd":"/work/app","provider":"","modelId":"gpt-5.4","thinkingLevel":"off"}).to_string()];
+    lines.push(serde_json::json!({"type":"message","timestamp":"2025-02-01T10:00:01.000Z","message":{"role":"user","content":"Add a --json flag to the report command.","timestamp":1}}).to_string());
+    lines.push(serde_json::json!({"type":"message","timestamp":"2025-02-01T10:00:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":"Added."}],"api":"openai-responses","provider":"","model":"gpt-5.4","usage":{"input":10,"output":5,"cacheRead":0,"cacheWrite":0},"stopReason":"stop","timestamp":2}}).to_string());
+    let file = sandbox.write("t/short.jsonl", &(lines.join("\n") + "\n"));
+    sandbox.run_ok(&["import", file.to_str().unwrap()]);
+    let stdout = text(&sandbox.run_ok(&["compact"]).stdout);
+    assert_eq!(
+        stdout,
+        "Compaction skipped (user): nothing to compact before the keep window\n\
+         to read what SOBA would keep of this session as it is, write a handoff capsule: soba capsule create \"title\"\n"
+    );
+    let created = text(&sandbox.run_ok(&["capsule", "create", "title"]).stdout);
+    assert!(created.starts_with("wrote .soba/capsules/"), "{created}");
+}

@@ -54,21 +54,25 @@ fn working() -> AppState {
                 line: "bash: cargo test -p parser (exit 1, 2.3 KB)".into(),
                 is_error: true,
                 output: None,
+                diff: Vec::new(),
             },
             HistoryItem::Tool {
                 line: "read_file: src/lexer.rs (14.2 KB)".into(),
                 is_error: false,
                 output: None,
+                diff: Vec::new(),
             },
             HistoryItem::Tool {
                 line: "edit_file: src/lexer.rs (41 B)".into(),
                 is_error: false,
                 output: None,
+                diff: Vec::new(),
             },
             HistoryItem::Tool {
                 line: "bash: cargo test -p parser (exit 0, 1.1 KB)".into(),
                 is_error: false,
                 output: None,
+                diff: Vec::new(),
             },
             HistoryItem::Assistant(
                 "Fixed: `next_token` stopped one byte early at end of input. All 48 parser tests pass now.".into(),
@@ -192,6 +196,7 @@ fn a_call_waiting_for_approval_is_not_shown_as_running() {
         line: "bash: ls (running…)".into(),
         is_error: false,
         output: None,
+        diff: Vec::new(),
     });
     let before = frame(&state, 110, 30);
     assert!(before.contains("bash: ls (running…)"), "{before}");
@@ -291,6 +296,7 @@ fn escapes_in_tool_output_are_drawn_escaped() {
             line: format!("bash: cat {hostile}"),
             is_error: false,
             output: None,
+            diff: Vec::new(),
         },
         HistoryItem::Assistant(format!("out {hostile}\r\nnext")),
     ];
@@ -945,4 +951,135 @@ fn resume_picker_at_launch() {
         ..AppState::default()
     };
     insta::assert_snapshot!("resume_picker", frame(&state, 110, 20));
+}
+
+/// Issue 36 item 4: Esc on the `soba -r` picker at launch does not leave
+/// an empty screen: a note says what to do with no session open.
+#[test]
+fn esc_on_the_resume_picker_at_launch_says_what_now() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut state = AppState {
+        overlay: Some(Overlay::Picker(Picker {
+            title: "Resume a session (most recent first)".into(),
+            purpose: PickerPurpose::Resume,
+            items: vec![PickerItem {
+                key: String::new(),
+                label: "(a new session)".into(),
+            }],
+            selected: 0,
+            note: None,
+        })),
+        ..AppState::default()
+    };
+    let actions = state.on_key(
+        KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE),
+        std::time::Instant::now(),
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert!(state.overlay.is_none());
+    let screen = frame(&state, 110, 20);
+    assert!(
+        screen.contains("no session open: type a message to start a new one"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("resume_picker_esc", screen);
+}
+
+/// Issue 36 item 10: after an approved edit its diff stays in the
+/// transcript, folded to its first lines (Ctrl-O shows it whole); a
+/// denied edit says "denied" and shows what was denied.
+#[test]
+fn an_approved_edit_keeps_its_diff_and_a_denied_one_says_denied() {
+    use soba_cli::tui::view;
+    let old: String = (1..=12).map(|n| format!("    line {n}\n")).collect();
+    let new = old
+        .replace("    line 3\n", "    line three\n")
+        .replace("    line 9\n", "    line nine\n");
+    let call = |id: &str, path: &str| soba_core::ToolUse {
+        id: id.into(),
+        name: "edit_file".into(),
+        input: soba_core::ToolInput::from_value(
+            serde_json::json!({"path": path, "oldString": old, "newString": new}),
+        ),
+    };
+    let approved = call("c1", "src/lexer.rs");
+    let denied = call("c2", "src/parser.rs");
+    let mut state = working();
+    state.history.truncate(5);
+    state.history.push(HistoryItem::Tool {
+        line: view::tool_line(
+            &soba_engine::agent::describe_call(&approved),
+            "edit_file",
+            Some(("edited src/lexer.rs: 1 replacement", false)),
+            false,
+        ),
+        is_error: false,
+        output: Some(view::tool_output("edited src/lexer.rs: 1 replacement")),
+        diff: view::change_lines(&approved),
+    });
+    state.history.push(HistoryItem::Tool {
+        line: view::tool_line(
+            &soba_engine::agent::describe_call(&denied),
+            "edit_file",
+            Some((soba_engine::tool::USER_DENIAL, true)),
+            false,
+        ),
+        is_error: true,
+        output: Some(view::tool_output(soba_engine::tool::USER_DENIAL)),
+        diff: view::change_lines(&denied),
+    });
+    let screen = frame(&state, 110, 40);
+    assert!(
+        screen.contains("▸ edit_file: src/lexer.rs (34 B)"),
+        "{screen}"
+    );
+    assert!(screen.contains("│ -     line 3"), "{screen}");
+    assert!(screen.contains("│ +     line three"), "{screen}");
+    assert!(
+        screen.contains("▸ edit_file: src/parser.rs (denied)"),
+        "{screen}"
+    );
+    assert!(!screen.contains("(error, 39 B)"), "{screen}");
+    assert!(
+        screen.contains("more lines (Ctrl-O shows them)"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("edit_diff_kept", screen);
+    state.expand_tools = true;
+    let expanded = frame(&state, 110, 60);
+    assert!(expanded.contains("│ +     line nine"), "{expanded}");
+    assert!(!expanded.contains("Ctrl-O shows them"), "{expanded}");
+    insta::assert_snapshot!("edit_diff_expanded", expanded);
+}
+
+/// Issue 36 item 11: after `soba -c` the notes shown under the live
+/// stretch stay under it when PageUp loads the earlier conversation
+/// above (they were anchored by index and landed between an earlier
+/// question and its answer).
+#[test]
+fn pageup_after_resume_keeps_notes_below_the_loaded_conversation() {
+    use soba_cli::tui::state::UiEvent;
+    let marker = HistoryItem::Event(
+        "earlier conversation not loaded: PageUp loads it (/rewind lists every message)".into(),
+    );
+    let q = |n: u32| HistoryItem::User(format!("question {n}"));
+    let a = |n: u32| HistoryItem::Assistant(format!("answer {n}"));
+    let mut state = working();
+    state.history.clear();
+    state.apply(UiEvent::History(vec![marker, q(3), a(3)]));
+    state.apply(UiEvent::Note(
+        "resumed session 0190f3a2 (6 messages)".into(),
+    ));
+    state.apply(UiEvent::History(vec![q(1), a(1), q(2), a(2), q(3), a(3)]));
+    assert_eq!(
+        state.notes,
+        vec![(6, "resumed session 0190f3a2 (6 messages)".to_owned())]
+    );
+    let screen = frame(&state, 110, 24);
+    let order: Vec<usize> = ["question 2", "answer 2", "answer 3", "resumed session"]
+        .iter()
+        .map(|text| screen.find(text).unwrap())
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{screen}");
+    insta::assert_snapshot!("pageup_after_resume", screen);
 }
