@@ -216,7 +216,10 @@ impl Catalog {
 mod tests {
     use super::*;
 
-    fn check(name: &str, expected: Option<(&str, Option<u64>, Option<u64>, Option<f64>)>) {
+    /// The key, maximum input, maximum output and input price found.
+    type Found<'a> = Option<(&'a str, Option<u64>, Option<u64>, Option<f64>)>;
+
+    fn check(name: &str, expected: Found<'_>) {
         let found = catalog().lookup(name).map(|hit| {
             (
                 hit.key,
