@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod anthropic;
+pub mod catalog;
 pub mod client;
 pub mod error;
 pub mod openai_chat;

@@ -263,13 +263,79 @@ pub fn canonical_name(name: &str) -> String {
     base.replace('.', "-")
 }
 
-/// Finds a built-in by any spelling of its name.
+/// Finds a model's figures by any spelling of its name: the shipped
+/// LiteLLM table ([`crate::catalog`]) with SOBA's [`window_rules`], else
+/// the hand list [`BUILTIN_MODELS`] (models the table lacks, and the
+/// family and display name of those it has).
 pub fn find_builtin(name: &str) -> Option<BuiltinModel> {
     let canonical = canonical_name(name);
-    BUILTIN_MODELS
+    let hand = BUILTIN_MODELS
         .iter()
         .copied()
-        .find(|model| model.name.replace('.', "-") == canonical)
+        .find(|model| model.name.replace('.', "-") == canonical);
+    let Some(hit) = crate::catalog::catalog().lookup(name) else {
+        return hand;
+    };
+    let Some(max_input) = hit.entry.max_input else {
+        return hand;
+    };
+    let provider = match hand {
+        Some(hand) => hand.provider,
+        None => family(hit.entry.provider.as_deref().unwrap_or("")),
+    };
+    let model = BuiltinModel {
+        provider,
+        name: hand.map_or_else(|| hit.key.rsplit('/').next().unwrap_or(hit.key), |h| h.name),
+        context_window: max_input,
+        max_input_tokens: None,
+        max_output_tokens: hit
+            .entry
+            .max_output
+            .or(hand.map(|h| h.max_output_tokens))
+            .unwrap_or(max_input / 4),
+    };
+    Some(window_rules(model))
+}
+
+/// Returns the model family of a LiteLLM provider: the vendor SOBA names
+/// (`gemini` and Vertex's Gemini are `google`), else the provider itself.
+fn family(litellm_provider: &'static str) -> &'static str {
+    match litellm_provider {
+        "gemini" | "vertex_ai-language-models" => "google",
+        other => other,
+    }
+}
+
+/// SOBA's overrides of LiteLLM's windows, where its figure is not the
+/// window SOBA should plan for:
+///
+/// - **Claude: 200,000.** LiteLLM gives Opus 4.6/4.7 and Sonnet 4.6 their
+///   1,000,000-token window, an opt-in (a beta header and a higher tier)
+///   a user declares with `models."anthropic/<m>".contextWindow`; Claude
+///   Code sessions on these models compact near 167K, which only the
+///   standard 200K window explains.
+/// - **GPT-5 family: 400,000 with an input ceiling of 272,000.** LiteLLM
+///   records only the input ceiling (`max_input_tokens` 272,000,
+///   `max_output_tokens` 128,000); OpenAI's model pages give 400,000 in
+///   all, so the usable window is the ceiling plus the output reserved.
+pub fn window_rules(model: BuiltinModel) -> BuiltinModel {
+    const CLAUDE_STANDARD_WINDOW: u64 = 200_000;
+    if model.name.to_ascii_lowercase().contains("claude")
+        && model.context_window > CLAUDE_STANDARD_WINDOW
+    {
+        return BuiltinModel {
+            context_window: CLAUDE_STANDARD_WINDOW,
+            ..model
+        };
+    }
+    if model.context_window == 272_000 && model.max_output_tokens == 128_000 {
+        return BuiltinModel {
+            context_window: 400_000,
+            max_input_tokens: Some(272_000),
+            ..model
+        };
+    }
+    model
 }
 
 /// Returns the default maxOutputTokens for a model (SPEC §10.2): its maximum
@@ -426,12 +492,18 @@ impl ModelRegistry {
         {
             return Some(entry);
         }
-        // `models."anthropic/claude-sonnet-4-5"` also applies to a dated id.
-        let builtin = builtin?;
+        // `models."anthropic/claude-sonnet-4-5"` also applies to a dated id,
+        // and `models."acme/m"` to a bare `m` soba knows nothing of (the
+        // provider is unknown then, so any key's provider fits).
+        let canonical = canonical_name(id);
         self.overrides.iter().find_map(|(key, entry)| {
             let (key_provider, key_model) = key.split_once('/').unwrap_or(("", key));
-            let same_provider = key_provider.is_empty() || key_provider == provider;
-            (same_provider && find_builtin(key_model) == Some(builtin)).then_some(entry)
+            let same_provider =
+                key_provider.is_empty() || provider.is_empty() || key_provider == provider;
+            let same_model = builtin
+                .is_some_and(|builtin| find_builtin(key_model) == Some(builtin))
+                || canonical_name(key_model) == canonical;
+            (same_provider && same_model).then_some(entry)
         })
     }
 }
@@ -658,13 +730,69 @@ mod tests {
             (Some("gpt-5.5"), 1_050_000, 64_000)
         );
         assert_eq!(opus("kimi-k2.5"), (Some("kimi-k2.5"), 262_144, 32_000));
+        // Bedrock's own entry (LiteLLM 1.110.2): 256,000 in, 16,000 out.
         assert_eq!(
             opus("bedrock/moonshotai.kimi-k2.5"),
-            (Some("kimi-k2.5"), 262_144, 32_000)
+            (Some("kimi-k2.5"), 256_000, 16_000)
         );
         // Names that only look like a Bedrock id or a version stay whole.
         assert_eq!(canonical_name("deepseek-v3"), "deepseek-v3");
         assert_eq!(canonical_name("gpt-5.4-mini"), "gpt-5-4-mini");
+    }
+
+    #[test]
+    fn the_table_knows_what_the_hand_list_lacks_and_config_comes_first() {
+        // LiteLLM 1.110.2: gpt-5.6-sol max_input_tokens 922,000; Claude
+        // Sonnet 5 1,000,000, held at Claude's standard 200,000.
+        check(
+            "gpt-5.6-sol",
+            (
+                "openai/gpt-5.6-sol",
+                "openai",
+                922_000,
+                32_000,
+                1.0,
+                Some("openai/gpt-5-mini"),
+            ),
+        );
+        check(
+            "claude-sonnet-5",
+            (
+                "anthropic/claude-sonnet-5",
+                "anthropic",
+                200_000,
+                32_000,
+                1.25,
+                Some("anthropic/claude-haiku-4-5"),
+            ),
+        );
+        // The GPT-5 family's input ceiling: 272,000 + 32,000 in a 400,000
+        // window, on every reseller's spelling too.
+        let window = |id: &str| ModelRegistry::new().resolve(id).unwrap().context_window;
+        assert_eq!(window("azure/gpt-5-codex"), 304_000);
+        assert_eq!(window("us.anthropic.claude-opus-4-7"), 200_000);
+        // The config comes first, under either spelling.
+        let mut registry = ModelRegistry::new();
+        registry.set_override(
+            "anthropic/claude-sonnet-5",
+            ModelOverride {
+                context_window: Some(1_000_000),
+                ..ModelOverride::default()
+            },
+        );
+        registry.set_override(
+            "acme/mystery-model",
+            ModelOverride {
+                context_window: Some(50_000),
+                ..ModelOverride::default()
+            },
+        );
+        let resolved = |id: &str| registry.resolve(id).unwrap().context_window;
+        assert_eq!(resolved("claude-sonnet-5-20261001"), 1_000_000);
+        assert_eq!(resolved("claude-sonnet-5-thinking"), 1_000_000);
+        // A model soba knows nothing of, named without its provider.
+        assert_eq!(resolved("mystery-model"), 50_000);
+        assert_eq!(resolved("acme/mystery-model"), 50_000);
     }
 
     #[test]

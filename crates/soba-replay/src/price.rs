@@ -1,10 +1,11 @@
-//! Dollars: a dated table of API list prices (US dollars per million
-//! tokens, standard tier, no batch discount) for the models the registry
-//! knows, overridable per model, and the two figures priced with it:
+//! Dollars: API list prices (US dollars per million tokens, standard
+//! tier, no batch discount) from LiteLLM's table shipped with
+//! `soba-provider` ([`soba_provider::catalog`], dated [`PRICES_AS_OF`]),
+//! overridable per model, and the two figures priced with them:
 //!
 //! - **recorded**: what the transcript's own usage cost, each request at
 //!   its own model's price: uncached input, cache reads, cache writes
-//!   (Anthropic's 5-minute write, and twice the input price for the 1-hour
+//!   (Anthropic's 5-minute write, and the 1-hour write price for the
 //!   writes Claude Code records in `cache_creation`; the others bill a
 //!   write as input) and
 //!   output;
@@ -14,19 +15,23 @@
 //!   price, plus the recorded output at its output price (every policy
 //!   replays the same answers).
 //!
-//! Figures are checked against the vendors' pricing pages and LiteLLM's
-//! price list as of [`PRICES_AS_OF`]. Tiered prices (Sonnet 4 and 4.5,
-//! Gemini 2.5 Pro above 200k prompt tokens) use the base tier; models with
-//! no first-party API (qwen3-coder, llama-4-maverick) use OpenRouter's
-//! price and no cache prices.
+//! A price is looked up in the config's overrides, then in the shipped
+//! table (by the name as written, then by its canonical name: the
+//! vendor's own entry), then in the short hand list below for models the
+//! table lacks. Where the table lists no cache price, a cache read or
+//! write is billed as input. Tiered prices (Gemini 2.5 Pro above 200k
+//! prompt tokens, GPT-5.4 and 5.5 above 272k) use the base tier;
+//! [`PriceTable::tier`] gives the other.
 
 use std::collections::BTreeMap;
 
 use soba_core::Usage;
+use soba_provider::catalog::{CatalogEntry, catalog};
 use soba_provider::registry::canonical_name;
 
-/// When the built-in prices were last checked.
-pub const PRICES_AS_OF: &str = "2026-04";
+/// The day of the shipped table's LiteLLM release
+/// (`scripts/refresh-prices` refreshes it).
+pub const PRICES_AS_OF: &str = soba_provider::catalog::TABLE_DATE;
 
 /// A model's prices in US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,47 +72,23 @@ impl Price {
     }
 }
 
-/// The built-in table, by model name.
-const BUILTIN: &[(&str, Price)] = &[
-    ("gpt-5", Price::new(1.25, 10.0, 0.125, 1.25)),
-    ("gpt-5-mini", Price::new(0.25, 2.0, 0.025, 0.25)),
-    ("gpt-5-nano", Price::new(0.05, 0.40, 0.005, 0.05)),
-    ("gpt-5-codex", Price::new(1.25, 10.0, 0.125, 1.25)),
-    ("gpt-5.1", Price::new(1.25, 10.0, 0.125, 1.25)),
-    ("gpt-5.1-codex", Price::new(1.25, 10.0, 0.125, 1.25)),
-    // Issue 34's models, from LiteLLM 1.110.2's
-    // model_prices_and_context_window.json (base tier; a write billed as
-    // input where it lists no write price).
-    ("gpt-5.2", Price::new(1.75, 14.0, 0.175, 1.75)),
-    ("gpt-5.2-codex", Price::new(1.75, 14.0, 0.175, 1.75)),
-    ("gpt-5.3-codex", Price::new(1.75, 14.0, 0.175, 1.75)),
-    ("gpt-5.4", Price::new(2.50, 15.0, 0.25, 2.50)),
-    ("gpt-5.5", Price::new(5.0, 30.0, 0.50, 5.0)),
-    ("claude-opus-4-7", Price::new(5.0, 25.0, 0.50, 6.25)),
-    ("claude-opus-4-6", Price::new(5.0, 25.0, 0.50, 6.25)),
-    ("kimi-k2.5", Price::new(0.60, 3.0, 0.10, 0.60)),
-    ("gpt-4.1", Price::new(2.0, 8.0, 0.50, 2.0)),
-    ("gpt-4.1-mini", Price::new(0.40, 1.60, 0.10, 0.40)),
-    ("gpt-4.1-nano", Price::new(0.10, 0.40, 0.025, 0.10)),
-    ("gpt-4o", Price::new(2.50, 10.0, 1.25, 2.50)),
-    ("gpt-4o-mini", Price::new(0.15, 0.60, 0.075, 0.15)),
-    ("o3", Price::new(2.0, 8.0, 0.50, 2.0)),
-    ("o4-mini", Price::new(1.10, 4.40, 0.275, 1.10)),
-    ("claude-opus-4-5", Price::new(5.0, 25.0, 0.50, 6.25)),
-    ("claude-opus-4-1", Price::new(15.0, 75.0, 1.50, 18.75)),
-    ("claude-sonnet-4-6", Price::new(3.0, 15.0, 0.30, 3.75)),
-    ("claude-sonnet-4-5", Price::new(3.0, 15.0, 0.30, 3.75)),
-    ("claude-sonnet-4", Price::new(3.0, 15.0, 0.30, 3.75)),
-    ("claude-haiku-4-5", Price::new(1.0, 5.0, 0.10, 1.25)),
-    ("gemini-3-pro-preview", Price::new(2.0, 12.0, 0.20, 2.0)),
-    ("gemini-2.5-pro", Price::new(1.25, 10.0, 0.125, 1.25)),
-    ("gemini-2.5-flash", Price::new(0.30, 2.50, 0.03, 0.30)),
-    ("gemini-2.5-flash-lite", Price::new(0.10, 0.40, 0.01, 0.10)),
-    ("deepseek-chat", Price::new(0.28, 0.42, 0.028, 0.28)),
-    ("deepseek-reasoner", Price::new(0.28, 0.42, 0.028, 0.28)),
-    ("qwen3-coder", Price::new(0.22, 0.95, 0.22, 0.22)),
-    ("llama-4-maverick", Price::new(0.15, 0.60, 0.15, 0.15)),
-];
+/// Prices of models the shipped table lacks (none today: every model of
+/// the registry's hand list is in LiteLLM's table); kept so that a model
+/// LiteLLM drops keeps a price until the list is updated.
+const BUILTIN: &[(&str, Price)] = &[];
+
+/// Returns the table's price of a model, `None` without input and output
+/// prices; a cache price it lacks is the input price.
+fn table_price(entry: &CatalogEntry) -> Option<Price> {
+    let input = entry.input?;
+    let output = entry.output?;
+    Some(Price::new(
+        input,
+        output,
+        entry.cache_read.unwrap_or(input),
+        entry.cache_write.unwrap_or(input),
+    ))
+}
 
 /// The prices replay uses: the built-in table with any overrides.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -141,20 +122,64 @@ impl PriceTable {
         }
     }
 
-    /// Returns the price of `model`, `None` when neither the overrides nor
-    /// the built-in table know it.
+    /// Returns the price of `model`, `None` when neither the overrides, the
+    /// shipped table nor the hand list know it.
     pub fn get(&self, model: &str) -> Option<Price> {
         // OpenRouter's `:free` variants cost nothing, whatever the model.
         if model.trim().to_ascii_lowercase().ends_with(":free") {
             return Some(Price::new(0.0, 0.0, 0.0, 0.0));
         }
         let name = canonical_name(model);
-        self.overrides.get(&name).copied().or_else(|| {
-            BUILTIN
-                .iter()
-                .find(|(known, _)| canonical_name(known) == name)
-                .map(|(_, price)| *price)
-        })
+        self.overrides
+            .get(&name)
+            .copied()
+            .or_else(|| {
+                catalog()
+                    .lookup(model)
+                    .and_then(|hit| table_price(hit.entry))
+            })
+            .or_else(|| {
+                BUILTIN
+                    .iter()
+                    .find(|(known, _)| canonical_name(known) == name)
+                    .map(|(_, price)| *price)
+            })
+    }
+
+    /// Returns the price of a token written to Anthropic's 1-hour cache:
+    /// the table's, else twice the input price (Anthropic's rule); `None`
+    /// when the model has no price.
+    pub fn one_hour_write(&self, model: &str) -> Option<f64> {
+        let price = self.get(model)?;
+        let listed = if self.overrides.contains_key(&canonical_name(model)) {
+            None
+        } else {
+            catalog()
+                .lookup(model)
+                .and_then(|hit| hit.entry.cache_write_1h)
+        };
+        Some(listed.unwrap_or(2.0 * price.input))
+    }
+
+    /// Returns a model's long-prompt tier from the shipped table: the
+    /// prompt size above which it applies and its prices (a price it does
+    /// not list is the base one). `None` for a model without a tier or
+    /// whose price the config sets.
+    pub fn tier(&self, model: &str) -> Option<(u64, Price)> {
+        if self.overrides.contains_key(&canonical_name(model)) {
+            return None;
+        }
+        let base = self.get(model)?;
+        let tier = catalog().lookup(model)?.entry.tier?;
+        Some((
+            tier.above,
+            Price::new(
+                tier.input.unwrap_or(base.input),
+                tier.output.unwrap_or(base.output),
+                tier.cache_read.unwrap_or(base.cache_read),
+                tier.cache_write.unwrap_or(base.cache_write),
+            ),
+        ))
     }
 }
 
@@ -178,6 +203,57 @@ mod tests {
         assert_eq!(table.get("gpt-5").map(|p| p.input), Some(1.0));
         table.set("acme/unknown-model", Price::new(1.0, 1.0, 1.0, 1.0));
         assert!(table.get("unknown-model").is_some());
+    }
+
+    #[test]
+    fn todays_models_are_priced_from_the_shipped_table() {
+        // Figures of LiteLLM 1.110.2 (data/litellm-models.json).
+        let mut table = PriceTable::new();
+        let opus = Price::new(5.0, 25.0, 0.5, 6.25);
+        for name in [
+            "claude-opus-4-7",
+            "claude-opus-4-7-thinking",
+            "anthropic/claude-opus-4-7",
+            "claude-opus-4-6",
+            "claude-opus-4-6-thinking",
+            "vertex_ai/claude-opus-4-6@20260205",
+        ] {
+            assert_eq!(table.get(name), Some(opus), "{name}");
+        }
+        // A reseller's own spelling gets its own price (Bedrock's US
+        // regional uplift).
+        assert_eq!(
+            table.get("us.anthropic.claude-opus-4-7"),
+            Some(Price::new(5.5, 27.5, 0.55, 6.875))
+        );
+        // No cache write price listed: a write is billed as input.
+        assert_eq!(table.get("gpt-5.5"), Some(Price::new(5.0, 30.0, 0.5, 5.0)));
+        assert_eq!(
+            table.get("gpt-5.4-2026-03-05"),
+            Some(Price::new(2.5, 15.0, 0.25, 2.5))
+        );
+        assert_eq!(
+            table.get("openai/gpt-5.3-codex"),
+            Some(Price::new(1.75, 14.0, 0.175, 1.75))
+        );
+        assert_eq!(table.get("kimi-k2.5"), Some(Price::new(0.6, 3.0, 0.1, 0.6)));
+        assert_eq!(table.one_hour_write("claude-opus-4-7"), Some(10.0));
+        assert_eq!(table.one_hour_write("gpt-5.5"), Some(10.0));
+        assert_eq!(
+            table.tier("gpt-5.4"),
+            Some((272_000, Price::new(5.0, 22.5, 0.5, 2.5)))
+        );
+        assert_eq!(table.tier("claude-opus-4-7"), None);
+        assert_eq!(PRICES_AS_OF, "2026-11-20");
+        // The config comes first, under either spelling.
+        table.set("anthropic/claude-opus-4-7", Price::new(1.0, 2.0, 0.1, 1.25));
+        assert_eq!(
+            table.get("claude-opus-4-7-thinking"),
+            Some(Price::new(1.0, 2.0, 0.1, 1.25))
+        );
+        assert_eq!(table.one_hour_write("claude-opus-4-7"), Some(2.0));
+        table.set("gpt-5.4", Price::new(1.0, 2.0, 0.1, 1.0));
+        assert_eq!(table.tier("openai/gpt-5.4"), None);
     }
 
     #[test]

@@ -790,7 +790,7 @@ fn dollars_price_the_recorded_usage_and_each_policys_requests() {
     let trace = &report["traces"][0];
     assert!((trace["recordedDollars"].as_f64().unwrap() - recorded).abs() < 1e-6);
     assert!((report["recordedDollars"].as_f64().unwrap() - recorded).abs() < 1e-6);
-    assert_eq!(report["pricesAsOf"], "2026-04");
+    assert_eq!(report["pricesAsOf"], "2026-11-20");
     for policy in trace["policies"].as_array().unwrap() {
         let billed = policy["billedEquivalentTokens"].as_f64().unwrap();
         let expected = (billed * 3.0 + 27.0 * 15.0) / 1e6;
@@ -802,7 +802,7 @@ fn dollars_price_the_recorded_usage_and_each_policys_requests() {
     let table = crate::support::text(&out.stdout);
     assert!(
         table.contains(
-            "recorded $0.0008: what 1 trace(s) cost by their own usage (list prices as of 2026-04)"
+            "recorded $0.0008: what 1 trace(s) cost by their own usage (list prices as of 2026-11-20)"
         ),
         "{table}"
     );
@@ -1131,7 +1131,7 @@ fn replay_prices_are_overridable_in_the_config() {
     let out = sandbox.run_ok(&["replay", path, "--policy", "none"]);
     let table = crate::support::text(&out.stdout);
     assert!(
-        table.contains("(list prices as of 2026-04; 1 model price(s) from your config)"),
+        table.contains("(list prices as of 2026-11-20; 1 model price(s) from your config)"),
         "{table}"
     );
 
