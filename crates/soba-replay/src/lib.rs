@@ -953,8 +953,8 @@ mod tests {
         assert_eq!(
             page.matches("soba</span> <span class=\"skipped\">failed</span></td>")
                 .count(),
-            2,
-            "the cost and the retention tables"
+            4,
+            "the cost and the retention tables, over all sessions and in the session's own section"
         );
         assert!(!page.contains("saving $"), "no saving is shown");
     }
