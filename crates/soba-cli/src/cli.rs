@@ -148,9 +148,9 @@ pub struct ReplayArgs {
     /// billed-equivalent tokens; the default) or tokens alone.
     #[arg(long, value_name = "UNIT", value_parser = ["dollars", "tokens"], default_value = "dollars")]
     pub cost: String,
-    /// Group a run of several sessions: one row per session, per day
-    /// (local time) or per project (working folder).
-    #[arg(long, value_name = "GROUP", value_parser = ["session", "day", "project"], default_value = "session")]
+    /// Group a run of several sessions: one row per session, per day,
+    /// ISO week or month (local time) or per project (working folder).
+    #[arg(long, value_name = "GROUP", value_parser = ["session", "day", "week", "month", "project"], default_value = "session")]
     pub by: String,
     /// Print the report as JSON.
     #[arg(long)]

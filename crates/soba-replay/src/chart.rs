@@ -326,8 +326,18 @@ fn policy_table(policies: &[PolicyStats], dollars: bool) -> String {
         out.push_str("</tr></thead><tbody>\n");
         for stats in policies {
             let line = style(&stats.name);
+            // A policy that failed at some requests says how many; one that
+            // failed at all of them has no figure to compare.
+            let failed = match stats.failed_steps() {
+                0 => String::new(),
+                _ if stats.is_failed() => " <span class=\"skipped\">failed</span>".to_owned(),
+                _ => format!(
+                    " <span class=\"warning\" title=\"recorded requests at which it sent nothing within the window\">failed {}</span>",
+                    stats.failed_cell()
+                ),
+            };
             out.push_str(&format!(
-                "<tr><td>{}&nbsp;<span style=\"color:{}\">{}</span></td>",
+                "<tr><td>{}&nbsp;<span style=\"color:{}\">{}</span>{failed}</td>",
                 line.swatch(),
                 line.hex(),
                 escape(&stats.name)
@@ -350,6 +360,9 @@ fn policy_table(policies: &[PolicyStats], dollars: bool) -> String {
 
 /// One cell of the policy table, by its column's name.
 fn policy_cell(stats: &PolicyStats, column: &str) -> String {
+    if stats.is_failed() && matches!(column, "billed-eq." | "$" | "recall mean" | "recall min") {
+        return "failed".to_owned();
+    }
     match column {
         "requests" => group_thousands(stats.requests),
         "over window" => group_thousands(stats.over_window),
@@ -451,6 +464,8 @@ fn group_table(report: &ReplayReport, by: GroupBy, folder: &str) -> String {
         (by.as_str().to_owned(), match by {
             GroupBy::Session => "the session file, under the folder named above",
             GroupBy::Day => "the day the sessions started, local time",
+            GroupBy::Week => "the ISO week the sessions started in, local time",
+            GroupBy::Month => "the month the sessions started in, local time",
             GroupBy::Project => "the working folder the sessions ran in",
         }),
         (
@@ -501,6 +516,67 @@ fn group_table(report: &ReplayReport, by: GroupBy, folder: &str) -> String {
         cells.extend(group.figure_cells(dollars, &HTML));
         for cell in cells {
             out.push_str(&format!("<td>{cell}</td>"));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n");
+    out
+}
+
+/// The billed table: per model and in total, the recorded token columns
+/// and (when `dollars`) what they cost.
+fn bill_table(bill: &crate::price::Bill, dollars: bool) -> String {
+    let columns: [(&str, &str); 8] = [
+        (
+            "model",
+            "the model that answered, as the transcript names it",
+        ),
+        (
+            "responses",
+            "responses billed, each once (lines of one response share its id)",
+        ),
+        ("input", "uncached input tokens"),
+        ("output", "output tokens, reasoning included"),
+        ("cache read", "input tokens read from the provider's cache"),
+        (
+            "cache write",
+            "input tokens written to the provider's cache",
+        ),
+        (
+            "of it 1h",
+            "of the cache writes, those with the 1-hour lifetime (billed at twice the input price)",
+        ),
+        (
+            "$",
+            "what they cost at the model's price; – where the model has none",
+        ),
+    ];
+    let mut out = String::from("<div class=\"scroll\"><table><thead><tr>");
+    for (name, meaning) in columns.iter().filter(|(name, _)| *name != "$" || dollars) {
+        out.push_str(&format!("<th title=\"{}\">{name}</th>", escape(meaning)));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    let rows = bill
+        .models
+        .iter()
+        .map(|(model, line)| (escape(model), line, false));
+    for (name, line, is_total) in rows.chain([("<b>total</b>".to_owned(), &bill.total, true)]) {
+        out.push_str(&format!(
+            "<tr{}><td>{name}</td>",
+            if is_total { " class=\"total\"" } else { "" }
+        ));
+        for figure in [
+            line.responses,
+            line.input,
+            line.output,
+            line.cache_read,
+            line.cache_write,
+            line.cache_write_1h,
+        ] {
+            out.push_str(&format!("<td>{}</td>", group_thousands(figure)));
+        }
+        if dollars {
+            out.push_str(&format!("<td>{}</td>", money(line.dollars)));
         }
         out.push_str("</tr>\n");
     }
@@ -698,6 +774,10 @@ pub fn html(report: &ReplayReport) -> Result<String, String> {
             .unwrap_or_default(),
     ));
     out.push_str(&summary(report));
+    if report.bill.total.responses > 0 {
+        out.push_str("<h2>What was billed</h2>\n<p class=\"note\">Every response the transcripts record, abandoned branches and interrupted requests included, each at its own model's price.</p>\n");
+        out.push_str(&bill_table(&report.bill, report.show_dollars));
+    }
     let several = report.replayed() > 1;
     if several {
         out.push_str("<h2>By project</h2>\n");
@@ -801,6 +881,9 @@ pub fn html(report: &ReplayReport) -> Result<String, String> {
                 "<p class=\"warning\">warning: {}</p>\n",
                 escape(warning)
             ));
+        }
+        if trace.bill.total.responses > 0 {
+            out.push_str(&bill_table(&trace.bill, report.show_dollars));
         }
         out.push_str(&chart_figure(trace)?);
         out.push_str(&policy_table(&trace.policies, report.show_dollars));

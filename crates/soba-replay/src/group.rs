@@ -19,30 +19,44 @@ pub enum GroupBy {
     Session,
     /// One row per day the sessions started on.
     Day,
+    /// One row per ISO week the sessions started in (`2026-W07`).
+    Week,
+    /// One row per month the sessions started in (`2026-02`).
+    Month,
     /// One row per working folder.
     Project,
 }
 
 impl GroupBy {
     /// Every grouping, in the order of the `--json` object.
-    pub const ALL: [GroupBy; 3] = [GroupBy::Session, GroupBy::Day, GroupBy::Project];
+    pub const ALL: [GroupBy; 5] = [
+        GroupBy::Session,
+        GroupBy::Day,
+        GroupBy::Week,
+        GroupBy::Month,
+        GroupBy::Project,
+    ];
 
-    /// Parses a `--by` value (`session`, `day`, `project`; `daily` and
-    /// plurals too).
+    /// Parses a `--by` value (`session`, `day`, `week`, `month`,
+    /// `project`; `daily`, `weekly`, `monthly` and plurals too).
     pub fn parse(name: &str) -> Option<GroupBy> {
         match name.trim().to_ascii_lowercase().as_str() {
             "session" | "sessions" => Some(GroupBy::Session),
             "day" | "days" | "daily" => Some(GroupBy::Day),
+            "week" | "weeks" | "weekly" => Some(GroupBy::Week),
+            "month" | "months" | "monthly" => Some(GroupBy::Month),
             "project" | "projects" | "folder" => Some(GroupBy::Project),
             _ => None,
         }
     }
 
-    /// Returns the name (`session`, `day`, `project`).
+    /// Returns the name (`session`, `day`, `week`, `month`, `project`).
     pub fn as_str(self) -> &'static str {
         match self {
             GroupBy::Session => "session",
             GroupBy::Day => "day",
+            GroupBy::Week => "week",
+            GroupBy::Month => "month",
             GroupBy::Project => "project",
         }
     }
@@ -74,8 +88,13 @@ pub struct Group {
     pub requests: u64,
     /// What the sessions cost by their own usage, over those priced.
     pub recorded_dollars: Option<f64>,
+    /// Their bills summed: every billed response's tokens, per model.
+    pub bill: crate::price::Bill,
     /// Sessions with a recorded cost (usage at a known price).
     pub recorded_priced: usize,
+    /// Sessions where the agent's policy or SOBA sent no request within
+    /// the window: left out of `own`, `soba` and the saving.
+    pub failed_sessions: usize,
     /// Sessions whose model has a price (the replayed dollars' sessions).
     pub replay_priced: usize,
     /// Each session's own policy (see [`own_policy`]), summed; its name
@@ -103,9 +122,25 @@ impl Group {
         self.requests += trace.recorded_requests as u64;
         self.recorded_dollars = sum_priced(self.recorded_dollars, trace.recorded_dollars);
         self.recorded_priced += usize::from(trace.recorded_dollars.is_some());
+        self.bill.merge(&trace.bill);
         if !self.agents.contains(&trace.agent) {
             self.agents.push(trace.agent.clone());
             self.agents.sort();
+        }
+        // A session where the agent's policy or SOBA sent nothing within
+        // the window has no figures to compare: neither side counts it, so
+        // a policy that failed is never the cheaper one.
+        let soba_failed = trace
+            .policies
+            .iter()
+            .any(|stats| stats.name == "soba" && stats.is_failed());
+        if soba_failed || own_policy(trace).is_some_and(PolicyStats::is_failed) {
+            self.failed_sessions += 1;
+            self.first_started = match (self.first_started, trace.started) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            return;
         }
         if let Some(own) = own_policy(trace) {
             self.replay_priced += usize::from(own.dollars.is_some());
@@ -138,11 +173,17 @@ impl Group {
     /// What SOBA would have saved against the sessions' own policies, in
     /// dollars (over the priced sessions).
     pub fn saving_dollars(&self) -> Option<f64> {
+        if self.failed_sessions == self.sessions {
+            return None;
+        }
         Some(self.own.dollars? - self.soba.as_ref()?.dollars?)
     }
 
     /// The same in billed-equivalent tokens.
     pub fn saving_tokens(&self) -> Option<f64> {
+        if self.failed_sessions == self.sessions {
+            return None;
+        }
         Some(self.own.billed_equivalent_tokens - self.soba.as_ref()?.billed_equivalent_tokens)
     }
 
@@ -156,6 +197,8 @@ impl Group {
             "requests": self.requests,
             "recordedDollars": self.recorded_dollars.map(micro_dollars),
             "recordedSessions": self.recorded_priced,
+            "failedSessions": self.failed_sessions,
+            "billed": crate::report::bill_json(&self.bill),
             "pricedSessions": self.replay_priced,
             "own": {
                 "policies": self.own.name,
@@ -226,9 +269,14 @@ pub fn groups(report: &ReplayReport, by: GroupBy, zone: &TimeZone) -> (Vec<Group
     for (idx, trace) in replayed {
         let (key, known) = match by {
             GroupBy::Session => (trace.trace[folder.len()..].to_owned(), true),
-            GroupBy::Day => trace.started.map_or_else(
+            GroupBy::Day | GroupBy::Week | GroupBy::Month => trace.started.map_or_else(
                 || ("(no date)".to_owned(), false),
-                |at| (at.to_zoned_datetime(zone.clone()).date().to_string(), true),
+                |at| {
+                    (
+                        period_key(at.to_zoned_datetime(zone.clone()).date(), by),
+                        true,
+                    )
+                },
             ),
             GroupBy::Project => trace
                 .project
@@ -260,11 +308,34 @@ pub fn groups(report: &ReplayReport, by: GroupBy, zone: &TimeZone) -> (Vec<Group
                 &b.key,
             ))
         }),
-        GroupBy::Day | GroupBy::Project => {
+        GroupBy::Day | GroupBy::Week | GroupBy::Month | GroupBy::Project => {
             out.sort_by(|a, b| (!a.known, &a.key).cmp(&(!b.known, &b.key)));
         }
     }
     (out, total)
+}
+
+/// Returns the key of the day, ISO week (`2026-W07`, of the week's own
+/// year) or month (`2026-02`) a date is in.
+fn period_key(date: jiff::civil::Date, by: GroupBy) -> String {
+    match by {
+        GroupBy::Week => {
+            let week = date.iso_week_date();
+            format!("{:04}-W{:02}", week.year(), week.week())
+        }
+        GroupBy::Month => format!("{:04}-{:02}", date.year(), date.month()),
+        _ => date.to_string(),
+    }
+}
+
+/// Returns the billed table of the groups: each group's recorded token
+/// columns and dollars (see [`crate::report::bill_table`]).
+pub fn group_bill_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) -> String {
+    let rows: Vec<(String, crate::price::BillLine)> = groups
+        .iter()
+        .map(|group| (short_key(&group.key), group.bill.total))
+        .collect();
+    crate::report::bill_table(by.as_str(), &rows, &total.bill.total, dollars)
 }
 
 /// Returns the grouped table: one row per group and a total, in dollars
@@ -313,7 +384,18 @@ pub fn group_table(groups: &[Group], total: &Group, by: GroupBy, dollars: bool) 
         } else {
             String::new()
         }
-    )
+    ) + &failed_note(total)
+}
+
+/// The line saying which sessions the comparison leaves out because a
+/// policy failed outright; empty when none did.
+fn failed_note(total: &Group) -> String {
+    match total.failed_sessions {
+        0 => String::new(),
+        n => format!(
+            "{n} session(s) where the agent's policy or SOBA sent no request within the window are marked failed and left out of agent, soba and saving.\n"
+        ),
+    }
 }
 
 /// The most characters of a key shown in the text table.
@@ -368,6 +450,23 @@ impl Group {
     pub(crate) fn figure_cells(&self, dollars: bool, style: &CellStyle) -> Vec<String> {
         let soba = self.soba.as_ref();
         let none = || style.none.to_owned();
+        if self.failed_sessions == self.sessions && self.sessions > 0 {
+            // Nothing to compare: say why rather than show empty figures.
+            let recorded = if dollars {
+                vec![
+                    self.recorded_dollars
+                        .map_or_else(none, |d| format!("{}{}", style.dollar, dollar_text(d))),
+                ]
+            } else {
+                Vec::new()
+            };
+            let n_failed = 3;
+            return recorded
+                .into_iter()
+                .chain(std::iter::repeat_n("failed".to_owned(), n_failed))
+                .chain([none(), none()])
+                .collect();
+        }
         let money =
             |d: Option<f64>| d.map_or_else(none, |d| format!("{}{}", style.dollar, dollar_text(d)));
         let tokens = |n: f64| group_thousands(n.round() as u64);

@@ -276,14 +276,14 @@ pub fn replay_session(
         .and_then(|at| at.parse::<jiff::Timestamp>().ok());
     let project = session.cwd.clone();
     let agent = session.format.agent().to_owned();
-    // Claude Code's writes to the 1-hour cache, billed at twice the input
-    // price rather than the 5-minute write price its usage records them at.
-    let one_hour_writes = session
-        .stats
-        .usage_raw
-        .get("cache_creation.ephemeral_1h_input_tokens")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
+    // The recorded cost: every response the file says was billed, each at
+    // its own model's price; it needs no window, so a session replayed at
+    // an inferred one (or not at all) is priced the same.
+    let fallback_model = session
+        .model
+        .clone()
+        .unwrap_or_else(|| "unknown".to_owned());
+    let bill = price::Bill::of(&session.stats.billed, &fallback_model, &options.prices);
     let trace = Trace::prepare(
         name,
         session,
@@ -336,16 +336,19 @@ pub fn replay_session(
     let output = run::run(&ctx, &mut runners);
     drop(runners);
     let real_summaries = real_summaries(&ctx);
-    let (recorded_dollars, recorded_output) = recorded_cost(&trace, &options.prices);
+    // Every policy replays the recorded answers: their output is priced
+    // the same for all.
+    let recorded_output: u64 = trace
+        .steps
+        .iter()
+        .filter_map(|step| step.usage.map(|usage| usage.output))
+        .sum();
     let price = options.prices.get(&trace.model);
-    let recorded_dollars = match (recorded_dollars, price) {
-        (Some(dollars), Some(price)) if one_hour_writes > 0 => Some(
-            dollars
-                + one_hour_writes as f64 * (2.0 * price.input - price.cache_write).max(0.0) / 1e6,
-        ),
-        (dollars, _) => dollars,
-    };
+    let recorded_dollars = bill.total.dollars.filter(|_| bill.total.responses > 0);
     let mut policies: Vec<PolicyStats> = output.recorders.iter().map(|r| r.stats.clone()).collect();
+    for stats in &mut policies {
+        stats.failed_traces = u64::from(stats.is_failed());
+    }
     let kept = fidelity::measure(&trace, &index, &output.inputs, policies.len());
     for (stats, kept) in policies.iter_mut().zip(kept) {
         stats.fidelity = kept;
@@ -370,6 +373,7 @@ pub fn replay_session(
         cache: Some(trace.cache),
         recorded_requests: steps,
         recorded_dollars,
+        bill,
         calibration: trace.calibration.values().cloned().collect(),
         records_fixed: trace.records_fixed,
         soba_limits: output.soba_limits,
@@ -401,30 +405,6 @@ pub fn replay_session(
         report,
         real_summaries,
     })
-}
-
-/// Returns what the recorded requests cost (each at its own model's price,
-/// the trace model's when its own has none; `None` when a request with
-/// usage has no price or none records usage) and their output tokens.
-fn recorded_cost(trace: &Trace, prices: &price::PriceTable) -> (Option<f64>, u64) {
-    let fallback = prices.get(&trace.model);
-    let mut dollars = Some(0.0);
-    let mut output = 0;
-    let mut priced_any = false;
-    for step in &trace.steps {
-        let Some(usage) = &step.usage else {
-            continue;
-        };
-        output += usage.output;
-        match prices.get(&step.model).or(fallback) {
-            Some(price) => {
-                priced_any = true;
-                dollars = dollars.map(|sum| sum + price.recorded(usage));
-            }
-            None => dollars = None,
-        }
-    }
-    (dollars.filter(|_| priced_any), output)
 }
 
 /// Standard context windows, smallest first, for the window a recorded
@@ -933,7 +913,11 @@ pub fn replay_path(path: &Path, options: &ReplayOptions) -> Result<ReplayReport,
 mod tests {
     use std::sync::Mutex;
 
+    use serde_json::Value;
+
     use super::*;
+    use crate::report::policy_table_with_dollars;
+    use crate::testing::Script;
 
     /// One thread takes the files largest first, so a large file never
     /// starts last; the results still come out in walk order.
@@ -971,5 +955,98 @@ mod tests {
             ["b.jsonl", "c.jsonl", "d.jsonl", "a.jsonl"]
         );
         assert_eq!(out, ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"]);
+
+    /// Replays a session whose every request is over `--window 32000`:
+    /// four turns, each a 40,000-token message (no policy can drop the
+    /// message it answers) and its answer.
+    fn all_over_the_window() -> ReplayReport {
+        let mut script = Script::new();
+        for n in 0..4 {
+            script.user(&format!("task{n}"), 40_000);
+            script.answer("done");
+        }
+        let options = ReplayOptions {
+            window: Some(32_000),
+            max_output: Some(4_000),
+            counting: Counting::Bytes,
+            policies: vec![
+                PolicySpec::new(PolicyKind::None),
+                PolicySpec::new(PolicyKind::Soba),
+            ],
+            ..ReplayOptions::default()
+        };
+        let outcome = replay_session("all-over.jsonl".to_owned(), script.session(), &options)
+            .expect("the trace replays");
+        let mut report = options.empty_report();
+        report.traces.push(outcome.report);
+        report.total();
+        report
+    }
+
+    /// Issue 34 finding 4: a policy that sent nothing was reported as the
+    /// cheapest. Now it is marked failed in the table, the JSON and the
+    /// groups, and neither priced nor compared.
+    #[test]
+    fn a_policy_that_sends_nothing_is_failed_never_ranked() {
+        let report = all_over_the_window();
+        let table = policy_table_with_dollars(&report.totals);
+        let soba_row = table
+            .lines()
+            .find(|line| line.starts_with("soba"))
+            .expect("a soba row");
+        let cells: Vec<&str> = soba_row.split_whitespace().collect();
+        // policy requests overWin failed compact peak mean summIn summOut
+        // billed $ recall min …
+        assert_eq!(cells[0..4], ["soba", "0", "4", "4/4"]);
+        assert_eq!(cells[9..13], ["failed", "failed", "-", "-"]);
+        assert_eq!(
+            report::failure_lines(&report.totals),
+            "none failed: it sent no request within the window at any of the 4 recorded request(s); it has no cost or recall to compare and is not ranked\n\
+             soba failed: it sent no request within the window at any of the 4 recorded request(s); it has no cost or recall to compare and is not ranked\n"
+        );
+        let json = report.to_json();
+        let soba = &json["traces"][0]["policies"][1];
+        assert_eq!(soba["name"], "soba");
+        assert_eq!(soba["status"], "failed");
+        assert_eq!(soba["steps"], 4);
+        assert_eq!(soba["failedSteps"], 4);
+        assert_eq!(soba["failedTraces"], 1);
+        assert_eq!(soba["dollars"], Value::Null);
+        assert_eq!(soba["billedEquivalentTokens"], Value::Null);
+        assert_eq!(soba["probeRecallMean"], Value::Null);
+        // The session's group compares nothing: no saving, no denominator.
+        let (groups, total) = report.groups(GroupBy::Session);
+        assert_eq!(groups[0].failed_sessions, 1);
+        assert_eq!(total.saving_dollars(), None);
+        assert_eq!(total.saving_tokens(), None);
+        let group = &json["groups"]["session"]["total"];
+        assert_eq!(group["failedSessions"], 1);
+        assert_eq!(group["savingDollars"], Value::Null);
+        assert_eq!(
+            group::group_table(&groups, &total, GroupBy::Session, true)
+                .lines()
+                .nth(1)
+                .map(|line| line.split_whitespace().collect::<Vec<_>>()),
+            Some(vec![
+                "all-over.jsonl",
+                "pi",
+                "4",
+                "-",
+                "failed",
+                "failed",
+                "failed",
+                "-",
+                "-"
+            ])
+        );
+        // The page marks it too, and prices nothing for it.
+        let page = chart::html(&report).expect("the page draws");
+        assert_eq!(
+            page.matches("soba</span> <span class=\"skipped\">failed</span></td>")
+                .count(),
+            4,
+            "the cost and the retention tables, over all sessions and in the session's own section"
+        );
+        assert!(!page.contains("saving $"), "no saving is shown");
     }
 }

@@ -65,10 +65,125 @@ impl Price {
             / 1e6
     }
 
+    /// Returns what one billed response cost: [`Price::recorded`], with
+    /// the 1-hour cache writes among its writes at twice the input price
+    /// (Anthropic's rate for them) instead of the 5-minute write price.
+    pub fn billed(&self, usage: &Usage, cache_write_1h: u64) -> f64 {
+        let long = cache_write_1h.min(usage.cache_write) as f64;
+        self.recorded(usage) + long * (2.0 * self.input - self.cache_write) / 1e6
+    }
+
     /// Returns what `billed_equivalent` input-token equivalents and
     /// `output` output tokens cost.
     pub fn replayed(&self, billed_equivalent: f64, output: u64) -> f64 {
         (billed_equivalent * self.input + output as f64 * self.output) / 1e6
+    }
+}
+
+/// What a set of billed responses used and cost: the token columns of
+/// the recorded cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BillLine {
+    /// Responses billed.
+    pub responses: u64,
+    /// Uncached input tokens.
+    pub input: u64,
+    /// Output tokens (reasoning included).
+    pub output: u64,
+    /// Input tokens read from the cache.
+    pub cache_read: u64,
+    /// Input tokens written to the cache.
+    pub cache_write: u64,
+    /// Of `cache_write`, those written with the 1-hour lifetime.
+    pub cache_write_1h: u64,
+    /// What they cost in US dollars; `None` when a response's model has no
+    /// price.
+    pub dollars: Option<f64>,
+    /// Responses whose model has no price.
+    pub unpriced: u64,
+}
+
+impl BillLine {
+    /// Adds one response, priced at `price` (`None`: its model has none).
+    pub fn add_response(&mut self, usage: &Usage, cache_write_1h: u64, price: Option<Price>) {
+        let first = self.responses == 0;
+        self.responses += 1;
+        self.input += usage.input;
+        self.output += usage.output;
+        self.cache_read += usage.cache_read;
+        self.cache_write += usage.cache_write;
+        self.cache_write_1h += cache_write_1h.min(usage.cache_write);
+        match price {
+            Some(price) if first || self.dollars.is_some() => {
+                self.dollars =
+                    Some(self.dollars.unwrap_or(0.0) + price.billed(usage, cache_write_1h));
+            }
+            Some(_) => {}
+            None => {
+                self.unpriced += 1;
+                self.dollars = None;
+            }
+        }
+    }
+
+    /// Adds another line (a session's to a group's): dollars stay known
+    /// only while both are.
+    pub fn merge(&mut self, other: &BillLine) {
+        let dollars = match (self.responses, other.responses) {
+            (0, _) => other.dollars,
+            (_, 0) => self.dollars,
+            _ => self.dollars.zip(other.dollars).map(|(a, b)| a + b),
+        };
+        self.responses += other.responses;
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.cache_write_1h += other.cache_write_1h;
+        self.unpriced += other.unpriced;
+        self.dollars = dollars;
+    }
+}
+
+/// The recorded cost of a session (or several): every billed response,
+/// in all and per model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bill {
+    /// Every response.
+    pub total: BillLine,
+    /// Per model, by the name the transcript spells (`unknown` when it
+    /// names none).
+    pub models: BTreeMap<String, BillLine>,
+}
+
+impl Bill {
+    /// Prices every billed response at its own model's price; a response
+    /// that names no model is `fallback_model`'s.
+    pub fn of(
+        responses: &[soba_store::import::BilledResponse],
+        fallback_model: &str,
+        prices: &PriceTable,
+    ) -> Bill {
+        let mut bill = Bill::default();
+        for response in responses {
+            let model = response.model.as_deref().unwrap_or(fallback_model);
+            let price = prices.get(model);
+            bill.total
+                .add_response(&response.usage, response.cache_write_1h, price);
+            bill.models
+                .entry(model.to_owned())
+                .or_default()
+                .add_response(&response.usage, response.cache_write_1h, price);
+        }
+        bill
+    }
+
+    /// Adds another bill.
+    pub fn merge(&mut self, other: &Bill) {
+        self.total.merge(&other.total);
+        for (model, line) in &other.models {
+            self.models.entry(model.clone()).or_default().merge(line);
+        }
     }
 }
 
@@ -272,6 +387,76 @@ mod tests {
         // 50,000 input equivalents and 500 output tokens.
         let replayed = (50_000.0 * 3.0 + 500.0 * 15.0) / 1e6;
         assert!((sonnet.replayed(50_000.0, 500) - replayed).abs() < 1e-12);
+    }
+
+    /// Issue 34 finding 5: the recorded cost is every billed response at
+    /// its own model's price, 1-hour cache writes at twice the input.
+    #[test]
+    fn a_bill_prices_each_response_at_its_own_model_with_1h_writes() {
+        use soba_store::import::BilledResponse;
+        let response = |model: Option<&str>, input, read, write, long, output| BilledResponse {
+            model: model.map(str::to_owned),
+            usage: Usage {
+                input,
+                cache_read: read,
+                cache_write: write,
+                output,
+                reasoning: 0,
+            },
+            cache_write_1h: long,
+            timestamp: None,
+        };
+        let responses = [
+            // Opus 4.7 at 5 / 25 / 0.50 / 6.25: 3 × 5 + 1,000 × 0.5 + 20 ×
+            // 6.25 + 80 × 10 + 40 × 25 = 2,440 micro-dollars.
+            response(Some("claude-opus-4-7"), 3, 1_000, 100, 80, 40),
+            // Haiku 4.5 at 1 / 5: 50 + 50 = 100.
+            response(Some("claude-haiku-4-5"), 50, 0, 0, 0, 10),
+            // No model named: the session's (Opus 4.7): 7 × 5 + 2,000 × 0.5
+            // + 9 × 25 = 1,260.
+            response(None, 7, 2_000, 0, 0, 9),
+        ];
+        let bill = Bill::of(&responses, "claude-opus-4-7", &PriceTable::new());
+        let total = bill.total;
+        assert_eq!(
+            (
+                total.responses,
+                total.input,
+                total.output,
+                total.cache_read,
+                total.cache_write,
+                total.cache_write_1h,
+                total.unpriced
+            ),
+            (3, 60, 59, 3_000, 100, 80, 0)
+        );
+        let dollars = total.dollars.expect("every model has a price");
+        assert!((dollars - 3_800e-6).abs() < 1e-12, "{dollars}");
+        let models: Vec<(&str, u64, Option<f64>)> = bill
+            .models
+            .iter()
+            .map(|(model, line)| {
+                (
+                    model.as_str(),
+                    line.responses,
+                    line.dollars.map(|d| (d * 1e6).round()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            models,
+            [
+                ("claude-haiku-4-5", 1, Some(100.0)),
+                ("claude-opus-4-7", 2, Some(3_700.0)),
+            ]
+        );
+        // A model with no price leaves the total unknown, not short.
+        let mut more = responses.to_vec();
+        more.push(response(Some("acme-1"), 1, 0, 0, 0, 1));
+        let bill = Bill::of(&more, "claude-opus-4-7", &PriceTable::new());
+        assert_eq!((bill.total.dollars, bill.total.unpriced), (None, 1));
+        assert_eq!(bill.models["acme-1"].dollars, None);
+        assert!(bill.models["claude-opus-4-7"].dollars.is_some());
     }
 
     #[test]

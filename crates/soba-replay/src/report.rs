@@ -8,6 +8,7 @@ use soba_provider::registry::canonical_name;
 
 use super::cost::CacheMode;
 use super::fidelity::{self, FidelityCounts};
+use super::price::{Bill, BillLine};
 use super::probe::{PROBE_NAMES, ProbeScores};
 use super::trace::ModelCalibration;
 
@@ -63,6 +64,13 @@ pub struct PolicyStats {
     pub probe_counts: [u64; 5],
     /// What the input kept of the history at the five probe points.
     pub fidelity: FidelityCounts,
+    /// Recorded requests replayed (steps).
+    pub steps: u64,
+    /// Steps at which the policy sent a request within the window; the
+    /// others failed (over the window, or not sent at all).
+    pub answered: u64,
+    /// Traces at which it sent no request within the window at all.
+    pub failed_traces: u64,
 }
 
 impl PolicyStats {
@@ -130,6 +138,9 @@ impl PolicyStats {
             self.probe_counts[idx] += other.probe_counts[idx];
         }
         self.fidelity.merge(&other.fidelity);
+        self.steps += other.steps;
+        self.answered += other.answered;
+        self.failed_traces += other.failed_traces;
     }
 
     /// Returns the mean request size.
@@ -146,6 +157,38 @@ impl PolicyStats {
         (self.graded > 0).then(|| self.recall_sum / self.graded as f64)
     }
 
+    /// Returns the steps at which the policy sent no request within the
+    /// window.
+    pub fn failed_steps(&self) -> u64 {
+        self.steps.saturating_sub(self.answered)
+    }
+
+    /// Returns whether the policy failed outright: it sent no request
+    /// within the window at any step. Its figures are not a cost: it is
+    /// never ranked, compared or used as a denominator.
+    pub fn is_failed(&self) -> bool {
+        self.steps > 0 && self.answered == 0
+    }
+
+    /// Returns `ok`, `partial` (some steps failed) or `failed`.
+    pub fn status(&self) -> &'static str {
+        if self.is_failed() {
+            "failed"
+        } else if self.failed_steps() > 0 {
+            "partial"
+        } else {
+            "ok"
+        }
+    }
+
+    /// Returns the `failed` cell: `0`, or failed steps over steps.
+    pub fn failed_cell(&self) -> String {
+        match self.failed_steps() {
+            0 => "0".to_owned(),
+            n => format!("{}/{}", group_thousands(n), group_thousands(self.steps)),
+        }
+    }
+
     /// Returns one probe's mean over the graded requests it applied to.
     pub fn probe_mean(&self, idx: usize) -> Option<f64> {
         (self.probe_counts[idx] > 0).then(|| self.probe_sums[idx] / self.probe_counts[idx] as f64)
@@ -157,8 +200,13 @@ impl PolicyStats {
         for (idx, name) in PROBE_NAMES.iter().enumerate() {
             probes.insert((*name).to_owned(), json_ratio(self.probe_mean(idx)));
         }
+        let failed = self.is_failed();
         json!({
             "name": self.name,
+            "status": self.status(),
+            "steps": self.steps,
+            "failedSteps": self.failed_steps(),
+            "failedTraces": self.failed_traces,
             "requests": self.requests,
             "overWindow": self.over_window,
             "compactions": self.compactions,
@@ -166,9 +214,9 @@ impl PolicyStats {
             "meanInputTokens": self.mean_input_tokens(),
             "summarizerInputTokens": self.summarizer_input_tokens,
             "summarizerOutputTokens": self.summarizer_output_tokens,
-            "billedEquivalentTokens": self.billed_equivalent_tokens.round() as u64,
-            "dollars": self.dollars.map(micro_dollars),
-            "probeRecallMean": json_ratio(self.recall_mean()),
+            "billedEquivalentTokens": (!failed).then(|| self.billed_equivalent_tokens.round() as u64),
+            "dollars": self.dollars.filter(|_| !failed).map(micro_dollars),
+            "probeRecallMean": json_ratio(self.recall_mean().filter(|_| !failed)),
             "probeRecallMin": json_ratio(self.recall_min),
             "gradedRequests": self.graded,
             "resends": self.resends,
@@ -272,6 +320,9 @@ pub struct TraceReport {
     /// transcript's own usage; `None` when its model has no price or it
     /// records no usage.
     pub recorded_dollars: Option<f64>,
+    /// What the file says was billed: every response (abandoned branches
+    /// and interrupted requests included), its token columns, per model.
+    pub bill: crate::price::Bill,
     /// Calibration per model.
     pub calibration: Vec<ModelCalibration>,
     /// Whether the trace records its system prompt and tools.
@@ -323,6 +374,7 @@ impl TraceReport {
             "cache": self.cache.map(CacheMode::as_str),
             "requests": self.recorded_requests,
             "recordedDollars": self.recorded_dollars.map(micro_dollars),
+            "billed": bill_json(&self.bill),
             "fixedOverhead": primary.map_or(0, |c| c.overhead),
             "factor": primary.map(|c| (c.factor * 10_000.0).round() / 10_000.0),
             "recordsSystemPromptAndTools": self.records_fixed,
@@ -401,6 +453,8 @@ pub struct ReplayReport {
     pub peer_trigger: Option<u64>,
     /// The recorded cost of the priced traces, in US dollars.
     pub recorded_dollars: Option<f64>,
+    /// Every replayed trace's bill, summed.
+    pub bill: crate::price::Bill,
     /// Whether the table shows dollars (`--cost dollars`, the default).
     pub show_dollars: bool,
     /// The sessions `--since`, `--until` and `--project` left out.
@@ -435,6 +489,11 @@ impl ReplayReport {
             .iter()
             .filter(|t| t.skipped.is_none())
             .fold(None, |sum, t| sum_priced(sum, t.recorded_dollars));
+        let mut bill = crate::price::Bill::default();
+        for trace in self.traces.iter().filter(|t| t.skipped.is_none()) {
+            bill.merge(&trace.bill);
+        }
+        self.bill = bill;
     }
 
     /// Returns the replayed sessions grouped `by` session, day or
@@ -457,6 +516,7 @@ impl ReplayReport {
             "pricesAsOf": crate::price::PRICES_AS_OF,
             "pricesFromConfig": self.prices.overridden(),
             "recordedDollars": self.recorded_dollars.map(micro_dollars),
+            "billed": bill_json(&self.bill),
             "leftOut": {
                 "day": self.left_out.day,
                 "noDay": self.left_out.no_day,
@@ -506,12 +566,25 @@ impl ReplayReport {
             self.traces.len() - self.replayed(),
             self.summarizer_price
         ));
+        if self.bill.total.responses > 0 {
+            let rows: Vec<(String, BillLine)> = self
+                .bill
+                .models
+                .iter()
+                .map(|(model, line)| (model.clone(), *line))
+                .collect();
+            out.push_str(&format!(
+                "billed: every response the transcripts record (abandoned branches and interrupted requests included), each at its own model's price\n{}\n",
+                bill_table("model", &rows, &self.bill.total, self.show_dollars)
+            ));
+        }
         if self.show_dollars {
             out.push_str(&self.dollar_lines());
             out.push_str(&policy_table_with_dollars(&self.totals));
         } else {
             out.push_str(&policy_table(&self.totals));
         }
+        out.push_str(&failure_lines(&self.totals));
         out.push_str(&fidelity_lines(&self.totals));
         out
     }
@@ -605,6 +678,90 @@ impl ReplayReport {
     }
 }
 
+/// Returns the JSON of one line of a bill (`model` first when given).
+pub(crate) fn bill_line_json(line: &BillLine, model: Option<&str>) -> Value {
+    let mut out = Map::new();
+    if let Some(model) = model {
+        out.insert("model".into(), Value::from(model));
+    }
+    out.insert("responses".into(), Value::from(line.responses));
+    out.insert("inputTokens".into(), Value::from(line.input));
+    out.insert("outputTokens".into(), Value::from(line.output));
+    out.insert("cacheReadTokens".into(), Value::from(line.cache_read));
+    out.insert("cacheWriteTokens".into(), Value::from(line.cache_write));
+    out.insert(
+        "cacheWrite1hTokens".into(),
+        Value::from(line.cache_write_1h),
+    );
+    out.insert(
+        "dollars".into(),
+        line.dollars
+            .map(micro_dollars)
+            .map_or(Value::Null, Value::from),
+    );
+    out.insert("unpricedResponses".into(), Value::from(line.unpriced));
+    Value::Object(out)
+}
+
+/// Returns a bill's JSON: its total's fields plus `models[]`.
+pub(crate) fn bill_json(bill: &Bill) -> Value {
+    let mut out = bill_line_json(&bill.total, None);
+    if let Value::Object(fields) = &mut out {
+        fields.insert(
+            "models".into(),
+            bill.models
+                .iter()
+                .map(|(model, line)| bill_line_json(line, Some(model)))
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Returns the billed table: one row per key (a model, a session, a day)
+/// and the total, with the recorded token columns and, when `dollars`,
+/// what they cost (`-` where a model has no price).
+pub fn bill_table(
+    key: &str,
+    rows: &[(String, BillLine)],
+    total: &BillLine,
+    dollars: bool,
+) -> String {
+    let mut header = vec![
+        key,
+        "responses",
+        "input",
+        "output",
+        "cacheRead",
+        "cacheWrite",
+        "of it 1h",
+    ];
+    if dollars {
+        header.push("$");
+    }
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    for (name, line) in rows
+        .iter()
+        .map(|(name, line)| (name.as_str(), line))
+        .chain([("total", total)])
+    {
+        let mut row = vec![
+            soba_core::terminal::sanitize_line(name).into_owned(),
+            group_thousands(line.responses),
+            group_thousands(line.input),
+            group_thousands(line.output),
+            group_thousands(line.cache_read),
+            group_thousands(line.cache_write),
+            group_thousands(line.cache_write_1h),
+        ];
+        if dollars {
+            row.push(line.dollars.map_or_else(|| "-".to_owned(), dollar_text));
+        }
+        table.push(row);
+    }
+    align(&table)
+}
+
 /// Returns the last two path components of a trace name, on one line
 /// whatever the name holds.
 fn short_name(trace: &str) -> String {
@@ -646,11 +803,12 @@ pub fn policy_table_with_dollars(policies: &[PolicyStats]) -> String {
     for (idx, row) in rows.iter_mut().enumerate() {
         let dollars = match idx.checked_sub(1) {
             None => "$".to_owned(),
+            Some(n) if policies[n].is_failed() => "failed".to_owned(),
             Some(n) => policies[n]
                 .dollars
                 .map_or_else(|| "-".to_owned(), dollar_text),
         };
-        row.insert(9, dollars);
+        row.insert(10, dollars);
     }
     align(&rows)
 }
@@ -658,6 +816,34 @@ pub fn policy_table_with_dollars(policies: &[PolicyStats]) -> String {
 /// Returns the policy table (the `--json` policy fields, one row each).
 pub fn policy_table(policies: &[PolicyStats]) -> String {
     align(&policy_rows(policies))
+}
+
+/// Returns the lines under the policy table naming each policy that
+/// failed outright (never compared) or at some steps; empty when none.
+pub fn failure_lines(policies: &[PolicyStats]) -> String {
+    let mut out = String::new();
+    for stats in policies {
+        let name = soba_core::terminal::sanitize_line(&stats.name);
+        if stats.is_failed() {
+            out.push_str(&format!(
+                "{name} failed: it sent no request within the window at any of the {} recorded request(s); it has no cost or recall to compare and is not ranked\n",
+                group_thousands(stats.steps)
+            ));
+        } else if stats.failed_steps() > 0 {
+            let traces = match stats.failed_traces {
+                0 => String::new(),
+                n => format!(
+                    ", and every one of {n} trace(s), whose figures are still in its totals"
+                ),
+            };
+            out.push_str(&format!(
+                "{name} failed at {} of {} recorded request(s) (over the window, or not sent){traces}\n",
+                group_thousands(stats.failed_steps()),
+                group_thousands(stats.steps)
+            ));
+        }
+    }
+    out
 }
 
 /// Returns the fidelity table under the cost table: per policy, the share
@@ -700,23 +886,31 @@ pub fn fidelity_lines(policies: &[PolicyStats]) -> String {
 /// The header and one row per policy.
 fn policy_rows(policies: &[PolicyStats]) -> Vec<Vec<String>> {
     let header = [
-        "policy", "requests", "overWin", "compact", "peak", "mean", "summIn", "summOut", "billed",
-        "recall", "min", "resends", "calls", "rejected", "hygiene",
+        "policy", "requests", "overWin", "failed", "compact", "peak", "mean", "summIn", "summOut",
+        "billed", "recall", "min", "resends", "calls", "rejected", "hygiene",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
     for stats in policies {
+        // A policy that sent nothing within the window has no cost and no
+        // recall to compare: its cells say so instead of a figure.
+        let failed = stats.is_failed();
         rows.push(vec![
             stats.name.clone(),
             group_thousands(stats.requests),
             group_thousands(stats.over_window),
+            stats.failed_cell(),
             group_thousands(stats.compactions),
             group_thousands(stats.peak_input_tokens),
             group_thousands(stats.mean_input_tokens()),
             group_thousands(stats.summarizer_input_tokens),
             group_thousands(stats.summarizer_output_tokens),
-            group_thousands(stats.billed_equivalent_tokens.round() as u64),
-            ratio_cell(stats.recall_mean()),
-            ratio_cell(stats.recall_min),
+            if failed {
+                "failed".to_owned()
+            } else {
+                group_thousands(stats.billed_equivalent_tokens.round() as u64)
+            },
+            ratio_cell(stats.recall_mean().filter(|_| !failed)),
+            ratio_cell(stats.recall_min.filter(|_| !failed)),
             group_thousands(stats.resends),
             group_thousands(stats.summarizer_calls),
             group_thousands(stats.rejected_capsules),

@@ -273,13 +273,17 @@ pub(crate) struct Recorder {
     previous: Option<(u64, Vec<PrefixMessage>, String)>,
     /// What the policy did since its last request, for the write split.
     cause: Option<WriteCause>,
+    /// The last step at which a request within the window was sent.
+    answered_step: Option<usize>,
 }
 
 impl Recorder {
     /// Returns a recorder for `name` over `steps` requests.
     pub fn new(name: &str, steps: usize) -> Self {
+        let mut stats = PolicyStats::new(name);
+        stats.steps = steps as u64;
         Recorder {
-            stats: PolicyStats::new(name),
+            stats,
             series: Series {
                 name: name.to_owned(),
                 tokens: vec![None; steps],
@@ -287,6 +291,7 @@ impl Recorder {
             },
             previous: None,
             cause: None,
+            answered_step: None,
         }
     }
 
@@ -342,6 +347,9 @@ impl Recorder {
         self.stats.add_request(prompt);
         if prompt > ctx.trace.window {
             self.stats.over_window += 1;
+        } else if self.answered_step != Some(step) {
+            self.answered_step = Some(step);
+            self.stats.answered += 1;
         }
         self.series.tokens[step] = Some(prompt);
         self.previous = Some((message0.key, messages, model.clone()));

@@ -81,6 +81,11 @@ pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
             stdout.write_all(
                 replay::group::group_table(&groups, &total, by, report.show_dollars).as_bytes(),
             )?;
+            writeln!(stdout, "\nbilled per {}:", by.as_str())?;
+            stdout.write_all(
+                replay::group::group_bill_table(&groups, &total, by, report.show_dollars)
+                    .as_bytes(),
+            )?;
             stdout.write_all(notices(&report).as_bytes())?;
         } else {
             stdout.write_all(calibration_table(&report).as_bytes())?;

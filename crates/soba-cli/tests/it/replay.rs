@@ -1000,6 +1000,16 @@ fn several_sessions_are_reported_per_session_day_and_project() {
         ["2025-02-01", "2025-11-20", "2026-11-30", "total"]
     );
     assert_eq!(days[4][1], "3", "{days:?}");
+    let weeks = run("week");
+    assert_eq!(
+        keys(&weeks[1..]),
+        ["2025-W05", "2025-W47", "2026-W49", "total"]
+    );
+    let months = run("month");
+    assert_eq!(
+        keys(&months[1..]),
+        ["2025-02", "2025-11", "2026-11", "total"]
+    );
     let projects = run("project");
     assert_eq!(
         keys(&projects[1..]),

@@ -17,7 +17,7 @@ use soba_core::{
 
 use super::lines::Lines;
 use super::scan::{Scan, TopLevel, scan_line};
-use super::{Format, ImportStats, ImportedSession, Inference};
+use super::{BilledResponse, Format, ImportStats, ImportedSession, Inference};
 
 /// Where an import reads from and how it dates undated entries.
 #[derive(Debug, Clone)]
@@ -77,6 +77,9 @@ pub(crate) struct SessionBuilder {
     pub records: BTreeMap<String, u64>,
     /// Raw usage in the source's terms.
     pub usage_raw: Value,
+    /// Every billed response, when the importer reads them apart from the
+    /// history; `None`: the inferences with usage are the billed responses.
+    pub billed: Option<Vec<BilledResponse>>,
     /// Normalised totals when they do not come from summing inferences
     /// (cumulative counters, run totals).
     pub usage_override: Option<Usage>,
@@ -165,6 +168,7 @@ impl SessionBuilder {
             messages: 0,
             records: BTreeMap::new(),
             usage_raw: Value::Null,
+            billed: None,
             usage_override: None,
             peak_override: None,
             diagnostics: Diagnostics::default(),
@@ -768,6 +772,19 @@ impl SessionBuilder {
             messages: self.messages,
             records: std::mem::take(&mut self.records),
             usage_raw: std::mem::take(&mut self.usage_raw),
+            billed: self.billed.take().unwrap_or_else(|| {
+                self.inferences
+                    .iter()
+                    .filter_map(|inference| {
+                        inference.usage.map(|usage| BilledResponse {
+                            model: inference.model.clone(),
+                            usage,
+                            cache_write_1h: 0,
+                            timestamp: inference.timestamp.clone(),
+                        })
+                    })
+                    .collect()
+            }),
             diagnostics,
             diagnostics_unlisted,
             ..ImportStats::default()

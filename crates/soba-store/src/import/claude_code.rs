@@ -28,7 +28,7 @@ use super::swe_agent::openai_tool_call;
 use super::tree::{
     Join, Node, Parent, TreeKeys, attached, branch, parsed_node, raw_flag, raw_node,
 };
-use super::{Format, ImportedSession};
+use super::{BilledResponse, Format, ImportedSession};
 
 /// The prefix of the export's compaction marker.
 const COMPACT_MARKER: &str = "[compact_boundary]";
@@ -83,12 +83,17 @@ pub(crate) fn import_native(
     // Damaged main-chain lines' ids and parents, read from their raw text.
     let mut damaged: Vec<Node> = Vec::new();
     let mut sidechain = 0usize;
+    // Every assistant line, on the branch or not: what was billed.
+    let mut assistant_lines: Vec<usize> = Vec::new();
     for_each_jsonl_scan(
         lines,
         CLAUDE_SCAN,
         &mut b.diagnostics,
         |idx, line, top| match top {
             Some(top) => {
+                if top.str("type") == Some("assistant") {
+                    assistant_lines.push(idx);
+                }
                 let line = Scanned::of(idx, &top);
                 sidechain += usize::from(line.sidechain);
                 scanned.push(line);
@@ -357,7 +362,56 @@ pub(crate) fn import_native(
     }
     sums.insert("counting".into(), Value::from("per-request"));
     b.usage_raw = Value::Object(sums);
+    b.billed = Some(billed_responses(lines, &assistant_lines));
     Ok(vec![b.finish()])
+}
+
+/// Returns the responses billed: every assistant line with usage, main
+/// chain, abandoned branches, interrupted requests and sub-agent lines
+/// alike, one response per `message.id` in the order of its first line.
+/// Claude Code writes a line per content block, each with the response's
+/// usage so far (the output grows line by line), so the id's last line
+/// holds its final figures. A line without an id is a response of its
+/// own; `<synthetic>` lines were never sent, and a line whose usage is
+/// unreadable (already noted by the main pass when on the branch) bills
+/// nothing known.
+fn billed_responses(lines: &Lines<'_>, assistant_lines: &[usize]) -> Vec<BilledResponse> {
+    let mut out: Vec<BilledResponse> = Vec::new();
+    let mut by_id: HashMap<String, usize> = HashMap::new();
+    lines.each_object_at(assistant_lines, |_, obj| {
+        let Some(message) = obj_field(&obj, "message") else {
+            return;
+        };
+        let Some(usage_obj) = obj_field(message, "usage") else {
+            return;
+        };
+        if !model_is_real(message) {
+            return;
+        }
+        let Some(usage) = anthropic_usage(usage_obj, "", &mut Diagnostics::default()) else {
+            return;
+        };
+        let cache_write_1h = obj_field(usage_obj, "cache_creation")
+            .map_or(0, |split| count_field(split, ONE_HOUR_WRITES))
+            .min(usage.cache_write);
+        let id = str_field(message, "id");
+        if let Some(&at) = id.and_then(|id| by_id.get(id)) {
+            let earlier = &mut out[at];
+            earlier.usage = usage;
+            earlier.cache_write_1h = cache_write_1h;
+            return;
+        }
+        if let Some(id) = id {
+            by_id.insert(id.to_owned(), out.len());
+        }
+        out.push(BilledResponse {
+            model: str_field(message, "model").map(str::to_owned),
+            usage,
+            cache_write_1h,
+            timestamp: timestamp_field(&obj, "timestamp"),
+        });
+    });
+    out
 }
 
 /// The cache writes of `cache_creation_input_tokens` made with the 1-hour

@@ -30,7 +30,7 @@ use super::builder::{
 };
 use super::lines::Lines;
 use super::swe_agent::openai_tool_call;
-use super::{Format, ImportedSession};
+use super::{BilledResponse, Format, ImportedSession};
 
 /// Normalises a Codex usage object (SPEC §4.2): `input_tokens` includes
 /// the cached (and, when reported, cache-write) tokens. `None` (with a
@@ -470,6 +470,7 @@ pub(crate) fn import_rollout(
     let mut last_total: Option<Value> = None;
     let mut infos: Vec<Map<String, Value>> = Vec::new();
     let mut n_token_events = 0usize;
+    let mut billed: Vec<BilledResponse> = Vec::new();
     lines.each_object_at(&objects, |line_idx, obj| {
         let obj = &obj;
         let line_no = line_idx + 1;
@@ -630,6 +631,17 @@ pub(crate) fn import_rollout(
                     return;
                 }
                 last_total = total;
+                // Every new total is a request billed, whether or not the
+                // history kept its response (a rolled-back turn, a response
+                // cut short).
+                if let Some(usage) = last_usage(info) {
+                    billed.push(BilledResponse {
+                        model: current_model.clone().or_else(|| b.model.clone()),
+                        usage,
+                        cache_write_1h: 0,
+                        timestamp: timestamp.clone(),
+                    });
+                }
                 if let (Some(inference_idx), Some(usage)) = (awaiting.take(), last_usage(info)) {
                     b.set_inference_usage(inference_idx, usage);
                 }
@@ -671,6 +683,7 @@ pub(crate) fn import_rollout(
         ));
     }
     apply_cumulative(infos.iter(), n_token_events, &mut b);
+    b.billed = Some(billed);
     Ok(vec![b.finish()])
 }
 

@@ -328,6 +328,25 @@ pub struct ImportStats {
     /// The file was not valid UTF-8: where and how much was replaced (also
     /// the first line of `diagnostics`).
     pub invalid_utf8: Option<InvalidUtf8>,
+    /// Every response the provider billed, in file order: each once (as
+    /// the agent de-duplicates them), abandoned branches, sub-agent lines
+    /// and interrupted requests included. The history (`inferences`) holds
+    /// only what the conversation kept; this is what the session cost.
+    pub billed: Vec<BilledResponse>,
+}
+
+/// One response a provider billed, as the transcript records it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BilledResponse {
+    /// The model that answered, as recorded.
+    pub model: Option<String>,
+    /// Its normalised usage.
+    pub usage: Usage,
+    /// The part of `usage.cache_write` written with the 1-hour lifetime
+    /// (Anthropic's `cache_creation.ephemeral_1h_input_tokens`).
+    pub cache_write_1h: u64,
+    /// RFC 3339 UTC time of the response, when recorded.
+    pub timestamp: Option<String>,
 }
 
 impl ImportStats {

@@ -2211,3 +2211,96 @@ fn results_join_their_calls_across_whatever_the_recorder_put_between() {
         assert_eq!(s.stats.reordered_tool_results, moved, "{records:?}");
     }
 }
+
+/// The billed responses as (model, input, cache read, cache write, of it
+/// 1-hour, output).
+fn billed(s: &ImportedSession) -> Vec<(String, u64, u64, u64, u64, u64)> {
+    s.stats
+        .billed
+        .iter()
+        .map(|b| {
+            (
+                b.model.clone().unwrap_or_default(),
+                b.usage.input,
+                b.usage.cache_read,
+                b.usage.cache_write,
+                b.cache_write_1h,
+                b.usage.output,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_codex_rollout_bills_every_new_token_count_rolled_back_turns_included() {
+    // The rolled-back turn's request (1,400) was billed though the history
+    // leaves it out; a token_count repeating the total is no new request.
+    let text = codex_rolled_back()
+        + r#"{"timestamp":"2026-07-02T09:56:23Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":4700,"cached_input_tokens":0,"output_tokens":10,"total_tokens":0},"last_token_usage":{"input_tokens":1200,"cached_input_tokens":0,"output_tokens":10,"total_tokens":0},"model_context_window":258400}}}"#
+        + "\n";
+    let s = import_text(&text, Format::CodexRollout);
+    assert_eq!(s.inferences.len(), 3);
+    let with_usage: Vec<u64> = s
+        .inferences
+        .iter()
+        .filter_map(|inference| inference.usage.map(|usage| usage.input))
+        .collect();
+    assert_eq!(with_usage, [1_000, 1_100, 1_200]);
+    let gpt = |input| ("gpt-5.5".to_owned(), input, 0, 0, 0, 10);
+    assert_eq!(billed(&s), [gpt(1_000), gpt(1_100), gpt(1_400), gpt(1_200)]);
+}
+
+/// A Claude Code file with every pattern of billing: one response written
+/// as two content-block lines (the output growing from 5 to 40, 80 of its
+/// 100 cache writes 1-hour), a sub-agent's response on a sidechain, a
+/// response interrupted and then abandoned by a rewind (its prompt edited
+/// and sent again from the tool result), the response that replaced it,
+/// and a `<synthetic>` line that was never sent.
+const CLAUDE_BILLING: &str = r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"B","cwd":"/w","timestamp":"2026-03-01T10:00:00.000Z","message":{"role":"user","content":"fix the bug"}}
+{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"B","timestamp":"2026-03-01T10:00:01.000Z","requestId":"r1","message":{"id":"msg_1","model":"claude-opus-4-7","role":"assistant","content":[{"type":"text","text":"Looking."}],"usage":{"input_tokens":3,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":5,"cache_creation":{"ephemeral_5m_input_tokens":20,"ephemeral_1h_input_tokens":80}}}}
+{"type":"assistant","uuid":"a2","parentUuid":"a1","sessionId":"B","timestamp":"2026-03-01T10:00:01.500Z","requestId":"r1","message":{"id":"msg_1","model":"claude-opus-4-7","role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}],"usage":{"input_tokens":3,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":40,"cache_creation":{"ephemeral_5m_input_tokens":20,"ephemeral_1h_input_tokens":80}}}}
+{"type":"user","uuid":"t1","parentUuid":"a2","sessionId":"B","timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a.rs"}]}}
+{"type":"assistant","uuid":"x1","parentUuid":"t1","isSidechain":true,"sessionId":"B","timestamp":"2026-03-01T10:00:02.500Z","requestId":"rs","message":{"id":"msg_s","model":"claude-haiku-4-5","role":"assistant","content":[{"type":"text","text":"sub-agent"}],"usage":{"input_tokens":50,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":10}}}
+{"type":"assistant","uuid":"a3","parentUuid":"t1","sessionId":"B","timestamp":"2026-03-01T10:00:03.000Z","requestId":"r2","message":{"id":"msg_2","model":"claude-opus-4-7","role":"assistant","content":[{"type":"text","text":"Rewriting everything"}],"usage":{"input_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":2000,"output_tokens":9}}}
+{"type":"user","uuid":"i1","parentUuid":"a3","sessionId":"B","timestamp":"2026-03-01T10:00:04.000Z","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]}}
+{"type":"user","uuid":"u2","parentUuid":"t1","sessionId":"B","timestamp":"2026-03-01T10:00:05.000Z","message":{"role":"user","content":"only fix a.rs"}}
+{"type":"assistant","uuid":"a4","parentUuid":"u2","sessionId":"B","timestamp":"2026-03-01T10:00:06.000Z","requestId":"r3","message":{"id":"msg_3","model":"claude-opus-4-7","role":"assistant","content":[{"type":"text","text":"Fixed a.rs."}],"usage":{"input_tokens":11,"cache_creation_input_tokens":0,"cache_read_input_tokens":3000,"output_tokens":13}}}
+{"type":"assistant","uuid":"a5","parentUuid":"a4","sessionId":"B","timestamp":"2026-03-01T10:00:07.000Z","message":{"id":"msg_x","model":"<synthetic>","role":"assistant","content":[{"type":"text","text":"No response requested."}],"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}
+"#;
+
+#[test]
+fn a_claude_code_file_bills_every_response_once_off_the_branch_too() {
+    let s = import_text(CLAUDE_BILLING, Format::ClaudeCode);
+    // The history keeps the branch: msg_1 and msg_3.
+    let on_branch: Vec<Option<&str>> = s
+        .inferences
+        .iter()
+        .map(|inference| inference.response_id.as_deref())
+        .collect();
+    assert_eq!(on_branch, [Some("msg_1"), Some("msg_3")]);
+    // The bill holds every response sent, once each, with the last line's
+    // usage of msg_1.
+    let opus = |input, read, write, long, output| {
+        (
+            "claude-opus-4-7".to_owned(),
+            input,
+            read,
+            write,
+            long,
+            output,
+        )
+    };
+    assert_eq!(
+        billed(&s),
+        [
+            opus(3, 1_000, 100, 80, 40),
+            ("claude-haiku-4-5".to_owned(), 50, 0, 0, 0, 10),
+            opus(7, 2_000, 0, 0, 9),
+            opus(11, 3_000, 0, 0, 13),
+        ]
+    );
+    assert_eq!(
+        s.stats.billed[0].timestamp.as_deref(),
+        Some("2026-03-01T10:00:01.000Z")
+    );
+}
