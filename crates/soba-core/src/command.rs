@@ -32,10 +32,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::facts::{
-    exit_code, is_failure, omission_marker_inline, patch_paths, shell_words, workspace_relative,
-};
+use crate::facts::{exit_code, is_failure, patch_paths, shell_words, workspace_relative};
 use crate::message::{ToolInput, ToolResult, ToolUse};
+use crate::truncate::omission_marker_inline;
 
 /// Tools whose calls run a shell command (compared case-insensitively).
 pub const SHELL_TOOLS: [&str; 8] = [

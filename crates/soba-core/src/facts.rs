@@ -21,7 +21,13 @@ use crate::directive;
 use crate::entry::{CheckpointKind, ContextSource, Entry, EntryBody, SkillAction};
 use crate::id::EntryId;
 use crate::message::{Role, ToolResult, ToolUse};
-use crate::tokens::{TokenCount, TokenCounter, group_thousands};
+use crate::tokens::{TokenCount, TokenCounter};
+// The middle cuts moved to `truncate`; these paths stay for the capsule
+// builder, the summarizer and the analyzer, which name them here.
+use crate::truncate::{head_chars, tail_chars};
+pub use crate::truncate::{
+    omission_marker, truncate_middle_chars, truncate_middle_lines, truncate_middle_tokens,
+};
 
 /// `userMessageBudgetTokens`: the latest user instructions fill at most this
 /// many tokens (SPEC §9.1).
@@ -985,26 +991,6 @@ fn exit_code_tail() -> &'static Regex {
     })
 }
 
-/// Returns the first `n` characters of `text`.
-fn head_chars(text: &str, n: usize) -> &str {
-    match text.char_indices().nth(n) {
-        Some((idx, _)) => &text[..idx],
-        None => text,
-    }
-}
-
-/// Returns the last `n` characters of `text`.
-fn tail_chars(text: &str, n: usize) -> &str {
-    // Walked from the end: a megabyte of tool output costs its tail only.
-    match n
-        .checked_sub(1)
-        .and_then(|back| text.char_indices().rev().nth(back))
-    {
-        Some((idx, _)) => &text[idx..],
-        None => text,
-    }
-}
-
 /// Returns the exit status a tool result reports: Codex's header
 /// (`Process exited with code N`), or a trailing `exit code N` (OpenHands,
 /// pi, Gemini CLI's `Exit Code: N`).
@@ -1039,61 +1025,6 @@ fn failed(is_error: bool, text: &str, exit: Option<i64>) -> bool {
 // ---------------------------------------------------------------------------
 // Text bounds
 // ---------------------------------------------------------------------------
-
-/// Returns the marker written where `omitted` characters were cut.
-pub fn omission_marker(omitted: usize) -> String {
-    format!(
-        "\n[… {} characters omitted …]\n",
-        group_thousands(omitted as u64)
-    )
-}
-
-/// Returns the marker written where `omitted` characters were cut from a
-/// text that must stay on one line (a key, a command).
-pub fn omission_marker_inline(omitted: usize) -> String {
-    format!(
-        " [… {} characters omitted …] ",
-        group_thousands(omitted as u64)
-    )
-}
-
-/// Returns `text` unchanged when it has at most `head + tail` characters,
-/// else its first `head` and last `tail` characters with a marker between.
-pub fn truncate_middle_chars(text: &str, head: usize, tail: usize) -> String {
-    let n = text.chars().count();
-    if n <= head + tail {
-        return text.to_owned();
-    }
-    format!(
-        "{}{}{}",
-        head_chars(text, head),
-        omission_marker(n - head - tail),
-        tail_chars(text, tail)
-    )
-}
-
-/// Returns `text` unchanged when it fits in `max` tokens, else its head and
-/// end (equal numbers of characters) around a marker, as long as fits.
-pub fn truncate_middle_tokens(text: &str, max: TokenCount, counter: &dyn TokenCounter) -> String {
-    if counter.count_text(text).n <= max {
-        return text.to_owned();
-    }
-    let n = text.chars().count();
-    let render = |keep: usize| truncate_middle_chars(text, keep, keep);
-    // A token covers a bounded number of characters, so searching beyond
-    // this many per side only costs time.
-    let mut hi = (n.saturating_sub(1) / 2).min((max.get() as usize).saturating_mul(64));
-    let mut lo = 0;
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        if counter.count_text(&render(mid)).n <= max {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    render(lo)
-}
 
 // ---------------------------------------------------------------------------
 // Extraction
@@ -1570,126 +1501,11 @@ fn previous_local_constraints(previous: Option<&Capsule>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Returns `text` with its middle cut on line boundaries: whole lines from
-/// the start within `head` characters, whole lines from the end within
-/// `tail`, and an omission marker line between. A first or last line too
-/// long on its own is cut at a word break (never inside a word, unless the
-/// word alone is longer than the budget). Text within `head + tail`
-/// characters is returned unchanged.
-pub fn truncate_middle_lines(text: &str, head: usize, tail: usize) -> String {
-    let total = text.chars().count();
-    if total <= head + tail {
-        return text.to_owned();
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    let mut head_end = 0;
-    let mut used = 0;
-    while head_end < lines.len() {
-        let n = lines[head_end].chars().count() + 1;
-        if used + n > head {
-            break;
-        }
-        used += n;
-        head_end += 1;
-    }
-    let mut tail_start = lines.len();
-    let mut tail_used = 0;
-    while tail_start > head_end {
-        let n = lines[tail_start - 1].chars().count() + 1;
-        if tail_used + n > tail {
-            break;
-        }
-        tail_used += n;
-        tail_start -= 1;
-    }
-    let mut head_text: Vec<String> = lines[..head_end].iter().map(|l| (*l).to_owned()).collect();
-    if head_end == 0 && !lines.is_empty() {
-        head_text.push(cut_at_word(lines[0], head, false));
-    }
-    let mut tail_text: Vec<String> = lines[tail_start..]
-        .iter()
-        .map(|l| (*l).to_owned())
-        .collect();
-    if tail_start == lines.len() && tail_start > head_end {
-        tail_text.insert(0, cut_at_word(lines[lines.len() - 1], tail, true));
-    }
-    // The newlines between kept lines count as kept: one fewer than the
-    // kept pieces.
-    let kept: usize = head_text
-        .iter()
-        .chain(&tail_text)
-        .map(|line| line.trim_matches('…').chars().count() + 1)
-        .sum::<usize>()
-        .saturating_sub(1);
-    let mut out = head_text.join("\n");
-    out.push_str(&omission_marker(total.saturating_sub(kept).max(1)));
-    out.push_str(&tail_text.join("\n"));
-    out
-}
-
-/// Returns at most `max` characters of `line` from its start (or, with
-/// `from_end`, its end), cut at a word break when one leaves at least half
-/// of them, with `…` where the cut is.
-fn cut_at_word(line: &str, max: usize, from_end: bool) -> String {
-    let chars: Vec<char> = line.chars().collect();
-    if chars.len() <= max {
-        return line.to_owned();
-    }
-    let max = max.saturating_sub(1).max(1);
-    if from_end {
-        let start = chars.len() - max;
-        let piece: String = chars[start..].iter().collect();
-        let cut = piece
-            .find(char::is_whitespace)
-            .filter(|pos| *pos <= piece.len() / 2)
-            .map_or(piece.as_str(), |pos| piece[pos..].trim_start());
-        format!("…{cut}")
-    } else {
-        let piece: String = chars[..max].iter().collect();
-        let cut = piece
-            .rfind(char::is_whitespace)
-            .filter(|pos| *pos >= piece.len() / 2)
-            .map_or(piece.as_str(), |pos| piece[..pos].trim_end());
-        format!("{cut}…")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::ToolInput;
-    use crate::tokens::ByteCounter;
 
-    #[test]
-    fn errors_are_cut_on_line_boundaries() {
-        let text = "not ok 6 - status-class counts (2xx/4xx/5xx)\nline two of the failure\n\
-                    not ok 7 - percentile report\nok 8 - export";
-        // Whole lines from each end; the cut lines are counted.
-        let cut = truncate_middle_lines(text, 50, 20);
-        assert_eq!(
-            cut,
-            "not ok 6 - status-class counts (2xx/4xx/5xx)\n[… 53 characters omitted …]\nok 8 - export"
-        );
-        assert_eq!(truncate_middle_lines("short", 50, 20), "short");
-        // A single long line is cut at word breaks, never inside a word.
-        let line = "word ".repeat(40);
-        let cut = truncate_middle_lines(line.trim_end(), 30, 30);
-        let (head, rest) = cut.split_once('\n').expect("a marker line");
-        assert_eq!(head, "word word word word word…");
-        assert!(rest.ends_with("\n…word word word word word"), "{rest}");
-    }
-
-    #[test]
-    fn tail_chars_takes_characters_from_the_end() {
-        assert_eq!(tail_chars("héllo wörld", 4), "örld");
-        assert_eq!(tail_chars("héllo", 5), "héllo");
-        assert_eq!(tail_chars("héllo", 50), "héllo");
-        assert_eq!(tail_chars("", 3), "");
-        assert_eq!(tail_chars("ab", 0), "ab", "zero keeps the text, as before");
-        let long = format!("{}exit code 3", "€".repeat(1 << 20));
-        assert_eq!(tail_chars(&long, 11), "exit code 3");
-        assert_eq!(exit_code(&long), Some(3));
-    }
     use serde_json::json;
 
     fn call(name: &str, input: Value) -> ToolUse {
@@ -1801,25 +1617,6 @@ mod tests {
         ] {
             assert!(!is_verification(no), "{no}");
         }
-    }
-
-    #[test]
-    fn middle_truncation_by_chars_is_exact() {
-        let text = "a".repeat(300) + &"b".repeat(300);
-        let cut = truncate_middle_chars(&text, 250, 250);
-        assert!(cut.starts_with(&"a".repeat(250)));
-        assert!(cut.ends_with(&"b".repeat(250)));
-        assert!(cut.contains("[… 100 characters omitted …]"));
-        assert_eq!(truncate_middle_chars("short", 250, 250), "short");
-    }
-
-    #[test]
-    fn middle_truncation_by_tokens_fits() {
-        let text = "word ".repeat(2_000);
-        let cut = truncate_middle_tokens(&text, TokenCount::new(300), &ByteCounter);
-        let n = ByteCounter.count_text(&cut).n.get();
-        assert!(n <= 300 && n > 290, "{n}");
-        assert!(cut.starts_with("word word"));
     }
 
     #[test]

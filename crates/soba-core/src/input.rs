@@ -31,8 +31,8 @@ use crate::hygiene::ErrorKey;
 use crate::id::EntryId;
 use crate::message::{Block, Message, MessageOrigin, ResultPart, Role, ToolResult};
 use crate::render::{self, CapsuleView};
-use crate::retention::{cut_middle, fit_middle, straddler_marker, tool_cap_marker};
 use crate::tokens::{self, MESSAGE_OVERHEAD, TokenCount, TokenCounter};
+use crate::truncate::{cut_middle, fit_middle, straddler_marker, tool_cap_marker};
 
 /// The body of the synthetic error result given to a tool call that has no
 /// result on the path (SPEC §5 step 6).
