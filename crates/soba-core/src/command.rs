@@ -327,6 +327,34 @@ pub enum Status {
     Pending,
 }
 
+/// What a later success must match to resolve a failing tool result
+/// (SPEC §8.1, §9.2): the same command, or the same tool on the same path.
+/// It is the fact extractor's key ([`error_key`], whole), taken
+/// from the same [`OutcomeTracker`], so hygiene keeps exactly the
+/// errors a capsule would list as unresolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ErrorKey(String);
+
+impl ErrorKey {
+    /// Derives the key of a tool call in a session whose workspace root is
+    /// `cwd`: its normalised shell command (directory folded in), else the
+    /// tool with the path it acts on, else the tool with its arguments.
+    pub fn from_call(call: &ToolUse, cwd: Option<&str>) -> Self {
+        ErrorKey(error_key(call, cwd))
+    }
+
+    /// Takes the key of the command a result reports on (for a Codex
+    /// `write_stdin` poll, the `exec_command` that started the session).
+    pub fn from_outcome(outcome: &Outcome) -> Self {
+        ErrorKey(outcome.key.clone())
+    }
+
+    /// Returns the key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The outcome of one tool result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {

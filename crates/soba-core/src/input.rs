@@ -20,14 +20,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::budget::Budget;
-use crate::calibration::InputMessageTokens;
 use crate::capsule::{BoundaryTruncation, Capsule, NativeContinuation};
-use crate::command::{OutcomeTracker, Status};
+use crate::command::{ErrorKey, OutcomeTracker, Status};
 use crate::config::CompactionConfig;
 use crate::entry::{
     ContextEntry, ContextSource, Entry, EntryBody, MessageEntry, SkillAction, SkillEntry,
 };
-use crate::hygiene::ErrorKey;
 use crate::id::EntryId;
 use crate::message::{Block, Message, MessageOrigin, ResultPart, Role, ToolResult};
 use crate::render::{self, CapsuleView};
@@ -409,6 +407,19 @@ impl CountSources {
     pub fn recounted(&self) -> usize {
         self.other_vocabulary + self.missing
     }
+}
+
+/// One message of the already-built model input with its **uncalibrated**
+/// local count, as it will be sent: after hygiene stubs, tool-output caps
+/// and the orphan sweep, and for an assistant message only what the API
+/// re-sends (text, tool calls, thinking where re-sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputMessageTokens {
+    /// The entry the message was rendered from; `None` for synthetic
+    /// messages (the capsule, a sweep's synthetic result).
+    pub entry_id: Option<EntryId>,
+    /// Its local count, message overhead included.
+    pub tokens: TokenCount,
 }
 
 /// What [`LiveInput::measure_consuming`] gives: the counts of an input
