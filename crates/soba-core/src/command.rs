@@ -32,7 +32,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::facts::{exit_code, is_failure, patch_paths, shell_words, workspace_relative};
+use crate::facts::outcome::{exit_code, is_failure};
+use crate::facts::shell::{patch_paths, shell_words, workspace_relative};
 use crate::message::{ToolInput, ToolResult, ToolUse};
 use crate::truncate::omission_marker_inline;
 
