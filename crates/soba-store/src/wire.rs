@@ -18,7 +18,7 @@ use soba_core::{
 };
 
 use crate::error::StoreError;
-use crate::log::{ImportedFrom, MemoryItem, SessionHeader, SessionId};
+use crate::session::{ImportedFrom, MemoryItem, SessionHeader, SessionId};
 
 /// The `schemaVersion` this version writes and the highest it reads.
 pub const SCHEMA_VERSION: u64 = 1;
