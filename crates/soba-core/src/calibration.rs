@@ -10,7 +10,7 @@
 use crate::capsule::OverflowRecord;
 use crate::entry::{Entry, EntryBody};
 use crate::id::EntryId;
-use crate::input::LiveInput;
+use crate::input::{InputMessageTokens, LiveInput};
 use crate::message::{Message, Role};
 use crate::tokens::TokenCount;
 
@@ -270,19 +270,6 @@ pub struct Measurement {
     pub tokens: TokenCount,
     /// How it was measured.
     pub source: MeasurementSource,
-}
-
-/// One message of the already-built model input with its **uncalibrated**
-/// local count, as it will be sent: after hygiene stubs, tool-output caps
-/// and the orphan sweep, and for an assistant message only what the API
-/// re-sends (text, tool calls, thinking where re-sent).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputMessageTokens {
-    /// The entry the message was rendered from; `None` for synthetic
-    /// messages (the capsule, a sweep's synthetic result).
-    pub entry_id: Option<EntryId>,
-    /// Its local count, message overhead included.
-    pub tokens: TokenCount,
 }
 
 /// What [`measure`] needs. The model input is taken already built (from the

@@ -32,10 +32,10 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::facts::{
-    exit_code, is_failure, omission_marker_inline, patch_paths, shell_words, workspace_relative,
-};
+use crate::facts::outcome::{exit_code, is_failure};
+use crate::facts::shell::{patch_paths, shell_words, workspace_relative};
 use crate::message::{ToolInput, ToolResult, ToolUse};
+use crate::truncate::omission_marker_inline;
 
 /// Tools whose calls run a shell command (compared case-insensitively).
 pub const SHELL_TOOLS: [&str; 8] = [
@@ -326,6 +326,34 @@ pub enum Status {
     Success,
     /// The process still runs; a later `write_stdin` poll reports it.
     Pending,
+}
+
+/// What a later success must match to resolve a failing tool result
+/// (SPEC §8.1, §9.2): the same command, or the same tool on the same path.
+/// It is the fact extractor's key ([`error_key`], whole), taken
+/// from the same [`OutcomeTracker`], so hygiene keeps exactly the
+/// errors a capsule would list as unresolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ErrorKey(String);
+
+impl ErrorKey {
+    /// Derives the key of a tool call in a session whose workspace root is
+    /// `cwd`: its normalised shell command (directory folded in), else the
+    /// tool with the path it acts on, else the tool with its arguments.
+    pub fn from_call(call: &ToolUse, cwd: Option<&str>) -> Self {
+        ErrorKey(error_key(call, cwd))
+    }
+
+    /// Takes the key of the command a result reports on (for a Codex
+    /// `write_stdin` poll, the `exec_command` that started the session).
+    pub fn from_outcome(outcome: &Outcome) -> Self {
+        ErrorKey(outcome.key.clone())
+    }
+
+    /// Returns the key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// The outcome of one tool result.

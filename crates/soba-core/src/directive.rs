@@ -8,7 +8,8 @@
 //! narrow: a sentence wrongly kept as a constraint costs a line of the
 //! capsule, one wrongly dropped is still in the log.
 
-use crate::facts::{shell_words, split_commands};
+use crate::facts::instruction::is_go_on;
+use crate::facts::shell::{shell_words, split_commands};
 
 /// A constraint sentence longer than this many characters is cut at a word
 /// break (a paragraph is rarely one rule).
@@ -260,7 +261,7 @@ const AGENT_QUESTIONS: &[&str] = &[
 /// not only a go-on ([`crate::facts::is_go_on`]).
 pub fn is_task(text: &str) -> bool {
     let words = lower_words(text);
-    if words.is_empty() || crate::facts::is_go_on(text) {
+    if words.is_empty() || is_go_on(text) {
         return false;
     }
     if words.len() > 20 {

@@ -6,41 +6,11 @@
 use std::fmt;
 
 use crate::budget::Budget;
-use crate::command::{self, Outcome};
 use crate::config::CompactionConfig;
 use crate::entry::EntryBody;
 use crate::id::EntryId;
 use crate::input::{InputOrigin, LiveInput};
-use crate::message::ToolUse;
 use crate::tokens::TokenCount;
-
-/// What a later success must match to resolve a failing tool result
-/// (SPEC §8.1, §9.2): the same command, or the same tool on the same path.
-/// It is the fact extractor's key ([`command::error_key`], whole), taken
-/// from the same [`command::OutcomeTracker`], so hygiene keeps exactly the
-/// errors a capsule would list as unresolved.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ErrorKey(String);
-
-impl ErrorKey {
-    /// Derives the key of a tool call in a session whose workspace root is
-    /// `cwd`: its normalised shell command (directory folded in), else the
-    /// tool with the path it acts on, else the tool with its arguments.
-    pub fn from_call(call: &ToolUse, cwd: Option<&str>) -> Self {
-        ErrorKey(command::error_key(call, cwd))
-    }
-
-    /// Takes the key of the command a result reports on (for a Codex
-    /// `write_stdin` poll, the `exec_command` that started the session).
-    pub fn from_outcome(outcome: &Outcome) -> Self {
-        ErrorKey(outcome.key.clone())
-    }
-
-    /// Returns the key's text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
 
 /// The settings hygiene reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,7 +228,9 @@ pub fn plan_hygiene(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::ErrorKey;
     use crate::message::ToolInput;
+    use crate::message::ToolUse;
     use serde_json::{Value, json};
 
     fn key(name: &str, args: Value) -> ErrorKey {

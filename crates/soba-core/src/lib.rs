@@ -34,6 +34,7 @@ pub mod terminal;
 pub mod textcall;
 pub mod tokens;
 pub mod trigger;
+pub mod truncate;
 pub mod unit;
 
 pub use capsule::{Capsule, CapsuleState, Quality, SummaryScope, Trigger};

@@ -955,6 +955,7 @@ mod tests {
             ["b.jsonl", "c.jsonl", "d.jsonl", "a.jsonl"]
         );
         assert_eq!(out, ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"]);
+    }
 
     /// Replays a session whose every request is over `--window 32000`:
     /// four turns, each a 40,000-token message (no policy can drop the

@@ -12,7 +12,7 @@ use soba_core::{
     Quality, TokenCount, Trigger,
 };
 
-use crate::log::{SessionHeader, SessionId};
+use crate::session::{SessionHeader, SessionId};
 use crate::wire::{encode_entry, encode_header};
 
 /// The header of every fixture log (session id `bench`).

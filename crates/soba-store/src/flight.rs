@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use soba_core::{EntryId, Quality, TokenCount, Trigger, Usage};
 
+use crate::diagnostic::{Diagnostic, DiagnosticKind, Location};
 use crate::error::StoreError;
-use crate::log::{Durability, SessionId};
-use crate::reader::{Diagnostic, DiagnosticKind, Location};
+use crate::session::{Durability, SessionId};
 use crate::wire::{DecodeError, UsageRecord};
 
 /// Which rung of the ladder an operation was on.
@@ -319,7 +319,7 @@ impl FlightAppender {
         let mut torn_tail = false;
         if len > 0 {
             let mut last = [0u8; 1];
-            crate::log::read_exact_at(&file, &mut last, len - 1)
+            crate::line::read_exact_at(&file, &mut last, len - 1)
                 .map_err(|err| StoreError::io("read", &path, err))?;
             torn_tail = last[0] != b'\n';
         }

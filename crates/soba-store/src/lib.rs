@@ -98,15 +98,18 @@
 
 pub mod beneath;
 pub mod check;
+mod diagnostic;
 pub mod error;
 #[cfg(feature = "testing")]
 pub mod fixtures;
 pub mod flight;
 pub mod import;
+mod line;
 pub mod log;
 pub mod output;
 pub mod reader;
 pub mod resume;
+mod session;
 pub mod untrusted;
 pub mod wire;
 

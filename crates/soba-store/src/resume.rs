@@ -6,17 +6,15 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use soba_core::{EntryBody, EntryId};
 
+use crate::diagnostic::{Diagnostic, DiagnosticKind, Location};
 use crate::error::StoreError;
-use crate::log::{SessionHeader, leaf_after};
-use crate::reader::{
-    Diagnostic, DiagnosticKind, LineOutcome, Location, LoggedEntry, StretchChase, classify_line,
-    starts_with_bom,
-};
+use crate::line::{LineOutcome, classify_line, read_first_line, starts_with_bom};
+use crate::reader::{LoggedEntry, StretchChase};
+use crate::session::{SessionHeader, leaf_after};
 
 /// Resume reads this many bytes per positioned read.
 pub const BLOCK_SIZE: usize = 1 << 20;
@@ -290,53 +288,6 @@ pub(crate) fn settle_backwards(
         }
     }
     Ok(None)
-}
-
-/// Line 1 of a file, read forwards in blocks.
-#[derive(Debug)]
-pub(crate) struct FirstLine {
-    /// Its bytes, without the newline.
-    pub bytes: Vec<u8>,
-    /// Whether a newline ends it.
-    pub terminated: bool,
-    /// The offset just after it (and its newline).
-    pub end: u64,
-}
-
-/// Reads line 1 of a file with positioned reads.
-pub(crate) fn read_first_line(file: &File) -> io::Result<FirstLine> {
-    let mut bytes = Vec::new();
-    let mut block = vec![0u8; 64 * 1024];
-    let mut offset = 0u64;
-    loop {
-        let n_read = read_some_at(file, &mut block, offset)?;
-        if n_read == 0 {
-            return Ok(FirstLine {
-                end: offset,
-                bytes,
-                terminated: false,
-            });
-        }
-        if let Some(nl) = block[..n_read].iter().position(|&b| b == b'\n') {
-            bytes.extend_from_slice(&block[..nl]);
-            return Ok(FirstLine {
-                bytes,
-                terminated: true,
-                end: offset + nl as u64 + 1,
-            });
-        }
-        bytes.extend_from_slice(&block[..n_read]);
-        offset += n_read as u64;
-    }
-}
-
-fn read_some_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    loop {
-        match file.read_at(buf, offset) {
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other,
-        }
-    }
 }
 
 /// One line found reading backwards.

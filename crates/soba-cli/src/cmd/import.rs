@@ -6,15 +6,14 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use soba_core::Encoding;
 use soba_core::terminal::Line;
 use soba_core::tokens::{BpeCounter, TokenCounter, group_thousands};
-use soba_store::import::{FileOutcome, ImportedSession, dir_files, import_path};
-use soba_store::log::{
-    ImportedFrom, SessionHeader, SystemMinter, remove_stale_partials, write_new_session,
+use soba_store::import::{
+    FileOutcome, ImportedSession, dir_files, import_key, import_path, previous_imports,
 };
-use soba_store::reader::{list_sessions, read_header, session_path};
+use soba_store::log::remove_stale_partials;
 
 use crate::cli::{GlobalArgs, ImportArgs};
 use crate::context::Context;
@@ -354,70 +353,17 @@ fn lock_out_dir(dir: &Path) -> CliResult<Option<std::fs::File>> {
     Ok(Some(file))
 }
 
-/// Identifies a source session: its canonical file and original id.
-fn import_key(source: &Path, original_id: &str) -> (String, String) {
-    let path = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf());
-    (path.display().to_string(), original_id.to_owned())
-}
-
-/// Finds the sessions of `dir` that were imported, by source key.
-fn previous_imports(dir: &Path) -> HashMap<(String, String), (String, PathBuf)> {
-    let mut found = HashMap::new();
-    let Ok(sessions) = list_sessions(dir) else {
-        return found;
-    };
-    for summary in sessions {
-        let Ok(header) = read_header(&summary.path) else {
-            continue;
-        };
-        if let Some(from) = header.imported_from
-            && let Some(original_id) = from.original_id
-        {
-            found.insert(
-                (from.path, original_id),
-                (header.id.as_str().to_owned(), summary.path),
-            );
-        }
-    }
-    found
-}
-
-/// Writes one imported session as a new SOBA session file.
+/// Writes one imported session as a new SOBA session file
+/// ([`soba_store::import::write_session`]).
 fn write_session(session: &ImportedSession, out_dir: &Path, root: &Path) -> CliResult<Written> {
-    let mut minter = SystemMinter;
-    let cwd = session
-        .cwd
-        .clone()
-        .unwrap_or_else(|| root.display().to_string());
-    let mut header = SessionHeader::new(&mut minter, cwd);
-    if let Some(created_at) = &session.created_at {
-        header.created_at = created_at.clone();
-    }
-    let mut extra = Map::new();
-    if let Some(model) = &session.model {
-        extra.insert("model".into(), json!(model));
-    }
-    if let Some(window) = session.context_window {
-        extra.insert("contextWindow".into(), json!(window));
-    }
-    let (source_path, original_id) = import_key(&session.source, &session.original_id);
-    header.imported_from = Some(ImportedFrom {
-        format: session.format.as_str().to_owned(),
-        path: source_path,
-        original_id: Some(original_id),
-        extra,
-    });
-    let path = session_path(out_dir, &header.id);
-    // Whole or not at all: a full disk or a refused entry leaves no partial
-    // session behind.
-    write_new_session(&path, &header, &session.entries).map_err(|err| {
+    let (id, path) = soba_store::import::write_session(session, out_dir, root).map_err(|err| {
         CliError::from(err).hint(format!(
             "{} was not imported; nothing was left behind",
             session.source.display()
         ))
     })?;
     Ok(Written::New {
-        id: header.id.as_str().to_owned(),
+        id: id.as_str().to_owned(),
         path,
     })
 }

@@ -3,8 +3,8 @@
 
 use soba_core::budget::Budget;
 use soba_core::calibration::{
-    CalibrationInput, Factor, InputMessageTokens, MeasureInput, Measurement, MeasurementSource,
-    ModelFamily, calibrate, measure,
+    CalibrationInput, Factor, MeasureInput, Measurement, MeasurementSource, ModelFamily, calibrate,
+    measure,
 };
 use soba_core::capsule::{
     Capsule, CapsuleState, LocalSections, Narrative, OverflowRecord, Quality, Trigger,
@@ -12,6 +12,7 @@ use soba_core::capsule::{
 use soba_core::config::{CompactionConfig, Ratio};
 use soba_core::entry::{Entry, EntryBody, MessageEntry};
 use soba_core::id::{EntryId, IdKind};
+use soba_core::input::InputMessageTokens;
 use soba_core::message::{Message, Usage};
 use soba_core::tokens::TokenCount;
 

@@ -12,8 +12,8 @@ use soba_core::config::CompactionConfig;
 use soba_core::hygiene::{self, HygieneConfig, HygieneDecision};
 use soba_core::input::{InputConfig, InputSetup, LiveInput, stub_text};
 use soba_core::plan::{self, Plan, PlanError, PlanRequest, SkipReason, post_roi};
-use soba_core::retention::straddler_marker;
 use soba_core::tokens::{ByteCounter, TokenCount};
+use soba_core::truncate::straddler_marker;
 
 use crate::props::{Session, budget};
 

@@ -212,10 +212,10 @@ impl FileLines {
             let mut bytes = &buf[..];
             let mut skipped = 0u64;
             if line_idx == 0
-                && let Some(rest) = bytes.strip_prefix(crate::reader::UTF8_BOM)
+                && let Some(rest) = bytes.strip_prefix(crate::line::UTF8_BOM)
             {
                 bytes = rest;
-                skipped = crate::reader::UTF8_BOM.len() as u64;
+                skipped = crate::line::UTF8_BOM.len() as u64;
                 if bytes.is_empty() {
                     // The mark alone is no line.
                     continue;

@@ -1,0 +1,55 @@
+//! Tool-result outcomes: the exit code a result reports and whether it
+//! failed (SPEC §9.2).
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use crate::message::ToolResult;
+use crate::truncate::{head_chars, tail_chars};
+
+pub(super) fn exit_code_head() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"Process exited with code (-?\d+)").expect("constant regex compiles")
+    })
+}
+
+pub(super) fn exit_code_tail() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)(?:exit(?:ed with)? code|exit status|exit_code)\s*[:=]?\s*(-?\d+)")
+            .expect("constant regex compiles")
+    })
+}
+
+/// Returns the exit status a tool result reports: Codex's header
+/// (`Process exited with code N`), or a trailing `exit code N` (OpenHands,
+/// pi, Gemini CLI's `Exit Code: N`).
+pub fn exit_code(text: &str) -> Option<i64> {
+    if let Some(caps) = exit_code_head().captures(head_chars(text, 600)) {
+        return caps.get(1).and_then(|m| m.as_str().parse().ok());
+    }
+    exit_code_tail()
+        .captures_iter(tail_chars(text, 300))
+        .last()
+        .and_then(|caps| caps.get(1))
+        .and_then(|m| m.as_str().parse().ok())
+}
+
+/// Returns whether a tool result failed: `is_error`, a non-zero exit status,
+/// or Codex's `exec_command failed` text.
+pub fn is_failure(result: &ToolResult) -> bool {
+    if result.is_error {
+        return true;
+    }
+    let text = result.text();
+    failed(false, &text, exit_code(&text))
+}
+
+/// Returns whether a result with this flag, text and exit status failed.
+pub(super) fn failed(is_error: bool, text: &str, exit: Option<i64>) -> bool {
+    is_error
+        || exit.is_some_and(|code| code != 0)
+        || text.trim_start().starts_with("exec_command failed")
+}
