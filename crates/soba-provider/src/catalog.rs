@@ -9,7 +9,7 @@
 //!
 //! A name is looked up as written first (`azure/gpt-5`,
 //! `us.anthropic.claude-opus-4-7`: the reseller's own entry, its own
-//! price), then by [`canonical_name`](crate::registry::canonical_name)
+//! price), then by [`canonical_name`]
 //! (no provider prefix, date, `@` tag, Bedrock vendor or `-thinking`).
 //! Several entries share a canonical name (the vendor's own, Bedrock's,
 //! Azure's, OpenRouter's); the vendor's own entry wins, then the one with

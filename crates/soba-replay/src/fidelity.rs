@@ -804,7 +804,7 @@ fn unfit_target(path: &Path, replayed: &[&Path]) -> Option<String> {
 }
 
 impl InputDump {
-    /// Prepares the dump into `path`, refused when [`unfit_target`] says
+    /// Prepares the dump into `path`, refused when `unfit_target` says
     /// so; `replayed` are the paths given to the replay. Writes go to a
     /// new file beside `path` until [`InputDump::finish`].
     pub fn create(path: &Path, replayed: &[&Path]) -> Result<InputDump, DumpError> {

@@ -82,7 +82,7 @@ pub enum DiagnosticKind {
         problem: String,
     },
     /// An entry's body does not fit its type. The entry keeps its place in
-    /// the tree as an [`EntryBody::Damaged`] placeholder, so the path
+    /// the tree as an [`EntryBody::Damaged`](soba_core::EntryBody::Damaged) placeholder, so the path
     /// through it stays connected; the placeholder is left out of the
     /// model input (a damaged capsule is no capsule: the entries before it
     /// stay in the model input).

@@ -54,7 +54,7 @@ pub fn read_log(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
 /// files brought back after a capsule emptied. Memory grows with the
 /// number of entries, not the log's size: `soba show` reads a 1 GB log
 /// this way; a line that cannot be an entry (a zero-filled tail, a run
-/// of bytes without a newline) is read past, not held ([`read_log_line`]).
+/// of bytes without a newline) is read past, not held (`read_log_line`).
 pub fn read_log_outline(path: impl AsRef<Path>) -> Result<SessionLog, StoreError> {
     read_log_keeping(path.as_ref(), Keep::Outline)
 }
