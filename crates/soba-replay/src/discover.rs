@@ -7,11 +7,12 @@
 //! | Codex | `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, `~/.codex/archived_sessions/rollout-*.jsonl` | `CODEX_HOME` |
 //! | pi | `~/.pi/agent/sessions/<project>/*.jsonl` | `PI_CODING_AGENT_SESSION_DIR`, `PI_CODING_AGENT_DIR` |
 //! | Gemini CLI | `~/.gemini/tmp/<project>/chats/session-*.json` and `.jsonl` | `GEMINI_CLI_HOME` (replaces the home folder) |
-//! | opencode | `~/.local/share/opencode/storage/session/<project>/ses_*.json` (the JSON storage of opencode before 1.2.0) | `XDG_DATA_HOME` |
+//! | opencode | `~/.local/share/opencode/opencode.db` (SQLite, opencode 1.2.0 and later: one file, every session) and `~/.local/share/opencode/storage/session/<project>/ses_*.json` (the JSON storage of opencode before 1.2.0) | `XDG_DATA_HOME` |
 //!
-//! opencode 1.2.0 and later keep sessions in `opencode.db` (SQLite), which
-//! soba does not read: when that file is there, the opencode row says so
-//! and names `opencode export`, whose document soba imports.
+//! opencode 1.2.0 copied the sessions of its JSON storage into
+//! `opencode.db` and left the old files in place: when `opencode.db` is
+//! there, the storage is not searched (its sessions would be replayed
+//! twice) and its row says so.
 //!
 //! Sub-agent transcripts (Claude Code's `subagents/` folders and
 //! `agent-*.jsonl` files, Gemini's per-session sub-folders of `chats/`)
@@ -199,11 +200,14 @@ impl Environment {
             Agent::OpenCode => self
                 .opencode_data()
                 .into_iter()
-                .map(|data| {
-                    root(
-                        data.join("storage").join("session"),
-                        Layout::OpenCodeSessions,
-                    )
+                .flat_map(|data| {
+                    [
+                        root(data.clone(), Layout::OpenCodeDb),
+                        root(
+                            data.join("storage").join("session"),
+                            Layout::OpenCodeSessions,
+                        ),
+                    ]
                 })
                 .collect(),
         }
@@ -258,6 +262,8 @@ pub enum Layout {
     GeminiChats,
     /// `<project>/ses_*.json` (opencode's storage, before 1.2.0).
     OpenCodeSessions,
+    /// `opencode.db` (opencode 1.2.0 and later: every session in one file).
+    OpenCodeDb,
 }
 
 impl Layout {
@@ -266,7 +272,7 @@ impl Layout {
         match self {
             Layout::ClaudeProjects | Layout::PiProjects | Layout::OpenCodeSessions => 1,
             Layout::CodexDated => 3,
-            Layout::CodexFlat => 0,
+            Layout::CodexFlat | Layout::OpenCodeDb => 0,
             Layout::GeminiChats => 2,
         }
     }
@@ -304,6 +310,7 @@ impl Root {
             Layout::OpenCodeSessions => {
                 folders.len() == 1 && name.starts_with("ses") && name.ends_with(".json")
             }
+            Layout::OpenCodeDb => folders.is_empty() && name == "opencode.db",
         }
     }
 }
@@ -332,8 +339,9 @@ pub struct RootReport {
     /// The folder it is the same as, when an earlier root already named it
     /// (through a link or twice in a list): it is not searched again.
     pub same_as: Option<PathBuf>,
-    /// What else the user should know about the agent's sessions there
-    /// (opencode's `opencode.db`, which soba does not read).
+    /// What else the user should know about the agent's sessions there:
+    /// why an existing folder was not searched (opencode's storage, when
+    /// `opencode.db` holds its sessions).
     pub note: Option<String>,
 }
 
@@ -376,7 +384,7 @@ pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
                 files: 0,
                 error: None,
                 same_as: None,
-                note: opencode_db_note(&root),
+                note: opencode_storage_note(&root),
             };
             match std::fs::metadata(&root.path) {
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
@@ -390,7 +398,7 @@ pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
                 }
                 Ok(_) => report.exists = true,
             }
-            if report.exists && report.error.is_none() {
+            if report.exists && report.error.is_none() && report.note.is_none() {
                 let canonical =
                     std::fs::canonicalize(&root.path).unwrap_or_else(|_| root.path.clone());
                 if let Some((_, first)) = seen_roots.iter().find(|(seen, _)| *seen == canonical) {
@@ -406,16 +414,18 @@ pub fn discover(env: &Environment, agents: &[Agent]) -> Discovery {
     discovery
 }
 
-/// The note of an opencode root whose data folder holds `opencode.db`:
-/// the sessions of opencode 1.2.0 and later, which soba does not read.
-fn opencode_db_note(root: &Root) -> Option<String> {
+/// The note of opencode's pre-1.2 storage root when `opencode.db` is
+/// beside it: opencode copied those sessions into the database, which is
+/// read instead, so the storage is not searched.
+fn opencode_storage_note(root: &Root) -> Option<String> {
     if root.layout != Layout::OpenCodeSessions {
         return None;
     }
     let db = root.path.parent()?.parent()?.join("opencode.db");
     db.is_file().then(|| {
         format!(
-            "{} holds the sessions of opencode 1.2.0 and later (SQLite), which soba does not read: write one with `opencode export <session-id> > session.json` and replay that file",
+            "{} not searched: opencode 1.2.0 and later copied its sessions into {}, which is read instead",
+            root.path.display(),
             db.display()
         )
     })
@@ -589,10 +599,13 @@ mod tests {
     }
 
     #[test]
-    fn opencode_sessions_are_found_in_its_storage_and_its_database_is_named() {
+    fn opencode_sessions_are_found_in_its_database_or_else_its_storage() {
         assert_eq!(
             paths(env("/h").roots(Agent::OpenCode)),
-            ["/h/.local/share/opencode/storage/session"]
+            [
+                "/h/.local/share/opencode",
+                "/h/.local/share/opencode/storage/session"
+            ]
         );
         let moved = Environment {
             xdg_data_home: Some("/d".into()),
@@ -600,7 +613,7 @@ mod tests {
         };
         assert_eq!(
             paths(moved.roots(Agent::OpenCode)),
-            ["/d/opencode/storage/session"]
+            ["/d/opencode", "/d/opencode/storage/session"]
         );
         assert_eq!(Agent::parse("OpenCode"), Some(Agent::OpenCode));
         let home = tempfile::tempdir().unwrap();
@@ -613,6 +626,8 @@ mod tests {
         // Message files are read by the session's import, not found alone.
         std::fs::create_dir_all(data.join("storage/message/ses_a")).unwrap();
         std::fs::write(data.join("storage/message/ses_a/msg_1.json"), "{}").unwrap();
+        // Other files of the data folder are not sessions.
+        std::fs::write(data.join("auth.json"), "{}").unwrap();
         let env = Environment {
             home: Some(home.path().into()),
             ..Environment::default()
@@ -620,14 +635,21 @@ mod tests {
         let found = discover(&env, &[Agent::OpenCode]);
         let names: Vec<PathBuf> = found.files.iter().map(|f| f.file.path.clone()).collect();
         assert_eq!(names, [project.join("ses_a.json")]);
-        assert_eq!(found.roots[0].note, None);
+        assert_eq!(found.roots[1].note, None);
+        // With the database, its sessions are the storage's: only it is read.
         std::fs::write(data.join("opencode.db"), "").unwrap();
         let found = discover(&env, &[Agent::OpenCode]);
+        let names: Vec<PathBuf> = found.files.iter().map(|f| f.file.path.clone()).collect();
+        assert_eq!(names, [data.join("opencode.db")]);
+        assert_eq!(found.roots[0].files, 1);
+        assert_eq!(found.roots[0].note, None);
+        assert_eq!(found.roots[1].files, 0);
         assert_eq!(
-            found.roots[0].note.as_deref(),
+            found.roots[1].note.as_deref(),
             Some(
                 format!(
-                    "{} holds the sessions of opencode 1.2.0 and later (SQLite), which soba does not read: write one with `opencode export <session-id> > session.json` and replay that file",
+                    "{} not searched: opencode 1.2.0 and later copied its sessions into {}, which is read instead",
+                    data.join("storage/session").display(),
                     data.join("opencode.db").display()
                 )
                 .as_str()

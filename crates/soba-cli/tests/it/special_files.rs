@@ -120,7 +120,7 @@ fn import_and_replay_refuse_special_files_promptly() {
     Hostile::DevZero.make(&folder.join("b.jsonl"));
     let (code, stderr) = run(&sandbox, &["import", folder.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{stderr}");
-    let hint = "hint: supported formats: pi-v1, pi-v3, swe-agent-1, swe-agent-0, openhands, gemini-cli, claude-code-openai-chat, codex-messages-meta, gemini-cli-jsonl, claude-code, codex-rollout, opencode, opencode-storage";
+    let hint = "hint: supported formats: pi-v1, pi-v3, swe-agent-1, swe-agent-0, openhands, gemini-cli, claude-code-openai-chat, codex-messages-meta, gemini-cli-jsonl, claude-code, codex-rollout, opencode, opencode-storage, opencode-db";
     assert_eq!(
         stderr,
         format!(

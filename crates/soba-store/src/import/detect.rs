@@ -38,8 +38,24 @@ impl Detected {
 
 /// Detects the format of the file at `path`.
 pub fn detect_format(path: &Path) -> Result<Detected, ImportError> {
+    if let Ok((file, _)) = crate::untrusted::open_untrusted(path)
+        && is_sqlite(&file)
+    {
+        return Ok(Detected::Foreign(Format::OpenCodeDb));
+    }
     let bytes = super::read_import(path)?;
     detect_bytes(&bytes).ok_or_else(|| super::unknown_or_truncated(&bytes, path))
+}
+
+/// The first bytes of every SQLite 3 database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Returns whether `file` begins as an SQLite 3 database does (the only
+/// SQLite files soba imports are opencode's `opencode.db`).
+pub(crate) fn is_sqlite(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut magic = [0u8; 16];
+    file.read_exact_at(&mut magic, 0).is_ok() && &magic == SQLITE_MAGIC
 }
 
 /// The most bytes [`read_head`] reads.

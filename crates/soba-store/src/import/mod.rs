@@ -88,11 +88,14 @@ pub enum Format {
     /// A session file of opencode's JSON storage layout (before 1.2.0),
     /// read with its message and part files.
     OpenCodeStorage,
+    /// opencode's SQLite database (`opencode.db`, 1.2.0 and later): every
+    /// session it holds.
+    OpenCodeDb,
 }
 
 impl Format {
     /// Every format, in detection order after SOBA itself.
-    pub const ALL: [Format; 13] = [
+    pub const ALL: [Format; 14] = [
         Format::PiV1,
         Format::PiV3,
         Format::SweAgent1,
@@ -106,6 +109,7 @@ impl Format {
         Format::CodexRollout,
         Format::OpenCode,
         Format::OpenCodeStorage,
+        Format::OpenCodeDb,
     ];
 
     /// Returns the format's name as reported by `soba import --json`.
@@ -124,6 +128,7 @@ impl Format {
             Format::CodexMessagesMeta => "codex-messages-meta",
             Format::OpenCode => "opencode",
             Format::OpenCodeStorage => "opencode-storage",
+            Format::OpenCodeDb => "opencode-db",
         }
     }
 
@@ -145,7 +150,7 @@ impl Format {
             Format::GeminiCli | Format::GeminiCliJsonl => "gemini-cli",
             Format::ClaudeCode | Format::ClaudeCodeOpenAiChat => "claude-code",
             Format::CodexRollout | Format::CodexMessagesMeta => "codex",
-            Format::OpenCode | Format::OpenCodeStorage => "opencode",
+            Format::OpenCode | Format::OpenCodeStorage | Format::OpenCodeDb => "opencode",
         }
     }
 
@@ -228,6 +233,16 @@ pub enum ImportError {
     /// retryable with the same path.
     #[error(transparent)]
     Unreadable(crate::untrusted::UntrustedReadError),
+    /// An SQLite database (opencode's `opencode.db`) that cannot be read as
+    /// opencode's sessions: damaged, cut short, changed while read, or
+    /// another program's. The reason says what to do.
+    #[error("cannot read {path} as opencode's session database: {reason}")]
+    Database {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The file has the shape of a format but holds no importable session
     /// (e.g. every line is malformed). Retrying cannot help.
     #[error("{path} looks like {format} but holds no importable session: {reason}")]
@@ -522,7 +537,8 @@ pub struct FileImport {
 /// parsed lines; a whole-document transcript is read whole.
 pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
     let (file, metadata) = crate::untrusted::open_untrusted(path).map_err(read_error)?;
-    if metadata.len() > IMPORT_LIMIT {
+    // A database is read through SQLite, row by row: the cap is per row.
+    if metadata.len() > IMPORT_LIMIT && !detect::is_sqlite(&file) {
         return Err(ImportError::Unreadable(UntrustedReadError::TooLarge {
             path: path.to_owned(),
             limit: IMPORT_LIMIT,
@@ -535,6 +551,9 @@ pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
         .and_then(|elapsed| i64::try_from(elapsed.as_millis()).ok())
         .unwrap_or(0);
     let options = ImportOptions::with_fallback_ms(fallback_ms);
+    if detect::is_sqlite(&file) {
+        return opencode::import_db(path, &file, &options);
+    }
     let head = detect::read_head(&file).map_err(|source| ImportError::Io {
         path: path.to_owned(),
         source,
@@ -668,6 +687,10 @@ pub fn import_as(
         Format::CodexMessagesMeta => codex::import_messages_meta(&text, &ctx),
         Format::OpenCode => opencode::import_export(&text, &ctx),
         Format::OpenCodeStorage => opencode::import_storage(&text, &ctx),
+        Format::OpenCodeDb => Err(
+            "an SQLite database is read from its file, not from bytes: import it by its path"
+                .into(),
+        ),
         line_format => {
             return import_lines(&lines::Lines::Text(&text), line_format, source, options)
                 .map(|sessions| notes.add_to(sessions, source));

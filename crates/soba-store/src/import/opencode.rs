@@ -2,12 +2,15 @@
 //! `opencode export <session>` writes, and the JSON storage layout opencode
 //! kept its sessions in before 1.2.0 (`storage/session/<project>/<id>.json`,
 //! `storage/message/<session>/<id>.json`, `storage/part/<message>/<id>.json`).
-//! Since 1.2.0 opencode keeps them in one SQLite file, `opencode.db`, whose
-//! `message.data` and `part.data` columns hold the same JSON objects; soba
-//! does not read that file: `opencode export` writes the same session as a
-//! document soba imports.
+//! Since 1.2.0 opencode keeps them in one SQLite file, `opencode.db`: a
+//! `session` table (one row per session: `id`, `directory`,
+//! `time_created`), a `message` table (`id`, `session_id`, `time_created`,
+//! and `data`, the message's JSON object less its `id` and `sessionID`) and
+//! a `part` table (`id`, `message_id`, and `data`, the part's JSON object
+//! less its ids). soba opens it read-only and immutable (no lock, no
+//! journal, nothing written beside it) and imports every session it holds.
 //!
-//! Both forms give the same list of messages, each an `info` object
+//! All three forms give the same list of messages, each an `info` object
 //! (`role`, `time.created` in Unix milliseconds, and on an assistant
 //! message `modelID`, `tokens` and `cost`) and its `parts`, in order. An
 //! assistant message holds one or more steps, each one model request,
@@ -25,7 +28,11 @@
 //! user message whose part is `compaction`: it becomes an imported capsule
 //! carrying the summary, and the conversation goes on after it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags};
 
 use serde_json::{Map, Value, json};
 use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, ToolUse, Usage};
@@ -34,7 +41,7 @@ use super::builder::{
     Context, KeptTarget, SessionBuilder, array_field, count_field, image_from_url, message_with,
     obj_field, parse_document, str_field, text_of, timestamp_field, tool_message, usage_figures,
 };
-use super::{Format, ImportedSession};
+use super::{Format, ImportError, ImportOptions, ImportedSession};
 
 /// The largest message or part file of the storage layout soba reads: a
 /// part holds one tool output, which opencode caps far below this.
@@ -148,6 +155,336 @@ fn read_objects(dir: &Path, b: &mut SessionBuilder) -> Vec<(PathBuf, Map<String,
         }
     }
     objects
+}
+
+/// The largest `data` value of a message or part row soba reads from
+/// `opencode.db`, as [`STORAGE_FILE_LIMIT`] caps a storage file.
+const ROW_LIMIT: u64 = STORAGE_FILE_LIMIT;
+
+/// The columns of `opencode.db` soba reads, per table.
+const DB_COLUMNS: [(&str, &[&str]); 3] = [
+    ("session", &["id", "directory", "time_created"]),
+    ("message", &["id", "session_id", "time_created", "data"]),
+    ("part", &["id", "message_id", "data"]),
+];
+
+/// What to do when `opencode.db` cannot be read.
+const DB_ADVICE: &str = "close opencode and retry, or write one session with `opencode export <session-id> > session.json` and import that file";
+
+/// Imports every session of opencode's SQLite database `path`, already
+/// opened as `file` (a regular file beginning with SQLite's magic), oldest
+/// first. Each session is read from its rows into the objects of the
+/// storage layout and converted as they are. A row that is not a JSON
+/// object, or is larger than [`ROW_LIMIT`], is skipped with a diagnostic
+/// naming it.
+pub(crate) fn import_db(
+    path: &Path,
+    file: &std::fs::File,
+    options: &ImportOptions,
+) -> Result<Vec<ImportedSession>, ImportError> {
+    let fail = |reason: String| ImportError::Database {
+        path: path.to_owned(),
+        reason,
+    };
+    check_length(file).map_err(fail)?;
+    let conn = open_db(&held_path(path, file)).map_err(|err| fail(sqlite_reason(&err)))?;
+    check_schema(&conn).map_err(fail)?;
+    let sessions = read_sessions(&conn).map_err(|err| fail(sqlite_reason(&err)))?;
+    let wal = wal_note(path);
+    let ctx = Context {
+        source: path.to_owned(),
+        fallback_ms: options.fallback_timestamp_ms,
+    };
+    let mut imported = Vec::with_capacity(sessions.len());
+    for info in sessions {
+        let id = str_field(&info, "id").unwrap_or_default().to_owned();
+        let mut b = SessionBuilder::new(Format::OpenCodeDb, &ctx, ordinal_of(&id));
+        if let Some(note) = &wal {
+            b.diag(note.clone());
+        }
+        let messages =
+            read_messages(&conn, &id, &mut b).map_err(|err| fail(sqlite_reason(&err)))?;
+        convert(&info, messages, &mut b);
+        imported.push(b.finish());
+    }
+    Ok(imported)
+}
+
+/// A stable ordinal for a session's ids: from its opencode id, so a
+/// session keeps its ids when others are added to the database.
+fn ordinal_of(session_id: &str) -> usize {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(session_id.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(bytes) as usize
+}
+
+/// Refuses a database file shorter than its header says: it was cut while
+/// being copied or written.
+fn check_length(file: &std::fs::File) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let mut header = [0u8; 100];
+    let len = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+    if file.read_exact_at(&mut header, 0).is_err() {
+        return Err(format!(
+            "it ends at byte {len}, inside the 100-byte SQLite header: it was cut short; copy it again, or {DB_ADVICE}"
+        ));
+    }
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65536,
+        size => u64::from(size),
+    };
+    let pages = u64::from(u32::from_be_bytes([
+        header[28], header[29], header[30], header[31],
+    ]));
+    // The page count is valid only when written by the same change as the
+    // "version-valid-for" number (SQLite's file format, §1.3.7).
+    let valid = header[92..96] == header[24..28];
+    let expected = page_size.saturating_mul(pages);
+    if valid && len < expected {
+        return Err(format!(
+            "it ends at byte {len} but its header says {expected} bytes: it was cut short (copied while opencode wrote it?); copy it again, or {DB_ADVICE}"
+        ));
+    }
+    Ok(())
+}
+
+/// The name under which SQLite opens the file soba already holds open and
+/// checked (a regular file beginning as a database): `/proc/self/fd/<n>`,
+/// so a path swapped after the check (for a FIFO, a device, another file)
+/// is never what SQLite reads; the path itself where `/proc` is absent.
+fn held_path(path: &Path, file: &std::fs::File) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    let held = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    if held.exists() {
+        held
+    } else {
+        path.to_owned()
+    }
+}
+
+/// Opens the database read-only and immutable: SQLite takes no lock,
+/// reads no journal or write-ahead log, and creates no file beside it.
+fn open_db(path: &Path) -> rusqlite::Result<Connection> {
+    let uri = format!("file:{}?mode=ro&immutable=1", uri_path(path));
+    let conn = Connection::open_with_flags(
+        uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    // The file is not soba's: its views and triggers run no functions
+    // with side effects.
+    conn.pragma_update(None, "trusted_schema", false)?;
+    Ok(conn)
+}
+
+/// Percent-encodes a path for an SQLite `file:` URI (every byte but
+/// letters, digits and `/._-~`).
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/._-~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Says what SQLite's error means for the user, and what to do.
+fn sqlite_reason(err: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode;
+    match err.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => format!(
+            "it begins like an SQLite database but is not one SQLite can read ({err}): it is damaged; copy it again, or {DB_ADVICE}"
+        ),
+        Some(ErrorCode::DatabaseCorrupt) => format!(
+            "SQLite found it damaged ({err}): it was cut short, or opencode was writing it while soba read it; {DB_ADVICE}"
+        ),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            format!("it is locked by another program ({err}); {DB_ADVICE}")
+        }
+        _ => format!("SQLite: {err}; {DB_ADVICE}"),
+    }
+}
+
+/// Checks that the database has opencode's tables and the columns soba
+/// reads, naming what is missing.
+fn check_schema(conn: &Connection) -> Result<(), String> {
+    let mut missing = Vec::new();
+    for (table, columns) in DB_COLUMNS {
+        let present: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info(?1)")
+            .and_then(|mut stmt| {
+                stmt.query_map([table], |row| row.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .map_err(|err| sqlite_reason(&err))?;
+        if present.is_empty() {
+            missing.push(format!("table `{table}`"));
+            continue;
+        }
+        for column in columns.iter().filter(|c| !present.iter().any(|p| p == *c)) {
+            missing.push(format!("column `{table}.{column}`"));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "it has no {}: it is another program's SQLite database, or an opencode version soba does not know; write the sessions with `opencode export <session-id> > session.json` and import those files",
+        missing.join(", no ")
+    ))
+}
+
+/// Reads every session row as the `info` object of an export, oldest
+/// first.
+fn read_sessions(conn: &Connection) -> rusqlite::Result<Vec<Map<String, Value>>> {
+    let mut stmt =
+        conn.prepare("SELECT id, directory, time_created FROM session ORDER BY time_created, id")?;
+    let rows = stmt.query_map([], |row| {
+        let mut info = Map::new();
+        info.insert("id".into(), sql_value(row.get_ref(0)?));
+        info.insert("directory".into(), sql_value(row.get_ref(1)?));
+        info.insert(
+            "time".into(),
+            json!({"created": sql_value(row.get_ref(2)?)}),
+        );
+        Ok(info)
+    })?;
+    rows.collect()
+}
+
+/// A scalar column as JSON (text, a number or null; a blob as null).
+fn sql_value(value: ValueRef<'_>) -> Value {
+    match value {
+        ValueRef::Integer(n) => Value::from(n),
+        ValueRef::Real(x) => Value::from(x),
+        ValueRef::Text(text) => Value::String(String::from_utf8_lossy(text).into_owned()),
+        ValueRef::Null | ValueRef::Blob(_) => Value::Null,
+    }
+}
+
+/// The SQL of a row's `data`, unless larger than the limit (`?2`), and its
+/// size in bytes.
+const DATA: &str = "octet_length(data), CASE WHEN octet_length(data) <= ?2 THEN data END";
+
+/// A session's messages: each one's object, its parts, and how
+/// diagnostics name it.
+type Messages = Vec<(Map<String, Value>, Vec<Value>, String)>;
+
+/// Reads a session's messages and their parts, in order, as the storage
+/// layout's objects.
+fn read_messages(
+    conn: &Connection,
+    session_id: &str,
+    b: &mut SessionBuilder,
+) -> rusqlite::Result<Messages> {
+    let limit = i64::try_from(ROW_LIMIT).unwrap_or(i64::MAX);
+    let mut parts: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id, message_id, {DATA} FROM part \
+         WHERE message_id IN (SELECT id FROM message WHERE session_id = ?1) \
+         ORDER BY message_id, id"
+    ))?;
+    let mut rows = stmt.query(rusqlite::params![session_id, limit])?;
+    while let Some(row) = rows.next()? {
+        let id = text_column(row.get_ref(0)?);
+        let message_id = text_column(row.get_ref(1)?);
+        let at = format!("part {id} of message {message_id}");
+        if let Some(mut part) = row_object(row.get_ref(2)?, row.get_ref(3)?, &at, b) {
+            part.insert("id".into(), Value::String(id));
+            part.insert("messageID".into(), Value::String(message_id.clone()));
+            part.insert("sessionID".into(), Value::String(session_id.to_owned()));
+            parts
+                .entry(message_id)
+                .or_default()
+                .push(Value::Object(part));
+        }
+    }
+    let mut messages = Vec::new();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id, {DATA} FROM message WHERE session_id = ?1 ORDER BY time_created, id"
+    ))?;
+    let mut rows = stmt.query(rusqlite::params![session_id, limit])?;
+    while let Some(row) = rows.next()? {
+        let id = text_column(row.get_ref(0)?);
+        let at = format!("message {id}");
+        let Some(mut message) = row_object(row.get_ref(1)?, row.get_ref(2)?, &at, b) else {
+            continue;
+        };
+        message.insert("id".into(), Value::String(id.clone()));
+        message.insert("sessionID".into(), Value::String(session_id.to_owned()));
+        messages.push((message, parts.remove(&id).unwrap_or_default(), at));
+    }
+    Ok(messages)
+}
+
+/// A text column (an id) as a string; another type as its JSON text.
+fn text_column(value: ValueRef<'_>) -> String {
+    match sql_value(value) {
+        Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
+
+/// Parses a row's `data` as a JSON object, or names the row in a
+/// diagnostic and gives nothing.
+fn row_object(
+    size: ValueRef<'_>,
+    data: ValueRef<'_>,
+    at: &str,
+    b: &mut SessionBuilder,
+) -> Option<Map<String, Value>> {
+    let bytes = match data {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes,
+        ValueRef::Null => {
+            match size {
+                ValueRef::Integer(size) if size > 0 => b.diag(format!(
+                    "{at}: skipped: its data is {size} bytes, more than the {} MiB soba reads",
+                    ROW_LIMIT >> 20
+                )),
+                _ => b.diag(format!("{at}: skipped: it has no data")),
+            }
+            return None;
+        }
+        ValueRef::Integer(_) | ValueRef::Real(_) => {
+            b.diag(format!(
+                "{at}: skipped: its data is a number, not a JSON object"
+            ));
+            return None;
+        }
+    };
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(object)) => Some(object),
+        Ok(_) => {
+            b.diag(format!("{at}: skipped: its data is not a JSON object"));
+            None
+        }
+        Err(err) => {
+            b.diag(format!("{at}: skipped: its data is not JSON: {err}"));
+            None
+        }
+    }
+}
+
+/// The note of a database whose write-ahead log (`opencode.db-wal`) holds
+/// changes not yet in the file: an immutable read does not see them.
+fn wal_note(path: &Path) -> Option<String> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = PathBuf::from(wal);
+    let len = std::fs::symlink_metadata(&wal).ok()?.len();
+    (len > 0).then(|| {
+        format!(
+            "{}: not read: it holds the changes opencode has not yet written into the database (opencode is running, or did not close), so the latest messages may be missing; close opencode and import again",
+            wal.display()
+        )
+    })
 }
 
 /// Raw sums of the recorded usage, in opencode's names.
