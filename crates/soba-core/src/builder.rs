@@ -482,6 +482,39 @@ fn constraints_section(constraints: &[String], more: u64) -> String {
     lines.join("\n")
 }
 
+/// The task with the rules listed verbatim under Constraints taken out,
+/// so each is said once; `None` when it holds none of them, or holds
+/// little else. Only a sentence that opens with a rule word ("Always …",
+/// "Never …", "Do not …") is taken out: a sentence that states the work
+/// ("Make it return an error, and keep the API") stays in the Goal even
+/// when it is a constraint too.
+fn without_constraints(task: &str, constraints: &[String]) -> Option<String> {
+    const RULE_WORDS: [&str; 10] = [
+        "always ",
+        "never ",
+        "must ",
+        "don't ",
+        "do not ",
+        "avoid ",
+        "prefer ",
+        "only ",
+        "keep ",
+        "make sure ",
+    ];
+    let mut rest = task.to_owned();
+    for constraint in constraints.iter().map(|c| c.trim()).filter(|c| {
+        let lower = c.to_lowercase();
+        RULE_WORDS.iter().any(|word| lower.starts_with(word))
+    }) {
+        rest = rest.replacen(constraint, "", 1);
+    }
+    if rest == task {
+        return None;
+    }
+    let rest = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+    (rest.chars().count() >= 20).then_some(rest)
+}
+
 /// Returns the Goal: the redirected goal or the original task (its first
 /// paragraph, saying where the rest is), and the `/compact` instructions
 /// given for this capsule alone.
@@ -498,10 +531,12 @@ fn goal_section(facts: &Facts, local: &LocalSections, instructions: Option<&str>
             .filter(|task| !task.trim().is_empty())
             .map(|task| {
                 let gist = task_gist(task);
-                if gist == task.trim() {
-                    gist
-                } else {
+                if gist != task.trim() {
                     format!("{gist} (the full text is under Original task)")
+                } else if let Some(rest) = without_constraints(&gist, &local.constraints) {
+                    format!("{rest} {}", render::GOAL_RULES_UNDER_CONSTRAINTS)
+                } else {
+                    gist
                 }
             })
             .unwrap_or_default()

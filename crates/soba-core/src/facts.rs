@@ -627,11 +627,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 }
                 for call in message.tool_uses() {
                     let facts = call_facts_in(call, input.cwd, &mut ctx);
-                    for path in &facts.modified {
-                        if !modified.contains(path) {
-                            modified.push(path.clone());
-                        }
-                    }
+                    add_new(&mut modified, &facts.modified);
                     if let Some(new_plan) = &facts.plan {
                         plan = Some(new_plan.clone());
                     }
@@ -692,10 +688,13 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let previous_local = input.previous.map(|previous| &previous.local);
 
     // The retained tail is newer than the span: a plan there wins, a
-    // success there settles an error and a verification command's result
-    // is its newest. Its own failures are not copied (the tail shows them
-    // verbatim), so the capsule never says "failing" or "open" where the
-    // messages after it say otherwise.
+    // success there settles an error, a failure there replaces the text of
+    // the same open error (the capsule never shows a failure the tail has
+    // moved past), a file an edit tool names there is modified (as in the
+    // span, whatever the call's outcome), and a verification
+    // command's result is its newest. Its new failures are not copied (the
+    // tail shows them verbatim), so the capsule never says "failing" or
+    // "open" where the messages after it say otherwise.
     for entry in input.tail {
         let EntryBody::Message(message_entry) = &entry.body else {
             continue;
@@ -705,6 +704,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
             if let Some(new_plan) = &facts.plan {
                 plan = Some(new_plan.clone());
             }
+            add_new(&mut modified, &facts.modified);
             outcomes.call(call);
         }
         for result in message_entry.message.tool_results() {
@@ -718,6 +718,14 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
             if !failing {
                 errors.remove(&shown_key(&outcome.key));
                 errors.remove(&outcome.key);
+            } else {
+                let shown = shown_key(&outcome.key);
+                for key in [&outcome.key, &shown] {
+                    if let Some((open_seq, Some(text), _)) = errors.get_mut(key) {
+                        *open_seq = seq;
+                        *text = result.text();
+                    }
+                }
             }
             if let Some(command) = outcome
                 .command
@@ -875,6 +883,15 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         active_skills: skills,
         plan,
         last_assistant_text,
+    }
+}
+
+/// Appends the paths of `new` that `list` does not hold yet, in order.
+fn add_new(list: &mut Vec<String>, new: &[String]) {
+    for path in new {
+        if !list.contains(path) {
+            list.push(path.clone());
+        }
     }
 }
 

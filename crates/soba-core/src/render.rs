@@ -338,6 +338,15 @@ pub fn local_markdown(local: &LocalSections, earlier_narrative: Option<&str>) ->
 /// Said under Original task when the Goal holds the task whole.
 pub const TASK_IS_GOAL: &str = "(the Goal above, verbatim)";
 
+/// Ends a Goal that is the task less the sentences listed under
+/// Constraints.
+pub const GOAL_RULES_UNDER_CONSTRAINTS: &str = "(the task's rules are listed under Constraints)";
+
+/// Said under Original task when the Goal and the Constraints hold the task
+/// whole.
+pub const TASK_IS_GOAL_AND_RULES: &str =
+    "(the Goal above, with its rules under Constraints: together, the task verbatim)";
+
 /// Said under Checkpoints when the narrative lists every one of them.
 pub const CHECKPOINTS_SHOWN_ABOVE: &str = "(each is listed above, under Done or Decisions)";
 
@@ -356,6 +365,8 @@ pub fn local_markdown_beside(
         NONE_RECORDED.to_owned()
     } else if narrative.is_some_and(|n| n.goal.trim_start().starts_with(task)) {
         TASK_IS_GOAL.to_owned()
+    } else if narrative.is_some_and(|n| n.goal.contains(GOAL_RULES_UNDER_CONSTRAINTS)) {
+        TASK_IS_GOAL_AND_RULES.to_owned()
     } else {
         fenced(&local.original_task)
     };

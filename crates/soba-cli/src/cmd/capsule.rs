@@ -90,8 +90,26 @@ pub fn title_of(capsule: &Capsule, id: &EntryId) -> String {
         .lines()
         .map(|line| line.trim().trim_start_matches(['-', '*', '#', ' ']))
         .find(|line| !line.is_empty() && *line != render::NONE_RECORDED)
-        .map(|line| render::shorten(line, 80));
+        .map(|line| render::shorten(first_sentence(line, 80), 80));
     goal.unwrap_or_else(|| format!("{} capsule {}", capsule.trigger.as_str(), id.short_with(4)))
+}
+
+/// The first sentence of `line` when `line` is longer than `max`
+/// characters and that sentence fits, so a title is not cut mid-sentence;
+/// else `line`.
+fn first_sentence(line: &str, max: usize) -> &str {
+    if line.chars().count() <= max {
+        return line;
+    }
+    let end = line
+        .char_indices()
+        .take(max)
+        .filter(|(idx, c)| {
+            matches!(c, '.' | '?' | '!') && line[idx + 1..].starts_with(' ') && *idx >= 15
+        })
+        .map(|(idx, _)| idx + 1)
+        .last();
+    end.map_or(line, |end| &line[..end])
 }
 
 /// Renders a capsule as a `.capsule.md`, redacted.
@@ -391,11 +409,12 @@ fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: 
         &export.rendered.text,
         force,
     )?;
+    let short = soba_core::id::shortest_unique_len(log.entries().iter().map(|l| &l.entry.id));
     let mut stdout = crate::output::stdout();
     writeln!(
         stdout,
         "exported {} to {} ({} tokens; {})",
-        export.id.short_with(4),
+        export.id.short_with(short),
         crate::output::path(&export.file),
         group_thousands(export.rendered.tokens.get()),
         redaction_note(&export.rendered)
@@ -969,6 +988,26 @@ mod tests {
         assert_eq!(slug("  "), "capsule");
         assert_eq!(slug("日本語"), "capsule");
         assert_eq!(slug(&"a ".repeat(100)).len(), 59);
+    }
+
+    #[test]
+    fn a_long_title_ends_at_its_first_sentence_when_that_fits() {
+        let long = "We are extending loglens, our access-log analyzer. Over this session I'll ask for ten features.";
+        assert_eq!(
+            first_sentence(long, 80),
+            "We are extending loglens, our access-log analyzer."
+        );
+        assert_eq!(
+            first_sentence("Fix it. Then test.", 80),
+            "Fix it. Then test."
+        );
+        // No sentence end within the limit, or too short a sentence: whole.
+        let run_on = "x".repeat(100);
+        assert_eq!(first_sentence(&run_on, 80), run_on);
+        assert_eq!(
+            first_sentence(&format!("Hi. {run_on}"), 80),
+            format!("Hi. {run_on}")
+        );
     }
 
     #[test]

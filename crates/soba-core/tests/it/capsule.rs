@@ -1191,6 +1191,85 @@ fn constraints_beyond_the_budget_are_counted() {
 }
 
 #[test]
+fn the_tail_moves_an_open_error_on_and_adds_the_files_it_edits() {
+    let mut span = Span::default();
+    span.user("Add the config file, then the error budget report.");
+    span.tool(
+        "bash",
+        json!({"command": "sh run_tests.sh"}),
+        "not ok 9 - config file\nnot ok 10 - error budget\nexit code 1",
+        true,
+    );
+    // The tail's call ids must not collide with the span's.
+    let mut tail = Span {
+        next: 100,
+        ..Span::default()
+    };
+    tail.tool(
+        "write_file",
+        json!({"path": "src/config.py", "content": "def load_config(): ..."}),
+        "created src/config.py",
+        false,
+    );
+    tail.tool(
+        "bash",
+        json!({"command": "sh run_tests.sh"}),
+        "ok 9 - config file\nnot ok 10 - error budget\nexit code 1",
+        true,
+    );
+    let retained = HashSet::new();
+    let facts = soba_core::facts::extract(
+        &FactsInput {
+            tail: &tail.entries,
+            span: &span.entries,
+            previous: None,
+            retained: &retained,
+            cwd: Some(CWD),
+        },
+        &FactsConfig::default(),
+        &ByteCounter,
+    );
+    // The failure is the tail's newest, not the span's "not ok 9".
+    assert_eq!(facts.unresolved_errors.len(), 1, "{facts:?}");
+    assert_eq!(
+        facts.unresolved_errors[0].text,
+        "ok 9 - config file\nnot ok 10 - error budget\nexit code 1"
+    );
+    assert_eq!(facts.files_modified, ["src/config.py"]);
+}
+
+#[test]
+fn the_goal_leaves_the_rules_to_constraints_and_says_so() {
+    let mut span = Span::default();
+    span.user(
+        "We are extending loglens. Always run `sh run_tests.sh` after a change and keep the public functions pure.",
+    );
+    let facts = facts_of(&span);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(
+        content.narrative.constraints,
+        "- Always run `sh run_tests.sh` after a change and keep the public functions pure."
+    );
+    assert_eq!(
+        content.narrative.goal,
+        "We are extending loglens. (the task's rules are listed under Constraints)"
+    );
+    let markdown =
+        soba_core::render::local_markdown_beside(&content.local, None, Some(&content.narrative));
+    assert!(
+        markdown.contains(
+            "## Original task\n(the Goal above, with its rules under Constraints: together, the task verbatim)"
+        ),
+        "{markdown}"
+    );
+}
+
+#[test]
 fn a_newer_plan_in_the_tail_wins() {
     let mut span = Span::default();
     span.tool(

@@ -257,11 +257,7 @@ fn check_length(file: &std::fs::File) -> Result<(), String> {
 fn held_path(path: &Path, file: &std::fs::File) -> PathBuf {
     use std::os::fd::AsRawFd;
     let held = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    if held.exists() {
-        held
-    } else {
-        path.to_owned()
-    }
+    if held.exists() { held } else { path.to_owned() }
 }
 
 /// Opens the database read-only and immutable: SQLite takes no lock,
