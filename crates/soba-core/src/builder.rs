@@ -3,7 +3,7 @@
 //!
 //! Bounds: files modified, every path in full; files read, newest 50 then
 //! "and N more"; verification, newest 20 checks (a check piped into `tail`
-//! or `grep` is the same check); unresolved errors, newest 10 of 500
+//! or `grep` is the same check); unresolved errors, newest 20 of 500
 //! characters each, plus up to 3 lines from the cut middle that name the
 //! failure ([`error_excerpt`]); checkpoints, newest 20; the original task, 1,000
 //! tokens; the earlier narrative, 2,000 tokens. The whole capsule (its model
@@ -39,8 +39,9 @@ pub const FILES_READ_SHOWN: usize = 50;
 pub const FILES_READ_KEPT: usize = 20;
 /// Verification commands listed, newest first.
 pub const VERIFICATION_SHOWN: usize = 20;
-/// Unresolved errors listed, newest first.
-pub const ERRORS_SHOWN: usize = 10;
+/// Unresolved errors listed, newest first (SPEC §9.4 says 10; 20 keeps
+/// as many open errors as the peers' inputs do, ARCHITECTURE.md).
+pub const ERRORS_SHOWN: usize = 20;
 /// Characters kept from the start of an unresolved error.
 pub const ERROR_HEAD_CHARS: usize = 250;
 /// Characters kept from the end of an unresolved error.

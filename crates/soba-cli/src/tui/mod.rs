@@ -127,25 +127,29 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
     ratatui::restore();
-    match closed.filter(|closed| !closed.removed) {
-        // "saved" only for what is on disk at the path.
-        Some(closed) if closed.recovery.is_some() => crate::output::errln!(
+    if let Some(line) = closed.and_then(|closed| exit_line(&closed, &sessions_dir)) {
+        crate::output::errln!("{line}");
+    }
+    result
+}
+
+/// The line printed when the TUI closes a session: how to resume it, or,
+/// when another program replaced or removed its log while it was open,
+/// that it was NOT saved in full and where the rest is ("saved" only for
+/// what is on disk at the path). Nothing for a session removed as unused.
+fn exit_line(closed: &worker::Closed, sessions_dir: &std::path::Path) -> Option<String> {
+    if closed.removed {
+        return None;
+    }
+    Some(match &closed.recovery {
+        Some(recovery) => format!(
             "session {} was NOT saved in full: another program replaced or removed its log while it was open; \
              what soba could not write is in {} (look at it, then append it to the log with cat if you want it back)",
             closed.id,
-            crate::output::path(
-                closed
-                    .recovery
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new(""))
-            )
+            crate::output::path(recovery)
         ),
-        Some(closed) => {
-            crate::output::errln!("{}", crate::context::resume_hint(&sessions_dir, &closed.id))
-        }
-        None => {}
-    }
-    result
+        None => crate::context::resume_hint(sessions_dir, &closed.id),
+    })
 }
 
 /// Reads terminal events on a thread (crossterm's reader blocks) until the

@@ -2117,6 +2117,45 @@ mod tests {
         rig.quit().await;
     }
 
+    /// Issue 33: a log replaced by rename while the TUI has it open (what
+    /// an editor does on save) is not written through the old handle; what
+    /// the next turn had goes to a recovery file (the turn stops at its
+    /// first refused append), and the exit line says NOT saved and names
+    /// it instead of "resume with".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_replaced_while_open_is_not_called_saved_and_the_message_is_recovered() {
+        let mut rig = rig().await;
+        rig.approved_turn().await;
+        let log = rig
+            .session_logs()
+            .into_iter()
+            .find(|path| !path.display().to_string().ends_with(".flight.jsonl"))
+            .expect("the session log");
+        let copy = log.with_extension("edited");
+        std::fs::copy(&log, &copy).unwrap();
+        std::fs::rename(&copy, &log).unwrap();
+        rig.send(Action::StartTurn(
+            "the message that must not be lost".into(),
+        ));
+        rig.until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        let (closed, dir) = rig.quit_keeping_files().await;
+        let closed = closed.expect("a session was open");
+        let recovery = closed.recovery.clone().expect("a recovery file");
+        let kept = std::fs::read_to_string(&recovery).unwrap();
+        assert!(kept.contains("the message that must not be lost"), "{kept}");
+        assert!(
+            !std::fs::read_to_string(&log)
+                .unwrap()
+                .contains("the message that must not be lost")
+        );
+        let line = super::super::exit_line(&closed, &dir.path().join("home").join("sessions"))
+            .expect("a line");
+        assert!(line.contains("was NOT saved in full"), "{line}");
+        assert!(line.contains(&recovery.display().to_string()), "{line}");
+        assert!(!line.contains("resume"), "{line}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn leaving_an_unused_session_removes_it_and_a_used_one_stays() {
         // Opened and left: the log and its flight file are removed.

@@ -1428,9 +1428,9 @@ fn verification_shows_the_newest_20() {
 }
 
 #[test]
-fn unresolved_errors_show_the_newest_10_of_500_characters() {
+fn unresolved_errors_show_the_newest_20_of_500_characters() {
     let mut span = Span::default();
-    for i in 0..12 {
+    for i in 0..22 {
         let output = format!("{}{}", "h".repeat(600), "t".repeat(400)) + &format!(" #{i}");
         span.tool(
             "bash",
@@ -1445,25 +1445,25 @@ fn unresolved_errors_show_the_newest_10_of_500_characters() {
         &options(1_000_000, Quality::Full),
         &ByteCounter,
     );
-    assert_eq!(content.local.unresolved_errors.len(), 10);
+    assert_eq!(content.local.unresolved_errors.len(), 20);
     let newest = &content.local.unresolved_errors[0];
     // The 500-character bound applies to the error text; its key line (the
     // command) stays whole above it.
-    let text = format!("{}{} #11", "h".repeat(600), "t".repeat(400));
+    let text = format!("{}{} #21", "h".repeat(600), "t".repeat(400));
     let total = text.chars().count();
     // One word longer than the bound is the one case cut inside a word,
     // and the cut says so (`…`).
     let expected = format!(
-        "$ make check11\n{}…{}…{}",
+        "$ make check21\n{}…{}…{}",
         text.chars().take(249).collect::<String>(),
         omission_marker(total - 499),
         text.chars().skip(total - 249).collect::<String>()
     );
     assert_eq!(newest, &expected);
-    assert!(newest.starts_with("$ make check11\nhhh"));
-    assert!(newest.ends_with("ttt #11"));
-    assert!(content.local.unresolved_errors[9].starts_with("$ make check2\n"));
-    assert_eq!(content.narrative.blockers.lines().count(), 10);
+    assert!(newest.starts_with("$ make check21\nhhh"));
+    assert!(newest.ends_with("ttt #21"));
+    assert!(content.local.unresolved_errors[19].starts_with("$ make check2\n"));
+    assert_eq!(content.narrative.blockers.lines().count(), 20);
 }
 
 #[test]

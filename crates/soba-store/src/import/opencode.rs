@@ -187,10 +187,22 @@ pub(crate) fn import_db(
         reason,
     };
     check_length(file).map_err(fail)?;
-    let conn = open_db(&held_path(path, file)).map_err(|err| fail(sqlite_reason(&err)))?;
-    check_schema(&conn).map_err(fail)?;
-    let sessions = read_sessions(&conn).map_err(|err| fail(sqlite_reason(&err)))?;
     let wal = wal_note(path);
+    // What soba cannot see while opencode still holds changes in its
+    // write-ahead log: said with any refusal, and when no session is left.
+    let with_wal = |reason: String| match &wal {
+        Some(note) => fail(format!("{reason}; also, {note}")),
+        None => fail(reason),
+    };
+    let conn = open_db(&held_path(path, file)).map_err(|err| with_wal(sqlite_reason(&err)))?;
+    check_schema(&conn).map_err(with_wal)?;
+    let sessions = read_sessions(&conn).map_err(|err| with_wal(sqlite_reason(&err)))?;
+    if sessions.is_empty() {
+        return Err(with_wal(
+            "it holds no session (its `session` table is empty): import it after opencode has recorded one"
+                .to_owned(),
+        ));
+    }
     let ctx = Context {
         source: path.to_owned(),
         fallback_ms: options.fallback_timestamp_ms,
@@ -311,6 +323,39 @@ fn sqlite_reason(err: &rusqlite::Error) -> String {
 /// Checks that the database has opencode's tables and the columns soba
 /// reads, naming what is missing.
 fn check_schema(conn: &Connection) -> Result<(), String> {
+    // Only ordinary tables are read: a view or a virtual table of the same
+    // name runs whatever query its author wrote (an endless recursive one
+    // never returns and fills the disk with SQLite's sorter files), while
+    // a scan of a table is bounded by the file.
+    for (table, _) in DB_COLUMNS {
+        let kind: Option<(String, String)> = conn
+            .query_row(
+                "SELECT type, COALESCE(sql, '') FROM sqlite_schema WHERE name = ?1",
+                [table],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map(Some)
+            .or_else(|err| match err {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                err => Err(sqlite_reason(&err)),
+            })?;
+        if let Some((kind, sql)) = kind {
+            let virtual_table = sql
+                .trim_start()
+                .to_ascii_uppercase()
+                .starts_with("CREATE VIRTUAL");
+            if kind != "table" || virtual_table {
+                let what = if virtual_table {
+                    "a virtual table".to_owned()
+                } else {
+                    format!("a {kind}")
+                };
+                return Err(format!(
+                    "its `{table}` is {what}, not a table as opencode writes it: it is not opencode's database, and soba does not run the queries of views; write the sessions with `opencode export <session-id> > session.json` and import those files"
+                ));
+            }
+        }
+    }
     let mut missing = Vec::new();
     for (table, columns) in DB_COLUMNS {
         let present: Vec<String> = conn
@@ -455,7 +500,14 @@ fn row_object(
             return None;
         }
     };
-    match serde_json::from_slice::<Value>(bytes) {
+    // The same repair as every other importer's text: invalid UTF-8 and a
+    // lone surrogate escape (a string cut inside an emoji) become U+FFFD,
+    // so the part is kept instead of refused by serde_json.
+    let (text, lone) = super::text::repair_lossy(String::from_utf8_lossy(bytes));
+    if let Some(lone) = lone {
+        b.diag(format!("{at}: {lone}"));
+    }
+    match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(object)) => Some(object),
         Ok(_) => {
             b.diag(format!("{at}: skipped: its data is not a JSON object"));

@@ -523,6 +523,91 @@ fn an_sqlite_database_that_is_not_opencodes_names_what_it_lacks() {
 }
 
 #[test]
+fn an_opencode_database_of_views_or_of_no_session_is_refused_saying_why() {
+    let dir = tempfile::tempdir().expect("a folder");
+    // A view named like opencode's table, over an endless recursive query:
+    // running it would never return, so it is never run.
+    let path = dir.path().join("views.db");
+    let conn = rusqlite::Connection::open(&path).expect("a database");
+    conn.execute_batch(
+        "CREATE TABLE message (id TEXT, session_id TEXT, time_created INTEGER, data TEXT);
+         CREATE TABLE part (id TEXT, message_id TEXT, data TEXT);
+         CREATE VIEW session AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
+           SELECT i AS id, '' AS directory, i AS time_created FROM n ORDER BY i DESC;",
+    )
+    .expect("tables");
+    drop(conn);
+    assert_eq!(
+        db_error(&path),
+        format!(
+            "cannot read {} as opencode's session database: its `session` is a view, not a table as opencode writes it: it is not opencode's database, and soba does not run the queries of views; write the sessions with `opencode export <session-id> > session.json` and import those files",
+            path.display()
+        )
+    );
+    // opencode's tables and no session yet: refused, not "0 of 0 written".
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("a folder");
+    let path = write_db(&empty, &[]);
+    assert_eq!(
+        db_error(&path),
+        format!(
+            "cannot read {} as opencode's session database: it holds no session (its `session` table is empty): import it after opencode has recorded one",
+            path.display()
+        )
+    );
+    // The sessions only in the write-ahead log: the refusal says where.
+    let writer = rusqlite::Connection::open(&path).expect("opened");
+    writer
+        .pragma_update(None, "journal_mode", "WAL")
+        .expect("WAL");
+    writer
+        .pragma_update(None, "wal_autocheckpoint", 0)
+        .expect("no checkpoint");
+    let (first, _) = two_sessions();
+    insert_export(&writer, &first);
+    writer.execute_batch("BEGIN IMMEDIATE").expect("locked");
+    let err = db_error(&path);
+    assert!(
+        err.contains("it holds no session (its `session` table is empty): import it after opencode has recorded one; also, ")
+            && err.ends_with("-wal: not read: it holds the changes opencode has not yet written into the database (opencode is running, or did not close), so the latest messages may be missing; close opencode and import again"),
+        "{err}"
+    );
+    writer.execute_batch("COMMIT").expect("committed");
+}
+
+#[test]
+fn an_opencode_part_cut_inside_an_emoji_is_kept_with_the_repair_named() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let (first, _) = two_sessions();
+    let path = write_db(dir.path(), &[&first]);
+    let conn = rusqlite::Connection::open(&path).expect("opened");
+    // What JavaScript writes for a string cut between the two halves of a
+    // surrogate pair: a lone `\ud83d` escape, which serde_json refuses.
+    let changed = conn
+        .execute(
+            "UPDATE part SET data = replace(data, '\"text\":\"', '\"text\":\"\\ud83d') WHERE id = 'prt_a00100'",
+            [],
+        )
+        .expect("changed");
+    assert_eq!(changed, 1);
+    drop(conn);
+    let sessions = import_path(&path).unwrap_or_else(|err| panic!("{err}"));
+    let diagnostics = &sessions[0].stats.diagnostics;
+    assert!(
+        diagnostics.iter().any(|d| d.starts_with(
+            "part prt_a00100 of message msg_a001: 1 unpaired UTF-16 surrogate escape"
+        )),
+        "{diagnostics:?}"
+    );
+    assert!(
+        !diagnostics
+            .iter()
+            .any(|d| d.starts_with("part prt_a00100") && d.contains("skipped")),
+        "{diagnostics:?}"
+    );
+}
+
+#[test]
 fn an_opencode_row_that_is_not_json_or_too_large_is_named_and_the_rest_kept() {
     let dir = tempfile::tempdir().expect("a folder");
     let (first, _) = two_sessions();
