@@ -187,8 +187,9 @@ pub struct RunArgs {
     /// Run the turn in the workspace's most recent session.
     #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
     pub continue_session: bool,
-    /// Run the turn in the session with this id (or id prefix).
-    #[arg(long, value_name = "ID")]
+    /// Run the turn in the session with this id (or id prefix), as
+    /// `soba -r ID` resumes it.
+    #[arg(short = 'r', long, value_name = "ID")]
     pub resume: Option<String>,
 }
 

@@ -300,7 +300,7 @@ async fn resume_keeps_the_sessions_always_approvals() {
     // Another first word is still refused.
     server.push(echo("call_2", "rm -rf x"));
     server.push(Script::stream(Dialect::Chat, &Reply::text("Done.")));
-    let third = run(&sandbox, &["--resume", &id, "remove it"]).await;
+    let third = run(&sandbox, &["-r", &id, "remove it"]).await;
     let stderr = text(&third.stderr);
     assert!(
         stderr.contains(&format!("tool bash: rm -rf x → {DENIAL}")),
