@@ -201,6 +201,11 @@ pub struct Facts {
     pub files_read_hidden: u64,
     /// Files modified by explicit edit tools, in order of first change.
     pub files_modified: Vec<String>,
+    /// The files of [`Facts::files_modified`] that an edit call whose
+    /// result succeeded changed in the span (a denied or failed edit
+    /// changed nothing): what `/rewind` says stays changed on disk. Not
+    /// carried from a previous capsule.
+    pub files_changed: Vec<String>,
     /// The last result of each distinct verification command, newest first.
     pub verification: Vec<Verification>,
     /// Unresolved errors, newest first, one per key.
@@ -540,6 +545,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut outcomes = OutcomeTracker::new(input.cwd);
     let mut reads: Vec<String> = Vec::new();
     let mut modified: Vec<String> = Vec::new();
+    let mut changed: Vec<String> = Vec::new();
     let mut verification: Vec<(i64, Verification)> = Vec::new();
     // Key → (sequence, the failure's text or None once it succeeded, whether
     // the key is already shown). Span results are keyed whole; carried
@@ -645,6 +651,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                     seq += 1;
                     if !failing && let Some(call) = calls.get(result.tool_use_id.as_str()) {
                         reads.extend(call.facts.read.iter().cloned());
+                        add_new(&mut changed, &call.facts.modified);
                     }
                     // A success or a newer failure also settles a carried
                     // error of the same (shown) key.
@@ -876,6 +883,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         files_read,
         files_read_hidden,
         files_modified,
+        files_changed: changed,
         verification,
         unresolved_errors,
         checkpoints,

@@ -877,7 +877,7 @@ pub fn plan_rewind(
         &FactsConfig::default(),
         core.counter().as_ref(),
     )
-    .files_modified;
+    .files_changed;
     let after = core
         .factor()
         .apply(core.input_for(&new_path).total_tokens());

@@ -791,6 +791,28 @@ fn failed_reads_are_not_files_read_but_failed_edits_are_modified() {
     let facts = facts_of(&span);
     assert!(facts.files_read.is_empty());
     assert_eq!(facts.files_modified, ["src/x.rs"]);
+    // Nothing was changed on disk: what `/rewind` lists as staying changed.
+    assert!(facts.files_changed.is_empty());
+}
+
+#[test]
+fn files_changed_are_the_edits_whose_result_succeeded() {
+    let mut span = Span::default();
+    span.tool(
+        "edit_file",
+        json!({"path": "hello.py", "old_text": "greet", "new_text": "welcome"}),
+        "not approved: the user denied this call",
+        true,
+    );
+    span.tool(
+        "write_file",
+        json!({"path": "util.py", "content": "x = 1"}),
+        "created util.py (5 bytes)",
+        false,
+    );
+    let facts = facts_of(&span);
+    assert_eq!(facts.files_modified, ["hello.py", "util.py"]);
+    assert_eq!(facts.files_changed, ["util.py"]);
 }
 
 #[test]
