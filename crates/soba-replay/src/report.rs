@@ -584,6 +584,7 @@ impl ReplayReport {
         } else {
             out.push_str(&policy_table(&self.totals));
         }
+        out.push_str(&policy_legend(self.show_dollars));
         out.push_str(&failure_lines(&self.totals));
         out.push_str(&fidelity_lines(&self.totals));
         out
@@ -608,7 +609,7 @@ impl ReplayReport {
         );
         if let Some((recorded, modelled, _)) = self.none_vs_recorded() {
             out.push_str(&format!(
-                "none   ${}: the replay's model of the same traces ({:+.1} % vs recorded)\n",
+                "none   ${}: the replay's model of the same {priced} trace(s) ({:+.1} % vs recorded; the table's $ column prices every trace whose model has a price)\n",
                 dollar_text(modelled),
                 (modelled / recorded - 1.0) * 100.0
             ));
@@ -811,6 +812,25 @@ pub fn policy_table_with_dollars(policies: &[PolicyStats]) -> String {
         row.insert(10, dollars);
     }
     align(&rows)
+}
+
+/// The legend under the policy table, so the table reads without the
+/// guide; `{dollars}` names the `$` column when the table has one.
+const POLICY_LEGEND: &str = "\
+columns: requests: model calls replayed · overWin: over the window · failed: requests it could not send
+  compact: compactions · peak, mean: input tokens · summIn, summOut: summarizer tokens
+  billed: input-equivalent tokens (cache reads at their discount, writes at their premium, summarizer included)
+  {dollars}recall, min: the mean and worst retention-probe share · resends: after an overflow
+  calls: summarizer calls · rejected: soft capsules the post-check skipped · hygiene: passes
+";
+
+/// Returns the legend under the policy table, with or without its `$`
+/// column.
+pub fn policy_legend(dollars: bool) -> String {
+    POLICY_LEGEND.replace(
+        "{dollars}",
+        if dollars { "$: at list price · " } else { "" },
+    )
 }
 
 /// Returns the policy table (the `--json` policy fields, one row each).

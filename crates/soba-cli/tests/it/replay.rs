@@ -817,9 +817,21 @@ fn dollars_price_the_recorded_usage_and_each_policys_requests() {
         ["billed", "$", "recall"],
         "{table}"
     );
+    // The table reads without the guide: a legend under it, naming `$`
+    // only when the table has that column.
+    assert!(
+        table.contains(
+            "\n  $: at list price · recall, min: the mean and worst retention-probe share"
+        ),
+        "{table}"
+    );
     let out = sandbox.run_ok(&["replay", path, "--policy", "none,soba", "--cost", "tokens"]);
     let table = crate::support::text(&out.stdout);
     assert!(!table.contains('$'), "{table}");
+    assert!(
+        table.contains("\n  recall, min: the mean and worst retention-probe share"),
+        "{table}"
+    );
 
     // Without usage records there is no recorded cost, and the table says
     // why instead of blaming the price.
