@@ -77,7 +77,14 @@ pub fn render(frame: &mut Frame<'_>, state: &AppState) {
     render_status(frame, state, status);
     render_input(frame, state, input, &input_lines, cursor);
     if let Some(overlay) = &state.overlay {
-        render_overlay(frame, overlay, conversation);
+        // A picker spans the sidebar too: its rows end with each session's
+        // first prompt, which a 76-column box cut to a few words.
+        let over = if matches!(overlay, Overlay::Picker(_)) {
+            body
+        } else {
+            conversation
+        };
+        render_overlay(frame, overlay, over);
     }
     scrub(frame.buffer_mut());
 }
@@ -527,7 +534,14 @@ fn render_input(
 }
 
 fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
-    let width = area.width.saturating_sub(4).clamp(10, 76);
+    // A picker's rows end with the session's first prompt: it takes the
+    // terminal's width (up to 120 columns), the other boxes stay narrow.
+    let widest = if matches!(overlay, Overlay::Picker(_)) {
+        120
+    } else {
+        76
+    };
+    let width = area.width.saturating_sub(4).clamp(10, widest);
     let text_width = width.saturating_sub(2) as usize;
     let (title, lines): (String, Vec<Line<'static>>) = match overlay {
         Overlay::Approval(view) => {
