@@ -405,6 +405,10 @@ fn task_gist(task: &str) -> String {
 /// Said in a working-state section when no plan tool recorded a plan.
 pub const NO_PLAN: &str = "(no plan recorded: the latest user instructions and the messages after this capsule show the work in hand)";
 
+/// Said under Pending and Next steps when no plan tool recorded a plan:
+/// [`NO_PLAN`], said once under In progress, is not repeated.
+pub const NO_PLAN_SEE_ABOVE: &str = "(no plan recorded; see In progress)";
+
 /// The four working-state sections a plan gives: done, in progress,
 /// pending (after the next step) and next steps, each step in one of them.
 struct PlanSections {
@@ -595,8 +599,8 @@ pub fn deterministic_narrative(
         None => (
             milestones,
             NO_PLAN.to_owned(),
-            NO_PLAN.to_owned(),
-            NO_PLAN.to_owned(),
+            NO_PLAN_SEE_ABOVE.to_owned(),
+            NO_PLAN_SEE_ABOVE.to_owned(),
         ),
     };
     match facts.files_modified.len() {
