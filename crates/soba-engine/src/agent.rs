@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use soba_core::{Block, Entry, EntryBody, Message, TokenCount};
+use soba_provider::ProviderError;
 use soba_provider::client::ModelClient;
 use soba_provider::request::{ChatRequest, StopReason, StreamEvent, ToolSchema};
 use tokio_util::sync::CancellationToken;
@@ -140,6 +141,15 @@ fn suffixed_id(id: &str, n: u64) -> String {
 pub fn output_limit_warning(model_id: &str, max_tokens: u64) -> String {
     format!(
         "the reply was cut by the output limit (max_tokens {max_tokens}); raise models.\"{model_id}\".maxOutputTokens for longer replies"
+    )
+}
+
+/// Returns the warning for a turn whose every attempt got an empty
+/// response: the turn ends with no reply, and the user is told what to
+/// check and that the message can simply be sent again.
+pub fn empty_reply_warning(attempts: u32) -> String {
+    format!(
+        "the provider sent an empty response ({attempts} attempts: no text, tool call, reasoning or stop reason), so this turn has no reply; send the message again, and if it stays empty check that the model name exists on the server and that baseUrl points at an API of this kind, and look at the server's log (a local server may be out of memory or context)"
     )
 }
 
@@ -348,6 +358,16 @@ impl Agent {
                 Err(err) if cancel.is_cancelled() => {
                     tracing::debug!("request ended by cancel: {err}");
                     return Ok(TurnEnd::Cancelled);
+                }
+                Err(ProviderError::EmptyResponse { attempts }) => {
+                    // An empty reply, with a warning (issue 33): nothing is
+                    // appended (an empty assistant message would be refused
+                    // by some APIs on the next request), and the turn ends
+                    // like a reply without tool calls.
+                    let warning = empty_reply_warning(attempts);
+                    tracing::warn!("{warning}");
+                    self.emit(EngineEvent::Warning { message: warning });
+                    return Ok(TurnEnd::Completed);
                 }
                 Err(err) => return Ok(TurnEnd::Failed(err.to_string())),
             };

@@ -1406,13 +1406,27 @@ fn run_case(case: &Case) -> Verdict {
     let Some(args) = spec.get("args") else {
         return Verdict::Failed("the case has no args".to_owned());
     };
-    let run = match run_command(&sandbox, spec, args) {
+    let (run, others, churned) = run_together(&sandbox, spec, args);
+    let run = match run {
         Ok(run) => run,
         Err(err) => return Verdict::Failed(err),
     };
     let expect = spec.get("expect").cloned().unwrap_or(json!({}));
     if let Some(problem) = judge(&sandbox, &run, &expect, "") {
         return Verdict::Failed(problem);
+    }
+    for (i, (other, run)) in together(spec).iter().zip(others).enumerate() {
+        let run = match run {
+            Ok(run) => run,
+            Err(err) => return Verdict::Failed(err),
+        };
+        let expect = other.get("expect").cloned().unwrap_or(json!({}));
+        if let Some(problem) = judge(&sandbox, &run, &expect, &format!("together #{}", i + 1)) {
+            return Verdict::Failed(problem);
+        }
+    }
+    if spec.get("churn").is_some() && churned == 0 {
+        return Verdict::Failed("churn: no change was made while the command ran".to_owned());
     }
     for (i, then) in spec
         .get("then")
@@ -1439,6 +1453,111 @@ fn run_case(case: &Case) -> Verdict {
         }
     }
     Verdict::Passed
+}
+
+/// Returns a case's `together` commands, each merged over the case's
+/// `env`, `cwd` and `memoryMb`.
+fn together(spec: &Value) -> Vec<Value> {
+    spec.get("together")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|other| {
+            let mut merged = Map::new();
+            for key in ["env", "cwd", "memoryMb", "timeoutMs"] {
+                if let Some(v) = spec.get(key) {
+                    merged.insert(key.to_owned(), v.clone());
+                }
+            }
+            let mut merged = Value::Object(merged);
+            merge(&mut merged, other);
+            merged
+        })
+        .collect()
+}
+
+type Outcome = Result<RunResult, String>;
+
+/// Runs the case's command, its `together` commands at the same moment
+/// (two processes on one session or file), and its `churn` steps in a
+/// loop while they run (another program changing files under them).
+/// Returns the command's outcome, the others' in order, and how many
+/// churn steps were made.
+fn run_together(sandbox: &Sandbox, spec: &Value, args: &Value) -> (Outcome, Vec<Outcome>, usize) {
+    let others = together(spec);
+    let churn: Vec<Value> = spec
+        .get("churn")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let start = std::sync::Barrier::new(others.len() + 1);
+    std::thread::scope(|scope| {
+        let churner = (!churn.is_empty()).then(|| {
+            scope.spawn(|| {
+                let (mut tried, mut made) = (0, 0);
+                while !done.load(Ordering::SeqCst) {
+                    // A step that cannot be made now (the file it moves is
+                    // elsewhere) is passed over.
+                    if churn_step(sandbox, &churn[tried % churn.len()]) {
+                        made += 1;
+                    }
+                    tried += 1;
+                    std::thread::yield_now();
+                }
+                made
+            })
+        });
+        let handles: Vec<_> = others
+            .iter()
+            .map(|other| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    run_command(sandbox, other, &other["args"])
+                })
+            })
+            .collect();
+        start.wait();
+        let run = run_command(sandbox, spec, args);
+        let outcomes = handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err("a together command's thread panicked".to_owned()))
+            })
+            .collect();
+        done.store(true, Ordering::SeqCst);
+        let made = churner.map_or(0, |handle| handle.join().unwrap_or(0));
+        (run, outcomes, made)
+    })
+}
+
+/// Makes one churn step (`rename`, `copy`, `append`, `remove`) as another
+/// program would while a command runs; returns whether it was made.
+fn churn_step(sandbox: &Sandbox, step: &Value) -> bool {
+    let to = || sandbox.path(step["to"].as_str().unwrap_or_default());
+    if let Some(rel) = step.get("rename").and_then(Value::as_str) {
+        std::fs::rename(sandbox.path(rel), to()).is_ok()
+    } else if let Some(rel) = step.get("copy").and_then(Value::as_str) {
+        std::fs::copy(sandbox.path(rel), to()).is_ok()
+    } else if let Some(rel) = step.get("append").and_then(Value::as_str) {
+        let Ok(bytes) = content(sandbox, step) else {
+            return false;
+        };
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(sandbox.path(rel))
+            .and_then(|mut file| file.write_all(&bytes))
+            .is_ok()
+    } else if let Some(rel) = step.get("remove").and_then(Value::as_str) {
+        std::fs::remove_file(sandbox.path(rel)).is_ok()
+    } else {
+        false
+    }
 }
 
 /// The whole campaign: a tally per class, every failure's reason.

@@ -156,3 +156,40 @@ async fn a_text_reply_cut_by_the_output_limit_completes_with_a_warning() {
     );
     assert_eq!(h.server.requests().len(), 1);
 }
+
+/// Returns a Chat Completions stream that is only its end marker: no text,
+/// no tool call, no stop reason.
+fn empty_stream() -> Script {
+    Script::Stream {
+        frames: vec![Frame::data("[DONE]")],
+        end: StreamEnd::Close,
+    }
+}
+
+#[tokio::test]
+async fn an_empty_stream_ends_the_turn_with_no_reply_and_a_warning() {
+    let h = Harness::start(Options::default()).await;
+    h.server.push(empty_stream());
+    assert_eq!(h.turn("hello").await, TurnEnd::Completed);
+    // The harness sets max_retries 0, so the retry the transport gives an
+    // empty stream (tested in soba-provider) is not made here.
+    assert_eq!(h.server.requests().len(), 1);
+    assert_eq!(
+        warnings(&h),
+        [soba_engine::agent::empty_reply_warning(1)],
+        "one warning, saying the turn has no reply"
+    );
+    let assistant = h
+        .logged_entries()
+        .iter()
+        .filter(|entry| {
+            matches!(&entry.body, EntryBody::Message(logged) if logged.message.role == soba_core::Role::Assistant)
+        })
+        .count();
+    assert_eq!(assistant, 0, "no empty assistant message is logged");
+    // The message can be sent again: the next turn gets its reply.
+    h.push_text("Hello again.");
+    assert_eq!(h.turn("hello").await, TurnEnd::Completed);
+    assert_eq!(h.server.requests().len(), 2);
+    assert_eq!(warnings(&h).len(), 1, "the reply came: no second warning");
+}
