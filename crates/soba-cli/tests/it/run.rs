@@ -211,6 +211,28 @@ async fn provider_errors_fail_the_turn_with_exit_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_stream_twice_is_an_empty_reply_with_a_warning() {
+    let server = FakeServer::start().await.unwrap();
+    let sandbox = sandbox_for(&server, json!({}));
+    let empty = || Script::Stream {
+        frames: vec![soba_provider::fake::Frame::data("[DONE]")],
+        end: soba_provider::fake::StreamEnd::Close,
+    };
+    server.push(empty());
+    server.push(empty());
+    let output = run(&sandbox, &["hello"]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(server.requests().len(), 2, "retried once");
+    assert!(
+        stderr.contains("the provider sent an empty response (2 attempts")
+            && stderr.contains("this turn has no reply; send the message again"),
+        "{stderr}"
+    );
+    assert_eq!(text(&output.stdout).trim(), "", "no reply is printed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_errors_exit_1_before_any_request() {
     let server = FakeServer::start().await.unwrap();
     // The key variable is not set.
