@@ -1069,6 +1069,22 @@ mod tests {
         assert_eq!(exit_code("Output: x\nExit Code: 0\nSignal: 0"), Some(0));
         assert_eq!(exit_code("Command exited with code 1"), Some(1));
         assert_eq!(exit_code("all good"), None);
+        // Claude Code: the code opens the result, and the output after it
+        // can be longer than the tail searched for a trailing code.
+        let long = format!(
+            "Exit code 1\nls: /opt/x: No such file or directory\n{}",
+            "more output\n".repeat(40)
+        );
+        assert_eq!(exit_code(&long), Some(1));
+        assert_eq!(exit_code("Exit code 0"), Some(0));
+        // Only as the first line: a line quoting it later is output.
+        assert_eq!(
+            exit_code(&format!(
+                "ok\nExit code 3 is documented\n{}",
+                "x\n".repeat(200)
+            )),
+            None
+        );
     }
 
     #[test]

@@ -11,7 +11,11 @@ use crate::truncate::{head_chars, tail_chars};
 pub(super) fn exit_code_head() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"Process exited with code (-?\d+)").expect("constant regex compiles")
+        // Codex's header anywhere in the head; Claude Code's `Exit code N`
+        // only as the result's first line (the output after it can be
+        // longer than the tail the trailing form is looked for in).
+        Regex::new(r"Process exited with code (-?\d+)|\A\s*Exit code (-?\d+)[ \t]*(?:\r?\n|\z)")
+            .expect("constant regex compiles")
     })
 }
 
@@ -24,11 +28,15 @@ pub(super) fn exit_code_tail() -> &'static Regex {
 }
 
 /// Returns the exit status a tool result reports: Codex's header
-/// (`Process exited with code N`), or a trailing `exit code N` (OpenHands,
+/// (`Process exited with code N`), Claude Code's first line (`Exit code
+/// N`, however long the output after it), or a trailing `exit code N` (OpenHands,
 /// pi, Gemini CLI's `Exit Code: N`).
 pub fn exit_code(text: &str) -> Option<i64> {
     if let Some(caps) = exit_code_head().captures(head_chars(text, 600)) {
-        return caps.get(1).and_then(|m| m.as_str().parse().ok());
+        return caps
+            .get(1)
+            .or_else(|| caps.get(2))
+            .and_then(|m| m.as_str().parse().ok());
     }
     exit_code_tail()
         .captures_iter(tail_chars(text, 300))
