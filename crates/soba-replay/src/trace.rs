@@ -496,8 +496,15 @@ impl Trace {
                     model: recorded_model,
                 });
             }
+            // A named model the table lacks is likely newer than the table:
+            // say so, and how to refresh it (issue 34).
+            let newer = (!recorded_model.is_empty() && recorded_model != "unknown")
+                .then(soba_provider::catalog::catalog)
+                .filter(|table| table.lookup(&recorded_model).is_none())
+                .map(|table| format!("; {}", table.missing_note(&recorded_model)))
+                .unwrap_or_default();
             trace.window_note = Some(format!(
-                "the context window of {recorded_model} is unknown: replayed at {}, the largest recorded request plus its output (a lower bound; pass --window N or set models.\"{recorded_model}\".contextWindow)",
+                "the context window of {recorded_model} is unknown: replayed at {}, the largest recorded request plus its output (a lower bound; pass --window N or set models.\"{recorded_model}\".contextWindow){newer}",
                 soba_core::tokens::group_thousands(trace.window)
             ));
         }

@@ -1211,3 +1211,34 @@ fn one_hour_cache_writes_are_priced_at_twice_the_input() {
     let got = recorded(&session(split), "hour.jsonl");
     assert!((got - with_hour).abs() < 1e-9, "{got} vs {with_hour}");
 }
+
+/// Issue 34: a session of a model newer than the model table replays at
+/// the window it proves, and the note says the table lacks the model, its
+/// date, and how to refresh it.
+#[test]
+fn a_model_newer_than_the_table_is_named_with_the_tables_date() {
+    let sandbox = crate::support::Sandbox::new();
+    let text = [
+        r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"S","timestamp":"2025-06-01T10:00:00.000Z","cwd":"/w","message":{"role":"user","content":"say hello"}}"#,
+        r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"S","timestamp":"2025-06-01T10:00:01.000Z","message":{"id":"msg_1","model":"claude-opus-9-9","role":"assistant","type":"message","content":[{"type":"text","text":"hello"}],"usage":{"input_tokens":900,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":5}}}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let path = sandbox.write("newer.jsonl", &text);
+    let out = sandbox.run_ok(&["replay", path.to_str().unwrap(), "--policy", "none"]);
+    let stdout = crate::support::text(&out.stdout);
+    let note: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains("is unknown: replayed at"))
+        .collect();
+    assert_eq!(note.len(), 1, "{stdout}");
+    let table = soba_provider::catalog::catalog();
+    assert!(
+        note[0].ends_with(&format!("; {}", table.missing_note("claude-opus-9-9"))),
+        "{stdout}"
+    );
+    assert!(
+        note[0].contains("is not in the model table (LiteLLM "),
+        "{stdout}"
+    );
+}
