@@ -132,6 +132,16 @@ enum Written {
     New { id: String, path: PathBuf },
     /// The same source session was imported before.
     Already { id: String, path: PathBuf },
+    /// The source session has more entries than when it was imported as
+    /// `previous` (the agent went on with it): written again as a new
+    /// session, the earlier one kept as it was.
+    Grown {
+        id: String,
+        path: PathBuf,
+        previous: String,
+        before: usize,
+        now: usize,
+    },
 }
 
 /// Runs `soba import`.
@@ -192,10 +202,25 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
                 Written::DryRun
             } else {
                 let key = import_key(&session.source, &session.original_id);
+                let now = session.entries.len();
                 match previous.get(&key) {
-                    Some((id, path)) => Written::Already {
-                        id: id.clone(),
-                        path: path.clone(),
+                    Some(earlier) => match earlier.source_entries.filter(|before| now > *before) {
+                        Some(before) => {
+                            match write_session(&session, &out_dir, &ctx.workspace.root)? {
+                                Written::New { id, path } => Written::Grown {
+                                    id,
+                                    path,
+                                    previous: earlier.id.clone(),
+                                    before,
+                                    now,
+                                },
+                                other => other,
+                            }
+                        }
+                        None => Written::Already {
+                            id: earlier.id.clone(),
+                            path: earlier.path.clone(),
+                        },
                     },
                     None => write_session(&session, &out_dir, &ctx.workspace.root)?,
                 }
@@ -274,7 +299,9 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         }
         let n_new = reports
             .iter()
-            .filter(|(_, written, _)| matches!(written, Written::New { .. }))
+            .filter(|(_, written, _)| {
+                matches!(written, Written::New { .. } | Written::Grown { .. })
+            })
             .count();
         if !args.dry_run {
             writeln!(
@@ -379,6 +406,11 @@ fn session_json(
         Written::DryRun => (Value::Null, Value::Null, false),
         Written::New { id, path } => (json!(id), json!(path.display().to_string()), false),
         Written::Already { id, path } => (json!(id), json!(path.display().to_string()), true),
+        Written::Grown { id, path, .. } => (json!(id), json!(path.display().to_string()), false),
+    };
+    let grown_from = match written {
+        Written::Grown { previous, .. } => json!(previous),
+        _ => Value::Null,
     };
     json!({
         "source": session.source.display().to_string(),
@@ -419,6 +451,7 @@ fn session_json(
         "sessionId": session_id,
         "path": path,
         "alreadyImported": already,
+        "grownFrom": grown_from,
         "firstResume": resume.map(|resume| json!({
             "model": resume.model,
             "contextWindow": resume.context_window,
@@ -437,6 +470,15 @@ fn session_text(session: &ImportedSession, written: &Written) -> String {
         Written::DryRun => "dry run, not written".to_owned(),
         Written::New { id, .. } => format!("imported as {id}"),
         Written::Already { id, .. } => format!("already imported as {id}; skipped"),
+        Written::Grown {
+            id,
+            previous,
+            before,
+            now,
+            ..
+        } => format!(
+            "imported again as {id}: it has grown since it was imported as {previous} ({before} → {now} entries; {previous} is kept as it was)"
+        ),
     };
     let mut out = format!(
         "{} ({}, {}): {destination}\n",

@@ -608,3 +608,40 @@ fn session_logs(dir: &std::path::Path) -> usize {
         })
         .count()
 }
+
+/// Issue 34: a source session that has grown since it was imported (the
+/// agent went on with it) is imported again as a new session, saying from
+/// which; one that has not grown is still skipped, and the earlier import
+/// is kept.
+#[test]
+fn a_source_that_has_grown_is_imported_again_and_the_earlier_import_kept() {
+    let sandbox = Sandbox::new();
+    let short = crate::support::long_pi_session(4, 50, "none");
+    let file = sandbox.write("s.jsonl", &short);
+    let first = &import_json(&sandbox, &[file.to_str().unwrap()])[0];
+    let first_id = first["sessionId"].as_str().unwrap().to_owned();
+    let again = &import_json(&sandbox, &[file.to_str().unwrap()])[0];
+    assert_eq!(again["alreadyImported"], true);
+    assert_eq!(again["sessionId"], first_id.as_str());
+
+    // The agent goes on: the same session, with more turns.
+    let longer = crate::support::long_pi_session(8, 50, "none");
+    assert!(longer.starts_with(short.lines().next().unwrap()));
+    std::fs::write(&file, &longer).unwrap();
+    let output = sandbox.run_ok(&["import", file.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("imported again as "), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "it has grown since it was imported as {first_id} ("
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 of 1 sessions written"), "{stdout}");
+    assert_eq!(sandbox.session_files().len(), 2);
+    // The newest import is the one matched next time.
+    let third = &import_json(&sandbox, &[file.to_str().unwrap()])[0];
+    assert_eq!(third["alreadyImported"], true);
+    assert_ne!(third["sessionId"], first_id.as_str());
+    assert_eq!(sandbox.session_files().len(), 2);
+}

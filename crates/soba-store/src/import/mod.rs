@@ -54,7 +54,7 @@ use soba_core::{Entry, Usage};
 
 pub use detect::{Detected, Truncated, detect_bytes, detect_format, detect_truncated};
 pub use text::LoneSurrogates;
-pub use write::{import_key, previous_imports, write_session};
+pub use write::{PreviousImport, import_key, previous_imports, write_session};
 
 /// A foreign transcript format the importers understand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -20,11 +20,24 @@ pub fn import_key(source: &Path, original_id: &str) -> (String, String) {
     (path.display().to_string(), original_id.to_owned())
 }
 
+/// An earlier import of a source session, found in an output folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousImport {
+    /// The SOBA session id it was written as.
+    pub id: String,
+    /// Its session file.
+    pub path: PathBuf,
+    /// How many entries the source session had then (`sourceEntries` of
+    /// its header; `None` for imports written before it was recorded).
+    pub source_entries: Option<usize>,
+}
+
 /// Finds the sessions of `dir` that were imported, by [`import_key`]: the
-/// id and file of each. A folder that cannot be listed, or a session whose
-/// header cannot be read, gives nothing.
-pub fn previous_imports(dir: &Path) -> HashMap<(String, String), (String, PathBuf)> {
-    let mut found = HashMap::new();
+/// newest import of each source session (the one of most entries). A
+/// folder that cannot be listed, or a session whose header cannot be read,
+/// gives nothing.
+pub fn previous_imports(dir: &Path) -> HashMap<(String, String), PreviousImport> {
+    let mut found: HashMap<(String, String), PreviousImport> = HashMap::new();
     let Ok(sessions) = list_sessions(dir) else {
         return found;
     };
@@ -35,14 +48,35 @@ pub fn previous_imports(dir: &Path) -> HashMap<(String, String), (String, PathBu
         if let Some(from) = header.imported_from
             && let Some(original_id) = from.original_id
         {
-            found.insert(
-                (from.path, original_id),
-                (header.id.as_str().to_owned(), summary.path),
-            );
+            let source_entries = from
+                .extra
+                .get(SOURCE_ENTRIES)
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok());
+            let import = PreviousImport {
+                id: header.id.as_str().to_owned(),
+                path: summary.path,
+                source_entries,
+            };
+            match found.entry((from.path, original_id)) {
+                std::collections::hash_map::Entry::Occupied(mut slot) => {
+                    if import.source_entries > slot.get().source_entries {
+                        slot.insert(import);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(import);
+                }
+            }
         }
     }
     found
 }
+
+/// The `importedFrom` field holding how many entries the source session
+/// had when it was imported, so a source that has grown since (the agent
+/// went on with it) is imported again rather than skipped.
+const SOURCE_ENTRIES: &str = "sourceEntries";
 
 /// Writes one imported session as a new SOBA session file in `out_dir`
 /// (whole or not at all: a full disk or a refused entry leaves no partial
@@ -73,6 +107,7 @@ pub fn write_session(
     if let Some(window) = session.context_window {
         extra.insert("contextWindow".into(), json!(window));
     }
+    extra.insert(SOURCE_ENTRIES.into(), json!(session.entries.len()));
     let (source_path, original_id) = import_key(&session.source, &session.original_id);
     header.imported_from = Some(ImportedFrom {
         format: session.format.as_str().to_owned(),
