@@ -1085,6 +1085,21 @@ mod tests {
             )),
             None
         );
+        // Attack findings: a code too large for an i64 is still a failure;
+        // only ASCII digits are a code; a CR alone ends the first line.
+        assert_eq!(
+            exit_code("Exit code 99999999999999999999999\nerror: boom"),
+            Some(i64::MAX)
+        );
+        assert_eq!(
+            exit_code("Exit code -99999999999999999999999"),
+            Some(i64::MIN)
+        );
+        assert_eq!(exit_code("Exit code \u{661}"), None);
+        assert_eq!(
+            exit_code(&format!("Exit code 1\r{}", "line\r".repeat(200))),
+            Some(1)
+        );
     }
 
     #[test]

@@ -181,6 +181,10 @@ impl Assembly {
             && !*ended
         {
             *ended = true;
+            if name.trim().is_empty() {
+                // Not a call (see `into_message`): nothing to announce.
+                return;
+            }
             let call = ToolUse {
                 id: id.clone(),
                 name: name.clone(),
@@ -200,20 +204,22 @@ impl Assembly {
         }
     }
 
+    /// Returns whether the message has a tool call: one with a name (a
+    /// fragment that never got a name is no call; see
+    /// [`Assembly::into_message`]).
     pub fn has_tools(&self) -> bool {
-        self.n_tools > 0
+        self.blocks.iter().any(is_named_tool)
     }
 
     /// Returns whether the message would carry nothing: no tool call, no
     /// text, no reasoning text and no reasoning signature (the blocks
     /// [`Assembly::into_message`] keeps).
     pub fn carries_nothing(&self) -> bool {
-        !self.has_tools()
-            && self.blocks.iter().all(|partial| match partial {
-                Partial::Text(text) => text.is_empty(),
-                Partial::Thinking { text, signature } => text.is_empty() && signature.is_none(),
-                Partial::Tool { .. } => false,
-            })
+        self.blocks.iter().all(|partial| match partial {
+            Partial::Text(text) => text.is_empty(),
+            Partial::Thinking { text, signature } => text.is_empty() && signature.is_none(),
+            Partial::Tool { .. } => !is_named_tool(partial),
+        })
     }
 
     /// Returns the text accumulated in a block, when it is a text block.
@@ -226,11 +232,24 @@ impl Assembly {
     }
 
     /// Builds the assistant message; empty text and reasoning blocks
-    /// without text or signature are dropped.
+    /// without text or signature are dropped, and so is a tool-call
+    /// fragment that never got a name: no tool can run it, and answering
+    /// it with an error would let a server that streams only such
+    /// fragments loop the agent without end (an attack finding); a reply
+    /// of nothing else is empty, and handled as such.
     pub fn into_message(self, model: String, usage: Option<Usage>) -> Message {
+        let nameless = self
+            .blocks
+            .iter()
+            .filter(|partial| matches!(partial, Partial::Tool { .. }) && !is_named_tool(partial))
+            .count();
+        if nameless > 0 {
+            tracing::warn!("dropped {nameless} tool-call fragment(s) without a tool name");
+        }
         let content = self
             .blocks
             .into_iter()
+            .filter(|partial| !matches!(partial, Partial::Tool { .. }) || is_named_tool(partial))
             .filter_map(|partial| match partial {
                 Partial::Text(text) if text.is_empty() => None,
                 Partial::Text(text) => Some(Block::Text(text)),
@@ -255,6 +274,11 @@ impl Assembly {
         message.usage = usage;
         message
     }
+}
+
+/// Returns whether a block is a tool call with a name.
+fn is_named_tool(partial: &Partial) -> bool {
+    matches!(partial, Partial::Tool { name, .. } if !name.trim().is_empty())
 }
 
 /// The most characters of invalid arguments quoted back to the model.

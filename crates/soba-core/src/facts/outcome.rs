@@ -14,15 +14,17 @@ pub(super) fn exit_code_head() -> &'static Regex {
         // Codex's header anywhere in the head; Claude Code's `Exit code N`
         // only as the result's first line (the output after it can be
         // longer than the tail the trailing form is looked for in).
-        Regex::new(r"Process exited with code (-?\d+)|\A\s*Exit code (-?\d+)[ \t]*(?:\r?\n|\z)")
-            .expect("constant regex compiles")
+        Regex::new(
+            r"Process exited with code (-?[0-9]+)|\A\s*Exit code (-?[0-9]+)[ \t]*(?:\r\n|\r|\n|\z)",
+        )
+        .expect("constant regex compiles")
     })
 }
 
 pub(super) fn exit_code_tail() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?i)(?:exit(?:ed with)? code|exit status|exit_code)\s*[:=]?\s*(-?\d+)")
+        Regex::new(r"(?i)(?:exit(?:ed with)? code|exit status|exit_code)\s*[:=]?\s*(-?[0-9]+)")
             .expect("constant regex compiles")
     })
 }
@@ -36,13 +38,24 @@ pub fn exit_code(text: &str) -> Option<i64> {
         return caps
             .get(1)
             .or_else(|| caps.get(2))
-            .and_then(|m| m.as_str().parse().ok());
+            .map(|m| code(m.as_str()));
     }
     exit_code_tail()
         .captures_iter(tail_chars(text, 300))
         .last()
         .and_then(|caps| caps.get(1))
-        .and_then(|m| m.as_str().parse().ok())
+        .map(|m| code(m.as_str()))
+}
+
+/// Returns an exit status of ASCII digits; one too large for an `i64` is
+/// still not 0 (an attack finding: `Exit code 99999999999999999999` read
+/// as no code made a failed check "passed").
+fn code(digits: &str) -> i64 {
+    digits.parse().unwrap_or(if digits.starts_with('-') {
+        i64::MIN
+    } else {
+        i64::MAX
+    })
 }
 
 /// Returns whether a tool result failed: `is_error`, a non-zero exit status,

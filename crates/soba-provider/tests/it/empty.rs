@@ -135,3 +135,49 @@ async fn a_stop_reason_without_content_is_the_models_own_empty_answer() {
         soba_provider::StopReason::MaxTokens
     );
 }
+
+/// Attack finding: a tool-call fragment that never gets a name is no call.
+/// Counted as content, it made every response of such a server a call of
+/// tool `""`, answered with an error, and the agent looped without end.
+#[tokio::test]
+async fn a_tool_call_fragment_without_a_name_is_an_empty_response() {
+    let nameless = |id: &str| {
+        let chunk = json!({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "id": id, "function": {"arguments": ""}}
+        ]}, "finish_reason": null}]});
+        Script::Stream {
+            frames: vec![Frame::data(&chunk.to_string()), Frame::data("[DONE]")],
+            end: StreamEnd::Close,
+        }
+    };
+    let server = FakeServer::start().await.unwrap();
+    server.push(nameless("call_0"));
+    server.push(nameless(""));
+    let first = client(&server, api(Dialect::Chat), fast_config());
+    let (result, _) = run_plain(first.as_ref(), &simple_request()).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::EmptyResponse { attempts: 2 }),
+        "{err:?}"
+    );
+
+    // Beside text, the fragment is dropped and the text kept.
+    let server = FakeServer::start().await.unwrap();
+    let text = json!({"id": "x", "choices": [{"index": 0, "delta": {"content": "hello"}, "finish_reason": null}]});
+    let fragment = json!({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "call_0", "function": {"name": "", "arguments": "{}"}}
+    ]}, "finish_reason": "tool_calls"}]});
+    server.push(Script::Stream {
+        frames: vec![
+            Frame::data(&text.to_string()),
+            Frame::data(&fragment.to_string()),
+            Frame::data("[DONE]"),
+        ],
+        end: StreamEnd::Close,
+    });
+    let client = client(&server, api(Dialect::Chat), fast_config());
+    let (result, _) = run_plain(client.as_ref(), &simple_request()).await;
+    let message = result.unwrap().message;
+    assert_eq!(message.text(), "hello");
+    assert_eq!(message.tool_uses().count(), 0);
+}
