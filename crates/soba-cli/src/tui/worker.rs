@@ -1557,8 +1557,12 @@ impl Worker {
         .await;
         match made {
             Ok(handoff) => {
-                live.core.lock().await.flight(&handoff.record);
-                let mut text = handoff.line(&self.launch.ctx.workspace.root);
+                let short = {
+                    let mut core = live.core.lock().await;
+                    core.flight(&handoff.record);
+                    self.short(&core)
+                };
+                let mut text = handoff.line(&self.launch.ctx.workspace.root, short);
                 if let Some(reason) = &handoff.fallback {
                     text.push_str(&format!("\nfallback used: {reason}"));
                 }
@@ -1599,7 +1603,7 @@ impl Worker {
         let rendered = capsule_files::render_file(
             &CapsuleView::from(capsule.as_ref()),
             id.as_str(),
-            &capsule_files::title_of(capsule, id),
+            &capsule_files::title_of(capsule, id, self.short(&core)),
             core.header().id.as_str(),
             &leaf,
             core.counter().as_ref(),
