@@ -1095,7 +1095,7 @@ impl Worker {
         for summary in sessions.iter().filter(|summary| {
             summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
         }) {
-            let glance = view::session_glance(&summary.path);
+            let glance = soba_store::reader::session_glance(&summary.path);
             items.push(PickerItem {
                 key: summary.path.display().to_string(),
                 label: format!(
@@ -1112,7 +1112,7 @@ impl Worker {
                     group_thousands(glance.n_messages),
                     view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX)),
                     glance
-                        .first_prompt
+                        .title_line()
                         .unwrap_or_else(|| "(no message typed)".to_owned())
                 ),
             });
