@@ -929,12 +929,17 @@ impl Worker {
         if previous.as_deref() == Some(now.as_str()) {
             return;
         }
+        let dir = &self.launch.ctx.locations.sessions_dir;
         self.note(match previous {
-            Some(previous) => format!(
-                "new session {}; the previous one ({}) is kept: /resume or `soba -r` opens it (an unused one is removed)",
-                short_session(&now),
-                short_session(&previous)
-            ),
+            Some(previous) => {
+                // Both were likely started within the minute: the prefix
+                // that tells the previous one apart, for `soba -r`.
+                let prefix = crate::context::session_prefix(dir, &previous);
+                format!(
+                    "new session {}; the previous one ({prefix}) is kept: /resume or `soba -r {prefix}` opens it (an unused one is removed)",
+                    short_session(&now),
+                )
+            }
             None => format!("new session {}", short_session(&now)),
         });
     }
@@ -2596,10 +2601,23 @@ mod tests {
             .await;
         assert!(seen.contains(&UiEvent::ClearNotes), "{seen:?}");
         let cleared = note_texts(&seen).pop().expect("a note");
+        // Issue 36 item 5: the two sessions started within the minute and
+        // share their first 8 characters; the hint's prefix names the
+        // previous one alone.
+        let prefix = cleared
+            .split("`soba -r ")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .expect("a resume hint");
         assert!(
-            cleared.ends_with("is kept: /resume or `soba -r` opens it (an unused one is removed)"),
+            cleared.ends_with(&format!(
+                "the previous one ({prefix}) is kept: /resume or `soba -r {prefix}` opens it (an unused one is removed)"
+            )),
             "{cleared}"
         );
+        let dir = before[0].parent().expect("the sessions folder");
+        let found = soba_store::reader::find_session(dir, prefix).expect("one session");
+        assert!(before.contains(&found.path), "{cleared}");
         let after = rig.session_logs();
         assert!(
             before.iter().all(|log| after.contains(log)),
