@@ -1095,6 +1095,14 @@ impl Worker {
                 label: "(a new session)".to_owned(),
             });
         }
+        // Ids at the length that tells every session of the folder apart
+        // (`soba -r` takes it): sessions started within the minute share
+        // their first 8 characters.
+        let ids: Vec<&str> = sessions.iter().map(|summary| summary.id.as_str()).collect();
+        let id_len = crate::cmd::sessions::shortest_unique_prefix(
+            &ids,
+            crate::cmd::sessions::MIN_SHORT_SESSION,
+        );
         // Unused sessions (left by a crash or an older version) are not
         // worth resuming.
         for summary in sessions.iter().filter(|summary| {
@@ -1105,7 +1113,7 @@ impl Worker {
                 key: summary.path.display().to_string(),
                 label: format!(
                     "{}  {}  {:>5} messages  {:>9}  {}",
-                    summary.id.chars().take(8).collect::<String>(),
+                    summary.id.chars().take(id_len).collect::<String>(),
                     summary
                         .created_at
                         .as_deref()
@@ -2618,6 +2626,26 @@ mod tests {
         let dir = before[0].parent().expect("the sessions folder");
         let found = soba_store::reader::find_session(dir, prefix).expect("one session");
         assert!(before.contains(&found.path), "{cleared}");
+        // The resume picker spells it the same way.
+        rig.send(Action::Command(SlashCommand::Resume));
+        let seen = rig
+            .until("the picker", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::Picker(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::Picker(picker))) = seen.last() else {
+            unreachable!("until returned on a picker")
+        };
+        let row = picker
+            .items
+            .iter()
+            .find(|item| item.key == found.path.display().to_string())
+            .expect("the previous session's row");
+        assert!(
+            row.label.starts_with(&format!("{prefix}  ")),
+            "{}",
+            row.label
+        );
         let after = rig.session_logs();
         assert!(
             before.iter().all(|log| after.contains(log)),
