@@ -1049,9 +1049,27 @@ impl SessionGlance {
     }
 }
 
+/// Returns whether a log line is a `message` entry: at once when it opens
+/// as soba writes it (`{"type":"message"`), else by reading its `type` (a
+/// log written by another tool may space or order its keys otherwise).
+fn is_message_line(line: &[u8]) -> bool {
+    /// The field of a line that says what it is.
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    if line.starts_with(br#"{"type":"message""#) {
+        return true;
+    }
+    line.windows(b"\"message\"".len())
+        .any(|window| window == b"\"message\"")
+        && serde_json::from_slice::<Peek>(line).is_ok_and(|peek| peek.kind == "message")
+}
+
 /// Reads a session log once, forwards: its message count and its title.
-/// Only message lines are decoded (`{"type":"message"` opens them), and
-/// none after the title is found; an unreadable file gives an empty glance.
+/// Only message lines are decoded, and none after the title is found; an
+/// unreadable file gives an empty glance.
 pub fn session_glance(path: impl AsRef<Path>) -> SessionGlance {
     let mut glance = SessionGlance::default();
     let Ok((file, _)) = crate::untrusted::open_untrusted(path.as_ref()) else {
@@ -1067,7 +1085,7 @@ pub fn session_glance(path: impl AsRef<Path>) -> SessionGlance {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        if !line.starts_with(br#"{"type":"message""#) {
+        if !is_message_line(&line) {
             continue;
         }
         glance.n_messages += 1;
@@ -1142,7 +1160,8 @@ mod tests {
             HEADER.to_owned(),
             message(1, None).replace("m1", "hello, what can you do?"),
             user(2, 1, "Go on with the summary", r#","origin":"injected""#),
-            user(3, 2, "Fix the\nparser \u{1b}[31mnow", ""),
+            // Written by another tool, with spaces after the colons.
+            user(3, 2, "Fix the\nparser \u{1b}[31mnow", "").replace("\":", "\": "),
             user(4, 3, "Thanks, and add a test", ""),
         ];
         std::fs::write(&path, lines.join("\n") + "\n").expect("the log");
