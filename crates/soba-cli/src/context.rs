@@ -170,9 +170,12 @@ fn not_a_session_file(path: &Path) -> Option<CliError> {
     )
 }
 
-/// Returns the line printed when a session is left: its shortest unique id
-/// prefix among the sessions of `dir` and how to resume it.
-pub fn resume_hint(dir: &Path, id: &str) -> String {
+/// Returns the shortest prefix of session `id` (at least
+/// [`MIN_SHORT_SESSION`] characters) that no other session of `dir`
+/// starts with: how every hint to resume a session spells it, so `soba -r`
+/// takes it back (ids are time-ordered: sessions started within about a
+/// minute share their first 8 characters).
+pub fn session_prefix(dir: &Path, id: &str) -> String {
     let ids: Vec<String> = list_sessions(dir)
         .map(|sessions| sessions.into_iter().map(|summary| summary.id).collect())
         .unwrap_or_default();
@@ -181,7 +184,13 @@ pub fn resume_hint(dir: &Path, id: &str) -> String {
         ids.push(id);
     }
     let len = crate::cmd::sessions::shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
-    let short: String = id.chars().take(len).collect();
+    id.chars().take(len).collect()
+}
+
+/// Returns the line printed when a session is left: its shortest unique id
+/// prefix among the sessions of `dir` and how to resume it.
+pub fn resume_hint(dir: &Path, id: &str) -> String {
+    let short = session_prefix(dir, id);
     format!("session {short}… saved — resume with `soba -c` (or `soba -r {short}`)")
 }
 
@@ -210,5 +219,41 @@ fn summary_of_file(path: &Path) -> SessionSummary {
         size: metadata.as_ref().map_or(0, std::fs::Metadata::len),
         modified: metadata.and_then(|m| m.modified().ok()),
         problem,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 36 item 5: two sessions started within the same minute share
+    /// their first 8 characters; the hint spells each one with the prefix
+    /// that names it alone, and `soba -r` finds it by that prefix.
+    #[test]
+    fn a_resume_hint_names_its_session_alone() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let ids = [
+            "01a2b3c4-d5e6-7000-8000-000000000001",
+            "01a2b3c4-d5f0-7000-8000-000000000002",
+        ];
+        for id in ids {
+            let header = format!(
+                r#"{{"type":"session","schemaVersion":1,"id":"{id}","createdAt":"2025-01-01T00:00:00.000Z","cwd":"/w","os":"linux","memory":[]}}"#
+            );
+            std::fs::write(dir.path().join(format!("{id}.jsonl")), header + "\n")
+                .expect("a session");
+        }
+        assert_eq!(
+            resume_hint(dir.path(), ids[0]),
+            "session 01a2b3c4-d5e… saved — resume with `soba -c` (or `soba -r 01a2b3c4-d5e`)"
+        );
+        for id in ids {
+            let prefix = session_prefix(dir.path(), id);
+            let found = soba_store::reader::find_session(dir.path(), &prefix).expect("one");
+            assert_eq!(found.id, id);
+        }
+        // Alone in its folder, a session keeps the 8-character prefix.
+        let alone = tempfile::tempdir().expect("a temporary directory");
+        assert_eq!(session_prefix(alone.path(), ids[0]), "01a2b3c4");
     }
 }

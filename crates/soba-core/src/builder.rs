@@ -8,10 +8,12 @@
 //! failure ([`error_excerpt`]); checkpoints, newest 20; the original task, 1,000
 //! tokens; the earlier narrative, 2,000 tokens. The whole capsule (its model
 //! input rendering) is ≤ min(8,000, floor(0.1 × autoLimit)) tokens, trimmed
-//! in this order: files read, earlier narrative, checkpoints, verification.
-//! The narrative, files modified, the original task and the latest
-//! instructions are never trimmed below their own caps: when they alone
-//! exceed the bound, the bound yields.
+//! in this order: files read, earlier narrative, checkpoints, verification,
+//! then each latest instruction cut in its middle to one cap (no lower than
+//! [`MIN_TRUNCATED_INSTRUCTION`] tokens), with a marker saying how much was
+//! cut and that the session log has it whole. The narrative, files modified
+//! and the original task are never trimmed below their own caps: when they
+//! alone exceed the bound, the bound yields.
 
 use std::sync::LazyLock;
 
@@ -24,12 +26,13 @@ use crate::capsule::{
 use crate::directive::constraint_key;
 use crate::entry::CheckpointKind;
 use crate::facts::{
-    Facts, PlanItem, PlanState, PlanStatus, UnresolvedError, omission_marker,
-    truncate_middle_lines, truncate_middle_tokens,
+    Facts, MIN_TRUNCATED_INSTRUCTION, PlanItem, PlanState, PlanStatus, UnresolvedError,
+    omission_marker, truncate_middle_lines, truncate_middle_tokens,
 };
 use crate::id::EntryId;
 use crate::render::{self, CapsuleView, NONE_RECORDED, code_span};
 use crate::tokens::{TokenCount, TokenCounter};
+use crate::truncate::cut_instruction;
 
 /// The original task is kept verbatim up to this many tokens.
 pub const ORIGINAL_TASK_TOKENS: TokenCount = TokenCount::new(1_000);
@@ -860,6 +863,36 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
             content.local.verification = all[..keep].to_vec()
         };
         tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
+    }
+
+    // 5. The latest instructions, each cut in its middle to one cap that is
+    // lowered until the capsule fits (not below
+    // MIN_TRUNCATED_INSTRUCTION): on a small window, userMessageBudgetTokens
+    // alone can exceed the bound, and one long message (a pasted or
+    // @-attached file) must not carry the capsule past it. The marker says
+    // how much was cut and that the log has the message whole.
+    if tokens > bound && !content.local.latest_instructions.is_empty() {
+        let all = content.local.latest_instructions.clone();
+        let costs: Vec<TokenCount> = all.iter().map(|text| counter.count_text(text).n).collect();
+        let mut cap = costs.iter().copied().max().unwrap_or(TokenCount::ZERO);
+        while tokens > bound && cap > MIN_TRUNCATED_INSTRUCTION {
+            let over = tokens.saturating_sub(bound);
+            cap = cap
+                .saturating_sub(over + TokenCount::new(16))
+                .max(MIN_TRUNCATED_INSTRUCTION);
+            content.local.latest_instructions = all
+                .iter()
+                .zip(&costs)
+                .map(|(text, n)| {
+                    if *n > cap {
+                        cut_instruction(text, cap, counter)
+                    } else {
+                        text.clone()
+                    }
+                })
+                .collect();
+            tokens = measure(&content, counter);
+        }
     }
 
     content.markdown = render::sections_markdown(&content.view());

@@ -353,6 +353,43 @@ pub struct CompactionConfig {
 /// Picks one token field of a configuration.
 type TokenField = fn(&mut CompactionConfig) -> &mut TokenCount;
 
+/// The token keys [`CompactionConfig::for_window`] scales by the window,
+/// with their floors (`keepRecentTokens`, derived from the others, apart).
+const SCALED_FIELDS: [(&str, TokenField, u64); 6] = [
+    ("safetyReserveTokens", |c| &mut c.safety_reserve_tokens, 0),
+    (
+        "minTokensForAutoCompact",
+        |c| &mut c.min_tokens_for_auto_compact,
+        0,
+    ),
+    ("minReclaimableTokens", |c| &mut c.min_reclaimable_tokens, 0),
+    ("minHygieneTokens", |c| &mut c.min_hygiene_tokens, 0),
+    (
+        "userMessageBudgetTokens",
+        |c| &mut c.user_message_budget_tokens,
+        256,
+    ),
+    // Room for the deterministic narrative a rejected summary falls back
+    // to (its "In progress" alone is up to 300 tokens).
+    (
+        "summarizer.maxOutputTokens",
+        |c| &mut c.summarizer.max_output_tokens,
+        512,
+    ),
+];
+
+/// A `compaction.*` key whose value [`CompactionConfig::for_window`]
+/// changes for a model's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScaledKey {
+    /// The key under `compaction` (`summarizer.*` dotted).
+    pub key: &'static str,
+    /// The value configured (the default, since only defaults scale).
+    pub configured: TokenCount,
+    /// The value in force for the window.
+    pub in_force: TokenCount,
+}
+
 /// Windows below this many tokens are small: the token defaults that
 /// [`CompactionConfig::for_window`] scales shrink in proportion.
 pub const SMALL_WINDOW: u64 = 64_000;
@@ -422,30 +459,8 @@ impl CompactionConfig {
         let unset = |key: &str, current: TokenCount, default: TokenCount| {
             current == default && !self.explicit_keys.contains(key)
         };
-        let fields: [(&str, TokenField, u64); 6] = [
-            ("safetyReserveTokens", |c| &mut c.safety_reserve_tokens, 0),
-            (
-                "minTokensForAutoCompact",
-                |c| &mut c.min_tokens_for_auto_compact,
-                0,
-            ),
-            ("minReclaimableTokens", |c| &mut c.min_reclaimable_tokens, 0),
-            ("minHygieneTokens", |c| &mut c.min_hygiene_tokens, 0),
-            (
-                "userMessageBudgetTokens",
-                |c| &mut c.user_message_budget_tokens,
-                256,
-            ),
-            // Room for the deterministic narrative a rejected summary falls
-            // back to (its "In progress" alone is up to 300 tokens).
-            (
-                "summarizer.maxOutputTokens",
-                |c| &mut c.summarizer.max_output_tokens,
-                512,
-            ),
-        ];
         let mut default_copy = defaults.clone();
-        for (key, field, floor) in fields {
+        for (key, field, floor) in SCALED_FIELDS {
             let default = *field(&mut default_copy);
             let current = field(&mut scaled);
             if unset(key, *current, default) {
@@ -470,6 +485,39 @@ impl CompactionConfig {
             scaled.keep_recent_tokens = TokenCount::new((auto / 4).max(256));
         }
         scaled
+    }
+
+    /// Returns the keys whose value [`CompactionConfig::for_window`] changes
+    /// for this window and `max_tokens`, in [`COMPACTION_KEYS`] order: none
+    /// on a window of [`SMALL_WINDOW`] tokens or more.
+    pub fn scaled_keys(
+        &self,
+        context_window: TokenCount,
+        max_output_tokens: TokenCount,
+    ) -> Vec<ScaledKey> {
+        let mut configured = self.clone();
+        let mut in_force = self.for_window(context_window, max_output_tokens);
+        let keep_recent: (&str, TokenField, u64) =
+            ("keepRecentTokens", |c| &mut c.keep_recent_tokens, 0);
+        let mut keys: Vec<ScaledKey> = SCALED_FIELDS
+            .iter()
+            .chain([&keep_recent])
+            .filter_map(|(key, field, _)| {
+                let (configured, in_force) = (*field(&mut configured), *field(&mut in_force));
+                (configured != in_force).then_some(ScaledKey {
+                    key,
+                    configured,
+                    in_force,
+                })
+            })
+            .collect();
+        keys.sort_by_key(|scaled| {
+            COMPACTION_KEYS
+                .iter()
+                .position(|key| *key == scaled.key)
+                .unwrap_or(usize::MAX)
+        });
+        keys
     }
 }
 

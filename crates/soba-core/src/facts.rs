@@ -942,7 +942,7 @@ pub fn fill_budget(
         }
         let remaining = budget.saturating_sub(used);
         if remaining >= MIN_TRUNCATED_INSTRUCTION {
-            out.push(truncate_middle_tokens(&text, remaining, counter));
+            out.push(crate::truncate::cut_instruction(&text, remaining, counter));
         }
         break;
     }

@@ -22,6 +22,49 @@ pub fn tool_cap_marker(omitted_chars: u64, max_tool_result_tokens: TokenCount) -
     )
 }
 
+/// What an [`instruction_cap_marker`] opens and closes with, around its
+/// count (the parser of an earlier cut reads the same text).
+const INSTRUCTION_CUT_OPEN: &str = "\n[… ";
+const INSTRUCTION_CUT_CLOSE: &str =
+    " characters of this message cut to fit the capsule; the session log has it whole …]\n";
+
+/// Returns the marker between the head and the tail of a user message cut
+/// to keep a capsule within its budget and size bound.
+pub fn instruction_cap_marker(omitted_chars: u64) -> String {
+    format!(
+        "{INSTRUCTION_CUT_OPEN}{}{INSTRUCTION_CUT_CLOSE}",
+        group_thousands(omitted_chars)
+    )
+}
+
+/// Returns a user message cut in its middle to `max` tokens for a capsule,
+/// with [`instruction_cap_marker`] counting every character cut from the
+/// message: a text cut before (by the user-message budget, or by an
+/// earlier capsule) has its marker taken out and its count carried.
+pub fn cut_instruction(text: &str, max: TokenCount, counter: &dyn TokenCounter) -> String {
+    if counter.count_text(text).n <= max {
+        return text.to_owned();
+    }
+    let (joined, earlier) = match earlier_instruction_cut(text) {
+        Some((start, end, omitted)) => (format!("{}{}", &text[..start], &text[end..]), omitted),
+        None => (text.to_owned(), 0),
+    };
+    truncate_middle_tokens_marked(&joined, max, counter, &|omitted| {
+        instruction_cap_marker(omitted as u64 + earlier)
+    })
+}
+
+/// Finds an [`instruction_cap_marker`] in `text`: its byte range and the
+/// characters it says were cut.
+fn earlier_instruction_cut(text: &str) -> Option<(usize, usize, u64)> {
+    let close = text.find(INSTRUCTION_CUT_CLOSE)?;
+    let start = text[..close].rfind(INSTRUCTION_CUT_OPEN)?;
+    let end = close + INSTRUCTION_CUT_CLOSE.len();
+    let digits = &text[start + INSTRUCTION_CUT_OPEN.len()..close];
+    let omitted = digits.replace(',', "").parse().ok()?;
+    Some((start, end, omitted))
+}
+
 /// Returns the first `head_chars` and the last `tail_chars` Unicode scalar
 /// values of `text` with `marker` between them. Counts larger than the text
 /// are clamped, so the head and the tail never overlap.
@@ -206,11 +249,32 @@ pub fn truncate_middle_chars(text: &str, head: usize, tail: usize) -> String {
 /// Returns `text` unchanged when it fits in `max` tokens, else its head and
 /// end (equal numbers of characters) around a marker, as long as fits.
 pub fn truncate_middle_tokens(text: &str, max: TokenCount, counter: &dyn TokenCounter) -> String {
+    truncate_middle_tokens_marked(text, max, counter, &omission_marker)
+}
+
+/// [`truncate_middle_tokens`] with `marker(omitted characters)` written
+/// where the middle was.
+pub fn truncate_middle_tokens_marked(
+    text: &str,
+    max: TokenCount,
+    counter: &dyn TokenCounter,
+    marker: &dyn Fn(usize) -> String,
+) -> String {
     if counter.count_text(text).n <= max {
         return text.to_owned();
     }
     let n = text.chars().count();
-    let render = |keep: usize| truncate_middle_chars(text, keep, keep);
+    let render = |keep: usize| {
+        if n <= 2 * keep {
+            return text.to_owned();
+        }
+        format!(
+            "{}{}{}",
+            head_chars(text, keep),
+            marker(n - 2 * keep),
+            tail_chars(text, keep)
+        )
+    };
     // A token covers a bounded number of characters, so searching beyond
     // this many per side only costs time.
     let mut hi = (n.saturating_sub(1) / 2).min((max.get() as usize).saturating_mul(64));

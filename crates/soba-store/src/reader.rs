@@ -1026,6 +1026,110 @@ pub fn find_session(dir: impl AsRef<Path>, prefix: &str) -> Result<SessionSummar
     }
 }
 
+/// What a session picker shows of a session besides its id, time and size
+/// (`soba sessions`, `/resume`, `soba -r`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionGlance {
+    /// The session's title: its first typed message that asks for work
+    /// ([`soba_core::directive::is_task`]: not a greeting, nor a question
+    /// about the agent), else its first typed message; whitespace collapsed
+    /// to single spaces, not escaped nor cut.
+    pub title: Option<String>,
+    /// How many messages the log holds (user, assistant and tool results).
+    pub n_messages: u64,
+}
+
+impl SessionGlance {
+    /// Returns the title as a session list shows it: on one line, escaped
+    /// for the terminal, at most 60 characters (cut at a word).
+    pub fn title_line(&self) -> Option<String> {
+        self.title.as_deref().map(|title| {
+            soba_core::terminal::sanitize_line(&soba_core::render::shorten(title, 60)).into_owned()
+        })
+    }
+}
+
+/// Returns whether a log line is a `message` entry: at once when it opens
+/// as soba writes it (`{"type":"message"`), else by reading its `type` (a
+/// log written by another tool may space or order its keys otherwise).
+fn is_message_line(line: &[u8]) -> bool {
+    /// The field of a line that says what it is.
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    if line.starts_with(br#"{"type":"message""#) {
+        return true;
+    }
+    line.windows(b"\"message\"".len())
+        .any(|window| window == b"\"message\"")
+        && serde_json::from_slice::<Peek>(line).is_ok_and(|peek| peek.kind == "message")
+}
+
+/// Reads a session log once, forwards: its message count and its title.
+/// Only message lines are decoded, and none after the title is found; an
+/// unreadable file gives an empty glance.
+pub fn session_glance(path: impl AsRef<Path>) -> SessionGlance {
+    let mut glance = SessionGlance::default();
+    let Ok((file, _)) = crate::untrusted::open_untrusted(path.as_ref()) else {
+        return glance;
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut line = Vec::new();
+    let mut first_typed: Option<String> = None;
+    let mut found_task = false;
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if !is_message_line(&line) {
+            continue;
+        }
+        glance.n_messages += 1;
+        if found_task {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&line) else {
+            continue;
+        };
+        let Ok(decoded) = wire::decode_entry(text.trim_end()) else {
+            continue;
+        };
+        let EntryBody::Message(stored) = &decoded.entry.body else {
+            continue;
+        };
+        if !stored.message.is_real_user() {
+            continue;
+        }
+        // The first text block: what was typed (an attachment follows it).
+        let typed = stored.message.content.iter().find_map(|block| match block {
+            soba_core::Block::Text(text) if !text.trim().is_empty() => Some(text.as_str()),
+            _ => None,
+        });
+        let text = typed
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if text.is_empty() {
+            continue;
+        }
+        if soba_core::directive::is_task(&text) {
+            found_task = true;
+            glance.title = Some(text);
+        } else if first_typed.is_none() {
+            first_typed = Some(text);
+        }
+    }
+    if glance.title.is_none() {
+        glance.title = first_typed;
+    }
+    glance
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1034,6 +1138,50 @@ mod tests {
 
     fn id(n: u32) -> String {
         format!("e_0194c2d0e4c07{n:03x}8000000000000001")
+    }
+
+    /// Issue 36 item 3: a session's title is its first typed task (a
+    /// greeting and a question about the agent are passed over; an
+    /// injected user message is not typed), its message count every
+    /// message line.
+    #[test]
+    fn a_glance_titles_a_session_by_its_first_task() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("s.jsonl");
+        let user = |n: u32, parent: u32, text: &str, origin: &str| {
+            format!(
+                r#"{{"type":"message","id":"{}","parentId":"{}","timestamp":"2025-01-01T00:00:00Z","role":"user"{origin},"content":[{{"type":"text","text":{}}}]}}"#,
+                id(n),
+                id(parent),
+                serde_json::Value::from(text)
+            )
+        };
+        let lines = [
+            HEADER.to_owned(),
+            message(1, None).replace("m1", "hello, what can you do?"),
+            user(2, 1, "Go on with the summary", r#","origin":"injected""#),
+            // Written by another tool, with spaces after the colons.
+            user(3, 2, "Fix the\nparser \u{1b}[31mnow", "").replace("\":", "\": "),
+            user(4, 3, "Thanks, and add a test", ""),
+        ];
+        std::fs::write(&path, lines.join("\n") + "\n").expect("the log");
+        let glance = session_glance(&path);
+        assert_eq!(glance.n_messages, 4);
+        assert_eq!(
+            glance.title.as_deref(),
+            Some("Fix the parser \u{1b}[31mnow")
+        );
+        assert_eq!(
+            glance.title_line().as_deref(),
+            Some("Fix the parser \\x1b[31mnow")
+        );
+        // Only a greeting: it is the title, for want of a task.
+        std::fs::write(
+            &path,
+            [HEADER.to_owned(), message(1, None).replace("m1", "hi")].join("\n") + "\n",
+        )
+        .expect("the log");
+        assert_eq!(session_glance(&path).title.as_deref(), Some("hi"));
     }
 
     fn message(n: u32, parent: Option<u32>) -> String {

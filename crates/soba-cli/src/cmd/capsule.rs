@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use soba_core::builder::{self, BuildOptions, CapsuleContent};
 use soba_core::config::CompactionConfig;
 use soba_core::facts::{self, FactsConfig, FactsInput};
+use soba_core::id::shortest_unique_len;
 use soba_core::render::{self, CapsuleFileHeader, CapsuleView, RenderedCapsuleFile};
 use soba_core::summarize::{self, Summarizer, SummaryRequest};
 use soba_core::terminal::Line;
@@ -82,8 +83,9 @@ fn counter_for(ctx: &Context, args: &CapsuleArgs, log: &SessionLog) -> BpeCounte
     BpeCounter::new(encoding)
 }
 
-/// A capsule's title: the first line of its goal, else a generic one.
-pub fn title_of(capsule: &Capsule, id: &EntryId) -> String {
+/// A capsule's title: the first line of its goal, else a generic one
+/// naming the id with `short` random digits (the session's unique length).
+pub fn title_of(capsule: &Capsule, id: &EntryId, short: usize) -> String {
     let goal = capsule
         .narrative
         .goal
@@ -91,7 +93,13 @@ pub fn title_of(capsule: &Capsule, id: &EntryId) -> String {
         .map(|line| line.trim().trim_start_matches(['-', '*', '#', ' ']))
         .find(|line| !line.is_empty() && *line != render::NONE_RECORDED)
         .map(|line| render::shorten(first_sentence(line, 80), 80));
-    goal.unwrap_or_else(|| format!("{} capsule {}", capsule.trigger.as_str(), id.short_with(4)))
+    goal.unwrap_or_else(|| {
+        format!(
+            "{} capsule {}",
+            capsule.trigger.as_str(),
+            id.short_with(short)
+        )
+    })
 }
 
 /// The first sentence of `line` when `line` is longer than `max`
@@ -349,6 +357,8 @@ pub(crate) struct Export {
     pub file: PathBuf,
     /// The redacted `.capsule.md`.
     pub rendered: RenderedCapsuleFile,
+    /// The session's short-id length: the id is shown with it.
+    pub short: usize,
 }
 
 /// What `/capsule export` needs from the session.
@@ -366,18 +376,19 @@ pub(crate) struct ExportSource<'a, E> {
 /// Finds capsule `wanted`, resolves `given` against the workspace `root`
 /// (SPEC §12) and renders the capsule redacted; the caller writes it with
 /// [`write_file`], outside any session lock.
-pub(crate) fn prepare_export<'a, E: IntoIterator<Item = &'a Entry>>(
+pub(crate) fn prepare_export<'a, E: IntoIterator<Item = &'a Entry> + Clone>(
     root: &Path,
     source: ExportSource<'_, E>,
     wanted: &str,
     given: &Path,
 ) -> CliResult<Export> {
+    let short = shortest_unique_len(source.entries.clone().into_iter().map(|entry| &entry.id));
     let (id, capsule) = find_capsule(source.entries, wanted)?;
     let file = export_path(root, given)?;
     let rendered = render_file(
         &CapsuleView::from(capsule),
         id.as_str(),
-        &title_of(capsule, id),
+        &title_of(capsule, id, short),
         source.session,
         source.leaf,
         source.counter,
@@ -386,6 +397,7 @@ pub(crate) fn prepare_export<'a, E: IntoIterator<Item = &'a Entry>>(
         id: id.clone(),
         file,
         rendered,
+        short,
     })
 }
 
@@ -409,12 +421,11 @@ fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: 
         &export.rendered.text,
         force,
     )?;
-    let short = soba_core::id::shortest_unique_len(log.entries().iter().map(|l| &l.entry.id));
     let mut stdout = crate::output::stdout();
     writeln!(
         stdout,
         "exported {} to {} ({} tokens; {})",
-        export.id.short_with(short),
+        export.id.short_with(export.short),
         crate::output::path(&export.file),
         group_thousands(export.rendered.tokens.get()),
         redaction_note(&export.rendered)
@@ -576,13 +587,19 @@ fn load(ctx: &Context, args: &CapsuleArgs, given: &Path) -> CliResult {
     )?;
     let (details, shown) = (loadable.details(), loadable.entry.path.clone());
     let appended = writer.append(EntryBody::Context(loadable.entry))?;
+    let short = shortest_unique_len(
+        log.entries()
+            .iter()
+            .map(|logged| &logged.entry.id)
+            .chain([&appended.id]),
+    );
     let mut stdout = crate::output::stdout();
     writeln!(
         stdout,
         "loaded {} into session {} as {} ({} tokens{}); the model sees it as untrusted data",
         Line(&shown),
         Line(&summary.id),
-        appended.id.short_with(4),
+        appended.id.short_with(short),
         group_thousands(loadable.tokens.get()),
         Line(&details),
     )?;
@@ -740,12 +757,13 @@ pub(crate) struct Handoff {
 
 impl Handoff {
     /// Returns the confirmation line, e.g. `wrote .soba/capsules/… (ck_…,
-    /// 812 tokens, full; no secrets found)`.
-    pub fn line(&self, root: &Path) -> String {
+    /// 812 tokens, full; no secrets found)`, the id with `short` random
+    /// digits (the session's unique length).
+    pub fn line(&self, root: &Path, short: usize) -> String {
         format!(
             "wrote {} ({}, {} tokens, {}; {})",
             Line(&display_path(root, &self.file)),
-            self.id.short_with(4),
+            self.id.short_with(short),
             group_thousands(self.rendered.tokens.get()),
             self.quality.as_str(),
             redaction_note(&self.rendered)
@@ -974,7 +992,15 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
         );
     }
     let mut stdout = crate::output::stdout();
-    writeln!(stdout, "{}", handoff.line(&ctx.workspace.root))?;
+    // The handoff's id is not in the log: it is spelled at the length that
+    // tells it from the session's ids too.
+    let short = shortest_unique_len(
+        log.entries()
+            .iter()
+            .map(|logged| &logged.entry.id)
+            .chain([&handoff.id]),
+    );
+    writeln!(stdout, "{}", handoff.line(&ctx.workspace.root, short))?;
     Ok(stdout.flush()?)
 }
 

@@ -195,7 +195,7 @@ fn save_to_memory(
     let rendered = render_file(
         &CapsuleView::from(capsule.as_ref()),
         id.as_str(),
-        &title_of(capsule, id),
+        &title_of(capsule, id, core.short_id_len_now()),
         session_id,
         &leaf,
         core.counter().as_ref(),

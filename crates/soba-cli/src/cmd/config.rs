@@ -4,7 +4,9 @@
 use std::io::Write;
 
 use serde_json::{Map, Value, json};
+use soba_core::TokenCount;
 use soba_core::terminal::{Line, sanitize_json, sanitize_line};
+use soba_core::tokens::group_thousands;
 
 use crate::cli::{ConfigAction, ConfigArgs, GlobalArgs};
 use crate::config::{Source, schema};
@@ -53,9 +55,30 @@ fn model_line(ctx: &Context) -> (Value, String) {
     }
 }
 
-/// Renders `key = value  # source` lines, aligned.
+/// The model in use's window and the `compaction.*` values scaled for it
+/// ([`soba_core::config::CompactionConfig::scaled_keys`], what `soba
+/// budget` and every session use), keyed as `config show` lists them; none
+/// when no model resolves or its window is unknown.
+fn scaled_values(ctx: &Context) -> Option<(TokenCount, Vec<(String, TokenCount)>)> {
+    let model = ctx.config().resolve_model(None, &ctx.env).ok()?;
+    let info = ctx.config().registry().resolve(&model.id).ok()?;
+    let window = TokenCount::new(info.context_window);
+    let scaled = ctx
+        .config()
+        .compaction
+        .scaled_keys(window, TokenCount::new(info.max_output_tokens))
+        .into_iter()
+        .map(|scaled| (format!("compaction.{}", scaled.key), scaled.in_force))
+        .collect();
+    Some((window, scaled))
+}
+
+/// Renders `key = value  # source` lines, aligned; a value scaled for the
+/// model's small window says what is in force.
 fn show_text(ctx: &Context) -> String {
     let rows = ctx.loaded.rows();
+    let scaled = scaled_values(ctx);
+    let scaled_rows = scaled.as_ref().map_or(&[][..], |(_, rows)| rows.as_slice());
     let cells: Vec<(String, String)> = rows
         .iter()
         .map(|row| {
@@ -80,7 +103,13 @@ fn show_text(ctx: &Context) -> String {
         file_state(&project)
     ));
     for (row, (key, value)) in rows.iter().zip(&cells) {
-        let line = format!("{key} = {value}");
+        let mut line = format!("{key} = {value}");
+        if let Some((_, in_force)) = scaled_rows.iter().find(|(scaled, _)| *scaled == row.key) {
+            line.push_str(&format!(
+                " (scaled to {} for this window)",
+                group_thousands(in_force.get())
+            ));
+        }
         if row.source == Source::Default {
             out.push_str(&line);
         } else {
@@ -107,6 +136,14 @@ fn show_text(ctx: &Context) -> String {
         .collect();
     out.push_str(&format!("# key variables: {}\n", keys.join(", ")));
     out.push_str(&format!("# model in use: {}\n", model_line(ctx).1));
+    if let Some((window, rows)) = &scaled
+        && !rows.is_empty()
+    {
+        out.push_str(&format!(
+            "# its {}-token window is small: the values marked scaled are in force (`soba budget` shows the limits they give)\n",
+            group_thousands(window.get())
+        ));
+    }
     out
 }
 
@@ -126,6 +163,13 @@ fn show_json(ctx: &Context) -> String {
             "project": ctx.workspace.project_config().display().to_string(),
         },
         "model": model_line(ctx).0,
+        "scaled": scaled_values(ctx)
+            .map(|(_, rows)| {
+                rows.into_iter()
+                    .map(|(key, in_force)| (key, json!(in_force.get())))
+                    .collect::<Map<String, Value>>()
+            })
+            .unwrap_or_default(),
     });
     let text = serde_json::to_string_pretty(&document).unwrap_or_else(|_| "{}".to_owned());
     let mut text = sanitize_json(&text).into_owned();

@@ -9,7 +9,10 @@ use soba_core::budget::Budget;
 use soba_core::config::CompactionConfig;
 use soba_engine::event::{EngineEvent, Outcome};
 
+use soba_core::plan::SkipReason as PlanSkip;
 use soba_core::{Capsule, EntryBody};
+use soba_store::flight::{FlightLevel, FlightOutcome, flight_path, read_flight_records};
+use soba_store::log::SessionId;
 
 use crate::cli::{DemoArgs, GlobalArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
@@ -21,7 +24,6 @@ struct Tally {
     turn: usize,
     hygiene: usize,
     completed: Vec<String>,
-    other_outcomes: Vec<String>,
     /// The newest capsule's id as printed, and what it kept.
     newest: Option<(String, String)>,
 }
@@ -106,6 +108,51 @@ fn kept_line(capsule: &Capsule) -> String {
     } else {
         format!("kept: {}", parts.join(" · "))
     }
+}
+
+/// The compactions of the demo session that appended no capsule, from its
+/// flight records: what `soba stats` counts in its skipped, failed,
+/// cancelled and stale columns on the kept session.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FlightOutcomes {
+    /// Skipped before generation because the estimate missed an ROI gate.
+    skipped_roi: usize,
+    /// Skipped for another reason: a trigger below softGate, not re-armed
+    /// after a soft capsule, another trigger chosen first.
+    skipped_not_due: usize,
+    /// Failed, cancelled or stale.
+    other: usize,
+}
+
+/// Counts the compaction outcomes in the flight records beside `log`.
+fn flight_outcomes(log: &std::path::Path) -> FlightOutcomes {
+    let mut outcomes = FlightOutcomes::default();
+    let (Some(dir), Some(id)) = (
+        log.parent(),
+        log.file_stem()
+            .and_then(|stem| SessionId::parse(&stem.to_string_lossy()).ok()),
+    ) else {
+        return outcomes;
+    };
+    let Ok((records, _)) = read_flight_records(flight_path(dir, &id)) else {
+        return outcomes;
+    };
+    for record in records
+        .iter()
+        .filter(|record| record.level == FlightLevel::Compaction)
+    {
+        match record.outcome {
+            FlightOutcome::Completed => {}
+            FlightOutcome::Skipped
+                if record.reason.as_deref() == Some(PlanSkip::PreRoi.as_str()) =>
+            {
+                outcomes.skipped_roi += 1;
+            }
+            FlightOutcome::Skipped => outcomes.skipped_not_due += 1,
+            _ => outcomes.other += 1,
+        }
+    }
+    outcomes
 }
 
 /// Reads the session log: the newest capsule with its id at the length
@@ -342,12 +389,6 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
                     }
                     tally.newest = newest;
                     return;
-                } else {
-                    tally.other_outcomes.push(format!(
-                        "{} ({})",
-                        end.outcome.as_str(),
-                        end.trigger.as_str()
-                    ));
                 }
                 let _ = writeln!(stdout, "turn {:>2}  {line}", tally.turn);
             }
@@ -397,9 +438,10 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
             .map(|(name, n)| format!("{name} {n}"))
             .collect::<Vec<_>>()
             .join(", ");
+        let outcomes = flight_outcomes(&summary.session_log);
         crate::output::outln!()?;
         crate::output::outln!(
-            "result: {} turns, {} failed · {} hygiene passes · {} capsules ({}) · {} other barrier outcomes",
+            "result: {} turns, {} failed · {} hygiene passes · {} capsules ({}) · {} compactions skipped ({} because they would not pay off, {} not due yet) · {} other barrier outcomes",
             summary.turns,
             summary.failed_turns.len(),
             tally.hygiene,
@@ -409,7 +451,10 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
             } else {
                 triggers
             },
-            tally.other_outcomes.len()
+            outcomes.skipped_roi + outcomes.skipped_not_due,
+            outcomes.skipped_roi,
+            outcomes.skipped_not_due,
+            outcomes.other
         )?;
         if let Some((id, kept)) = &tally.newest {
             crate::output::outln!("newest capsule {id} {kept}")?;

@@ -1,12 +1,15 @@
 //! `soba sessions`: the workspace's sessions, most recent first, with short
-//! id, creation time, entry count, size and workspace root.
+//! id, creation time, message count, size and title (the first message that
+//! asks for work).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 use serde_json::{Value, json};
 use soba_core::terminal::sanitize_line;
-use soba_store::reader::{SessionSummary, SkippedEntry, has_content, list_sessions_and_skipped};
+use soba_store::reader::{
+    SessionSummary, SkippedEntry, has_content, list_sessions_and_skipped, session_glance,
+};
 
 use crate::cli::{GlobalArgs, SessionsArgs};
 use crate::context::Context;
@@ -41,12 +44,15 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
         let rows: Vec<Value> = sessions
             .iter()
             .map(|summary| {
+                let glance = session_glance(&summary.path);
                 json!({
                     "id": summary.id,
                     "shortId": short(&summary.id, short_len),
                     "path": summary.path.display().to_string(),
                     "createdAt": summary.created_at,
                     "entries": count_entries(&summary.path),
+                    "messages": glance.n_messages,
+                    "title": glance.title,
                     "bytes": summary.size,
                     "cwd": summary.cwd,
                     "problem": summary.problem,
@@ -104,6 +110,7 @@ fn table(sessions: &[SessionSummary], short_len: usize) -> String {
     let rows: Vec<[String; 5]> = sessions
         .iter()
         .map(|summary| {
+            let glance = session_glance(&summary.path);
             [
                 short(&summary.id, short_len),
                 summary
@@ -111,18 +118,20 @@ fn table(sessions: &[SessionSummary], short_len: usize) -> String {
                     .as_deref()
                     .map(display_time)
                     .unwrap_or_else(|| "-".to_owned()),
-                count_entries(&summary.path).to_string(),
+                glance.n_messages.to_string(),
                 human_size(summary.size),
                 match &summary.problem {
                     Some(problem) => format!("(unreadable header: {problem})"),
-                    None => summary.cwd.clone().unwrap_or_default(),
+                    None => glance
+                        .title_line()
+                        .unwrap_or_else(|| "(no message typed)".to_owned()),
                 },
             ]
             // Every cell comes from a file: one safe line each.
             .map(|cell| sanitize_line(&cell).into_owned())
         })
         .collect();
-    let header = ["id", "created", "entries", "size", "cwd"];
+    let header = ["id", "created", "messages", "size", "title"];
     let mut widths = header.map(str::len);
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {

@@ -637,61 +637,6 @@ pub fn status_text(core: &SessionCore, log_path: &std::path::Path) -> String {
     .join("\n")
 }
 
-/// What the `/resume` and `soba -r` pickers show of a session besides its
-/// id, time and size.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SessionGlance {
-    /// The first thing the user typed, on one line, escaped and cut.
-    pub first_prompt: Option<String>,
-    /// How many messages the log holds (user, assistant and tool results).
-    pub n_messages: u64,
-}
-
-/// Reads a session log once, forwards: its message count and its first
-/// user message (the log's lines are `{"type":"message",…,"role":…}`).
-pub fn session_glance(path: &std::path::Path) -> SessionGlance {
-    use std::io::BufRead;
-    let mut glance = SessionGlance::default();
-    let Ok((file, _)) = soba_store::untrusted::open_untrusted(path) else {
-        return glance;
-    };
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        if !line.starts_with(br#"{"type":"message""#) {
-            continue;
-        }
-        glance.n_messages += 1;
-        if glance.first_prompt.is_some() {
-            continue;
-        }
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if value["role"] != "user" {
-            continue;
-        }
-        let text = value["content"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|block| block["type"] == "text")
-            .filter_map(|block| block["text"].as_str())
-            .next()
-            .unwrap_or("");
-        if !text.trim().is_empty() {
-            glance.first_prompt =
-                Some(soba_core::terminal::sanitize_line(&one_line(text, 60)).into_owned());
-        }
-    }
-    glance
-}
-
 fn one_line(text: &str, max_chars: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max_chars {
@@ -940,27 +885,6 @@ mod tests {
         assert!(note.is_some_and(|note| note.contains("ANTHROPIC_API_KEY")));
     }
 
-    /// Issue 36 item 4: the session pickers show the first prompt and the
-    /// message count (two sessions made at one minute looked the same).
-    #[test]
-    fn a_session_glance_has_the_first_prompt_and_the_message_count() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("s.jsonl");
-        let lines = [
-            r#"{"type":"session","schemaVersion":1,"id":"01a2"}"#,
-            r#"{"type":"model_change","id":"e_1","model":"x/y"}"#,
-            r#"{"type":"message","id":"e_2","role":"user","content":[{"type":"text","text":"Fix the\nparser \u001b[31mnow"}]}"#,
-            r#"{"type":"message","id":"e_3","role":"assistant","content":[{"type":"text","text":"Done."}]}"#,
-            r#"{"type":"message","id":"e_4","role":"user","content":[{"type":"text","text":"Thanks"}]}"#,
-        ];
-        std::fs::write(&path, lines.join("\n") + "\n").expect("the log");
-        let glance = session_glance(&path);
-        assert_eq!(glance.n_messages, 3);
-        assert_eq!(
-            glance.first_prompt.as_deref(),
-            Some("Fix the parser \\x1b[31mnow")
-        );
-    }
     use soba_core::{IdKind, Message, MessageEntry, ToolInput, ToolUse};
 
     fn entry(n: u128, parent: Option<u128>, body: EntryBody) -> Entry {

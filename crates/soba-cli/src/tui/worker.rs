@@ -929,12 +929,17 @@ impl Worker {
         if previous.as_deref() == Some(now.as_str()) {
             return;
         }
+        let dir = &self.launch.ctx.locations.sessions_dir;
         self.note(match previous {
-            Some(previous) => format!(
-                "new session {}; the previous one ({}) is kept: /resume or `soba -r` opens it (an unused one is removed)",
-                short_session(&now),
-                short_session(&previous)
-            ),
+            Some(previous) => {
+                // Both were likely started within the minute: the prefix
+                // that tells the previous one apart, for `soba -r`.
+                let prefix = crate::context::session_prefix(dir, &previous);
+                format!(
+                    "new session {}; the previous one ({prefix}) is kept: /resume or `soba -r {prefix}` opens it (an unused one is removed)",
+                    short_session(&now),
+                )
+            }
             None => format!("new session {}", short_session(&now)),
         });
     }
@@ -1090,17 +1095,25 @@ impl Worker {
                 label: "(a new session)".to_owned(),
             });
         }
+        // Ids at the length that tells every session of the folder apart
+        // (`soba -r` takes it): sessions started within the minute share
+        // their first 8 characters.
+        let ids: Vec<&str> = sessions.iter().map(|summary| summary.id.as_str()).collect();
+        let id_len = crate::cmd::sessions::shortest_unique_prefix(
+            &ids,
+            crate::cmd::sessions::MIN_SHORT_SESSION,
+        );
         // Unused sessions (left by a crash or an older version) are not
         // worth resuming.
         for summary in sessions.iter().filter(|summary| {
             summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
         }) {
-            let glance = view::session_glance(&summary.path);
+            let glance = soba_store::reader::session_glance(&summary.path);
             items.push(PickerItem {
                 key: summary.path.display().to_string(),
                 label: format!(
                     "{}  {}  {:>5} messages  {:>9}  {}",
-                    summary.id.chars().take(8).collect::<String>(),
+                    summary.id.chars().take(id_len).collect::<String>(),
                     summary
                         .created_at
                         .as_deref()
@@ -1112,7 +1125,7 @@ impl Worker {
                     group_thousands(glance.n_messages),
                     view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX)),
                     glance
-                        .first_prompt
+                        .title_line()
                         .unwrap_or_else(|| "(no message typed)".to_owned())
                 ),
             });
@@ -1557,8 +1570,12 @@ impl Worker {
         .await;
         match made {
             Ok(handoff) => {
-                live.core.lock().await.flight(&handoff.record);
-                let mut text = handoff.line(&self.launch.ctx.workspace.root);
+                let short = {
+                    let mut core = live.core.lock().await;
+                    core.flight(&handoff.record);
+                    self.short(&core)
+                };
+                let mut text = handoff.line(&self.launch.ctx.workspace.root, short);
                 if let Some(reason) = &handoff.fallback {
                     text.push_str(&format!("\nfallback used: {reason}"));
                 }
@@ -1599,7 +1616,7 @@ impl Worker {
         let rendered = capsule_files::render_file(
             &CapsuleView::from(capsule.as_ref()),
             id.as_str(),
-            &capsule_files::title_of(capsule, id),
+            &capsule_files::title_of(capsule, id, self.short(&core)),
             core.header().id.as_str(),
             &leaf,
             core.counter().as_ref(),
@@ -2592,9 +2609,42 @@ mod tests {
             .await;
         assert!(seen.contains(&UiEvent::ClearNotes), "{seen:?}");
         let cleared = note_texts(&seen).pop().expect("a note");
+        // Issue 36 item 5: the two sessions started within the minute and
+        // share their first 8 characters; the hint's prefix names the
+        // previous one alone.
+        let prefix = cleared
+            .split("`soba -r ")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .expect("a resume hint");
         assert!(
-            cleared.ends_with("is kept: /resume or `soba -r` opens it (an unused one is removed)"),
+            cleared.ends_with(&format!(
+                "the previous one ({prefix}) is kept: /resume or `soba -r {prefix}` opens it (an unused one is removed)"
+            )),
             "{cleared}"
+        );
+        let dir = before[0].parent().expect("the sessions folder");
+        let found = soba_store::reader::find_session(dir, prefix).expect("one session");
+        assert!(before.contains(&found.path), "{cleared}");
+        // The resume picker spells it the same way.
+        rig.send(Action::Command(SlashCommand::Resume));
+        let seen = rig
+            .until("the picker", |r| {
+                matches!(r, UiEvent::Overlay(Overlay::Picker(_)))
+            })
+            .await;
+        let Some(UiEvent::Overlay(Overlay::Picker(picker))) = seen.last() else {
+            unreachable!("until returned on a picker")
+        };
+        let row = picker
+            .items
+            .iter()
+            .find(|item| item.key == found.path.display().to_string())
+            .expect("the previous session's row");
+        assert!(
+            row.label.starts_with(&format!("{prefix}  ")),
+            "{}",
+            row.label
         );
         let after = rig.session_logs();
         assert!(

@@ -880,3 +880,90 @@ fn compacting_a_short_imported_session_says_what_to_type() {
     let created = text(&sandbox.run_ok(&["capsule", "create", "title"]).stdout);
     assert!(created.starts_with("wrote .soba/capsules/"), "{created}");
 }
+
+/// The random hex digits of the short id in `shown` (`e_…` or `ck_…`).
+fn short_digits(shown: &str) -> usize {
+    shown.len() - shown.find('_').unwrap() - 1
+}
+
+/// The session's unique short-id length now, with `extra` ids counted.
+fn unique_len(sandbox: &Sandbox, extra: &[soba_core::EntryId]) -> usize {
+    let log = read_log(session_file(sandbox)).unwrap();
+    soba_core::id::shortest_unique_len(
+        log.entries()
+            .iter()
+            .map(|logged| &logged.entry.id)
+            .chain(extra.iter()),
+    )
+}
+
+/// Issue 36 item 1: every capsule command spells ids at the session's
+/// unique length (here 7 digits or more), never at a fixed 4 that can
+/// name two entries.
+#[test]
+fn capsule_commands_print_ids_at_the_sessions_unique_length() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    crate::support::crowd_entry_ids(&session_file(&sandbox));
+    let ck = short_ck(compact(&sandbox, &id, &[]).lines().next().unwrap());
+    let len = unique_len(&sandbox, &[]);
+    assert!(len >= 7, "{len}");
+    assert_eq!(short_digits(&ck), len, "{ck}");
+    sandbox.run_ok(&[
+        "capsule",
+        "export",
+        &ck,
+        "out/a.capsule.md",
+        "--session",
+        &id,
+    ]);
+
+    let loaded = text(
+        &sandbox
+            .run_ok(&["capsule", "load", "out/a.capsule.md", "--session", &id])
+            .stdout,
+    );
+    let shown = loaded
+        .split(" as ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    assert_eq!(short_digits(shown), unique_len(&sandbox, &[]), "{loaded}");
+    let log = read_log(session_file(&sandbox)).unwrap();
+    assert!(log.entries().last().unwrap().entry.id.matches_short(shown));
+
+    let created = text(
+        &sandbox
+            .run_ok(&[
+                "capsule",
+                "create",
+                "Handoff",
+                "--session",
+                &id,
+                "--model",
+                MODEL,
+            ])
+            .stdout,
+    );
+    let shown = created
+        .split(" (")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap();
+    let file = std::fs::read_dir(sandbox.ws.join(".soba/capsules"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let front = parse_capsule_file(&std::fs::read_to_string(file).unwrap())
+        .unwrap()
+        .front;
+    let handoff = soba_core::EntryId::parse(front.id.as_deref().unwrap()).unwrap();
+    assert!(handoff.matches_short(shown), "{created}");
+    assert_eq!(
+        short_digits(shown),
+        unique_len(&sandbox, &[handoff]),
+        "{created}"
+    );
+}

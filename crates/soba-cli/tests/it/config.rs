@@ -728,6 +728,71 @@ fn config_show_prints_the_defaults() {
     insta::assert_snapshot!(normalized);
 }
 
+/// Issue 36 item 4: on a 32,768-token window some compaction values are
+/// scaled; `config show` says which and to what, with the figures `soba
+/// budget` uses (its safetyReserveTokens line), not a copy of the rule.
+#[test]
+fn config_show_marks_the_values_scaled_for_a_small_window() {
+    let sandbox = Sandbox::new();
+    sandbox.write_user_config(&json!({
+        "model": "ollama/qwen3-coder",
+        "models": {"ollama/qwen3-coder": {"contextWindow": 32768, "maxOutputTokens": 8192}},
+        "compaction": {"minHygieneTokens": 7000}
+    }));
+    let stdout = text(&sandbox.run_ok(&["config", "show"]).stdout);
+    let budget = text(
+        &sandbox
+            .run_ok(&[
+                "budget",
+                "--context-window",
+                "32768",
+                "--max-output",
+                "8192",
+            ])
+            .stdout,
+    );
+    let reserve = budget
+        .lines()
+        .find_map(|line| line.strip_prefix("safetyReserveTokens"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap();
+    let line = |key: &str| {
+        stdout
+            .lines()
+            .find(|line| line.starts_with(&format!("compaction.{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} line in\n{stdout}"))
+            .to_owned()
+    };
+    assert_eq!(
+        line("safetyReserveTokens"),
+        format!("compaction.safetyReserveTokens = 8192 (scaled to {reserve} for this window)")
+    );
+    assert!(
+        line("minTokensForAutoCompact").ends_with(" for this window)"),
+        "{stdout}"
+    );
+    // A value set by hand is not scaled, nor one no window changes.
+    assert!(!line("minHygieneTokens").contains("scaled"), "{stdout}");
+    assert_eq!(line("minSavingsRatio"), "compaction.minSavingsRatio = 0.25");
+    assert!(
+        stdout.ends_with(
+            "# its 32,768-token window is small: the values marked scaled are in force (`soba budget` shows the limits they give)\n"
+        ),
+        "{stdout}"
+    );
+    let json_output = sandbox.run_ok(&["config", "show", "--json"]);
+    let document: Value = serde_json::from_slice(&json_output.stdout).unwrap();
+    assert_eq!(
+        document["scaled"]["compaction.safetyReserveTokens"].to_string(),
+        reserve.replace(',', "")
+    );
+    // A large window scales nothing.
+    let large = Sandbox::new();
+    large.write_user_config(&json!({"model": "anthropic/claude-sonnet-4-5"}));
+    let stdout = text(&large.run_ok(&["config", "show"]).stdout);
+    assert!(!stdout.contains("scaled"), "{stdout}");
+}
+
 /// Writes `user` and `project` as raw text (not re-encoded by serde_json,
 /// which could not hold a repeated key).
 fn text_files(user: Option<&str>, project: Option<&str>) -> Files {

@@ -189,6 +189,41 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
         .unwrap()
         .to_string_lossy()
         .into_owned();
+    // Issue 36 item 2: the result line counts the skipped compactions
+    // `soba stats` counts on the kept session, and names the ones that
+    // would not pay off.
+    let result = stdout
+        .lines()
+        .find(|line| line.starts_with("result: "))
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_str(&soba(&["stats", "--json"])).unwrap();
+    let column = |outcome: &str| -> u64 {
+        stats["byTrigger"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|counts| counts[outcome].as_u64())
+            .sum()
+    };
+    let (records, _) = soba_store::flight::read_flight_records(
+        sessions[0].with_file_name(format!("{id}.flight.jsonl")),
+    )
+    .unwrap();
+    let not_paying = records
+        .iter()
+        .filter(|record| record.reason.as_deref() == Some("pre_roi"))
+        .count() as u64;
+    assert!(not_paying > 0 && column("skipped") > not_paying, "{result}");
+    assert!(
+        result.ends_with(&format!(
+            " · {} compactions skipped ({not_paying} because they would not pay off, {} not due yet) · {} other barrier outcomes",
+            column("skipped"),
+            column("skipped") - not_paying,
+            column("failed") + column("cancelled") + column("stale")
+        )),
+        "{result}"
+    );
+    assert_eq!(column("completed"), completed as u64, "{result}");
     let budget = soba(&["budget", "--session", &id]);
     assert!(budget.contains("159,808"), "{budget}");
     // From the kept workspace, with no flag: the session is found.

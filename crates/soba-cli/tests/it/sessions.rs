@@ -16,7 +16,7 @@ fn imported(sandbox: &Sandbox, body: &str) -> String {
 }
 
 #[test]
-fn sessions_lists_short_ids_entries_sizes_and_cwd() {
+fn sessions_lists_short_ids_messages_sizes_and_titles() {
     let sandbox = Sandbox::new();
     let empty = sandbox.run_ok(&["sessions"]);
     assert_eq!(
@@ -29,22 +29,48 @@ fn sessions_lists_short_ids_entries_sizes_and_cwd() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{stdout}");
     let header: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(header, ["id", "created", "entries", "size", "cwd"]);
+    assert_eq!(header, ["id", "created", "messages", "size", "title"]);
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[0], &id[..8]);
     assert_eq!(&row[1..3], ["2025-02-01", "10:00"]);
-    // 4 messages + the model the header named.
     assert_eq!(row[3], "4");
-    assert_eq!(row[6], "/work/app");
+    assert_eq!(row[6..].join(" "), "Fix the failing test.");
 
     let json = sandbox.run_ok(&["sessions", "--json"]);
     let rows: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(rows[0]["id"], Value::String(id.clone()));
+    // 4 messages + the model the header named.
     assert_eq!(rows[0]["entries"], Value::from(4));
+    assert_eq!(rows[0]["messages"], Value::from(4));
+    assert_eq!(rows[0]["title"], Value::from("Fix the failing test."));
+    assert_eq!(rows[0]["cwd"], Value::from("/work/app"));
     let size = std::fs::metadata(&sandbox.session_files()[0])
         .unwrap()
         .len();
     assert_eq!(rows[0]["bytes"], Value::from(size));
+}
+
+/// Issue 36 item 3: a session that opened with a greeting is titled by its
+/// first task, as Claude Code's and Codex's pickers show a summary.
+#[test]
+fn a_session_opened_with_a_greeting_is_titled_by_its_first_task() {
+    let sandbox = Sandbox::new();
+    let mut session = pi_session("hello, what can you do?");
+    session.push_str(
+        &serde_json::json!({"type":"message","timestamp":"2025-02-01T10:00:05.000Z","message":{"role":"user","content":"Add a --json flag to the report command and test it.","timestamp":5}}).to_string(),
+    );
+    session.push('\n');
+    let id = imported(&sandbox, &session);
+    let stdout = text(&sandbox.run_ok(&["sessions"]).stdout);
+    let row = stdout.lines().nth(1).unwrap();
+    assert!(row.starts_with(&id[..8]), "{stdout}");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[3], "5", "{stdout}");
+    assert_eq!(
+        cells[6..].join(" "),
+        "Add a --json flag to the report command and test it.",
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -206,3 +206,24 @@ pub fn long_pi_session(turns: usize, words: usize, secret: &str) -> String {
     }
     lines.join("\n") + "\n"
 }
+
+/// Rewrites the session log at `log` so that its second entry's id shares
+/// its first six random hex digits with the first entry's (every mention of
+/// the id rewritten alike), as ids minted close together may: the
+/// session's short ids then need seven digits, not the minimum four.
+pub fn crowd_entry_ids(log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let ids: Vec<String> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|value| value["id"].as_str().map(str::to_owned))
+        .take(2)
+        .collect();
+    let (first, second) = (&ids[0], &ids[1]);
+    let (prefix, hex) = second.split_at(second.find('_').unwrap() + 1);
+    let first_hex = &first[first.find('_').unwrap() + 1..];
+    // The random digits start after the 48-bit time and the version digit.
+    let crowded = format!("{prefix}{}{}{}", &hex[..13], &first_hex[13..19], &hex[19..]);
+    std::fs::write(log, text.replace(second.as_str(), &crowded)).unwrap();
+}

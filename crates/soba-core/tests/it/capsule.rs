@@ -940,7 +940,12 @@ fn latest_instructions_fill_the_budget_newest_first() {
     assert_eq!(facts.latest_instructions[1], m2);
     let cut = &facts.latest_instructions[2];
     assert!(cut.starts_with("m1 head aaa") && cut.ends_with("aaa m1 tail"));
-    assert!(cut.contains("characters omitted"));
+    assert!(
+        cut.contains(
+            " characters of this message cut to fit the capsule; the session log has it whole …]"
+        ),
+        "{cut}"
+    );
     let n = tokens(cut);
     assert!(n <= 1_500 && n > 1_490, "{n}");
 }
@@ -1815,6 +1820,91 @@ fn the_bound_yields_to_files_modified() {
             .all(|path| text.contains(&format!("`{path}`")))
     );
     assert_eq!(content.tokens.get(), tokens(&text));
+}
+
+/// Issue 36 item 6: on an 8,192-token window (2,048 of output) the capsule
+/// bound is a tenth of autoLimit, below the scaled userMessageBudgetTokens;
+/// a message with a long @-attached file is cut in its middle, saying how
+/// much and that the log has it, so the capsule stays within its bound.
+#[test]
+fn a_long_attachment_in_an_instruction_is_cut_to_the_capsule_bound() {
+    let (window, max_output) = (TokenCount::new(8_192), TokenCount::new(2_048));
+    let config = soba_core::config::CompactionConfig::default().for_window(window, max_output);
+    let budget = soba_core::budget::Budget::compute(window, max_output, &config).unwrap();
+    let counter = BpeCounter::new(Encoding::O200kBase);
+    let mut span = Span::default();
+    span.user("Add a --json flag to the report command.");
+    span.assistant("Done.");
+    let attached: String = (0..600)
+        .map(|n| format!("line {n}: some notes about the parser\n"))
+        .collect();
+    span.message(Message::new(
+        Role::User,
+        vec![
+            Block::Text("Now follow the plan in @notes.md".to_owned()),
+            Block::Text(format!(
+                "<attached-file path=\"notes.md\">\n{attached}</attached-file>"
+            )),
+        ],
+    ));
+    span.assistant("Reading it.");
+    let facts = extract(
+        &FactsInput {
+            tail: &[],
+            span: &span.entries,
+            previous: None,
+            retained: &HashSet::new(),
+            cwd: Some(CWD),
+        },
+        &FactsConfig {
+            user_message_budget: config.user_message_budget_tokens,
+        },
+        &counter,
+    );
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(budget.auto_limit().get(), Quality::Full),
+        &counter,
+    );
+    assert_eq!(content.bound, capsule_bound(budget.auto_limit()));
+    assert!(
+        content.tokens <= content.bound,
+        "{} > {}",
+        content.tokens,
+        content.bound
+    );
+    let instruction = &content.local.latest_instructions[0];
+    assert!(
+        instruction.starts_with("Now follow the plan in @notes.md"),
+        "{instruction}"
+    );
+    assert!(instruction.ends_with("</attached-file>"), "{instruction}");
+    let marker = instruction
+        .lines()
+        .find(|line| line.starts_with("[… "))
+        .expect("a marker");
+    assert!(
+        marker.ends_with(
+            " characters of this message cut to fit the capsule; the session log has it whole …]"
+        ),
+        "{marker}"
+    );
+    // The count is of the message as typed and attached: what is kept
+    // plus what the marker says was cut make the whole message.
+    let whole = "Now follow the plan in @notes.md\n".chars().count()
+        + format!("<attached-file path=\"notes.md\">\n{attached}</attached-file>")
+            .chars()
+            .count();
+    let said: usize = marker["[… ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    let kept = instruction.chars().count() - marker.chars().count() - 2;
+    assert_eq!(said + kept, whole, "{instruction}");
 }
 
 #[test]
