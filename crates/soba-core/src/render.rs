@@ -750,8 +750,14 @@ pub fn capsule_file(
     view: &CapsuleView<'_>,
     counter: &dyn TokenCounter,
 ) -> RenderedCapsuleFile {
-    let sections = redact(&sections_markdown(view));
-    let title = redact(&header.title.replace(['\n', '\r'], " "));
+    // Control and bidi characters from tool output or titles are written
+    // as visible escapes: the file is read by people with `cat` and by
+    // editors, where a raw ESC would drive the terminal (an attack
+    // finding).
+    let mut sections = redact(&sections_markdown(view));
+    sections.text = crate::terminal::sanitize(&sections.text).into_owned();
+    let mut title = redact(&header.title.replace(['\n', '\r'], " "));
+    title.text = crate::terminal::sanitize_line(&title.text).into_owned();
     let tokens = counter.count_text(&sections.text).n;
     let text = fill(
         CAPSULE_FILE_TEMPLATE,

@@ -857,6 +857,13 @@ impl Transport {
                 retry_after: None,
             });
         }
+        if n_events == 0 && only_comments(&head) {
+            // An event stream of keep-alive comments only, closed without
+            // an event: an empty response, retried once like one (an
+            // attack finding: it was called "not an event stream").
+            tracing::debug!(url = shown, "the stream held comments only");
+            return finished(Err(ProviderError::EmptyResponse { attempts: 1 }));
+        }
         if n_events == 0 {
             return Err(ProviderError::malformed(
                 "the response is not an event stream",
@@ -874,6 +881,15 @@ impl Transport {
             }),
         }
     }
+}
+
+/// Returns whether the start of a body is only SSE comment lines (`:`
+/// keep-alives) and blank lines.
+fn only_comments(head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(head);
+    text.split('\n')
+        .map(|line| line.trim_end_matches('\r'))
+        .all(|line| line.is_empty() || line.starts_with(':'))
 }
 
 /// Returns a decoder's final answer as an attempt's outcome: an empty

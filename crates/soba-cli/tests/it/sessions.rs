@@ -146,7 +146,7 @@ fn show_summarizes_lists_entries_and_validates() {
 }
 
 /// What `soba show --check` says of `pi_session`'s unanswered `bash` call.
-const UNANSWERED_BASH: &str = "line 3 (byte 521): tool call \"toolu_2\" has no result before the next response on the path (the model input answers it as interrupted)";
+const UNANSWERED_BASH: &str = "line 3 (byte 539): tool call \"toolu_2\" has no result before the next response on the path (the model input answers it as interrupted)";
 
 #[test]
 fn check_reports_damage_with_line_numbers_and_exits_1() {

@@ -62,7 +62,11 @@ fn with_session() -> Sandbox {
 fn sessions_shows_the_title_and_cwd_escaped() {
     let sandbox = with_session();
     let output = sandbox.run_ok(&["sessions"]);
-    check(&output, Stream::Stdout, &format!("  read {SHOWN} second line\n"));
+    check(
+        &output,
+        Stream::Stdout,
+        &format!("  read {SHOWN} second line\n"),
+    );
     let json = sandbox.run_ok(&["sessions", "--json"]);
     check(&json, Stream::Stdout, "\\u001b]52;c;aGk=\\u0007");
     let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();

@@ -181,3 +181,29 @@ async fn a_tool_call_fragment_without_a_name_is_an_empty_response() {
     assert_eq!(message.text(), "hello");
     assert_eq!(message.tool_uses().count(), 0);
 }
+
+/// Attack finding: a stream of keep-alive comments that closes without an
+/// event is an empty response (retried once), not "not an event stream".
+#[tokio::test]
+async fn a_stream_of_comments_only_is_an_empty_response() {
+    let comments = || Script::Stream {
+        frames: (0..5).map(|_| Frame::raw(": ping\n\n")).collect(),
+        end: StreamEnd::Close,
+    };
+    let server = FakeServer::start().await.unwrap();
+    server.push(comments());
+    server.push(comments());
+    let client = client(&server, api(Dialect::Chat), fast_config());
+    let (result, events) = run_plain(client.as_ref(), &simple_request()).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::EmptyResponse { attempts: 2 }),
+        "{err:?}"
+    );
+    assert!(
+        events.iter().any(
+            |event| matches!(event, StreamEvent::Retrying { reason, .. } if reason == EMPTY_REASON)
+        ),
+        "{events:?}"
+    );
+}
