@@ -490,6 +490,29 @@ fn constraints_section(constraints: &[String], more: u64) -> String {
     lines.join("\n")
 }
 
+/// The Next steps line for a check that passed before an edit changed
+/// `files`: its "passed" under Verification no longer speaks for them.
+pub fn check_again_line(command: &str, files: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut named: Vec<String> = files.iter().take(SHOWN).map(|f| code_span(f)).collect();
+    if files.len() > SHOWN {
+        named.push(format!("{} more", files.len() - SHOWN));
+    }
+    format!(
+        "- Run {} again: {} changed after it last passed",
+        code_span(command),
+        named.join(", ")
+    )
+}
+
+/// The Constraints line for `n` rules the Goal states verbatim.
+pub fn constraints_in_goal(n: usize) -> String {
+    match n {
+        1 => "- 1 more, stated in the Goal above (kept there, not repeated)".to_owned(),
+        n => format!("- {n} more, stated in the Goal above (kept there, not repeated)"),
+    }
+}
+
 /// The task with the rules listed verbatim under Constraints taken out,
 /// so each is said once; `None` when it holds none of them, or holds
 /// little else. Only a sentence that opens with a rule word ("Always …",
@@ -589,7 +612,7 @@ pub fn deterministic_narrative(
             "- {n} milestones reached (the newest listed under Checkpoints)."
         )],
     };
-    let (mut done, in_progress, pending, next_steps) = match plan {
+    let (mut done, in_progress, pending, mut next_steps) = match plan {
         Some(plan) => {
             let sections = plan_sections(plan);
             (
@@ -606,6 +629,14 @@ pub fn deterministic_narrative(
             NO_PLAN_SEE_ABOVE.to_owned(),
         ),
     };
+    if let Some((command, files)) = &facts.changed_since_check {
+        let rerun = check_again_line(command, files);
+        next_steps = if next_steps == NO_PLAN_SEE_ABOVE {
+            rerun
+        } else {
+            format!("{rerun}\n{next_steps}")
+        };
+    }
     match facts.files_modified.len() {
         0 => {}
         1 => done.push("- Modified 1 file (listed under Files modified).".to_owned()),
@@ -646,9 +677,33 @@ pub fn deterministic_narrative(
         })
         .collect();
 
+    // A constraint the Goal states verbatim (a task sentence that is a
+    // rule too) is said once, there (a walk found the whole task repeated
+    // as a constraint).
+    let goal = goal_section(facts, local, instructions);
+    let goal_key = constraint_key(&goal);
+    let (in_goal, listed): (Vec<String>, Vec<String>) = local
+        .constraints
+        .iter()
+        .cloned()
+        .partition(|text| goal_key.contains(&constraint_key(text)));
+    let mut constraints = constraints_section(&listed, 0);
+    for line in [
+        (!in_goal.is_empty()).then(|| constraints_in_goal(in_goal.len())),
+        Some(constraints_section(&[], local.constraints_more)).filter(|more| !more.is_empty()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !constraints.is_empty() {
+            constraints.push('\n');
+        }
+        constraints.push_str(&line);
+    }
+
     Narrative {
-        goal: goal_section(facts, local, instructions),
-        constraints: constraints_section(&local.constraints, local.constraints_more),
+        goal,
+        constraints,
         done: done.join("\n"),
         in_progress,
         pending,

@@ -221,6 +221,12 @@ pub struct Facts {
     pub plan: Option<PlanState>,
     /// The last assistant text in the span, ≤ 300 tokens.
     pub last_assistant_text: Option<String>,
+    /// When the newest verification run (of the span or the tail) passed
+    /// and an edit changed files after it: its command and those files,
+    /// in order of change. Its "passed" no longer speaks for the files
+    /// on disk (a walk found a capsule calling a check passed after a
+    /// later edit broke the file).
+    pub changed_since_check: Option<(String, Vec<String>)>,
 }
 
 /// What one tool call says about files, commands and plans.
@@ -615,6 +621,8 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     }
 
     let mut seq: i64 = 0;
+    // Successful edits, by the sequence number of their result.
+    let mut changes: Vec<(i64, Vec<String>)> = Vec::new();
     for entry in input.span {
         match &entry.body {
             EntryBody::Message(message_entry) => {
@@ -652,6 +660,9 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                     if !failing && let Some(call) = calls.get(result.tool_use_id.as_str()) {
                         reads.extend(call.facts.read.iter().cloned());
                         add_new(&mut changed, &call.facts.modified);
+                        if !call.facts.modified.is_empty() {
+                            changes.push((seq, call.facts.modified.clone()));
+                        }
                     }
                     // A success or a newer failure also settles a carried
                     // error of the same (shown) key.
@@ -702,6 +713,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     // command's result is its newest. Its new failures are not copied (the
     // tail shows them verbatim), so the capsule never says "failing" or
     // "open" where the messages after it say otherwise.
+    let mut tail_edits: HashMap<String, Vec<String>> = HashMap::new();
     for entry in input.tail {
         let EntryBody::Message(message_entry) = &entry.body else {
             continue;
@@ -712,6 +724,9 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 plan = Some(new_plan.clone());
             }
             add_new(&mut modified, &facts.modified);
+            if !facts.modified.is_empty() {
+                tail_edits.insert(call.id.clone(), facts.modified.clone());
+            }
             outcomes.call(call);
         }
         for result in message_entry.message.tool_results() {
@@ -722,6 +737,9 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 Status::Success => false,
             };
             seq += 1;
+            if !failing && let Some(paths) = tail_edits.get(&result.tool_use_id) {
+                changes.push((seq, paths.clone()));
+            }
             if !failing {
                 errors.remove(&shown_key(&outcome.key));
                 errors.remove(&outcome.key);
@@ -788,6 +806,17 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         }
     }
 
+    let changed_since_check = verification
+        .iter()
+        .max_by_key(|(seq, _)| *seq)
+        .filter(|(_, check)| check.passed)
+        .and_then(|(check_seq, check)| {
+            let mut files = Vec::new();
+            for (_, paths) in changes.iter().filter(|(seq, _)| seq > check_seq) {
+                add_new(&mut files, paths);
+            }
+            (!files.is_empty()).then(|| (check.command.clone(), files))
+        });
     verification.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
     let mut verification: Vec<Verification> = verification.into_iter().map(|(_, v)| v).collect();
     if let Some(local) = previous_local {
@@ -891,6 +920,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         active_skills: skills,
         plan,
         last_assistant_text,
+        changed_since_check,
     }
 }
 

@@ -144,6 +144,43 @@ pub fn output_limit_warning(model_id: &str, max_tokens: u64) -> String {
     )
 }
 
+/// How many times in a row one turn may make the very same tool calls
+/// (names and arguments) before it is stopped as a loop. Gemini CLI stops
+/// at 5; a model polling a slow command legitimately repeats a few times.
+pub const MAX_REPEATED_CALLS: usize = 10;
+
+/// Counts consecutive identical tool-call batches within one turn.
+#[derive(Default)]
+struct RepeatedCalls {
+    last: Option<Vec<(String, String)>>,
+    times: usize,
+}
+
+impl RepeatedCalls {
+    /// Records a batch; returns why the turn stops when it is the
+    /// [`MAX_REPEATED_CALLS`]-th identical one in a row.
+    fn see(&mut self, calls: &[soba_core::ToolUse]) -> Option<String> {
+        let key: Vec<(String, String)> = calls
+            .iter()
+            .map(|call| (call.name.clone(), call.input.to_json_text()))
+            .collect();
+        if self.last.as_ref() == Some(&key) {
+            self.times += 1;
+        } else {
+            self.last = Some(key);
+            self.times = 1;
+        }
+        (self.times >= MAX_REPEATED_CALLS).then(|| repeated_calls_reason(&calls[0].name))
+    }
+}
+
+/// Returns why a turn stopped on a loop of identical tool calls.
+pub fn repeated_calls_reason(tool: &str) -> String {
+    format!(
+        "the model made the same {tool} call {MAX_REPEATED_CALLS} times in a row with the same arguments, so the turn was stopped as a loop (the last one was not run); send a message to redirect it"
+    )
+}
+
 /// Returns the warning for a turn whose every attempt got an empty
 /// response: the turn ends with no reply, and the user is told what to
 /// check and that the message can simply be sent again.
@@ -284,6 +321,7 @@ impl Agent {
     async fn steps(&self, cancel: &CancellationToken) -> Result<TurnEnd, EngineError> {
         let mut overflow_retried = false;
         let mut forced: Option<Forced> = None;
+        let mut repeats = RepeatedCalls::default();
         loop {
             if cancel.is_cancelled() {
                 return Ok(TurnEnd::Cancelled);
@@ -412,6 +450,20 @@ impl Agent {
             });
             if calls.is_empty() {
                 return Ok(TurnEnd::Completed);
+            }
+            if let Some(reason) = repeats.see(&calls) {
+                // Logged as they came, not run again: the turn stops.
+                let mut core = self.barrier.core.lock().await;
+                for call in &calls {
+                    let result = Message::new(
+                        soba_core::Role::Tool,
+                        vec![Block::ToolResult(
+                            ToolOutcome::error(&reason).to_result(&call.id),
+                        )],
+                    );
+                    core.append_message(result)?;
+                }
+                return Ok(TurnEnd::Failed(reason));
             }
             for call in calls {
                 let outcome = if cut_call.as_deref() == Some(call.id.as_str()) {

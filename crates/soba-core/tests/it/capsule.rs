@@ -1297,6 +1297,82 @@ fn the_goal_leaves_the_rules_to_constraints_and_says_so() {
     );
 }
 
+/// A walk found the whole task repeated under Constraints: a task
+/// sentence that states the work and a rule stays in the Goal, and the
+/// Constraints say it is there instead of repeating it.
+#[test]
+fn a_rule_the_goal_states_is_not_repeated_under_constraints() {
+    let mut span = Span::default();
+    span.user(
+        "please add a farewell function to hello.py; keep greet unchanged and do not add dependencies",
+    );
+    span.user("Never touch files outside this folder.");
+    let facts = facts_of(&span);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(
+        content.narrative.goal,
+        "please add a farewell function to hello.py; keep greet unchanged and do not add dependencies"
+    );
+    assert_eq!(
+        content.narrative.constraints,
+        format!(
+            "- Never touch files outside this folder.\n{}",
+            soba_core::builder::constraints_in_goal(1)
+        )
+    );
+}
+
+/// A walk found a capsule calling a check passed after a later approved
+/// edit broke the file: the Next steps say to run it again, naming the
+/// files changed since; a later passing run settles it.
+#[test]
+fn a_check_that_passed_before_an_edit_is_to_be_run_again() {
+    let mut span = Span::default();
+    span.user(
+        "please add a farewell function to hello.py. Always run `python3 hello.py` after editing.",
+    );
+    span.tool(
+        "bash",
+        json!({"command": "python3 hello.py"}),
+        "hello\nexit code 0",
+        false,
+    );
+    span.tool(
+        "edit_file",
+        json!({"path": "hello.py", "old_string": "greet", "new_string": "welcome"}),
+        "edited hello.py",
+        false,
+    );
+    let facts = facts_of(&span);
+    assert_eq!(
+        facts.changed_since_check,
+        Some(("python3 hello.py".to_owned(), vec!["hello.py".to_owned()]))
+    );
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert_eq!(
+        content.narrative.next_steps,
+        "- Run `python3 hello.py` again: `hello.py` changed after it last passed"
+    );
+
+    span.tool(
+        "bash",
+        json!({"command": "python3 hello.py"}),
+        "hello\nexit code 0",
+        false,
+    );
+    assert_eq!(facts_of(&span).changed_since_check, None);
+}
+
 #[test]
 fn a_newer_plan_in_the_tail_wins() {
     let mut span = Span::default();

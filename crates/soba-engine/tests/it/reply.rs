@@ -193,3 +193,37 @@ async fn an_empty_stream_ends_the_turn_with_no_reply_and_a_warning() {
     assert_eq!(h.server.requests().len(), 2);
     assert_eq!(warnings(&h).len(), 1, "the reply came: no second warning");
 }
+
+/// Attack finding: a server that answers every request with the same tool
+/// call kept `soba run` going without end. The tenth identical batch in a
+/// row stops the turn; it is logged and answered, not run.
+#[tokio::test]
+async fn the_same_call_ten_times_in_a_row_stops_the_turn_as_a_loop() {
+    let h = Harness::start(Options::default()).await;
+    for _ in 0..soba_engine::agent::MAX_REPEATED_CALLS + 5 {
+        h.server.push(call_stream("list_files", "{}", "tool_calls"));
+    }
+    let end = h.turn("list the files").await;
+    assert_eq!(
+        end,
+        TurnEnd::Failed(soba_engine::agent::repeated_calls_reason("list_files"))
+    );
+    assert_eq!(
+        h.server.requests().len(),
+        soba_engine::agent::MAX_REPEATED_CALLS
+    );
+    let results = tool_results(&h);
+    assert_eq!(results.len(), soba_engine::agent::MAX_REPEATED_CALLS);
+    assert!(
+        results[..results.len() - 1]
+            .iter()
+            .all(|(_, is_error)| !is_error)
+    );
+    assert_eq!(
+        results.last().unwrap(),
+        &(
+            soba_engine::agent::repeated_calls_reason("list_files"),
+            true
+        )
+    );
+}
