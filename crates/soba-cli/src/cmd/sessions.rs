@@ -30,6 +30,11 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
         crate::output::errln!("{}", skipped_note(&skipped));
     }
     let n_listed = listed.len();
+    // The short ids tell every session of the folder apart, the hidden
+    // ones too: `soba -r` resolves a prefix against all of them.
+    let all_ids: Vec<String> = listed.iter().map(|s| s.id.clone()).collect();
+    let all_ids: Vec<&str> = all_ids.iter().map(String::as_str).collect();
+    let short_len = shortest_unique_prefix(&all_ids, MIN_SHORT_SESSION);
     // Unused sessions (opened and left before anything was said) are
     // hidden unless asked for; an unreadable header is always shown.
     let sessions: Vec<SessionSummary> = listed
@@ -37,8 +42,6 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
         .filter(|summary| args.all || summary.problem.is_some() || has_content(&summary.path))
         .collect();
     let n_hidden = n_listed - sessions.len();
-    let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
-    let short_len = shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
     let mut stdout = crate::output::stdout();
     if args.json {
         let rows: Vec<Value> = sessions

@@ -177,10 +177,6 @@ pub struct Worker {
 }
 
 /// A session id as the header spells it: its first 8 characters.
-fn short_session(id: &str) -> String {
-    id.chars().take(8).collect()
-}
-
 fn note_error(err: impl std::fmt::Display) -> String {
     format!("error: {err}")
 }
@@ -937,10 +933,13 @@ impl Worker {
                 let prefix = crate::context::session_prefix(dir, &previous);
                 format!(
                     "new session {}; the previous one ({prefix}) is kept: /resume or `soba -r {prefix}` opens it (an unused one is removed)",
-                    short_session(&now),
+                    crate::context::session_prefix(dir, &now),
                 )
             }
-            None => format!("new session {}", short_session(&now)),
+            None => format!(
+                "new session {}",
+                crate::context::session_prefix(dir, &now)
+            ),
         });
     }
 
@@ -2626,6 +2625,19 @@ mod tests {
         let dir = before[0].parent().expect("the sessions folder");
         let found = soba_store::reader::find_session(dir, prefix).expect("one session");
         assert!(before.contains(&found.path), "{cleared}");
+        // The new session's id is spelled so that no earlier one shares it
+        // (a walk found `new session 01a2512a`, which matched 2).
+        let new_prefix = cleared
+            .strip_prefix("new session ")
+            .and_then(|rest| rest.split(';').next())
+            .expect("the new session's id");
+        assert!(
+            before.iter().all(|path| !path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with(new_prefix))),
+            "{cleared}"
+        );
         // The resume picker spells it the same way.
         rig.send(Action::Command(SlashCommand::Resume));
         let seen = rig

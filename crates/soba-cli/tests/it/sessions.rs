@@ -402,3 +402,42 @@ fn show_budget_and_capsule_need_no_argument() {
     let list = sandbox.run_ok(&["capsule", "list"]);
     assert_eq!(text(&capsule.stdout), text(&list.stdout));
 }
+
+/// A walk found `soba sessions` print an 8-character id that `soba -r`
+/// refused as matching 2 sessions: the other one was unused, so hidden.
+/// Short ids tell every session of the folder apart, hidden ones too.
+#[test]
+fn short_ids_are_unique_among_hidden_sessions_too() {
+    let sandbox = Sandbox::new();
+    let id = imported(&sandbox, &pi_session("Fix the failing test."));
+    let file = &sandbox.session_files()[0];
+    let header = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    // An unused session (a header only) whose id shares 10 characters.
+    let twin: String = id[..10]
+        .chars()
+        .chain(id[10..].chars().map(|c| match c {
+            '-' => '-',
+            'f' => 'e',
+            _ => 'f',
+        }))
+        .collect();
+    assert_ne!(twin, id);
+    std::fs::write(
+        file.with_file_name(format!("{twin}.jsonl")),
+        header.replace(&id, &twin) + "\n",
+    )
+    .unwrap();
+    let stdout = text(&sandbox.run_ok(&["sessions"]).stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "one listed, one hidden: {stdout}");
+    let short = lines[1].split_whitespace().next().unwrap();
+    assert!(short.len() > 10 && id.starts_with(short), "{stdout}");
+    let found = soba_store::reader::find_session(&sandbox.sessions_dir(), short)
+        .expect("the short id names one session");
+    assert_eq!(found.path, *file);
+}
