@@ -437,7 +437,7 @@ fn short_ids_are_unique_among_hidden_sessions_too() {
     assert_eq!(lines.len(), 3, "one listed, one hidden: {stdout}");
     let short = lines[1].split_whitespace().next().unwrap();
     assert!(short.len() > 10 && id.starts_with(short), "{stdout}");
-    let found = soba_store::reader::find_session(&sandbox.sessions_dir(), short)
+    let found = soba_store::reader::find_session(sandbox.sessions_dir(), short)
         .expect("the short id names one session");
     assert_eq!(found.path, *file);
 }
