@@ -8,8 +8,9 @@
 //! failure ([`error_excerpt`]); checkpoints, newest 20; the original task, 1,000
 //! tokens; the earlier narrative, 2,000 tokens. The whole capsule (its model
 //! input rendering) is ≤ min(8,000, floor(0.1 × autoLimit)) tokens, trimmed
-//! in this order: files read, earlier narrative, checkpoints, verification,
-//! then each latest instruction cut in its middle to one cap (no lower than
+//! in this order: files read (not the newest 20), earlier narrative,
+//! checkpoints, verification (not the newest result), then each latest
+//! instruction cut in its middle to one cap (no lower than
 //! [`MIN_TRUNCATED_INSTRUCTION`] tokens), with a marker saying how much was
 //! cut and that the session log has it whole. The narrative, files modified
 //! and the original task are never trimmed below their own caps: when they
@@ -40,6 +41,10 @@ pub const ORIGINAL_TASK_TOKENS: TokenCount = TokenCount::new(1_000);
 pub const FILES_READ_SHOWN: usize = 50;
 /// Files read that the bound never trims: the newest this many.
 pub const FILES_READ_KEPT: usize = 20;
+
+/// The newest verification results never trimmed from a capsule to meet
+/// its bound.
+pub const VERIFICATION_KEPT: usize = 1;
 /// Verification commands listed, newest first.
 pub const VERIFICATION_SHOWN: usize = 20;
 /// Unresolved errors listed, newest first (SPEC §9.4 says 10; 20 keeps
@@ -903,10 +908,14 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
         tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }
 
-    // 4. Verification commands, oldest first.
-    if tokens > bound && !content.local.verification.is_empty() {
+    // 4. Verification commands, oldest first, down to the newest
+    // VERIFICATION_KEPT: what last passed or failed is a line the next
+    // reader needs more than the other trimmed items (a walk found a small
+    // window's handoff with none, the check carried from the capsule
+    // before it dropped).
+    if tokens > bound && content.local.verification.len() > VERIFICATION_KEPT {
         let all = content.local.verification.clone();
-        let costs: Vec<TokenCount> = all
+        let costs: Vec<TokenCount> = all[VERIFICATION_KEPT..]
             .iter()
             .map(|v| {
                 counter
@@ -915,7 +924,7 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
             })
             .collect();
         let apply = |content: &mut CapsuleContent, keep: usize| {
-            content.local.verification = all[..keep].to_vec()
+            content.local.verification = all[..VERIFICATION_KEPT + keep].to_vec()
         };
         tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }

@@ -1883,7 +1883,18 @@ fn the_bound_yields_to_files_modified() {
     assert!(content.tokens > content.bound);
     assert_eq!(content.local.files_modified.len(), 2_000);
     assert_eq!(content.local.files_read.len(), FILES_READ_KEPT);
-    assert!(content.local.checkpoints.is_empty() && content.local.verification.is_empty());
+    assert!(content.local.checkpoints.is_empty());
+    // The newest verification result is never trimmed (a walk found a
+    // small window's handoff without the check it had carried).
+    assert_eq!(
+        content
+            .local
+            .verification
+            .iter()
+            .map(|v| v.command.as_str())
+            .collect::<Vec<_>>(),
+        ["cargo test -p crate00"]
+    );
     assert_eq!(
         content.earlier_narrative.as_deref(),
         Some(EARLIER_NARRATIVE_OMITTED)
