@@ -401,8 +401,73 @@ pub(crate) fn prepare_export<'a, E: IntoIterator<Item = &'a Entry> + Clone>(
     })
 }
 
-fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: bool) -> CliResult {
+/// Finds the session holding capsule `wanted` when none was named: the
+/// workspace's most recent, else the one other session of its folder that
+/// holds it (a walk exported a capsule of the session before, got "no
+/// capsule in this session", and was not told which session was
+/// searched). A capsule id is random, so a match elsewhere is that one.
+fn session_holding(
+    ctx: &Context,
+    args: &CapsuleArgs,
+    wanted: &str,
+) -> CliResult<(SessionSummary, SessionLog)> {
     let (summary, log) = session(ctx, args)?;
+    let entries = || log.entries().iter().map(|logged| &logged.entry);
+    let Err(err) = find_capsule(entries(), wanted) else {
+        return Ok((summary, log));
+    };
+    if args.session.is_some() || !err.message.starts_with("no capsule") {
+        return Err(err);
+    }
+    let searched = summary.path.parent().map_or_else(
+        || summary.id.clone(),
+        |dir| crate::context::session_prefix(dir, &summary.id),
+    );
+    let not_here = || {
+        CliError::user(format!(
+            "no capsule {wanted} in session {searched} (the workspace's most recent) or any other session of its folder"
+        ))
+        .hint("`soba capsule list --session ID` lists a session's capsules (`soba sessions` lists the sessions); a handoff file's id is not a session's: load the file with `soba capsule load FILE`")
+    };
+    let Some(dir) = summary.path.parent() else {
+        return Err(not_here());
+    };
+    let mut found = Vec::new();
+    for other in soba_store::reader::list_sessions(dir).unwrap_or_default() {
+        if other.id == summary.id {
+            continue;
+        }
+        let Ok(other_log) = read_log(&other.path) else {
+            continue;
+        };
+        let holds = find_capsule(
+            other_log.entries().iter().map(|logged| &logged.entry),
+            wanted,
+        )
+        .is_ok();
+        if holds {
+            found.push((other, other_log));
+        }
+    }
+    match found.len() {
+        1 => {
+            let (other, other_log) = found.remove(0);
+            crate::output::errln!(
+                "{wanted} is in session {}, not in the most recent one ({searched}): exporting it from there",
+                crate::context::session_prefix(dir, &other.id)
+            );
+            Ok((other, other_log))
+        }
+        0 => Err(not_here()),
+        n => Err(CliError::user(format!(
+            "{wanted} is not in session {searched} (the workspace's most recent) but in {n} others"
+        ))
+        .hint("name the session with --session ID")),
+    }
+}
+
+fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: bool) -> CliResult {
+    let (summary, log) = session_holding(ctx, args, wanted)?;
     let counter = counter_for(ctx, args, &log);
     let export = prepare_export(
         &ctx.workspace.root,
@@ -742,8 +807,6 @@ pub(crate) struct HandoffInput<'a> {
 pub(crate) struct Handoff {
     /// Where it was written.
     pub file: PathBuf,
-    /// The capsule's id (in the file only: nothing is appended).
-    pub id: EntryId,
     /// The rendered file.
     pub rendered: RenderedCapsuleFile,
     /// `full`, or `degraded` after a fallback.
@@ -756,17 +819,19 @@ pub(crate) struct Handoff {
 }
 
 impl Handoff {
-    /// Returns the confirmation line, e.g. `wrote .soba/capsules/… (ck_…,
-    /// 812 tokens, full; no secrets found)`, the id with `short` random
-    /// digits (the session's unique length).
-    pub fn line(&self, root: &Path, short: usize) -> String {
+    /// Returns the confirmation line, e.g. `wrote .soba/capsules/… (812
+    /// tokens, full; no secrets found); load it with …`. The file is the
+    /// handle: its capsule id is in no session, so no command takes it (a
+    /// walk tried `capsule export` with the id an earlier line printed).
+    pub fn line(&self, root: &Path) -> String {
+        let shown = display_path(root, &self.file);
         format!(
-            "wrote {} ({}, {} tokens, {}; {})",
-            Line(&display_path(root, &self.file)),
-            self.id.short_with(short),
+            "wrote {} ({} tokens, {}; {}); load it into a session with `soba capsule load {}` (in soba: /capsule load)",
+            Line(&shown),
             group_thousands(self.rendered.tokens.get()),
             self.quality.as_str(),
-            redaction_note(&self.rendered)
+            redaction_note(&self.rendered),
+            Line(&shown),
         )
     }
 }
@@ -905,7 +970,6 @@ pub(crate) async fn create_handoff(input: HandoffInput<'_>) -> CliResult<Handoff
     };
     Ok(Handoff {
         file,
-        id,
         rendered,
         quality: content.quality,
         fallback,
@@ -992,15 +1056,7 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
         );
     }
     let mut stdout = crate::output::stdout();
-    // The handoff's id is not in the log: it is spelled at the length that
-    // tells it from the session's ids too.
-    let short = shortest_unique_len(
-        log.entries()
-            .iter()
-            .map(|logged| &logged.entry.id)
-            .chain([&handoff.id]),
-    );
-    writeln!(stdout, "{}", handoff.line(&ctx.workspace.root, short))?;
+    writeln!(stdout, "{}", handoff.line(&ctx.workspace.root))?;
     Ok(stdout.flush()?)
 }
 

@@ -1569,12 +1569,8 @@ impl Worker {
         .await;
         match made {
             Ok(handoff) => {
-                let short = {
-                    let mut core = live.core.lock().await;
-                    core.flight(&handoff.record);
-                    self.short(&core)
-                };
-                let mut text = handoff.line(&self.launch.ctx.workspace.root, short);
+                live.core.lock().await.flight(&handoff.record);
+                let mut text = handoff.line(&self.launch.ctx.workspace.root);
                 if let Some(reason) = &handoff.fallback {
                     text.push_str(&format!("\nfallback used: {reason}"));
                 }
@@ -2771,7 +2767,15 @@ mod tests {
             .await;
         let note = note_texts(&seen).pop().unwrap_or_default();
         assert!(note.starts_with("wrote .soba/capsules/"), "{note}");
-        assert!(note.contains("-counting-handoff.capsule.md (ck_"), "{note}");
+        assert!(note.contains("-counting-handoff.capsule.md ("), "{note}");
+        assert!(
+            !note.contains("ck_"),
+            "the handoff's id is in no session: {note}"
+        );
+        assert!(
+            note.contains("load it into a session with `soba capsule load .soba/capsules/"),
+            "{note}"
+        );
         assert!(note.contains(", full; "), "{note}");
         // Nothing appended; one flight record, sized by the span it covers.
         let flight = std::fs::read_dir(

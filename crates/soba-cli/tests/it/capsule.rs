@@ -415,7 +415,7 @@ fn create_writes_a_handoff_file_and_appends_nothing() {
     );
     assert!(name.as_bytes()[4] == b'-' && name.as_bytes()[7] == b'-' && name.len() > 10);
     assert!(
-        stdout.starts_with(&format!("wrote .soba/capsules/{name} (ck_")),
+        stdout.starts_with(&format!("wrote .soba/capsules/{name} (")),
         "{stdout}"
     );
     let written = std::fs::read_to_string(&files[0]).unwrap();
@@ -423,7 +423,7 @@ fn create_writes_a_handoff_file_and_appends_nothing() {
     assert!(markers >= 1 && !written.contains(ANTHROPIC_SECRET));
     assert!(
         stdout.ends_with(&format!(
-            "full; {markers} secret{} redacted (anthropic_key {markers}))\n",
+            "full; {markers} secret{} redacted (anthropic_key {markers})); load it into a session with `soba capsule load .soba/capsules/{name}` (in soba: /capsule load)\n",
             if markers == 1 { "" } else { "s" }
         )),
         "{stdout}"
@@ -945,25 +945,57 @@ fn capsule_commands_print_ids_at_the_sessions_unique_length() {
             ])
             .stdout,
     );
-    let shown = created
-        .split(" (")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .unwrap();
+    // A handoff file's capsule id is in no session, so no command takes
+    // it: the line names the file and how to load it, not the id (a walk
+    // tried `capsule export` with the id printed here).
     let file = std::fs::read_dir(sandbox.ws.join(".soba/capsules"))
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
         .path();
-    let front = parse_capsule_file(&std::fs::read_to_string(file).unwrap())
+    let front = parse_capsule_file(&std::fs::read_to_string(&file).unwrap())
         .unwrap()
         .front;
-    let handoff = soba_core::EntryId::parse(front.id.as_deref().unwrap()).unwrap();
-    assert!(handoff.matches_short(shown), "{created}");
-    assert_eq!(
-        short_digits(shown),
-        unique_len(&sandbox, &[handoff]),
+    assert!(front.id.is_some());
+    assert!(!created.contains("ck_"), "{created}");
+    let name = file.file_name().unwrap().to_str().unwrap();
+    assert!(
+        created.trim_end().ends_with(&format!(
+            "; load it into a session with `soba capsule load .soba/capsules/{name}` (in soba: /capsule load)"
+        )),
         "{created}"
+    );
+}
+
+/// A walk exported a capsule of the session before the most recent one
+/// and got "no capsule in this session", with no word of which session
+/// was searched. Without --session, export finds the one session of the
+/// folder that holds it and says so; an id in none names what it searched.
+#[test]
+fn export_finds_a_capsule_of_another_session_and_says_where() {
+    let sandbox = Sandbox::new();
+    let first = session_with(&sandbox, "none");
+    let ck = short_ck(compact(&sandbox, &first, &[]).lines().last().unwrap());
+    // A newer session becomes the workspace's most recent.
+    let file = sandbox.write("newer.jsonl", &long_pi_session(3, 50, "none"));
+    sandbox.run_ok(&["import", file.to_str().unwrap()]);
+
+    let output = sandbox.run_ok(&["capsule", "export", &ck, "found.capsule.md"]);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!("{ck} is in session {}", &first[..8])),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not in the most recent one ("), "{stderr}");
+    assert!(sandbox.ws.join("found.capsule.md").is_file());
+
+    let unknown = sandbox.run(&["capsule", "export", "ck_ffff", "x.md"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    let stderr = text(&unknown.stderr);
+    assert!(
+        stderr.starts_with("error: no capsule ck_ffff in session ")
+            && stderr.contains("(the workspace's most recent) or any other session of its folder"),
+        "{stderr}"
     );
 }
