@@ -788,15 +788,30 @@ fn identity_of(file: &File) -> std::io::Result<(u64, u64)> {
     Ok((metadata.dev(), metadata.ino()))
 }
 
+/// How long a command waits for another process's lock on a session to
+/// be released before it says who holds it: two short commands started
+/// together (two `capsule load`s) then take turns instead of one failing,
+/// and the holder is still running when it is named (the campaign's race
+/// class saw the error name no pid when the holder had just let go).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn lock(file: &File, session: &str, path: &Path) -> Result<(), StoreError> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(StoreError::Locked {
-            session: session.to_owned(),
-            path: path.to_path_buf(),
-            holder: lock_holder(file),
-        }),
-        Err(TryLockError::Error(err)) => Err(StoreError::io("lock", path, err)),
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked {
+                    session: session.to_owned(),
+                    path: path.to_path_buf(),
+                    holder: lock_holder(file),
+                });
+            }
+            Err(TryLockError::Error(err)) => return Err(StoreError::io("lock", path, err)),
+        }
     }
 }
 
