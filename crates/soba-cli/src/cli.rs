@@ -57,6 +57,17 @@ pub struct GlobalArgs {
     pub session_dir: Option<std::path::PathBuf>,
 }
 
+impl GlobalArgs {
+    /// Returns what the flags tell the workspace library.
+    pub fn options(&self) -> soba_workspace::Options {
+        soba_workspace::Options {
+            cwd: self.cwd.clone(),
+            session_dir: self.session_dir.clone(),
+            set: self.set.clone(),
+        }
+    }
+}
+
 /// Every subcommand.
 #[derive(Debug, Subcommand)]
 pub enum Command {

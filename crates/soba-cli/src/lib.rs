@@ -4,18 +4,16 @@
 
 mod cli;
 mod cmd;
-pub mod config;
-mod context;
-mod engine;
 mod error;
 pub mod logging;
 mod output;
-pub mod paths;
 /// The interactive agent's terminal UI (`soba` without a subcommand); public
 /// so its frames can be snapshot-tested from the integration tests.
 pub mod tui;
 
 pub use error::{CliError, ErrorKind};
+
+use error::Exit;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -6,7 +6,7 @@
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
 
-use crate::paths::{self, Env};
+use soba_workspace::paths::{self, Env};
 
 /// Daily log files kept.
 pub const LOG_FILES_KEPT: usize = 7;

@@ -69,6 +69,13 @@ pub fn path(path: &std::path::Path) -> String {
     terminal::sanitize_line(&path.display().to_string()).into_owned()
 }
 
+/// Prints the configuration's warnings to stderr.
+pub fn print_warnings(ctx: &soba_workspace::Context) {
+    for warning in &ctx.loaded.warnings {
+        eprint_line(format_args!("warning: {warning}"));
+    }
+}
+
 /// Prints a line to stderr through the sanitizer, like `eprintln!`.
 macro_rules! errln {
     ($($arg:tt)*) => {

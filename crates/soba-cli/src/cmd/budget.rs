@@ -14,10 +14,10 @@ use soba_core::{Encoding, Entry};
 use soba_engine::tool::ToolRegistry;
 
 use crate::cli::{BudgetArgs, GlobalArgs};
-use crate::config::ConfigError;
-use crate::context::Context;
-use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult};
+use soba_workspace::config::ConfigError;
+use soba_workspace::context::Context;
+use soba_workspace::setup::{self, ModelSetup};
 
 /// Runs `soba budget`. The configuration comes from the one loader every
 /// command uses (the user file, the project file, `SOBA_*` variables and
@@ -27,8 +27,8 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
     // means everywhere else.
     let mut global = global.clone();
     global.set.extend(args.set.iter().cloned());
-    let ctx = Context::load(&global)?;
-    ctx.print_warnings();
+    let ctx = Context::load(&global.options())?;
+    crate::output::print_warnings(&ctx);
     if let Some(session) = &args.session {
         return session_budget(args, &ctx, session);
     }
@@ -49,7 +49,7 @@ pub fn cmd_budget(args: &BudgetArgs, global: &GlobalArgs) -> CliResult {
         (Some(model), _, _) => match ctx.config().registry().resolve(model) {
             Ok(info) => {
                 let source =
-                    engine::WindowSource::of_resolved(&ctx.config().registry(), model, &info.id);
+                    setup::WindowSource::of_resolved(&ctx.config().registry(), model, &info.id);
                 (
                     Some((info.id, source)),
                     info.context_window,
@@ -128,11 +128,11 @@ fn session_budget(args: &BudgetArgs, ctx: &Context, session: &str) -> CliResult 
         .into_iter()
         .map(|logged| logged.entry)
         .collect();
-    let model = engine::model_for_session_with(ctx, args.model.as_deref(), &path, Some(&header))?;
+    let model = setup::model_for_session_with(ctx, args.model.as_deref(), &path, Some(&header))?;
     let setup = ModelSetup::resolve(ctx, &model)?;
     let budget = setup.budget(ctx)?;
     let (measurement, calibration, counts) =
-        engine::measure_log(ctx, &setup, &header, path, &ToolRegistry::builtin())?;
+        setup::measure_log(ctx, &setup, &header, path, &ToolRegistry::builtin())?;
     let title = [
         ("session", summary.id.clone()),
         ("model", setup.info.id.clone()),

@@ -6,9 +6,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use soba_core::render::CapsuleView;
 use soba_core::tokens::group_thousands;
-use soba_core::{EntryBody, Quality};
 use soba_engine::barrier::{EventSink, Forced, Preflight};
 use soba_engine::event::{CompactionEnd, EngineEvent, Outcome};
 use soba_engine::tool::ToolRegistry;
@@ -16,16 +14,17 @@ use soba_store::reader::read_log;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{CompactArgs, GlobalArgs};
-use crate::cmd::capsule::{redaction_note, render_file, title_of, write_file};
-use crate::context::Context;
-use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult, ErrorKind};
+use soba_workspace::capsule;
+use soba_workspace::context::Context;
+use soba_workspace::memory::{self, NotSaved};
+use soba_workspace::setup::{self, ModelSetup};
 
 /// Runs `soba compact`.
 pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
+    let ctx = Context::load(&global.options())?;
     let _logs = crate::logging::init(&ctx.env);
-    ctx.print_warnings();
+    crate::output::print_warnings(&ctx);
     let summary = ctx.select_session(args.session.as_deref())?;
     let log = read_log(&summary.path)?;
     let path: Vec<_> = log
@@ -33,23 +32,23 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
         .iter()
         .map(|logged| logged.entry.clone())
         .collect();
-    let model = engine::model_for_session_with(&ctx, args.model.as_deref(), &path, log.header())?;
+    let model = setup::model_for_session_with(&ctx, args.model.as_deref(), &path, log.header())?;
     drop(log);
     let setup = ModelSetup::resolve(&ctx, &model)?;
     setup.budget(&ctx)?;
     let mut notes = Vec::new();
-    let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
+    let summarizer = setup::summarizer(&ctx, &setup, &mut notes)?;
     for note in notes {
         crate::output::errln!("{note}");
     }
     let tools = ToolRegistry::builtin();
-    let (mut core, diagnostics) = engine::open_session(&ctx, &summary.path, &setup, &tools)?;
+    let (mut core, diagnostics) = setup::open_session(&ctx, &summary.path, &setup, &tools)?;
     for diagnostic in diagnostics {
         crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
     }
     // A native failure never changes the outcome (SPEC §10.3): without the
     // compactor the portable capsule is made alone.
-    if let Err(err) = engine::install_native(&ctx, &setup, &mut core) {
+    if let Err(err) = setup::install_native(&ctx, &setup, &mut core) {
         crate::output::errln!(
             "note: native continuation unavailable ({}); the portable capsule is made alone",
             err.message
@@ -82,11 +81,11 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
         EngineEvent::Warning { message } => crate::output::errln!("warning: {message}"),
         _ => {}
     });
-    let barrier = engine::barrier(core.clone(), sink, summarizer);
+    let barrier = setup::barrier(core.clone(), sink, summarizer);
     let instructions = Some(args.instructions.join(" "))
         .map(|text| text.trim().to_owned())
         .filter(|text| !text.is_empty());
-    let runtime = engine::runtime()?;
+    let runtime = setup::runtime()?;
     let (decided, interrupted) = runtime.block_on(async {
         let cancel = CancellationToken::new();
         let run = barrier.preflight(Some(Forced::User { instructions }), &cancel);
@@ -109,7 +108,7 @@ pub fn cmd_compact(args: &CompactArgs, global: &GlobalArgs) -> CliResult {
             return Ok(());
         }
     };
-    let short = engine::short_id_len(&summary.path);
+    let short = setup::short_id_len(&summary.path);
     let line = end.result_line(|id| id.short_with(short));
     let mut stdout = crate::output::stdout();
     writeln!(stdout, "{line}")?;
@@ -158,59 +157,37 @@ fn save_to_memory(
     end: &CompactionEnd,
     stdout: &mut impl Write,
 ) -> CliResult {
-    let (Outcome::Completed, Some(id)) = (end.outcome, &end.checkpoint_id) else {
-        writeln!(
-            stdout,
-            "not saved to Project Memory: no capsule was made ({}){}",
-            end.reason.as_deref().unwrap_or("nothing to compact"),
-            if end.outcome == Outcome::Skipped {
-                "; to save the state as it is, write a handoff: soba capsule create \"title\""
-            } else {
-                ""
-            }
-        )?;
-        return Ok(stdout.flush()?);
+    let id = match memory::savable(end) {
+        Ok(id) => id,
+        Err(NotSaved::NoCapsule { reason, skipped }) => {
+            writeln!(
+                stdout,
+                "not saved to Project Memory: no capsule was made ({}){}",
+                reason.as_deref().unwrap_or("nothing to compact"),
+                if skipped {
+                    "; to save the state as it is, write a handoff: soba capsule create \"title\""
+                } else {
+                    ""
+                }
+            )?;
+            return Ok(stdout.flush()?);
+        }
+        Err(NotSaved::Degraded { reason }) => {
+            writeln!(
+                stdout,
+                "not saved to Project Memory: the capsule is degraded (fallback used: {}); only full capsules are saved",
+                reason.as_deref().unwrap_or("the summarizer failed")
+            )?;
+            return Ok(stdout.flush()?);
+        }
     };
-    if end.quality != Some(Quality::Full) {
-        writeln!(
-            stdout,
-            "not saved to Project Memory: the capsule is degraded (fallback used: {}); only full capsules are saved",
-            end.reason.as_deref().unwrap_or("the summarizer failed")
-        )?;
-        return Ok(stdout.flush()?);
-    }
-    let core = core.blocking_lock();
-    let Some(entry) = core.entry(id) else {
-        return Err(CliError::internal(format!(
-            "capsule {id} was appended but is not in the session"
-        )));
-    };
-    let EntryBody::Capsule(capsule) = &entry.body else {
-        return Err(CliError::internal(format!("{id} is not a capsule entry")));
-    };
-    let leaf = core
-        .leaf()
-        .map(|leaf| leaf.as_str().to_owned())
-        .unwrap_or_default();
-    let rendered = render_file(
-        &CapsuleView::from(capsule.as_ref()),
-        id.as_str(),
-        &title_of(capsule, id, core.short_id_len_now()),
-        session_id,
-        &leaf,
-        core.counter().as_ref(),
-    );
-    let file = ctx
-        .workspace
-        .project_dir()
-        .join("memory")
-        .join(format!("{id}.capsule.md"));
-    write_file(&ctx.workspace.root, &file, &rendered.text, false)?;
+    let saved = memory::save(&ctx.workspace, &core.blocking_lock(), id, session_id)?;
     writeln!(
         stdout,
-        "saved to Project Memory: .soba/memory/{id}.capsule.md ({} tokens; {})",
-        group_thousands(rendered.tokens.get()),
-        redaction_note(&rendered)
+        "saved to Project Memory: .soba/memory/{}.capsule.md ({} tokens; {})",
+        saved.id,
+        group_thousands(saved.rendered.tokens.get()),
+        capsule::redaction_note(&saved.rendered)
     )?;
     Ok(stdout.flush()?)
 }

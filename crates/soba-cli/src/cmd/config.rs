@@ -9,9 +9,9 @@ use soba_core::terminal::{Line, sanitize_json, sanitize_line};
 use soba_core::tokens::group_thousands;
 
 use crate::cli::{ConfigAction, ConfigArgs, GlobalArgs};
-use crate::config::{Source, schema};
-use crate::context::Context;
 use crate::error::CliResult;
+use soba_workspace::config::{Source, schema};
+use soba_workspace::context::Context;
 
 /// Runs `soba config`.
 pub fn cmd_config(args: &ConfigArgs, global: &GlobalArgs) -> CliResult {
@@ -25,8 +25,8 @@ pub fn cmd_config(args: &ConfigArgs, global: &GlobalArgs) -> CliResult {
             Ok(())
         }
         ConfigAction::Show { json } => {
-            let ctx = Context::load(global)?;
-            ctx.print_warnings();
+            let ctx = Context::load(&global.options())?;
+            crate::output::print_warnings(&ctx);
             let text = if json {
                 show_json(&ctx)
             } else {

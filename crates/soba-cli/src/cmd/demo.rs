@@ -2,21 +2,17 @@
 //! the timeline of triggers and the result lines.
 
 use std::io::Write;
-use std::path::PathBuf;
+
 use std::sync::{Arc, Mutex};
 
 use soba_core::budget::Budget;
 use soba_core::config::CompactionConfig;
 use soba_engine::event::{EngineEvent, Outcome};
 
-use soba_core::plan::SkipReason as PlanSkip;
-use soba_core::{Capsule, EntryBody};
-use soba_store::flight::{FlightLevel, FlightOutcome, flight_path, read_flight_records};
-use soba_store::log::SessionId;
-
 use crate::cli::{DemoArgs, GlobalArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
-use crate::paths::{Env, Locations, Workspace};
+use soba_workspace::demo;
+use soba_workspace::paths::{Env, Locations, Workspace};
 
 /// Counters the timeline keeps for the closing lines.
 #[derive(Debug, Default)]
@@ -48,177 +44,6 @@ legend:
     milestone       the agent recorded a checkpoint
     auto_threshold  effective reached autoLimit"
     )
-}
-
-/// One line of what a capsule kept: its sections with their counts.
-fn kept_line(capsule: &Capsule) -> String {
-    let local = &capsule.local;
-    let mut parts: Vec<String> = Vec::new();
-    if !local.original_task.is_empty() {
-        parts.push("the original task".to_owned());
-    }
-    let mut count = |n: usize, one: &str, many: &str| {
-        if n > 0 {
-            parts.push(format!("{n} {}", if n == 1 { one } else { many }));
-        }
-    };
-    count(
-        local.latest_instructions.len(),
-        "latest instruction",
-        "latest instructions",
-    );
-    count(
-        local.files_read.len() + usize::try_from(local.files_read_more).unwrap_or(0),
-        "file read",
-        "files read",
-    );
-    count(
-        local.files_modified.len(),
-        "file modified",
-        "files modified",
-    );
-    count(
-        local.verification.len(),
-        "verification command",
-        "verification commands",
-    );
-    count(
-        local.unresolved_errors.len(),
-        "unresolved error",
-        "unresolved errors",
-    );
-    count(local.checkpoints.len(), "checkpoint", "checkpoints");
-    count(local.plan.len(), "plan step", "plan steps");
-    count(
-        local.constraints.len() + usize::try_from(local.constraints_more).unwrap_or(0),
-        "constraint",
-        "constraints",
-    );
-    let narrative = capsule
-        .narrative
-        .sections()
-        .iter()
-        .filter(|(_, text)| !text.trim().is_empty())
-        .count();
-    if narrative > 0 {
-        parts.push(format!("{narrative} of 8 narrative sections"));
-    }
-    if parts.is_empty() {
-        "kept: nothing but the recent tail".to_owned()
-    } else {
-        format!("kept: {}", parts.join(" · "))
-    }
-}
-
-/// The compactions of the demo session that appended no capsule, from its
-/// flight records: what `soba stats` counts in its skipped, failed,
-/// cancelled and stale columns on the kept session.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct FlightOutcomes {
-    /// Skipped before generation because the estimate missed an ROI gate.
-    skipped_roi: usize,
-    /// Skipped for another reason: a trigger below softGate, not re-armed
-    /// after a soft capsule, another trigger chosen first.
-    skipped_not_due: usize,
-    /// Failed, cancelled or stale.
-    other: usize,
-}
-
-/// Counts the compaction outcomes in the flight records beside `log`.
-fn flight_outcomes(log: &std::path::Path) -> FlightOutcomes {
-    let mut outcomes = FlightOutcomes::default();
-    let (Some(dir), Some(id)) = (
-        log.parent(),
-        log.file_stem()
-            .and_then(|stem| SessionId::parse(&stem.to_string_lossy()).ok()),
-    ) else {
-        return outcomes;
-    };
-    let Ok((records, _)) = read_flight_records(flight_path(dir, &id)) else {
-        return outcomes;
-    };
-    for record in records
-        .iter()
-        .filter(|record| record.level == FlightLevel::Compaction)
-    {
-        match record.outcome {
-            FlightOutcome::Completed => {}
-            FlightOutcome::Skipped
-                if record.reason.as_deref() == Some(PlanSkip::PreRoi.as_str()) =>
-            {
-                outcomes.skipped_roi += 1;
-            }
-            FlightOutcome::Skipped => outcomes.skipped_not_due += 1,
-            _ => outcomes.other += 1,
-        }
-    }
-    outcomes
-}
-
-/// Reads the session log: the newest capsule with its id at the length
-/// that is unique among the log's ids now.
-fn newest_capsule(log: &std::path::Path) -> Option<(String, String)> {
-    let log = soba_store::reader::read_log(log).ok()?;
-    let short = soba_core::id::shortest_unique_len(log.entries().iter().map(|l| &l.entry.id));
-    log.entries()
-        .iter()
-        .rev()
-        .find_map(|logged| match &logged.entry.body {
-            EntryBody::Capsule(capsule) => {
-                Some((logged.entry.id.short_with(short), kept_line(capsule)))
-            }
-            _ => None,
-        })
-}
-
-fn prepare_dir(args: &DemoArgs) -> CliResult<(PathBuf, Option<tempfile::TempDir>)> {
-    match &args.keep {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|err| {
-                CliError::user(format!("cannot create {}", dir.display())).caused_by(err)
-            })?;
-            let non_empty = std::fs::read_dir(dir)
-                .map_err(|err| {
-                    CliError::user(format!("cannot read {}", dir.display())).caused_by(err)
-                })?
-                .next()
-                .is_some();
-            if non_empty {
-                return Err(CliError::user(format!("{} is not empty", dir.display()))
-                    .hint("give --keep a new or empty directory"));
-            }
-            Ok((dir.clone(), None))
-        }
-        None => {
-            let temp = demo_tempdir().map_err(|err| {
-                CliError::internal("cannot create a temporary directory").caused_by(err)
-            })?;
-            Ok((temp.path().to_path_buf(), Some(temp)))
-        }
-    }
-}
-
-/// Creates the demo's temporary directory, `soba-demo-` and six digits.
-/// The path reaches the model input (tool results name files in it), so
-/// its token count must not vary between runs: `o200k_base` splits a run of
-/// digits into groups of three whatever the digits are, while random
-/// letters tokenize differently each time.
-fn demo_tempdir() -> std::io::Result<tempfile::TempDir> {
-    let start = std::process::id() % 1_000_000;
-    let mut last = None;
-    for step in 0..100 {
-        let name = format!("soba-demo-{:06}", (start + step * 7_919) % 1_000_000);
-        match tempfile::Builder::new()
-            .prefix(&name)
-            .rand_bytes(0)
-            .tempdir()
-        {
-            Ok(dir) => return Ok(dir),
-            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => last = Some(err),
-            Err(err) => return Err(err),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
 }
 
 /// The signals that stop `soba demo`: SIGINT, SIGTERM and SIGHUP.
@@ -265,7 +90,7 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
             hangup: install(tokio::signal::unix::SignalKind::hangup())?,
         }
     };
-    let (dir, temp) = prepare_dir(args)?;
+    let (dir, temp) = demo::prepare_dir(args.keep.as_deref())?;
     // A kept demo's session goes where the commands run in its workspace
     // look (`cd DIR/workspace && soba show`); a temporary one stays inside
     // the directory removed at exit.
@@ -373,7 +198,7 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
                 // The capsule is in the log before its end is reported:
                 // its id at the session's unique length, and what it kept.
                 let newest = if end.outcome == Outcome::Completed {
-                    sink_log.get().and_then(|log| newest_capsule(log))
+                    sink_log.get().and_then(|log| demo::newest_capsule(log))
                 } else {
                     None
                 };
@@ -438,7 +263,7 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
             .map(|(name, n)| format!("{name} {n}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let outcomes = flight_outcomes(&summary.session_log);
+        let outcomes = demo::flight_outcomes(&summary.session_log);
         crate::output::outln!()?;
         crate::output::outln!(
             "result: {} turns, {} failed · {} hygiene passes · {} capsules ({}) · {} compactions skipped ({} because they would not pay off, {} not due yet) · {} other barrier outcomes",

@@ -4,150 +4,42 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Value, json};
-use soba_core::Encoding;
 use soba_core::terminal::Line;
-use soba_core::tokens::{BpeCounter, TokenCounter, group_thousands};
-use soba_store::import::{
-    FileOutcome, ImportedSession, dir_files, import_key, import_path, previous_imports,
-};
+use soba_core::tokens::group_thousands;
+use soba_store::import::{FileOutcome, ImportedSession, dir_files, import_path, previous_imports};
 use soba_store::log::remove_stale_partials;
 
 use crate::cli::{GlobalArgs, ImportArgs};
-use crate::context::Context;
 use crate::error::{CliError, CliResult};
+use soba_workspace::context::Context;
+use soba_workspace::import::{self, FirstResume, Written};
 
-/// The counter an imported session's messages are counted with: the
-/// tokenizer of the model it will resume on (its own, as `soba run -c`
-/// picks it, else the configured one), `o200k_base` when neither resolves.
-fn import_counter(ctx: &Context, session: &ImportedSession) -> BpeCounter {
-    BpeCounter::new(resume_model(ctx, session).map_or(Encoding::O200kBase, |info| info.tokenizer))
-}
-
-/// Loads `encoding`'s vocabulary on a thread of its own (a counter that
-/// needs it meanwhile waits for it). Loading builds the vocabulary twice
-/// over and drops one copy; that thread's freed memory goes back to the
-/// system, as no other thread's allocations would reuse it.
-fn preload_vocabulary(encoding: Encoding) {
-    std::thread::spawn(move || {
-        BpeCounter::new(encoding).count_text("load");
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        #[allow(unsafe_code)]
-        // SAFETY: `malloc_trim` only returns free memory to the system.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-    });
-}
-
-/// The tokenizer of the configured model, `o200k_base` when none resolves.
-fn configured_encoding(ctx: &Context) -> Encoding {
-    ctx.config()
-        .resolve_model(None, &ctx.env)
-        .ok()
-        .and_then(|configured| ctx.config().registry().resolve(&configured.id).ok())
-        .map_or(Encoding::O200kBase, |info| info.tokenizer)
-}
-
-/// The model an imported session resumes on: its own, as `soba run -c`
-/// picks it, else the configured one.
-fn resume_model(
-    ctx: &Context,
-    session: &ImportedSession,
-) -> Option<soba_provider::registry::ModelInfo> {
-    let model = crate::engine::session_model(&session.entries).or_else(|| session.model.clone());
-    let registry = ctx.config().registry();
-    model.and_then(|id| registry.resolve(&id).ok()).or_else(|| {
-        let configured = ctx.config().resolve_model(None, &ctx.env).ok()?;
-        registry.resolve(&configured.id).ok()
+/// The line `soba import` prints when the history is over the window.
+fn first_resume_line(resume: &FirstResume) -> Option<String> {
+    resume.over_window().then(|| {
+        format!(
+            "  first resume: {} tokens of history, over {}'s {}-token window: `soba run -c` compacts it first. \
+             The summarizer reads its newest part (at most compaction.summarizer.maxChunks {} calls, the \
+             estimate is shown before it starts); the older part is kept as local facts (the original task, \
+             files, commands, errors). Nothing is dropped from the session file.\n",
+            group_thousands(resume.live_tokens),
+            Line(&resume.model),
+            group_thousands(resume.context_window),
+            resume.max_chunks
+        )
     })
-}
-
-/// What the first resume of an imported session meets: the tokens of its
-/// history after the last compaction it records, against the window of
-/// the model it resumes on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FirstResume {
-    live_tokens: u64,
-    model: String,
-    context_window: u64,
-    max_chunks: usize,
-}
-
-impl FirstResume {
-    fn of(ctx: &Context, session: &ImportedSession) -> Option<FirstResume> {
-        let info = resume_model(ctx, session)?;
-        let since = session
-            .entries
-            .iter()
-            .rposition(|entry| matches!(entry.body, soba_core::EntryBody::Capsule(_)))
-            .map_or(0, |idx| idx + 1);
-        let live_tokens = session.entries[since..]
-            .iter()
-            .filter_map(|entry| match &entry.body {
-                soba_core::EntryBody::Message(logged) => logged.tokens.map(|t| t.n.get()),
-                _ => None,
-            })
-            .sum();
-        Some(FirstResume {
-            live_tokens,
-            model: info.id,
-            context_window: info.context_window,
-            max_chunks: ctx.config().compaction.summarizer.max_chunks,
-        })
-    }
-
-    fn over_window(&self) -> bool {
-        self.live_tokens > self.context_window
-    }
-
-    /// The line `soba import` prints when the history is over the window.
-    fn line(&self) -> Option<String> {
-        self.over_window().then(|| {
-            format!(
-                "  first resume: {} tokens of history, over {}'s {}-token window: `soba run -c` compacts it first. \
-                 The summarizer reads its newest part (at most compaction.summarizer.maxChunks {} calls, the \
-                 estimate is shown before it starts); the older part is kept as local facts (the original task, \
-                 files, commands, errors). Nothing is dropped from the session file.\n",
-                group_thousands(self.live_tokens),
-                Line(&self.model),
-                group_thousands(self.context_window),
-                self.max_chunks
-            )
-        })
-    }
 }
 
 /// Diagnostics printed per session in plain output; `--json` lists all.
 const MAX_DIAGNOSTICS_SHOWN: usize = 10;
 
-/// What happened to one imported session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Written {
-    /// `--dry-run`: nothing written.
-    DryRun,
-    /// Written as this session file.
-    New { id: String, path: PathBuf },
-    /// The same source session was imported before.
-    Already { id: String, path: PathBuf },
-    /// The source session has more entries than when it was imported as
-    /// `previous` (the agent went on with it): written again as a new
-    /// session, the earlier one kept as it was.
-    Grown {
-        id: String,
-        path: PathBuf,
-        previous: String,
-        before: usize,
-        now: usize,
-    },
-}
-
 /// Runs `soba import`.
 pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
-    ctx.print_warnings();
+    let ctx = Context::load(&global.options())?;
+    crate::output::print_warnings(&ctx);
     let out_dir = args
         .out
         .clone()
@@ -185,46 +77,17 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
         }
         previous_imports(&out_dir)
     };
-    let image_tokens = ctx.config().compaction.image_tokens;
     // The vocabulary sessions are most likely counted in (the configured
     // model's) loads while the first file is read.
-    preload_vocabulary(configured_encoding(&ctx));
+    import::preload_vocabulary(import::configured_encoding(&ctx));
     // Each file's sessions are counted and written before the next file is
     // read, and their entries dropped once written: a folder costs the
     // memory of its largest file, not of all of them.
     let mut reports: Vec<(ImportedSession, Written, Option<FirstResume>)> = Vec::new();
     let mut handle = |found: Vec<ImportedSession>| -> CliResult {
         for mut session in found {
-            let counter = import_counter(&ctx, &session);
-            session.store_counts(&counter, image_tokens);
-            let resume = FirstResume::of(&ctx, &session);
-            let written = if args.dry_run {
-                Written::DryRun
-            } else {
-                let key = import_key(&session.source, &session.original_id);
-                let now = session.entries.len();
-                match previous.get(&key) {
-                    Some(earlier) => match earlier.source_entries.filter(|before| now > *before) {
-                        Some(before) => {
-                            match write_session(&session, &out_dir, &ctx.workspace.root)? {
-                                Written::New { id, path } => Written::Grown {
-                                    id,
-                                    path,
-                                    previous: earlier.id.clone(),
-                                    before,
-                                    now,
-                                },
-                                other => other,
-                            }
-                        }
-                        None => Written::Already {
-                            id: earlier.id.clone(),
-                            path: earlier.path.clone(),
-                        },
-                    },
-                    None => write_session(&session, &out_dir, &ctx.workspace.root)?,
-                }
-            };
+            let (written, resume) =
+                import::import_session(&ctx, &mut session, &out_dir, &previous, args.dry_run)?;
             session.entries = Vec::new();
             reports.push((session, written, resume));
         }
@@ -293,7 +156,7 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     } else {
         for (session, written, resume) in &reports {
             stdout.write_all(session_text(session, written).as_bytes())?;
-            if let Some(line) = resume.as_ref().and_then(FirstResume::line) {
+            if let Some(line) = resume.as_ref().and_then(first_resume_line) {
                 stdout.write_all(line.as_bytes())?;
             }
         }
@@ -378,21 +241,6 @@ fn lock_out_dir(dir: &Path) -> CliResult<Option<std::fs::File>> {
     );
     file.lock().map_err(cannot)?;
     Ok(Some(file))
-}
-
-/// Writes one imported session as a new SOBA session file
-/// ([`soba_store::import::write_session`]).
-fn write_session(session: &ImportedSession, out_dir: &Path, root: &Path) -> CliResult<Written> {
-    let (id, path) = soba_store::import::write_session(session, out_dir, root).map_err(|err| {
-        CliError::from(err).hint(format!(
-            "{} was not imported; nothing was left behind",
-            session.source.display()
-        ))
-    })?;
-    Ok(Written::New {
-        id: id.as_str().to_owned(),
-        path,
-    })
 }
 
 /// The `--json` object of one session (SPEC §3.4).

@@ -9,19 +9,19 @@ use indicatif::{ProgressBar, ProgressStyle};
 use soba_core::tokens::group_thousands;
 
 use crate::cli::{GlobalArgs, ReplayArgs};
-use crate::context::Context;
 use crate::error::{CliError, CliResult};
 use soba_replay::discover::{self, Agent, Discovery, Environment};
 use soba_replay::{
     self as replay, CacheMode, Filter, Input, LeftOutCounts, Loaded, PolicySpec, ReplayError,
     ReplayOptions, ReplayReport,
 };
+use soba_workspace::context::Context;
 
 /// Runs `soba replay`. SOBA's policy runs under the configuration of the
 /// one loader every command uses (files, `SOBA_*` variables, `--set`).
 pub fn cmd_replay(args: &ReplayArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
-    ctx.print_warnings();
+    let ctx = Context::load(&global.options())?;
+    crate::output::print_warnings(&ctx);
     let options = options(args, &ctx)?;
     let filter = filter(args)?;
     let agents = agents(args)?;
@@ -528,7 +528,7 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
 /// with a warning), and its cache prices default to the input price. Two
 /// entries naming one model (`claude-sonnet-4-5` and
 /// `anthropic/claude-sonnet-4-5`) are an error, not a mix of both.
-fn price_table(config: &crate::config::Config) -> CliResult<replay::price::PriceTable> {
+fn price_table(config: &soba_workspace::config::Config) -> CliResult<replay::price::PriceTable> {
     use soba_core::terminal::sanitize_line as line;
     let mut table = replay::price::PriceTable::new();
     let mut named: std::collections::HashMap<String, &str> = std::collections::HashMap::new();

@@ -17,16 +17,16 @@ use soba_engine::barrier::EventSink;
 use soba_engine::event::{EngineEvent, TurnEnd};
 use soba_engine::session::SessionCore;
 use soba_engine::tool::{
-    ApprovalPolicy, Approvals, NON_INTERACTIVE_DENIAL, ToolConfig, ToolContext, ToolError,
-    ToolRegistry, Workspace,
+    ApprovalPolicy, Approvals, NON_INTERACTIVE_DENIAL, ToolContext, ToolRegistry,
 };
 use soba_provider::client::ModelClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{GlobalArgs, RunArgs};
-use crate::context::Context;
-use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult, ErrorKind};
+use soba_workspace::context::Context;
+use soba_workspace::setup::{self, ModelSetup};
+use soba_workspace::tools::{AgentTools, agent_tools};
 
 /// The status text of a running barrier (SPEC §11.2), followed by ` · NN%`.
 const BARRIER_STATUS: &str = "Compacting context before response";
@@ -206,7 +206,7 @@ impl Printer {
                 let short = self
                     .log
                     .as_deref()
-                    .map_or(soba_core::id::MIN_SHORT_HEX, engine::short_id_len);
+                    .map_or(soba_core::id::MIN_SHORT_HEX, setup::short_id_len);
                 let line = end.result_line(|id| id.short_with(short));
                 self.with_stderr(|stderr| stderr.finish(&line));
             }
@@ -216,17 +216,6 @@ impl Printer {
             }
             _ => {}
         }
-    }
-}
-
-/// Maps a tool-subsystem configuration error: a bad `--allow` is a usage
-/// error, anything from config a configuration error.
-fn tool_error(err: ToolError) -> CliError {
-    match &err {
-        ToolError::UnknownAllowName { origin, .. } if *origin == "--allow" => {
-            CliError::usage(err.to_string())
-        }
-        _ => CliError::user(err.to_string()),
     }
 }
 
@@ -242,7 +231,7 @@ fn open(
         (Some(id), _) => Some(id.as_str()),
         (None, true) => None,
         (None, false) => {
-            let (core, warnings) = engine::create_session(ctx, setup, tools)?;
+            let (core, warnings) = setup::create_session(ctx, setup, tools)?;
             for warning in warnings {
                 crate::output::errln!("warning: {warning}");
             }
@@ -250,11 +239,11 @@ fn open(
         }
     };
     let summary = ctx.select_session(wanted)?;
-    let (mut core, diagnostics) = engine::open_session(ctx, &summary.path, setup, tools)?;
+    let (mut core, diagnostics) = setup::open_session(ctx, &summary.path, setup, tools)?;
     for diagnostic in diagnostics {
         crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
     }
-    if engine::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
+    if setup::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
         core.append(EntryBody::ModelChange {
             model: setup.info.id.clone(),
         })?;
@@ -284,13 +273,13 @@ fn guide_first(mut err: CliError) -> CliError {
 }
 
 fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
+    let ctx = Context::load(&global.options())?;
     let _logs = crate::logging::init(&ctx.env);
-    ctx.print_warnings();
-    let resolved = engine::resolve_model(&ctx, args.model.as_deref()).map_err(guide_first)?;
+    crate::output::print_warnings(&ctx);
+    let resolved = setup::resolve_model(&ctx, args.model.as_deref()).map_err(guide_first)?;
     let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
     let budget = setup.budget(&ctx)?;
-    if let engine::WindowSource::Server(source) = &setup.window_source {
+    if let setup::WindowSource::Server(source) = &setup.window_source {
         crate::output::errln!(
             "context window {} tokens, from the server ({source})",
             soba_core::tokens::group_thousands(setup.info.context_window)
@@ -301,22 +290,19 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     }
     let client: Arc<dyn ModelClient> = Arc::from(setup.client(&ctx).map_err(guide_first)?);
     let mut notes = Vec::new();
-    let summarizer = engine::summarizer(&ctx, &setup, &mut notes)?;
+    let summarizer = setup::summarizer(&ctx, &setup, &mut notes)?;
     for note in notes {
         crate::output::errln!("{note}");
     }
-    crate::config::check_tool_allow(&args.allow, &crate::config::Source::Flag("--allow".into()))
-        .map_err(|err| CliError::usage(err.to_string()))?;
-    let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
-        .map_err(tool_error)?;
-    let tool_config = ToolConfig::default()
-        .with_bash_timeout_ms(ctx.config().bash_timeout_ms)
-        .map_err(tool_error)?;
-    let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
+    let AgentTools {
+        policy,
+        config: tool_config,
+        workspace,
+    } = agent_tools(&ctx, args.auto_approve, &args.allow)?;
     let tools = Arc::new(ToolRegistry::builtin());
     let mut core = open(&ctx, args, &setup, &tools)?;
-    engine::install_native(&ctx, &setup, &mut core)?;
-    let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
+    setup::install_native(&ctx, &setup, &mut core)?;
+    let (_, warnings) = setup::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
     for warning in warnings {
         crate::output::errln!("warning: {warning}");
     }
@@ -352,7 +338,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let sink_printer = printer.clone();
     let sink: EventSink = Arc::new(move |event| sink_printer.print(event));
     let agent = Agent {
-        barrier: engine::barrier(core, sink, summarizer),
+        barrier: setup::barrier(core, sink, summarizer),
         model: client,
         tools,
         approvals,
@@ -360,7 +346,7 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
         provider_model: setup.info.wire_model.clone(),
         text_tool_calls: setup.text_tool_calls,
     };
-    let runtime = engine::runtime()?;
+    let runtime = setup::runtime()?;
     let (end, stopped) = runtime.block_on(async {
         let mut signals = StopSignals::install()?;
         let cancel = CancellationToken::new();
@@ -390,7 +376,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
             crate::output::errln!("completed · {in_session}");
             crate::output::errln!(
                 "{}",
-                crate::context::resume_hint(&ctx.locations.sessions_dir, session_id.as_str())
+                soba_workspace::context::resume_hint(
+                    &ctx.locations.sessions_dir,
+                    session_id.as_str()
+                )
             );
             Ok(())
         }
@@ -515,7 +504,7 @@ fn save_interrupted(
     if partial.trim().is_empty() {
         return error(format!(
             "interrupted ({signal}): the turn was cancelled before any reply; {}",
-            crate::context::resume_hint(sessions_dir, session_id)
+            soba_workspace::context::resume_hint(sessions_dir, session_id)
         ));
     }
     let chars = partial.chars().count();
@@ -531,7 +520,7 @@ fn save_interrupted(
     match appended {
         Ok(_) => error(format!(
             "interrupted ({signal}): the turn was cancelled; its partial reply ({chars} characters, marked interrupted) is in the log; {}",
-            crate::context::resume_hint(sessions_dir, session_id)
+            soba_workspace::context::resume_hint(sessions_dir, session_id)
         )),
         Err(err) => {
             let cause = CliError::from(err);

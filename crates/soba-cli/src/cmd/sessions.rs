@@ -12,17 +12,13 @@ use soba_store::reader::{
 };
 
 use crate::cli::{GlobalArgs, SessionsArgs};
-use crate::context::Context;
 use crate::error::CliResult;
-
-/// The fewest characters of a session id shown (the first 8 hex digits of a
-/// uuid v7 are its timestamp).
-pub const MIN_SHORT_SESSION: usize = 8;
+use soba_workspace::context::{Context, MIN_SHORT_SESSION, shortest_unique_prefix};
 
 /// Runs `soba sessions`.
 pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
-    ctx.print_warnings();
+    let ctx = Context::load(&global.options())?;
+    crate::output::print_warnings(&ctx);
     let dir = &ctx.locations.sessions_dir;
     let (listed, skipped) = list_sessions_and_skipped(dir)?;
     if !skipped.is_empty() {
@@ -161,25 +157,6 @@ fn table(sessions: &[SessionSummary], short_len: usize) -> String {
         line([&row[0], &row[1], &row[2], &row[3], &row[4]], &mut out);
     }
     out
-}
-
-/// Returns the length of the shortest prefix (at least `min`) that tells
-/// every id apart.
-pub fn shortest_unique_prefix(ids: &[&str], min: usize) -> usize {
-    let mut sorted: Vec<&str> = ids.to_vec();
-    sorted.sort_unstable();
-    let shared = sorted
-        .windows(2)
-        .map(|pair| {
-            pair[0]
-                .chars()
-                .zip(pair[1].chars())
-                .take_while(|(a, b)| a == b)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
-    (shared + 1).max(min)
 }
 
 /// Returns the first `len` characters of an id.

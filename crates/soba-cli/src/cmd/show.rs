@@ -9,19 +9,19 @@ use soba_core::id::shortest_unique_len;
 use soba_core::terminal::{Line, sanitize_line};
 use soba_core::tokens::group_thousands;
 use soba_core::{EntryBody, EntryId, Usage};
-use soba_store::reader::{DiagnosticKind, LoggedEntry, SessionLog, read_log_outline};
+use soba_store::reader::{LoggedEntry, SessionLog, read_log_outline};
 
 use crate::cli::{GlobalArgs, ShowArgs};
-use crate::context::Context;
 use crate::error::{CliError, CliResult};
+use soba_workspace::context::Context;
 
 /// Characters of message text shown per entry line.
 const PREVIEW_CHARS: usize = 72;
 
 /// Runs `soba show`.
 pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
-    ctx.print_warnings();
+    let ctx = Context::load(&global.options())?;
+    crate::output::print_warnings(&ctx);
     let summary = ctx.select_session(args.session.as_deref())?;
     // The outline: a 1 GB log is shown in memory that grows with its
     // entries, not its bytes.
@@ -45,7 +45,7 @@ pub fn cmd_show(args: &ShowArgs, global: &GlobalArgs) -> CliResult {
                 if problems.len() == 1 { "" } else { "s" },
                 summary.path.display()
             ));
-            for hint in resume_effects(&log) {
+            for hint in soba_workspace::resume::resume_effects(&log) {
                 error = error.hint(hint);
             }
             return Err(error);
@@ -285,7 +285,7 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
         ));
     }
     let path = log.path();
-    let model = crate::engine::model_on_path(path.iter().map(|logged| &logged.entry));
+    let model = soba_workspace::setup::model_on_path(path.iter().map(|logged| &logged.entry));
     out.push_str(&format!(
         "leaf      {} · path {} entries · live stretch {}\n",
         log.leaf()
@@ -333,105 +333,6 @@ fn summary_text(log: &SessionLog, file: &std::path::Path, short_len: usize) -> S
         ));
     }
     out
-}
-
-/// Says what resuming a damaged log does, one line per effect, and that
-/// nothing is lost only when no line or entry is left out of it.
-pub fn resume_effects(log: &SessionLog) -> Vec<String> {
-    let (mut n_skipped, mut n_repaired, mut n_replaced) = (0usize, 0usize, 0usize);
-    let mut repaired_entries = HashSet::new();
-    let mut placeholders = Vec::new();
-    let (mut torn, mut no_header, mut path_cut) = (false, false, false);
-    for diagnostic in log.diagnostics() {
-        match &diagnostic.kind {
-            DiagnosticKind::EmptyFile | DiagnosticKind::MissingHeader { .. } => no_header = true,
-            DiagnosticKind::TornLine { .. } => torn = true,
-            DiagnosticKind::InvalidUtf8 { .. }
-            | DiagnosticKind::InvalidJson { .. }
-            | DiagnosticKind::WrongShape { .. } => n_skipped += 1,
-            DiagnosticKind::RepairedField { id, .. } => {
-                n_repaired += 1;
-                repaired_entries.insert(id.clone());
-            }
-            DiagnosticKind::DamagedEntry { id, .. } => placeholders.push(id.clone()),
-            DiagnosticKind::DuplicateId { .. } => n_replaced += 1,
-            DiagnosticKind::DanglingParent { .. }
-            | DiagnosticKind::DanglingLeaf { .. }
-            | DiagnosticKind::ParentIsLeaf { .. }
-            | DiagnosticKind::LeafTargetsLeaf { .. } => path_cut = true,
-            _ => {}
-        }
-    }
-    let plural =
-        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    let mut hints = Vec::new();
-    if no_header {
-        hints.push(
-            "line 1 is not a session header, so soba cannot resume this file (soba import reads other agents' logs)"
-                .to_owned(),
-        );
-    }
-    if n_skipped > 0 {
-        hints.push(format!(
-            "{} skipped when the session is read: what {} is lost to resuming",
-            plural(n_skipped, "unreadable line is", "unreadable lines are"),
-            if n_skipped == 1 {
-                "it holds"
-            } else {
-                "they hold"
-            }
-        ));
-    }
-    if !placeholders.is_empty() {
-        let path: HashSet<&EntryId> = log.path().iter().map(|logged| &logged.entry.id).collect();
-        let n_on_path = placeholders.iter().filter(|id| path.contains(id)).count();
-        hints.push(format!(
-            "{} kept as {}: the path through {} stays connected, but {} content is left out of the model input ({} on the current path)",
-            plural(placeholders.len(), "damaged entry is", "damaged entries are"),
-            if placeholders.len() == 1 { "a placeholder" } else { "placeholders" },
-            if placeholders.len() == 1 { "it" } else { "them" },
-            if placeholders.len() == 1 { "its" } else { "their" },
-            n_on_path
-        ));
-    }
-    if n_repaired > 0 {
-        hints.push(format!(
-            "{} repaired as listed: {} kept and used with the values read instead",
-            plural(n_repaired, "field was", "fields were"),
-            plural(repaired_entries.len(), "entry is", "entries are"),
-        ));
-    }
-    if n_replaced > 0 {
-        hints.push(format!(
-            "{} an earlier entry's id and {} it: the earlier line is not used",
-            plural(n_replaced, "line repeats", "lines repeat"),
-            if n_replaced == 1 {
-                "replaces"
-            } else {
-                "replace"
-            }
-        ));
-    }
-    if path_cut {
-        hints.push(format!(
-            "the current path is cut short: resuming continues from the {} of the path shown by soba show --entries (marked *), not from the whole history",
-            plural(log.path().len(), "entry", "entries")
-        ));
-    }
-    if torn {
-        hints.push(
-            "the torn last line was never acknowledged; it is ignored and the next append ends it"
-                .to_owned(),
-        );
-    }
-    if !no_header && n_skipped == 0 && placeholders.is_empty() && n_replaced == 0 && !path_cut {
-        hints.push(if n_repaired > 0 {
-            "apart from the repaired fields, nothing is lost by resuming it".to_owned()
-        } else {
-            "every complete line is read: nothing acknowledged is lost by resuming it".to_owned()
-        });
-    }
-    hints
 }
 
 /// Full validation: every reader diagnostic, plus references the path

@@ -103,13 +103,13 @@ fn read_mentioned(workspace: &Workspace, path: &str) -> Result<String, String> {
     }
     // Read beneath the workspace root: a link swapped in after the check
     // above cannot lead outside, a FIFO is refused without blocking.
-    let bytes = crate::engine::read_workspace_file(
+    let bytes = soba_workspace::setup::read_workspace_file(
         workspace.root(),
         resolved.strip_prefix(workspace.root()).unwrap_or(&resolved),
         MAX_ATTACHED_BYTES,
     )
     .map_err(|err| match err {
-        crate::engine::WorkspaceReadError::TooLarge { .. } => format!(
+        soba_workspace::setup::WorkspaceReadError::TooLarge { .. } => format!(
             "it is larger than {}; ask the agent to read the part you need",
             format_size(MAX_ATTACHED_BYTES as usize)
         ),

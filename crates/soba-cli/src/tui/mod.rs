@@ -22,14 +22,15 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{self, Event, KeyCode};
 use ratatui::DefaultTerminal;
-use soba_engine::tool::{ApprovalPolicy, ToolConfig, ToolError, ToolRegistry, Workspace};
+use soba_engine::tool::ToolRegistry;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use crate::cli::{AgentArgs, GlobalArgs};
-use crate::context::Context;
-use crate::engine;
 use crate::error::{CliError, CliResult};
 use history::HistoryFile;
+use soba_workspace::context::Context;
+use soba_workspace::setup;
+use soba_workspace::tools::{AgentTools, agent_tools};
 use state::{Action, AppState, UiEvent};
 use worker::{Launch, Start, Worker};
 
@@ -47,17 +48,6 @@ struct UiFiles {
     indexed_at: Option<Instant>,
 }
 
-/// Maps a tool-subsystem configuration error: a bad `--allow` is a usage
-/// error, anything from config a configuration error.
-fn tool_error(err: ToolError) -> CliError {
-    match &err {
-        ToolError::UnknownAllowName { origin, .. } if *origin == "--allow" => {
-            CliError::usage(err.to_string())
-        }
-        _ => CliError::user(err.to_string()),
-    }
-}
-
 /// Returns which session to open from `-c` and `-r [ID]`.
 fn start_of(args: &AgentArgs) -> Start {
     match (&args.resume, args.continue_session) {
@@ -72,7 +62,7 @@ fn start_of(args: &AgentArgs) -> Start {
 /// key, an impossible budget, an unknown session) are reported before the
 /// terminal is taken over, with the usual exit codes.
 pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(global)?;
+    let ctx = Context::load(&global.options())?;
     // Shown inside the TUI: stderr is hidden behind the alternate screen.
     let config_warnings: Vec<String> = ctx
         .loaded
@@ -80,14 +70,11 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
         .iter()
         .map(|warning| format!("warning: {warning}"))
         .collect();
-    crate::config::check_tool_allow(&args.allow, &crate::config::Source::Flag("--allow".into()))
-        .map_err(|err| CliError::usage(err.to_string()))?;
-    let policy = ApprovalPolicy::new(args.auto_approve, &args.allow, &ctx.config().tools_allow)
-        .map_err(tool_error)?;
-    let tool_config = ToolConfig::default()
-        .with_bash_timeout_ms(ctx.config().bash_timeout_ms)
-        .map_err(tool_error)?;
-    let workspace = Workspace::new(&ctx.workspace.root).map_err(tool_error)?;
+    let AgentTools {
+        policy,
+        config: tool_config,
+        workspace,
+    } = agent_tools(&ctx, args.auto_approve, &args.allow)?;
     let files = UiFiles {
         history: HistoryFile::in_dir(&ctx.locations.sessions_dir),
         root: workspace.root().to_path_buf(),
@@ -107,7 +94,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     let (internal_tx, internal_rx) = mpsc::unbounded_channel();
     let (action_tx, action_rx) = mpsc::unbounded_channel();
     let mut worker = Worker::new(launch, ui_tx, internal_tx);
-    let runtime = engine::runtime()?;
+    let runtime = setup::runtime()?;
     let mut notes = config_warnings;
     notes.extend(runtime.block_on(async { worker.open_start(&start) })?);
     let mut terminal = ratatui::try_init()
@@ -148,7 +135,7 @@ fn exit_line(closed: &worker::Closed, sessions_dir: &std::path::Path) -> Option<
             closed.id,
             crate::output::path(recovery)
         ),
-        None => crate::context::resume_hint(sessions_dir, &closed.id),
+        None => soba_workspace::context::resume_hint(sessions_dir, &closed.id),
     })
 }
 

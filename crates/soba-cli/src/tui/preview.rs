@@ -172,7 +172,7 @@ fn read_text(workspace: &Workspace, path: &str) -> Result<Option<String>, String
         return Ok(None);
     }
     // Read beneath the workspace root, as the edit itself will be.
-    let bytes = crate::engine::read_workspace_file(
+    let bytes = soba_workspace::setup::read_workspace_file(
         workspace.root(),
         resolved.strip_prefix(workspace.root()).unwrap_or(&resolved),
         MAX_PREVIEW_FILE,

@@ -390,7 +390,7 @@ pub enum ModelAccess {
 /// Returns whether model `id` can be used with this configuration and
 /// environment: its provider is configured and its key variable, if it
 /// needs one, is set.
-pub fn model_access(ctx: &crate::context::Context, id: &str) -> ModelAccess {
+pub fn model_access(ctx: &soba_workspace::context::Context, id: &str) -> ModelAccess {
     let provider = match ctx.config().registry().resolve(id) {
         Ok(info) => ctx.config().provider_for(&info.id, &info.provider).ok(),
         // A local model whose window its server reports: usable when its
@@ -414,7 +414,7 @@ pub fn model_access(ctx: &crate::context::Context, id: &str) -> ModelAccess {
 /// reports has no `models` entry and no registry row, yet is usable), the
 /// `models` entries, then the registry's models under the providers that
 /// serve them. `soba demo`'s scripted model answers nowhere else: left out.
-pub fn model_ids(config: &crate::config::Config, current: &str) -> Vec<String> {
+pub fn model_ids(config: &soba_workspace::config::Config, current: &str) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
     let mut add = |id: String| {
         if !id.is_empty() && !ids.contains(&id) {
@@ -430,7 +430,7 @@ pub fn model_ids(config: &crate::config::Config, current: &str) -> Vec<String> {
     }
     for model in soba_provider::registry::BUILTIN_MODELS
         .iter()
-        .filter(|model| model.provider != crate::engine::DEMO_PROVIDER)
+        .filter(|model| model.provider != soba_workspace::setup::DEMO_PROVIDER)
     {
         add(match model.provider {
             "openai" | "anthropic" => format!("{}/{}", model.provider, model.name),
@@ -870,12 +870,16 @@ mod tests {
             r#"{"model": "local/qwen3", "providers": {"local": {"api": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1"}}}"#,
         )
         .expect("config");
-        let env = crate::paths::Env::from_pairs([
+        let env = soba_workspace::paths::Env::from_pairs([
             ("SOBA_HOME", home.display().to_string()),
             ("HOME", dir.path().display().to_string()),
         ]);
-        let ctx = crate::context::Context::load_with(env, &ws, &crate::cli::GlobalArgs::default())
-            .expect("config loads");
+        let ctx = soba_workspace::context::Context::load_with(
+            env,
+            &ws,
+            &soba_workspace::Options::default(),
+        )
+        .expect("config loads");
         let ids = model_ids(ctx.config(), "local/qwen3");
         assert_eq!(ids[0], "local/qwen3");
         assert_eq!(ids.iter().filter(|id| *id == "local/qwen3").count(), 1);

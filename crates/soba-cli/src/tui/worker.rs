@@ -4,17 +4,13 @@
 //! the UI with [`UiEvent`]s. What acts at once during a barrier and what
 //! waits follows SPEC §7.1.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Instant;
 
-use sha2::{Digest, Sha256};
-use soba_core::entry::{SkillAction, SkillEntry};
-use soba_core::render::CapsuleView;
 use soba_core::tokens::group_thousands;
-use soba_core::{Capsule, Entry, EntryBody, EntryId, Quality};
+use soba_core::{Capsule, Entry, EntryBody, Quality};
 use soba_engine::EngineError;
 use soba_engine::agent::Agent;
 use soba_engine::barrier::{EventSink, Forced};
@@ -36,10 +32,14 @@ use super::state::{
     ResultLine, RewindPlan, UiEvent,
 };
 use super::view;
-use crate::cmd::capsule::{self as capsule_files, ExportSource, HandoffInput};
-use crate::context::Context;
-use crate::engine::{self, ModelSetup};
 use crate::error::{CliError, CliResult};
+use soba_workspace::capsule::handoff::{self, HandoffInput};
+use soba_workspace::capsule::load as capsule_file;
+use soba_workspace::capsule::{self, ExportSource, ListedKind};
+use soba_workspace::context::Context;
+use soba_workspace::memory::{self, MemoryError, NotSaved};
+use soba_workspace::setup::{self, ModelSetup};
+use soba_workspace::{session, skill};
 
 /// Which session to open at launch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,22 +183,13 @@ fn note_error(err: impl std::fmt::Display) -> String {
 
 fn cli_note(err: &CliError) -> String {
     let mut text = format!("error: {}", err.message);
-    if let Some(source) = &err.source {
-        for cause in source.chain() {
-            text.push_str(&format!(": {cause}"));
-        }
+    for cause in err.causes() {
+        text.push_str(&format!(": {cause}"));
     }
     for hint in &err.hints {
         text.push_str(&format!("\nhint: {hint}"));
     }
     text
-}
-
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 impl Worker {
@@ -262,7 +253,7 @@ impl Worker {
                 // Resolve the model now so a missing key fails before the
                 // terminal is taken over; the session is chosen in the UI.
                 let ctx = &self.launch.ctx;
-                let resolved = engine::resolve_model(ctx, self.launch.model_flag.as_deref())?;
+                let resolved = setup::resolve_model(ctx, self.launch.model_flag.as_deref())?;
                 let setup = ModelSetup::resolve(ctx, &resolved.id)?;
                 setup.budget(ctx)?;
                 // The key too: the client reads it.
@@ -279,11 +270,10 @@ impl Worker {
     }
 
     fn open_new(&mut self) -> CliResult<Vec<String>> {
-        let resolved = engine::resolve_model(&self.launch.ctx, self.launch.model_flag.as_deref())?;
+        let resolved = setup::resolve_model(&self.launch.ctx, self.launch.model_flag.as_deref())?;
         let setup = self.setup_for(&resolved.id)?;
         self.live = None;
-        let (core, warnings) =
-            engine::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;
+        let (core, warnings) = setup::create_session(&self.launch.ctx, &setup, &self.launch.tools)?;
         let mut notes = self.install(core, setup)?;
         notes.extend(warnings);
         Ok(notes)
@@ -297,7 +287,7 @@ impl Worker {
             .into_iter()
             .map(|logged| logged.entry)
             .collect();
-        let model = engine::model_for_session(
+        let model = setup::model_for_session(
             &self.launch.ctx,
             self.launch.model_flag.as_deref(),
             &entries,
@@ -306,8 +296,8 @@ impl Worker {
         // Drop the open session first: its writer holds the file lock.
         self.live = None;
         let (mut core, diagnostics) =
-            engine::open_session(&self.launch.ctx, path, &setup, &self.launch.tools)?;
-        if engine::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
+            setup::open_session(&self.launch.ctx, path, &setup, &self.launch.tools)?;
+        if setup::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
             core.append(EntryBody::ModelChange {
                 model: setup.info.id.clone(),
             })?;
@@ -324,7 +314,7 @@ impl Worker {
         let ctx = &self.launch.ctx;
         let mut notes = Vec::new();
         let budget = setup.budget(ctx)?;
-        if let engine::WindowSource::Server(source) = &setup.window_source {
+        if let setup::WindowSource::Server(source) = &setup.window_source {
             notes.push(format!(
                 "context window {} tokens, from the server ({source})",
                 soba_core::tokens::group_thousands(setup.info.context_window)
@@ -336,17 +326,17 @@ impl Worker {
                 .iter()
                 .map(|warning| format!("warning: {warning}")),
         );
-        let (_, warnings) = engine::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
+        let (_, warnings) = setup::snapshot_agents_md(&mut core, &ctx.workspace.root)?;
         notes.extend(
             warnings
                 .into_iter()
                 .map(|warning| format!("warning: {warning}")),
         );
-        let summarizer = engine::summarizer(ctx, &setup, &mut notes)?;
+        let summarizer = setup::summarizer(ctx, &setup, &mut notes)?;
         let client: Arc<dyn ModelClient> = Arc::from(setup.client(ctx)?);
         // A model switch reopens the session through here, so the native
         // compactor always follows the current model (SPEC §10.3).
-        engine::install_native(ctx, &setup, &mut core)?;
+        setup::install_native(ctx, &setup, &mut core)?;
         // "Always" grants last as long as the session: a model switch
         // reopens the same log and keeps them.
         let log = core.log_path().to_path_buf();
@@ -385,7 +375,7 @@ impl Worker {
             }
         });
         let agent = Agent {
-            barrier: engine::barrier(core.clone(), self.sink(), summarizer),
+            barrier: setup::barrier(core.clone(), self.sink(), summarizer),
             model: client,
             tools: self.launch.tools.clone(),
             approvals,
@@ -635,7 +625,7 @@ impl Worker {
         // AGENTS.md is snapshotted again at a turn start when it changed (SPEC §5).
         let snapshot = {
             let mut core = live.core.lock().await;
-            engine::snapshot_agents_md(&mut core, &self.launch.ctx.workspace.root)
+            setup::snapshot_agents_md(&mut core, &self.launch.ctx.workspace.root)
         };
         match snapshot {
             Ok((_, warnings)) => {
@@ -930,15 +920,15 @@ impl Worker {
             Some(previous) => {
                 // Both were likely started within the minute: the prefix
                 // that tells the previous one apart, for `soba -r`.
-                let prefix = crate::context::session_prefix(dir, &previous);
+                let prefix = soba_workspace::context::session_prefix(dir, &previous);
                 format!(
                     "new session {}; the previous one ({prefix}) is kept: /resume or `soba -r {prefix}` opens it (an unused one is removed)",
-                    crate::context::session_prefix(dir, &now),
+                    soba_workspace::context::session_prefix(dir, &now),
                 )
             }
             None => format!(
                 "new session {}",
-                crate::context::session_prefix(dir, &now)
+                soba_workspace::context::session_prefix(dir, &now)
             ),
         });
     }
@@ -960,23 +950,8 @@ impl Worker {
     }
 
     async fn set_auto_compact(&self, on: bool) {
-        if self
-            .append(EntryBody::ConfigChange {
-                auto_compact: Some(on),
-                approvals: None,
-            })
-            .await
-            .is_some()
-        {
-            self.note(format!(
-                "auto-compact {}{}",
-                if on { "on" } else { "off" },
-                if on {
-                    ""
-                } else {
-                    ": only hard_limit and context overflow compact now"
-                }
-            ));
+        if self.append(session::auto_compact(on)).await.is_some() {
+            self.note(session::auto_compact_line(on));
         }
     }
 
@@ -1049,16 +1024,9 @@ impl Worker {
         let Some(live) = &self.live else {
             return;
         };
-        let target = match EntryId::parse(&plan.leaf) {
-            Ok(target) => target,
-            Err(err) => {
-                self.note(note_error(err));
-                return;
-            }
-        };
-        let result = live.core.lock().await.rewind(target.clone());
+        let result = session::rewind(&mut *live.core.lock().await, &plan.leaf);
         match result {
-            Ok(_) => {
+            Ok(target) => {
                 if let Some(text) = &plan.restore_input {
                     self.send(UiEvent::SetInput(text.clone()));
                     // The leaf is the entry before the message: name what the
@@ -1098,9 +1066,9 @@ impl Worker {
         // (`soba -r` takes it): sessions started within the minute share
         // their first 8 characters.
         let ids: Vec<&str> = sessions.iter().map(|summary| summary.id.as_str()).collect();
-        let id_len = crate::cmd::sessions::shortest_unique_prefix(
+        let id_len = soba_workspace::context::shortest_unique_prefix(
             &ids,
-            crate::cmd::sessions::MIN_SHORT_SESSION,
+            soba_workspace::context::MIN_SHORT_SESSION,
         );
         // Unused sessions (left by a crash or an older version) are not
         // worth resuming.
@@ -1227,10 +1195,7 @@ impl Worker {
         // Everything the new model needs (limits, its key, its client) is
         // checked before the log says anything: a switch that cannot work
         // leaves the session, its model and its conversation as they are.
-        let setup = match self
-            .setup_for(id)
-            .and_then(|setup| setup.client(&self.launch.ctx).map(|_| setup))
-        {
+        let setup = match session::usable_model(&self.launch.ctx, id) {
             Ok(setup) => setup,
             Err(err) => {
                 self.note(cli_note(&err));
@@ -1288,84 +1253,13 @@ impl Worker {
             return;
         };
         let active = live.core.lock().await.live().pinned_state().skills;
-        let current = active.iter().find(|skill| skill.name == name).cloned();
-        let body = if off {
-            let Some(current) = current else {
-                self.note(format!("skill {name} is not active"));
-                return;
-            };
-            SkillEntry {
-                name: name.to_owned(),
-                action: SkillAction::Deactivate,
-                sha256: current.sha256,
-                text: String::new(),
+        match skill::change(&self.launch.ctx.workspace, &active, name, off) {
+            Ok(body) => {
+                if self.append(EntryBody::Skill(body)).await.is_some() {
+                    self.note(skill::confirmation(name, off));
+                }
             }
-        } else {
-            let file = self
-                .launch
-                .ctx
-                .workspace
-                .project_dir()
-                .join("skills")
-                .join(format!("{name}.md"));
-            let root = &self.launch.ctx.workspace.root;
-            // Read beneath the workspace root, as the file tools read: no
-            // link swapped in can lead outside, a FIFO never blocks.
-            let read = file
-                .strip_prefix(root)
-                .map_err(|err| crate::engine::WorkspaceReadError::Refused(err.to_string()))
-                .and_then(|rel| {
-                    crate::engine::read_workspace_file(root, rel, crate::engine::SKILL_MAX_BYTES)
-                });
-            let text = match read.map(String::from_utf8) {
-                Ok(Ok(text)) => text,
-                Ok(Err(_)) => {
-                    self.note(format!(
-                        "skill {name} was not activated: it is not UTF-8 text; skills are markdown files in .soba/skills/"
-                    ));
-                    return;
-                }
-                Err(crate::engine::WorkspaceReadError::TooLarge { size }) => {
-                    self.note(format!(
-                        "skill {name} was not activated: it is {size} bytes, over {}; keep skills short",
-                        crate::engine::SKILL_MAX_BYTES
-                    ));
-                    return;
-                }
-                Err(crate::engine::WorkspaceReadError::Missing) => {
-                    self.note(format!(
-                        "skill {name} was not activated: there is no .soba/skills/{name}.md (skills are markdown files in .soba/skills/)"
-                    ));
-                    return;
-                }
-                Err(why) => {
-                    self.note(format!(
-                        "skill {name} was not activated: {why} (skills are markdown files in .soba/skills/)"
-                    ));
-                    return;
-                }
-            };
-            let sha256 = sha256_hex(&text);
-            if current.as_ref().is_some_and(|skill| skill.sha256 == sha256) {
-                self.note(format!("skill {name} is already active"));
-                return;
-            }
-            SkillEntry {
-                name: name.to_owned(),
-                action: SkillAction::Activate,
-                sha256,
-                text,
-            }
-        };
-        if self.append(EntryBody::Skill(body)).await.is_some() {
-            self.note(format!(
-                "skill {name} {}",
-                if off {
-                    "deactivated"
-                } else {
-                    "activated: its text is part of the system prompt"
-                }
-            ));
+            Err(refusal) => self.note(refusal.to_string()),
         }
     }
 
@@ -1378,20 +1272,19 @@ impl Worker {
         let Some(log) = self.read_log(&core, "list capsules") else {
             return;
         };
-        let on_path: HashSet<&EntryId> = log.path().iter().map(|l| &l.entry.id).collect();
         let mut lines = vec!["capsules in this session (newest first):".to_owned()];
         let mut n = 0;
-        for entry in log.entries().iter().rev().map(|l| &l.entry) {
-            if let EntryBody::Capsule(capsule) = &entry.body {
+        for listed in capsule::listing(&log).into_iter().rev() {
+            if let ListedKind::Capsule(capsule) = listed.kind {
                 n += 1;
                 lines.push(format!(
                     "  {}  {:<15} {:<8} {} → {} tokens{}",
-                    entry.id.short_with(short),
+                    listed.entry.id.short_with(short),
                     capsule.trigger.as_str(),
                     capsule.quality.as_str(),
                     group_thousands(capsule.tokens_before.get()),
                     group_thousands(capsule.tokens_after.get()),
-                    if on_path.contains(&entry.id) {
+                    if listed.on_path {
                         ""
                     } else {
                         "  (not on the current path)"
@@ -1402,23 +1295,16 @@ impl Worker {
         if n == 0 {
             lines.push("  (none)".to_owned());
         }
-        let project = self.launch.ctx.workspace.project_dir();
-        for dir in ["capsules", "memory"] {
-            let mut files: Vec<String> = std::fs::read_dir(project.join(dir))
-                .into_iter()
-                .flatten()
-                .filter_map(|entry| entry.ok())
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.ends_with(".capsule.md"))
-                .collect();
-            files.sort();
-            if !files.is_empty() {
-                lines.push(format!(".soba/{dir}/:"));
-                lines.extend(
-                    files
-                        .into_iter()
-                        .map(|name| format!("  {}", soba_core::terminal::Line(&name))),
-                );
+        for folder in capsule::capsule_folders(&self.launch.ctx.workspace.project_dir()) {
+            if !folder.files.is_empty() {
+                lines.push(format!(".soba/{}/:", folder.dir));
+                lines.extend(folder.files.iter().map(|file| {
+                    let name = file
+                        .file_name()
+                        .map(|name| name.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    format!("  {}", soba_core::terminal::Line(&name))
+                }));
             }
         }
         drop(core);
@@ -1440,7 +1326,7 @@ impl Worker {
                 return;
             };
             let entries: Vec<Entry> = log.entries().iter().map(|l| l.entry.clone()).collect();
-            capsule_files::prepare_export(
+            capsule::prepare_export(
                 &root,
                 ExportSource {
                     entries: &entries,
@@ -1454,15 +1340,14 @@ impl Worker {
         };
         // The file is written without holding the session.
         let written = prepared.and_then(|export| {
-            capsule_files::write_file(&root, &export.file, &export.rendered.text, force)
-                .map(|()| export)
+            capsule::write_file(&root, &export.file, &export.rendered.text, force).map(|()| export)
         });
         match written {
             Ok(export) => self.note(format!(
                 "wrote {} ({} tokens; {})",
-                capsule_files::display_path(&root, &export.file),
+                capsule::display_path(&root, &export.file),
                 group_thousands(export.rendered.tokens.get()),
-                capsule_files::redaction_note(&export.rendered)
+                capsule::redaction_note(&export.rendered)
             )),
             Err(err) => self.note(cli_note(&err)),
         }
@@ -1473,8 +1358,8 @@ impl Worker {
             return;
         };
         let root = self.launch.ctx.workspace.root.clone();
-        let file = capsule_files::load_path(&root, Path::new(given));
-        let text = match capsule_files::read_capsule_text(&root, &file) {
+        let file = capsule_file::load_path(&root, Path::new(given));
+        let text = match capsule_file::read_capsule_text(&root, &file) {
             Ok(text) => text,
             Err(err) => {
                 self.note(cli_note(&err));
@@ -1483,7 +1368,7 @@ impl Worker {
         };
         let checked = {
             let core = live.core.lock().await;
-            capsule_files::check_capsule_file(
+            capsule_file::check_capsule_file(
                 &root,
                 &file,
                 text,
@@ -1549,7 +1434,7 @@ impl Worker {
             return;
         }
         let project_dir = self.launch.ctx.workspace.project_dir();
-        let made = capsule_files::create_handoff(HandoffInput {
+        let made = handoff::create_handoff(HandoffInput {
             title,
             force,
             root: &self.launch.ctx.workspace.root,
@@ -1581,60 +1466,39 @@ impl Worker {
     }
 
     async fn save_to_memory(&self, end: &CompactionEnd) {
-        let (Outcome::Completed, Some(id)) = (end.outcome, &end.checkpoint_id) else {
-            self.note(format!(
-                "not saved to Project Memory: no capsule was made ({}){}",
-                end.reason.as_deref().unwrap_or("nothing to compact"),
-                if end.outcome == Outcome::Skipped {
-                    "; to save the state as it is, write a handoff: /capsule create \"title\""
-                } else {
-                    ""
-                }
-            ));
-            return;
+        let id = match memory::savable(end) {
+            Ok(id) => id,
+            Err(NotSaved::NoCapsule { reason, skipped }) => {
+                self.note(format!(
+                    "not saved to Project Memory: no capsule was made ({}){}",
+                    reason.as_deref().unwrap_or("nothing to compact"),
+                    if skipped {
+                        "; to save the state as it is, write a handoff: /capsule create \"title\""
+                    } else {
+                        ""
+                    }
+                ));
+                return;
+            }
+            Err(NotSaved::Degraded { .. }) => {
+                self.note("not saved to Project Memory: the capsule is degraded (fallback used); only full capsules are saved");
+                return;
+            }
         };
-        if end.quality != Some(Quality::Full) {
-            self.note("not saved to Project Memory: the capsule is degraded (fallback used); only full capsules are saved");
-            return;
-        }
         let Some(live) = &self.live else {
             return;
         };
         let core = live.core.lock().await;
-        let Some(EntryBody::Capsule(capsule)) = core.entry(id).map(|entry| &entry.body) else {
-            return;
-        };
-        let leaf = core
-            .leaf()
-            .map(|leaf| leaf.as_str().to_owned())
-            .unwrap_or_default();
-        let rendered = capsule_files::render_file(
-            &CapsuleView::from(capsule.as_ref()),
-            id.as_str(),
-            &capsule_files::title_of(capsule, id, self.short(&core)),
-            core.header().id.as_str(),
-            &leaf,
-            core.counter().as_ref(),
-        );
-        drop(core);
-        let file = self
-            .launch
-            .ctx
-            .workspace
-            .project_dir()
-            .join("memory")
-            .join(format!("{id}.capsule.md"));
-        match capsule_files::write_file(
-            &self.launch.ctx.workspace.root,
-            &file,
-            &rendered.text,
-            false,
-        ) {
-            Ok(()) => self.note(format!(
-                "saved to Project Memory: .soba/memory/{id}.capsule.md ({})",
-                capsule_files::redaction_note(&rendered)
+        let session_id = core.header().id.as_str().to_owned();
+        match memory::save(&self.launch.ctx.workspace, &core, id, &session_id) {
+            Ok(saved) => self.note(format!(
+                "saved to Project Memory: .soba/memory/{}.capsule.md ({})",
+                saved.id,
+                capsule::redaction_note(&saved.rendered)
             )),
-            Err(err) => self.note(cli_note(&err)),
+            // The capsule just appended is always there.
+            Err(MemoryError::Missing(_) | MemoryError::NotACapsule(_)) => {}
+            Err(MemoryError::Write(err)) => self.note(cli_note(&err)),
         }
     }
 }
@@ -1648,9 +1512,9 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::cli::GlobalArgs;
-    use crate::paths::Env;
     use crate::tui::command::RewindTarget;
+    use soba_workspace::Options;
+    use soba_workspace::paths::Env;
 
     /// A worker on a new session whose model and summarizer are the fake
     /// server's, driven through its channels as the UI drives it.
@@ -1716,7 +1580,7 @@ mod tests {
             ("SOBA_HOME", home.display().to_string()),
             ("HOME", dir.path().display().to_string()),
         ]);
-        let ctx = Context::load_with(env, &ws, &GlobalArgs::default()).expect("config loads");
+        let ctx = Context::load_with(env, &ws, &Options::default()).expect("config loads");
         let launch = Launch {
             workspace: Workspace::new(&ctx.workspace.root).expect("workspace"),
             ctx,

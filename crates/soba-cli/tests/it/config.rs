@@ -6,8 +6,10 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use soba_cli::config::{self, ConfigError, LoadInput, Loaded, NO_MODEL_MESSAGE, Source, schema};
-use soba_cli::paths::Env;
+use soba_workspace::config::{
+    self, ConfigError, LoadInput, Loaded, NO_MODEL_MESSAGE, Source, schema,
+};
+use soba_workspace::paths::Env;
 
 use crate::support::{Sandbox, text};
 

@@ -74,7 +74,7 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
     let sessions_dir = keep
         .path()
         .join("home/sessions")
-        .join(soba_cli::paths::project_slug(&workspace));
+        .join(soba_workspace::paths::project_slug(&workspace));
     // The kept log opens cleanly and holds the capsules the timeline names.
     let sessions: Vec<_> = std::fs::read_dir(&sessions_dir)
         .unwrap()

@@ -165,7 +165,7 @@ impl Sandbox {
         let ws = root.join("ws");
         let sessions = root
             .join("home/sessions")
-            .join(soba_cli::paths::project_slug(&ws));
+            .join(soba_workspace::paths::project_slug(&ws));
         let mut vars = BTreeMap::new();
         vars.insert("root".to_owned(), root.display().to_string());
         vars.insert("ws".to_owned(), ws.display().to_string());

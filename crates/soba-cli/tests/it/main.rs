@@ -17,6 +17,7 @@ mod demo;
 mod docs;
 mod hostile;
 mod import;
+mod layout;
 mod plan_traces;
 mod providers;
 mod replay;

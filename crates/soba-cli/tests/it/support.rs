@@ -119,7 +119,7 @@ impl Sandbox {
     pub fn sessions_dir(&self) -> PathBuf {
         self.home
             .join("sessions")
-            .join(soba_cli::paths::project_slug(&self.ws))
+            .join(soba_workspace::paths::project_slug(&self.ws))
     }
 
     /// Returns the session logs, sorted.

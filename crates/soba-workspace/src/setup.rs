@@ -32,7 +32,7 @@ use tokio::sync::Mutex;
 
 use crate::config::{ConfigError, ProviderConfig};
 use crate::context::Context;
-use crate::error::{CliError, CliResult};
+use crate::error::{Result, WorkspaceError};
 
 /// A model resolved through the registry and the provider configuration.
 #[derive(Debug, Clone)]
@@ -146,14 +146,14 @@ impl ModelSetup {
     /// A model whose window neither the registry nor the config knows, on
     /// an OpenAI-compatible provider (Ollama, llama.cpp, any local server),
     /// gets the window its server reports (see [`WindowSource::Server`]).
-    pub fn resolve(ctx: &Context, id: &str) -> CliResult<Self> {
+    pub fn resolve(ctx: &Context, id: &str) -> Result<Self> {
         let mut registry = ctx.config().registry();
         let mut window_source = WindowSource::Registry;
         let info = match registry.resolve(id) {
             Ok(info) => info,
             Err(soba_provider::RegistryError::MissingContextWindow { model, key }) => {
                 let asked = Self::ask_server(ctx, id).map_err(|why| {
-                    CliError::from(ConfigError::from(
+                    WorkspaceError::from(ConfigError::from(
                         soba_provider::RegistryError::MissingContextWindow {
                             model: model.clone(),
                             key: key.clone(),
@@ -251,7 +251,7 @@ impl ModelSetup {
     }
 
     /// Computes the limits of SPEC §4.3 for this model and configuration.
-    pub fn budget(&self, ctx: &Context) -> CliResult<Budget> {
+    pub fn budget(&self, ctx: &Context) -> Result<Budget> {
         let window = TokenCount::new(self.info.context_window);
         let max_output = TokenCount::new(self.info.max_output_tokens);
         Budget::compute(
@@ -265,9 +265,9 @@ impl ModelSetup {
     /// Builds the provider client, its key read from the provider's
     /// `apiKeyEnv` variable. (The agent loop records the session's model id
     /// on the assistant messages, not the provider's reported name.)
-    pub fn client(&self, ctx: &Context) -> CliResult<Box<dyn ModelClient>> {
+    pub fn client(&self, ctx: &Context) -> Result<Box<dyn ModelClient>> {
         if self.provider.name == DEMO_PROVIDER && self.provider.base_url.is_empty() {
-            return Err(CliError::user(format!(
+            return Err(WorkspaceError::user(format!(
                 "model {} is soba demo's scripted model and cannot answer",
                 self.info.id
             ))
@@ -279,7 +279,7 @@ impl ModelSetup {
             .map_err(|err| with_onboarding(ctx, err))?;
         client_for(self.provider.api, endpoint, ctx.config().http()).map_err(|err| match err {
             // A baseUrl that is no usable URL is the user's to fix.
-            soba_provider::ProviderError::InvalidConfig { .. } => CliError::user(format!(
+            soba_provider::ProviderError::InvalidConfig { .. } => WorkspaceError::user(format!(
                 "provider {}: {err}",
                 self.provider.name
             ))
@@ -287,8 +287,10 @@ impl ModelSetup {
                 "fix providers.{}.baseUrl in your config (`soba config show` says where it is set)",
                 self.provider.name
             )),
-            _ => CliError::internal(format!("cannot build the {} client", self.provider.name))
-                .caused_by(err),
+            _ => {
+                WorkspaceError::internal(format!("cannot build the {} client", self.provider.name))
+                    .caused_by(err)
+            }
         })
     }
 }
@@ -327,32 +329,32 @@ pub fn onboarding(ctx: &Context) -> Vec<String> {
 
 /// Adds the onboarding to a missing model or key; other configuration
 /// errors convert as usual.
-pub fn with_onboarding(ctx: &Context, err: ConfigError) -> CliError {
+pub fn with_onboarding(ctx: &Context, err: ConfigError) -> WorkspaceError {
     let onboard = matches!(err, ConfigError::NoModel | ConfigError::MissingKey { .. });
-    let mut cli_error = CliError::from(err);
+    let mut error = WorkspaceError::from(err);
     if onboard {
-        cli_error.hints.extend(onboarding(ctx));
+        error.hints.extend(onboarding(ctx));
     }
-    cli_error
+    error
 }
 
 /// Resolves the conversation model (`--model`, `SOBA_MODEL`, the config,
 /// the first key set); with none, the error carries the onboarding.
-pub fn resolve_model(ctx: &Context, flag: Option<&str>) -> CliResult<crate::config::ResolvedModel> {
+pub fn resolve_model(ctx: &Context, flag: Option<&str>) -> Result<crate::config::ResolvedModel> {
     ctx.config()
         .resolve_model(flag, &ctx.env)
         .map_err(|err| with_onboarding(ctx, err))
 }
 
 /// Turns an impossible budget into a configuration error naming the model.
-pub fn budget_error(model: &str, err: BudgetError) -> CliError {
+pub fn budget_error(model: &str, err: BudgetError) -> WorkspaceError {
     let hint = match &err {
         BudgetError::HardLimit { .. } => {
             format!("lower compaction.safetyReserveTokens or models.\"{model}\".maxOutputTokens")
         }
         _ => "fix the value with --set compaction.<key>=<value> or in config.json".to_owned(),
     };
-    CliError::user(format!("model {model}: {err}")).hint(hint)
+    WorkspaceError::user(format!("model {model}: {err}")).hint(hint)
 }
 
 /// Picks the summarizer (SPEC §9.2, §18) with soba-provider's
@@ -367,10 +369,10 @@ pub fn summarizer(
     ctx: &Context,
     main: &ModelSetup,
     notes: &mut Vec<String>,
-) -> CliResult<Option<Arc<dyn Summarizer>>> {
+) -> Result<Option<Arc<dyn Summarizer>>> {
     let configured = ctx.config().compaction.summarizer.model.clone();
     // Only a default choice may quietly fall back; a configured one fails.
-    let fallback = |notes: &mut Vec<String>, id: &str, err: CliError| {
+    let fallback = |notes: &mut Vec<String>, id: &str, err: WorkspaceError| {
         if configured.is_some() {
             return Err(err);
         }
@@ -424,8 +426,9 @@ pub fn summarizer(
     match LlmSummarizer::connect(api, endpoint, ctx.config().http(), &info) {
         Ok(summarizer) => Ok(Some(Arc::new(summarizer))),
         Err(err) => {
-            let err = CliError::internal(format!("cannot build the {} client", info.provider))
-                .caused_by(err);
+            let err =
+                WorkspaceError::internal(format!("cannot build the {} client", info.provider))
+                    .caused_by(err);
             fallback(notes, &info.id, err)
         }
     }
@@ -454,7 +457,7 @@ pub fn is_native(ctx: &Context, setup: &ModelSetup) -> bool {
 pub fn native_compactor(
     ctx: &Context,
     setup: &ModelSetup,
-) -> CliResult<Option<Arc<dyn NativeCompactor>>> {
+) -> Result<Option<Arc<dyn NativeCompactor>>> {
     if !is_native(ctx, setup) {
         return Ok(None);
     }
@@ -468,7 +471,7 @@ pub fn native_compactor(
         ctx.config().http(),
     )
     .map_err(|err| {
-        CliError::internal(format!(
+        WorkspaceError::internal(format!(
             "cannot build the {} native compaction client",
             setup.provider.name
         ))
@@ -478,7 +481,7 @@ pub fn native_compactor(
 
 /// Sets the session's native compactor for its model (SPEC §10.3), or
 /// clears it; call it after opening a session and after a model switch.
-pub fn install_native(ctx: &Context, setup: &ModelSetup, core: &mut SessionCore) -> CliResult {
+pub fn install_native(ctx: &Context, setup: &ModelSetup, core: &mut SessionCore) -> Result {
     core.set_native(native_compactor(ctx, setup)?);
     Ok(())
 }
@@ -586,7 +589,7 @@ pub fn measure_log(
     header: &SessionHeader,
     mut path: Vec<Entry>,
     tools: &ToolRegistry,
-) -> CliResult<(Measurement, Calibration, CountSources)> {
+) -> Result<(Measurement, Calibration, CountSources)> {
     let budget = setup.budget(ctx)?;
     let config = session_config(ctx, setup, header, tools);
     let memo_path = count_memo_path(ctx);
@@ -794,7 +797,7 @@ pub fn create_session(
     ctx: &Context,
     setup: &ModelSetup,
     tools: &ToolRegistry,
-) -> CliResult<(SessionCore, Vec<String>)> {
+) -> Result<(SessionCore, Vec<String>)> {
     let mut minter = SystemMinter;
     let mut header = SessionHeader::new(&mut minter, ctx.workspace.root.display().to_string());
     let (memory, warnings) = memory_index_checked(&ctx.workspace.root);
@@ -815,9 +818,9 @@ pub fn open_session(
     path: &Path,
     setup: &ModelSetup,
     tools: &ToolRegistry,
-) -> CliResult<(SessionCore, Vec<String>)> {
+) -> Result<(SessionCore, Vec<String>)> {
     let header = soba_store::reader::read_header(path).map_err(|reason| {
-        CliError::user(format!(
+        WorkspaceError::user(format!(
             "{} is not a soba session ({reason})",
             path.display()
         ))
@@ -943,7 +946,7 @@ pub fn read_agents_md(root: &Path) -> Result<Option<(&'static str, String)>, Str
 pub fn snapshot_agents_md(
     core: &mut SessionCore,
     root: &Path,
-) -> CliResult<(Option<Entry>, Vec<String>)> {
+) -> Result<(Option<Entry>, Vec<String>)> {
     let mut warnings = Vec::new();
     let (name, text) = match read_agents_md(root) {
         Ok(Some(found)) => found,
@@ -995,7 +998,7 @@ pub fn model_on_path<'a>(path: impl DoubleEndedIterator<Item = &'a Entry>) -> Op
 
 /// Returns the model a command on an existing session uses: `--model`,
 /// else the session's own model, else the configured one.
-pub fn model_for_session(ctx: &Context, flag: Option<&str>, path: &[Entry]) -> CliResult<String> {
+pub fn model_for_session(ctx: &Context, flag: Option<&str>, path: &[Entry]) -> Result<String> {
     model_for_session_with(ctx, flag, path, None)
 }
 
@@ -1006,7 +1009,7 @@ pub fn model_for_session_with(
     flag: Option<&str>,
     path: &[Entry],
     header: Option<&SessionHeader>,
-) -> CliResult<String> {
+) -> Result<String> {
     if let Some(model) = flag.map(str::trim).filter(|m| !m.is_empty()) {
         return Ok(model.to_owned());
     }
@@ -1039,11 +1042,11 @@ pub fn barrier(
 }
 
 /// Starts the async runtime the engine runs on.
-pub fn runtime() -> CliResult<tokio::runtime::Runtime> {
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|err| CliError::internal("cannot start the async runtime").caused_by(err))
+        .map_err(|err| WorkspaceError::internal("cannot start the async runtime").caused_by(err))
 }
 
 /// Returns how many hex digits make every id of the session log at `log`
@@ -1065,7 +1068,7 @@ mod tests {
     use soba_provider::fake::{FakeServer, Script};
     use tokio_util::sync::CancellationToken;
 
-    use crate::cli::GlobalArgs;
+    use crate::context::Options;
     use crate::paths::Env;
 
     /// A context in a temporary home whose model `fake/codex` is served
@@ -1102,7 +1105,7 @@ mod tests {
             ("HOME", dir.display().to_string()),
             ("FAKE_KEY", "sk-fake".to_owned()),
         ]);
-        Context::load_with(env, &ws, &GlobalArgs::default()).unwrap()
+        Context::load_with(env, &ws, &Options::default()).unwrap()
     }
 
     /// Appends three answered user turns, the last answer carrying usage.

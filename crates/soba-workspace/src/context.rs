@@ -6,11 +6,26 @@ use std::path::{Path, PathBuf};
 
 use soba_store::reader::{SessionSummary, find_session, has_content, list_sessions};
 
-use crate::cli::GlobalArgs;
-use crate::cmd::sessions::MIN_SHORT_SESSION;
 use crate::config::{self, LoadInput, Loaded};
-use crate::error::{CliError, CliResult};
+use crate::error::{Result, WorkspaceError};
 use crate::paths::{Env, Locations, Workspace};
+
+/// The fewest characters of a session id shown (the first 8 hex digits of a
+/// uuid v7 are its timestamp).
+pub const MIN_SHORT_SESSION: usize = 8;
+
+/// What a front door was told about the workspace (the global flags of
+/// `soba`): `--cwd`, `--session-dir` and every `--set PATH=VALUE`.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The workspace root (default: the current directory).
+    pub cwd: Option<PathBuf>,
+    /// The sessions directory (default: under `$SOBA_HOME` or
+    /// `$XDG_DATA_HOME/soba`).
+    pub session_dir: Option<PathBuf>,
+    /// Settings given last, after every other source.
+    pub set: Vec<String>,
+}
 
 /// The environment, workspace, locations and configuration of one command.
 #[derive(Debug, Clone)]
@@ -27,11 +42,11 @@ pub struct Context {
 
 impl Context {
     /// Loads everything from the process environment and the global flags.
-    pub fn load(global: &GlobalArgs) -> CliResult<Self> {
+    pub fn load(global: &Options) -> Result<Self> {
         let cwd = match &global.cwd {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().map_err(|err| {
-                CliError::user("cannot read the current directory")
+                WorkspaceError::user("cannot read the current directory")
                     .caused_by(err)
                     .hint("pass the workspace root with --cwd DIR")
             })?,
@@ -40,17 +55,17 @@ impl Context {
     }
 
     /// Loads everything from an explicit environment and directory.
-    pub fn load_with(env: Env, cwd: &Path, global: &GlobalArgs) -> CliResult<Self> {
+    pub fn load_with(env: Env, cwd: &Path, global: &Options) -> Result<Self> {
         let workspace = Workspace::at(cwd)?;
         if let Some(dir) = &global.session_dir
             && let Ok(metadata) = std::fs::metadata(dir)
             && !metadata.is_dir()
         {
-            return Err(
-                CliError::user(format!("--session-dir {} is not a folder", dir.display())).hint(
-                    "pass the folder that holds the session logs (it is created when missing)",
-                ),
-            );
+            return Err(WorkspaceError::user(format!(
+                "--session-dir {} is not a folder",
+                dir.display()
+            ))
+            .hint("pass the folder that holds the session logs (it is created when missing)"));
         }
         let locations = Locations::resolve(&env, &workspace, global.session_dir.as_deref())?;
         let project_file = workspace.project_config();
@@ -73,18 +88,11 @@ impl Context {
         &self.loaded.config
     }
 
-    /// Prints the configuration's warnings to stderr.
-    pub fn print_warnings(&self) {
-        for warning in &self.loaded.warnings {
-            crate::output::errln!("warning: {warning}");
-        }
-    }
-
     /// Finds a session: a path to a session file, an id or id prefix in
     /// the workspace's sessions folder, or (with `None`) the most recent one
     /// that holds something of the user's (an unused session, left by a
     /// crash or an older version, is passed over).
-    pub fn select_session(&self, wanted: Option<&str>) -> CliResult<SessionSummary> {
+    pub fn select_session(&self, wanted: Option<&str>) -> Result<SessionSummary> {
         let dir = &self.locations.sessions_dir;
         match wanted {
             Some(text) => {
@@ -103,7 +111,7 @@ impl Context {
                 .into_iter()
                 .find(|summary| summary.problem.is_none() && has_content(&summary.path))
                 .ok_or_else(|| {
-                    CliError::user(format!("no sessions in {}", dir.display()))
+                    WorkspaceError::user(format!("no sessions in {}", dir.display()))
                         .hint("start one with `soba run \"<prompt>\"`, import one with `soba import`, or pass --session ID")
                 }),
         }
@@ -114,7 +122,7 @@ impl Context {
 /// either, when something is there that is not a regular file: a folder,
 /// a special file, a symbolic link loop. `None` when nothing is there or
 /// it is a regular file.
-fn not_a_session_file(path: &Path) -> Option<CliError> {
+fn not_a_session_file(path: &Path) -> Option<WorkspaceError> {
     let shown = path.display();
     let link = std::fs::symlink_metadata(path).ok()?;
     let metadata = match std::fs::metadata(path) {
@@ -125,7 +133,7 @@ fn not_a_session_file(path: &Path) -> Option<CliError> {
             if link.file_type().is_symlink() && matches!(err.raw_os_error(), Some(40 | 62)) =>
         {
             return Some(
-                CliError::user(format!(
+                WorkspaceError::user(format!(
                     "{shown} is a symbolic link loop (following its links never reaches a file), not a session file"
                 ))
                 .hint("point the link at a session file, or pass the file itself"),
@@ -133,7 +141,7 @@ fn not_a_session_file(path: &Path) -> Option<CliError> {
         }
         Err(err) if link.file_type().is_symlink() => {
             return Some(
-                CliError::user(format!(
+                WorkspaceError::user(format!(
                     "{shown} is a symbolic link whose target cannot be read, not a session file"
                 ))
                 .caused_by(err),
@@ -143,7 +151,7 @@ fn not_a_session_file(path: &Path) -> Option<CliError> {
     };
     if metadata.is_dir() {
         return Some(
-            CliError::user(format!("{shown} is a folder, not a session file")).hint(format!(
+            WorkspaceError::user(format!("{shown} is a folder, not a session file")).hint(format!(
                 "pass a session file in it, import the transcripts it holds with `soba import {shown}`, or replay them with `soba replay {shown}`"
             )),
         );
@@ -163,11 +171,30 @@ fn not_a_session_file(path: &Path) -> Option<CliError> {
         "a special file"
     };
     Some(
-        CliError::user(format!(
+        WorkspaceError::user(format!(
             "{shown} is {kind}, not a session file: soba reads sessions only from regular files"
         ))
         .hint("copy what it holds into a file and pass that file"),
     )
+}
+
+/// Returns the length of the shortest prefix (at least `min`) that tells
+/// every id apart.
+pub fn shortest_unique_prefix(ids: &[&str], min: usize) -> usize {
+    let mut sorted: Vec<&str> = ids.to_vec();
+    sorted.sort_unstable();
+    let shared = sorted
+        .windows(2)
+        .map(|pair| {
+            pair[0]
+                .chars()
+                .zip(pair[1].chars())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (shared + 1).max(min)
 }
 
 /// Returns the shortest prefix of session `id` (at least
@@ -183,7 +210,7 @@ pub fn session_prefix(dir: &Path, id: &str) -> String {
     if !ids.contains(&id) {
         ids.push(id);
     }
-    let len = crate::cmd::sessions::shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
+    let len = shortest_unique_prefix(&ids, MIN_SHORT_SESSION);
     id.chars().take(len).collect()
 }
 

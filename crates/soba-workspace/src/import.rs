@@ -1,0 +1,204 @@
+//! Importing other agents' transcripts into a workspace (`soba import`,
+//! SPEC §3.4): the tokenizer an imported session is counted with (the
+//! model it will resume on), what its first resume meets, and writing it
+//! once per source state (`soba_store::import::write` finds the earlier
+//! imports).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use soba_core::Encoding;
+use soba_core::tokens::{BpeCounter, TokenCounter};
+use soba_store::import::{ImportedSession, PreviousImport, import_key};
+
+use crate::context::Context;
+use crate::error::{Result, WorkspaceError};
+
+/// The counter an imported session's messages are counted with: the
+/// tokenizer of the model it will resume on (its own, as `soba run -c`
+/// picks it, else the configured one), `o200k_base` when neither resolves.
+pub fn import_counter(ctx: &Context, session: &ImportedSession) -> BpeCounter {
+    BpeCounter::new(resume_model(ctx, session).map_or(Encoding::O200kBase, |info| info.tokenizer))
+}
+
+/// Loads `encoding`'s vocabulary on a thread of its own (a counter that
+/// needs it meanwhile waits for it). Loading builds the vocabulary twice
+/// over and drops one copy; that thread's freed memory goes back to the
+/// system, as no other thread's allocations would reuse it.
+pub fn preload_vocabulary(encoding: Encoding) {
+    std::thread::spawn(move || {
+        BpeCounter::new(encoding).count_text("load");
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        #[allow(unsafe_code)]
+        // SAFETY: `malloc_trim` only returns free memory to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
+}
+
+/// The tokenizer of the configured model, `o200k_base` when none resolves.
+pub fn configured_encoding(ctx: &Context) -> Encoding {
+    ctx.config()
+        .resolve_model(None, &ctx.env)
+        .ok()
+        .and_then(|configured| ctx.config().registry().resolve(&configured.id).ok())
+        .map_or(Encoding::O200kBase, |info| info.tokenizer)
+}
+
+/// The model an imported session resumes on: its own, as `soba run -c`
+/// picks it, else the configured one.
+pub fn resume_model(
+    ctx: &Context,
+    session: &ImportedSession,
+) -> Option<soba_provider::registry::ModelInfo> {
+    let model = crate::setup::session_model(&session.entries).or_else(|| session.model.clone());
+    let registry = ctx.config().registry();
+    model.and_then(|id| registry.resolve(&id).ok()).or_else(|| {
+        let configured = ctx.config().resolve_model(None, &ctx.env).ok()?;
+        registry.resolve(&configured.id).ok()
+    })
+}
+
+/// What the first resume of an imported session meets: the tokens of its
+/// history after the last compaction it records, against the window of
+/// the model it resumes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstResume {
+    /// The tokens of the history after the last compaction it records.
+    pub live_tokens: u64,
+    /// The model it resumes on.
+    pub model: String,
+    /// That model's window.
+    pub context_window: u64,
+    /// `compaction.summarizer.maxChunks`.
+    pub max_chunks: usize,
+}
+
+impl FirstResume {
+    /// Returns what the first resume of `session` meets, when a model
+    /// resolves.
+    pub fn of(ctx: &Context, session: &ImportedSession) -> Option<FirstResume> {
+        let info = resume_model(ctx, session)?;
+        let since = session
+            .entries
+            .iter()
+            .rposition(|entry| matches!(entry.body, soba_core::EntryBody::Capsule(_)))
+            .map_or(0, |idx| idx + 1);
+        let live_tokens = session.entries[since..]
+            .iter()
+            .filter_map(|entry| match &entry.body {
+                soba_core::EntryBody::Message(logged) => logged.tokens.map(|t| t.n.get()),
+                _ => None,
+            })
+            .sum();
+        Some(FirstResume {
+            live_tokens,
+            model: info.id,
+            context_window: info.context_window,
+            max_chunks: ctx.config().compaction.summarizer.max_chunks,
+        })
+    }
+
+    /// Whether the history is over the window (`soba run -c` compacts
+    /// it first).
+    pub fn over_window(&self) -> bool {
+        self.live_tokens > self.context_window
+    }
+}
+
+/// What happened to one imported session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// `--dry-run`: nothing written.
+    DryRun,
+    /// Written as this session file.
+    New {
+        /// The new session's id.
+        id: String,
+        /// Its file.
+        path: PathBuf,
+    },
+    /// The same source session was imported before.
+    Already {
+        /// The earlier import's id.
+        id: String,
+        /// Its file.
+        path: PathBuf,
+    },
+    /// The source session has more entries than when it was imported as
+    /// `previous` (the agent went on with it): written again as a new
+    /// session, the earlier one kept as it was.
+    Grown {
+        /// The new session's id.
+        id: String,
+        /// Its file.
+        path: PathBuf,
+        /// The earlier import's id.
+        previous: String,
+        /// The source's entries then.
+        before: usize,
+        /// The source's entries now.
+        now: usize,
+    },
+}
+
+/// Counts `session`'s messages with the tokenizer of the model it will
+/// resume on and writes it into `out_dir` as a new session, unless an
+/// earlier import of the same source (in `previous`) holds as many
+/// entries (a source that has grown since is written again, the earlier
+/// import kept); with `dry_run`, writes nothing. Returns what happened and
+/// what its first resume meets.
+pub fn import_session(
+    ctx: &Context,
+    session: &mut ImportedSession,
+    out_dir: &Path,
+    previous: &HashMap<(String, String), PreviousImport>,
+    dry_run: bool,
+) -> Result<(Written, Option<FirstResume>)> {
+    let image_tokens = ctx.config().compaction.image_tokens;
+    let counter = import_counter(ctx, session);
+    session.store_counts(&counter, image_tokens);
+    let resume = FirstResume::of(ctx, session);
+    let written = if dry_run {
+        Written::DryRun
+    } else {
+        let key = import_key(&session.source, &session.original_id);
+        let now = session.entries.len();
+        match previous.get(&key) {
+            Some(earlier) => match earlier.source_entries.filter(|before| now > *before) {
+                Some(before) => match write_new(session, out_dir, &ctx.workspace.root)? {
+                    Written::New { id, path } => Written::Grown {
+                        id,
+                        path,
+                        previous: earlier.id.clone(),
+                        before,
+                        now,
+                    },
+                    other => other,
+                },
+                None => Written::Already {
+                    id: earlier.id.clone(),
+                    path: earlier.path.clone(),
+                },
+            },
+            None => write_new(session, out_dir, &ctx.workspace.root)?,
+        }
+    };
+    Ok((written, resume))
+}
+
+/// Writes one imported session as a new SOBA session file
+/// ([`soba_store::import::write_session`]).
+fn write_new(session: &ImportedSession, out_dir: &Path, root: &Path) -> Result<Written> {
+    let (id, path) = soba_store::import::write_session(session, out_dir, root).map_err(|err| {
+        WorkspaceError::from(err).hint(format!(
+            "{} was not imported; nothing was left behind",
+            session.source.display()
+        ))
+    })?;
+    Ok(Written::New {
+        id: id.as_str().to_owned(),
+        path,
+    })
+}
