@@ -1,15 +1,13 @@
-//! The `soba` command: clap commands, configuration, the TUI, `soba replay`
-//! (a caller of the `soba-replay` crate), printing and exit codes. The only
-//! crate that prints.
+//! The `soba` command: clap commands, one call into the workspace library
+//! (`soba-workspace`) per command, the TUI (`soba-tui`) for `soba` alone,
+//! `soba replay` (a caller of the `soba-replay` crate), printing and exit
+//! codes.
 
 mod cli;
 mod cmd;
 mod error;
 pub mod logging;
 mod output;
-/// The interactive agent's terminal UI (`soba` without a subcommand); public
-/// so its frames can be snapshot-tested from the integration tests.
-pub mod tui;
 
 pub use error::{CliError, ErrorKind};
 

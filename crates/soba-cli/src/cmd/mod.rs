@@ -1,4 +1,5 @@
-//! One `cmd_*` function per subcommand, and the dispatcher.
+//! One `cmd_*` function per subcommand, and the dispatcher (`soba` alone
+//! runs the TUI crate, `soba_tui::run`).
 
 mod budget;
 pub(crate) mod capsule;
@@ -13,7 +14,7 @@ pub(crate) mod sessions;
 mod show;
 mod stats;
 
-use crate::cli::{AgentArgs, Cli, Command};
+use crate::cli::{AgentArgs, Cli, Command, GlobalArgs};
 use crate::error::{CliError, CliResult};
 
 /// Runs the parsed command line.
@@ -41,8 +42,27 @@ pub fn dispatch(mut cli: Cli) -> CliResult {
             Command::Completions(args) => completions::cmd_completions(&args),
             Command::Replay(args) => replay::cmd_replay(&args, &cli.global),
         },
-        None => crate::tui::cmd_interactive(&cli.agent, &cli.global),
+        None => interactive(&cli.agent, &cli.global),
     }
+}
+
+/// Runs the interactive agent (`soba` alone, `soba-tui`) and prints, once
+/// the terminal is restored, how to resume the session.
+fn interactive(agent: &AgentArgs, global: &GlobalArgs) -> CliResult {
+    let ended = soba_tui::run(
+        &global.options(),
+        &soba_tui::Args {
+            model: agent.model.clone(),
+            auto_approve: agent.auto_approve,
+            allow: agent.allow.clone(),
+            continue_session: agent.continue_session,
+            resume: agent.resume.clone(),
+        },
+    )?;
+    if let Some(line) = ended.exit_line {
+        crate::output::errln!("{line}");
+    }
+    ended.outcome
 }
 
 /// Moves the agent options given before the subcommand into it (see

@@ -1,9 +1,12 @@
 //! The interactive agent (`soba`, SPEC §11.2–§11.3): a ratatui terminal UI
-//! over a background engine task. The UI loop reads keys from a polling
+//! over a background engine task, a front door over `soba-workspace` (the
+//! `soba` binary calls [`run`]). The UI loop reads keys from a polling
 //! thread and engine reports from a channel, updates `state::AppState`
 //! and draws it with the pure `render::render`; the `worker::Worker`
 //! owns the session, runs turns and `/compact` on their own tasks and
 //! executes slash commands.
+
+#![warn(missing_docs)]
 
 pub mod command;
 pub mod completion;
@@ -13,7 +16,7 @@ pub mod preview;
 pub mod render;
 pub mod state;
 pub mod view;
-pub(crate) mod worker;
+mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,10 +28,9 @@ use ratatui::DefaultTerminal;
 use soba_engine::tool::ToolRegistry;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
-use crate::cli::{AgentArgs, GlobalArgs};
-use crate::error::{CliError, CliResult};
 use history::HistoryFile;
-use soba_workspace::context::Context;
+use soba_workspace::context::{Context, Options};
+use soba_workspace::error::{Result, WorkspaceError};
 use soba_workspace::setup;
 use soba_workspace::tools::{AgentTools, agent_tools};
 use state::{Action, AppState, UiEvent};
@@ -48,8 +50,35 @@ struct UiFiles {
     indexed_at: Option<Instant>,
 }
 
+/// What the agent is told on the command line (`soba [--model ID]
+/// [--auto-approve] [--allow TOOL]… [-c | -r [ID]]`).
+#[derive(Debug, Clone, Default)]
+pub struct Args {
+    /// The model (`--model`), else the configured one.
+    pub model: Option<String>,
+    /// Run every tool call without asking (`--auto-approve`).
+    pub auto_approve: bool,
+    /// Tools that run without asking (`--allow`).
+    pub allow: Vec<String>,
+    /// Open the most recent session (`-c`).
+    pub continue_session: bool,
+    /// Open a session by id, or pick one when empty (`-r [ID]`).
+    pub resume: Option<String>,
+}
+
+/// How the interactive agent ended, once the terminal is restored.
+#[derive(Debug)]
+pub struct Ended {
+    /// The line to print: how to resume the session, or that it was not
+    /// saved in full and where the rest is; none for a session removed as
+    /// unused.
+    pub exit_line: Option<String>,
+    /// Whether the UI itself failed (the terminal could not be drawn).
+    pub outcome: Result,
+}
+
 /// Returns which session to open from `-c` and `-r [ID]`.
-fn start_of(args: &AgentArgs) -> Start {
+fn start_of(args: &Args) -> Start {
     match (&args.resume, args.continue_session) {
         (Some(id), _) if !id.trim().is_empty() => Start::Resume(id.trim().to_owned()),
         (Some(_), _) => Start::Pick,
@@ -59,10 +88,10 @@ fn start_of(args: &AgentArgs) -> Start {
 }
 
 /// Runs the interactive agent. Configuration problems (no model, a bad
-/// key, an impossible budget, an unknown session) are reported before the
-/// terminal is taken over, with the usual exit codes.
-pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
-    let ctx = Context::load(&global.options())?;
+/// key, an impossible budget, an unknown session) are returned before the
+/// terminal is taken over, so they are reported with the usual exit codes.
+pub fn run(options: &Options, args: &Args) -> Result<Ended> {
+    let ctx = Context::load(options)?;
     // Shown inside the TUI: stderr is hidden behind the alternate screen.
     let config_warnings: Vec<String> = ctx
         .loaded
@@ -98,7 +127,7 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     let mut notes = config_warnings;
     notes.extend(runtime.block_on(async { worker.open_start(&start) })?);
     let mut terminal = ratatui::try_init()
-        .map_err(|err| CliError::internal("cannot take over the terminal").caused_by(err))?;
+        .map_err(|err| WorkspaceError::internal("cannot take over the terminal").caused_by(err))?;
     #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::EnableBracketedPaste);
     let result = runtime.block_on(async {
@@ -114,10 +143,10 @@ pub fn cmd_interactive(args: &AgentArgs, global: &GlobalArgs) -> CliResult {
     #[allow(clippy::disallowed_methods, reason = "a mode switch, no text")]
     let _ = crossterm::execute!(std::io::stdout(), event::DisableBracketedPaste);
     ratatui::restore();
-    if let Some(line) = closed.and_then(|closed| exit_line(&closed, &sessions_dir)) {
-        crate::output::errln!("{line}");
-    }
-    result
+    Ok(Ended {
+        exit_line: closed.and_then(|closed| exit_line(&closed, &sessions_dir)),
+        outcome: result,
+    })
 }
 
 /// The line printed when the TUI closes a session: how to resume it, or,
@@ -133,7 +162,7 @@ fn exit_line(closed: &worker::Closed, sessions_dir: &std::path::Path) -> Option<
             "session {} was NOT saved in full: another program replaced or removed its log while it was open; \
              what soba could not write is in {} (look at it, then append it to the log with cat if you want it back)",
             closed.id,
-            crate::output::path(recovery)
+            soba_core::terminal::sanitize_line(&recovery.display().to_string())
         ),
         None => soba_workspace::context::resume_hint(sessions_dir, &closed.id),
     })
@@ -195,7 +224,7 @@ async fn ui_loop(
     mut reports: UnboundedReceiver<UiEvent>,
     actions: UnboundedSender<Action>,
     mut files: UiFiles,
-) -> CliResult {
+) -> Result {
     let stop = Arc::new(AtomicBool::new(false));
     let mut keys = spawn_key_reader(stop.clone());
     let mut state = AppState::default();
@@ -207,7 +236,7 @@ async fn ui_loop(
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let outcome = loop {
         if let Err(err) = terminal.draw(|frame| render::render(frame, &state)) {
-            break Err(CliError::internal("cannot draw the terminal").caused_by(err));
+            break Err(WorkspaceError::internal("cannot draw the terminal").caused_by(err));
         }
         let mut pending = tokio::select! {
             Some(event) = keys.recv() => on_terminal_event(&mut state, &mut files, event),
