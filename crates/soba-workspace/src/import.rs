@@ -202,3 +202,40 @@ fn write_new(session: &ImportedSession, out_dir: &Path, root: &Path) -> Result<W
         path,
     })
 }
+
+/// The lock file of an output folder, beside the sessions.
+pub const IMPORT_LOCK: &str = ".import.lock";
+
+/// Takes the exclusive lock of `dir`'s import lock file (creating both),
+/// waiting for another import into `dir` to end (`waiting` is called
+/// first, to say so).
+/// The lock goes when the returned file is dropped (or the process ends).
+/// A folder that cannot be created gives no lock (`None`): the session
+/// write that follows fails with the storage error and says nothing was
+/// left behind.
+pub fn lock_out_dir(dir: &Path, waiting: impl FnOnce()) -> Result<Option<std::fs::File>> {
+    let cannot = |err: std::io::Error| {
+        WorkspaceError::user(format!(
+            "cannot lock {} for the import",
+            soba_core::terminal::sanitize_line(&dir.display().to_string())
+        ))
+        .caused_by(err)
+    };
+    if std::fs::create_dir_all(dir).is_err() {
+        return Ok(None);
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(IMPORT_LOCK))
+        .map_err(cannot)?;
+    match file.try_lock() {
+        Ok(()) => return Ok(Some(file)),
+        Err(std::fs::TryLockError::Error(err)) => return Err(cannot(err)),
+        Err(std::fs::TryLockError::WouldBlock) => {}
+    }
+    waiting();
+    file.lock().map_err(cannot)?;
+    Ok(Some(file))
+}

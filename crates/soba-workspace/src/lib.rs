@@ -15,6 +15,7 @@ pub mod error;
 pub mod import;
 pub mod memory;
 pub mod paths;
+pub mod replay_config;
 pub mod resume;
 pub mod session;
 pub mod setup;

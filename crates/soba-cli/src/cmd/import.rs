@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 
 use serde_json::{Value, json};
 use soba_core::terminal::Line;
@@ -62,7 +61,12 @@ pub fn cmd_import(args: &ImportArgs, global: &GlobalArgs) -> CliResult {
     let _out_lock = if args.dry_run {
         None
     } else {
-        lock_out_dir(&out_dir)?
+        import::lock_out_dir(&out_dir, || {
+            crate::output::errln!(
+                "waiting for another import into {} to finish",
+                crate::output::path(&out_dir)
+            );
+        })?
     };
     let previous = if args.dry_run {
         HashMap::new()
@@ -202,45 +206,6 @@ fn skipped_note(n_skipped: usize) -> String {
     } else {
         format!(" ({n_skipped} files skipped, see above)")
     }
-}
-
-/// The lock file of an output folder, beside the sessions.
-const IMPORT_LOCK: &str = ".import.lock";
-
-/// Takes the exclusive lock of `dir`'s import lock file (creating both),
-/// waiting for another import into `dir` to end, and says so when it waits.
-/// The lock goes when the returned file is dropped (or the process ends).
-/// A folder that cannot be created gives no lock (`None`): the session
-/// write that follows fails with the storage error and says nothing was
-/// left behind.
-fn lock_out_dir(dir: &Path) -> CliResult<Option<std::fs::File>> {
-    let cannot = |err: std::io::Error| {
-        CliError::user(format!(
-            "cannot lock {} for the import",
-            crate::output::path(dir)
-        ))
-        .caused_by(err)
-    };
-    if std::fs::create_dir_all(dir).is_err() {
-        return Ok(None);
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(IMPORT_LOCK))
-        .map_err(cannot)?;
-    match file.try_lock() {
-        Ok(()) => return Ok(Some(file)),
-        Err(std::fs::TryLockError::Error(err)) => return Err(cannot(err)),
-        Err(std::fs::TryLockError::WouldBlock) => {}
-    }
-    crate::output::errln!(
-        "waiting for another import into {} to finish",
-        crate::output::path(dir)
-    );
-    file.lock().map_err(cannot)?;
-    Ok(Some(file))
 }
 
 /// The `--json` object of one session (SPEC §3.4).

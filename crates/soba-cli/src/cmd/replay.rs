@@ -16,6 +16,7 @@ use soba_replay::{
     ReplayOptions, ReplayReport,
 };
 use soba_workspace::context::Context;
+use soba_workspace::replay_config;
 
 /// Runs `soba replay`. SOBA's policy runs under the configuration of the
 /// one loader every command uses (files, `SOBA_*` variables, `--set`).
@@ -313,7 +314,7 @@ fn filter(args: &ReplayArgs) -> CliResult<Filter> {
             .as_deref()
             .map(str::trim)
             .filter(|project| !project.is_empty())
-            .map(project_folder),
+            .map(replay_config::project_folder),
         zone: (since.is_some() || until.is_some()).then(local_zone),
     };
     if let (Some(since), Some(until)) = (filter.since, filter.until)
@@ -326,58 +327,14 @@ fn filter(args: &ReplayArgs) -> CliResult<Filter> {
     Ok(filter)
 }
 
-/// A `--project` value that names a folder (`.`, `../api`, `~/code/x`
-/// as the shell expands it) becomes its absolute path; any other value is
-/// matched as text.
-fn project_folder(value: &str) -> String {
-    match std::fs::canonicalize(value) {
-        Ok(path) if path.is_dir() => path.display().to_string(),
-        _ => value.to_owned(),
-    }
-}
-
-/// The local time zone days are counted in: `TZ` when it is a zone name,
-/// a POSIX rule or a zone file (read as outside bytes: a regular file of
-/// at most 1 MiB), else the system's; UTC, with a warning, when `TZ` is
-/// none of these.
+/// The local time zone days are counted in
+/// ([`replay_config::local_zone`]), its warning printed.
 fn local_zone() -> jiff::tz::TimeZone {
-    use jiff::tz::TimeZone;
-    let Some(tz) = std::env::var_os("TZ").filter(|tz| !tz.is_empty()) else {
-        return TimeZone::try_system().unwrap_or(TimeZone::UTC);
-    };
-    let text = tz.to_string_lossy();
-    let name = text.strip_prefix(':').unwrap_or(&text);
-    let zone = if name.starts_with('/') {
-        soba_store::untrusted::read_untrusted(std::path::Path::new(name), 1 << 20)
-            .ok()
-            .and_then(|bytes| TimeZone::tzif(name, &bytes).ok())
-    } else if is_zone_name(name) {
-        TimeZone::get(name)
-            .ok()
-            .or_else(|| TimeZone::posix(name).ok())
-    } else {
-        TimeZone::posix(name).ok()
-    };
-    zone.unwrap_or_else(|| {
-        crate::output::errln!(
-            "warning: TZ={} is not a time zone soba can read; days are counted in UTC",
-            soba_core::terminal::sanitize_line(&text.chars().take(200).collect::<String>())
-        );
-        TimeZone::UTC
-    })
-}
-
-/// Whether `name` looks like a zone database name (`Europe/Paris`,
-/// `UTC`): letters, digits, `_`, `-`, `+` and `/`, no `..`.
-fn is_zone_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .split('/')
-            .all(|part| !part.is_empty() && part != "." && part != "..")
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '/'))
+    let (zone, warning) = replay_config::local_zone();
+    if let Some(warning) = warning {
+        crate::output::errln!("{warning}");
+    }
+    zone
 }
 
 /// `--agent`.
@@ -517,54 +474,15 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
         peer_trigger: args.peer_trigger,
         counting: replay::Counting::Bpe,
         registry: ctx.config().registry(),
-        prices: price_table(ctx.config())?,
+        prices: {
+            let (prices, warnings) = replay_config::price_table(ctx.config())?;
+            for warning in warnings {
+                crate::output::errln!("{warning}");
+            }
+            prices
+        },
         dump_inputs,
     })
-}
-
-/// The built-in prices with the config's `models.*.*Price` overrides: a
-/// price not given keeps the built-in one; a model soba has no price for
-/// needs its input and output prices (without them the entry is left out,
-/// with a warning), and its cache prices default to the input price. Two
-/// entries naming one model (`claude-sonnet-4-5` and
-/// `anthropic/claude-sonnet-4-5`) are an error, not a mix of both.
-fn price_table(config: &soba_workspace::config::Config) -> CliResult<replay::price::PriceTable> {
-    use soba_core::terminal::sanitize_line as line;
-    let mut table = replay::price::PriceTable::new();
-    let mut named: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
-    for (model, [input, output, read, write]) in &config.prices {
-        let canonical = soba_provider::registry::canonical_name(model);
-        if let Some(first) = named.insert(canonical.clone(), model) {
-            return Err(CliError::usage(format!(
-                "models.\"{}\" and models.\"{}\" both set prices of {}",
-                line(first),
-                line(model),
-                line(&canonical)
-            ))
-            .hint("keep the prices under one of the two names in your user config"));
-        }
-        let builtin = table.get(model);
-        let (Some(input), Some(output)) = (
-            input.or(builtin.map(|p| p.input)),
-            output.or(builtin.map(|p| p.output)),
-        ) else {
-            crate::output::errln!(
-                "warning: models.\"{}\": soba has no built-in price for this model, so its prices need both inputPrice and outputPrice (US dollars per million tokens); left out",
-                line(model)
-            );
-            continue;
-        };
-        table.set(
-            model,
-            replay::price::Price {
-                input,
-                output,
-                cache_read: read.or(builtin.map(|p| p.cache_read)).unwrap_or(input),
-                cache_write: write.or(builtin.map(|p| p.cache_write)).unwrap_or(input),
-            },
-        );
-    }
-    Ok(table)
 }
 
 fn replay_error(err: ReplayError) -> CliError {
