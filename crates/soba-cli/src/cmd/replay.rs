@@ -522,49 +522,17 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
     })
 }
 
-/// The built-in prices with the config's `models.*.*Price` overrides: a
-/// price not given keeps the built-in one; a model soba has no price for
-/// needs its input and output prices (without them the entry is left out,
-/// with a warning), and its cache prices default to the input price. Two
-/// entries naming one model (`claude-sonnet-4-5` and
-/// `anthropic/claude-sonnet-4-5`) are an error, not a mix of both.
+/// The built-in prices with the config's overrides; an entry left out is
+/// a warning, two entries naming one model an error.
 fn price_table(config: &crate::config::Config) -> CliResult<replay::price::PriceTable> {
-    use soba_core::terminal::sanitize_line as line;
-    let mut table = replay::price::PriceTable::new();
-    let mut named: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
-    for (model, [input, output, read, write]) in &config.prices {
-        let canonical = soba_provider::registry::canonical_name(model);
-        if let Some(first) = named.insert(canonical.clone(), model) {
-            return Err(CliError::usage(format!(
-                "models.\"{}\" and models.\"{}\" both set prices of {}",
-                line(first),
-                line(model),
-                line(&canonical)
-            ))
-            .hint("keep the prices under one of the two names in your user config"));
-        }
-        let builtin = table.get(model);
-        let (Some(input), Some(output)) = (
-            input.or(builtin.map(|p| p.input)),
-            output.or(builtin.map(|p| p.output)),
-        ) else {
-            crate::output::errln!(
-                "warning: models.\"{}\": soba has no built-in price for this model, so its prices need both inputPrice and outputPrice (US dollars per million tokens); left out",
-                line(model)
-            );
-            continue;
-        };
-        table.set(
-            model,
-            replay::price::Price {
-                input,
-                output,
-                cache_read: read.or(builtin.map(|p| p.cache_read)).unwrap_or(input),
-                cache_write: write.or(builtin.map(|p| p.cache_write)).unwrap_or(input),
-            },
-        );
+    let priced = config.price_table().map_err(|message| {
+        CliError::usage(message)
+            .hint("keep the prices under one of the two names in your user config")
+    })?;
+    for warning in &priced.warnings {
+        crate::output::errln!("warning: {warning}");
     }
-    Ok(table)
+    Ok(priced.table)
 }
 
 fn replay_error(err: ReplayError) -> CliError {

@@ -11,7 +11,10 @@
 
 pub mod json;
 pub mod keys;
+mod prices;
 pub mod schema;
+
+pub use prices::Priced;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

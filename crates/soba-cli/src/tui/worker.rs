@@ -807,10 +807,14 @@ impl Worker {
         if let Some(on) = self.pending_auto_compact.take() {
             self.set_auto_compact(on).await;
         }
-        if let Some(plan) = self.pending_rewind.take() {
-            self.apply_rewind(&plan).await;
-        }
+        let rewound = match self.pending_rewind.take() {
+            Some(plan) => self.apply_rewind(&plan).await,
+            None => None,
+        };
         self.refresh().await;
+        if let Some(note) = rewound {
+            self.note(note);
+        }
         self.send(UiEvent::Finished(reason));
     }
 
@@ -890,8 +894,18 @@ impl Worker {
                             .iter()
                             .map(|logged| logged.entry.clone())
                             .collect();
-                        let text = view::usage_text(core.model_id(), &entries);
+                        let (prices, warnings) = match self.launch.ctx.config().price_table() {
+                            Ok(priced) => (priced.table, priced.warnings),
+                            Err(conflict) => (
+                                soba_replay::price::PriceTable::new(),
+                                vec![format!("{conflict}; the config's prices are not used")],
+                            ),
+                        };
+                        let text = view::usage_text(core.model_id(), &entries, &prices);
                         drop(core);
+                        for warning in warnings {
+                            self.note(format!("warning: {warning}"));
+                        }
                         self.note(text);
                     }
                 }
@@ -1022,17 +1036,17 @@ impl Worker {
     }
 
     async fn rewind(&mut self, plan: RewindPlan) {
-        if self.running.is_none() {
-            self.apply_rewind(&plan).await;
-            self.refresh().await;
-            return;
-        }
-        if self.in_barrier.load(Ordering::SeqCst) {
+        if self.running.is_none() || self.in_barrier.load(Ordering::SeqCst) {
             // During a barrier the rewind acts at once: the barrier ends
             // stale and appends nothing (SPEC §7.1).
-            self.rewound_in_barrier = true;
-            self.apply_rewind(&plan).await;
+            self.rewound_in_barrier = self.running.is_some();
+            let note = self.apply_rewind(&plan).await;
             self.refresh().await;
+            // After the shorter conversation, so the note is not one of the
+            // rewound-past notes the screen drops.
+            if let Some(note) = note {
+                self.note(note);
+            }
         } else {
             // Outside a barrier a tool or a request may still append: end
             // the turn first, then move the leaf.
@@ -1045,16 +1059,13 @@ impl Worker {
         }
     }
 
-    async fn apply_rewind(&mut self, plan: &RewindPlan) {
-        let Some(live) = &self.live else {
-            return;
-        };
+    /// Moves the leaf for `plan`; returns the note to show once the
+    /// shorter conversation is on screen.
+    async fn apply_rewind(&mut self, plan: &RewindPlan) -> Option<String> {
+        let live = self.live.as_ref()?;
         let target = match EntryId::parse(&plan.leaf) {
             Ok(target) => target,
-            Err(err) => {
-                self.note(note_error(err));
-                return;
-            }
+            Err(err) => return Some(note_error(err)),
         };
         let result = live.core.lock().await.rewind(target.clone());
         match result {
@@ -1063,18 +1074,19 @@ impl Worker {
                     self.send(UiEvent::SetInput(text.clone()));
                     // The leaf is the entry before the message: name what the
                     // user picked, not an id the picker never showed.
-                    self.note(
-                        "rewound to before your message, which is back in the input box; files on disk are unchanged",
-                    );
+                    Some(
+                        "rewound to before your message, which is back in the input box; files on disk are unchanged"
+                            .to_owned(),
+                    )
                 } else {
                     let short = self.short_now().await;
-                    self.note(format!(
+                    Some(format!(
                         "rewound to {}; files on disk are unchanged",
                         target.short_with(short)
-                    ));
+                    ))
                 }
             }
-            Err(err) => self.note(note_error(err)),
+            Err(err) => Some(note_error(err)),
         }
     }
 
@@ -2388,13 +2400,15 @@ mod tests {
                 |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
             )
             .await;
-        drop(seen);
-        let seen = rig
-            .until("the sidebar", |r| matches!(r, UiEvent::Sidebar(_)))
-            .await;
-        let Some(UiEvent::Sidebar(sidebar)) = seen.last() else {
-            unreachable!("until returned on a sidebar")
-        };
+        // The note follows the rewound conversation and its sidebar.
+        let sidebar = seen
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                UiEvent::Sidebar(sidebar) => Some(sidebar),
+                _ => None,
+            })
+            .expect("a sidebar before the note");
         assert!(!sidebar.auto_compact);
         let types = rig.log_types();
         assert_eq!(
@@ -2575,8 +2589,9 @@ mod tests {
              cacheRead                  0\n\
              cacheWrite                 0\n\
              output                     5\n\
-             cost            not priced: soba has no price for fake/test-model \
-             (soba replay takes models.<id>.inputPrice/outputPrice from your config)"
+             cost            not priced: soba has no price for fake/test-model; set \
+             models.\"fake/test-model\".inputPrice and outputPrice (US dollars per million \
+             tokens) in your config"
         );
         rig.send(Action::Command(SlashCommand::Status));
         let seen = rig
@@ -2661,6 +2676,43 @@ mod tests {
         );
         assert_eq!(after.len(), before.len() + 2, "{after:?}");
         rig.quit().await;
+    }
+
+    /// `/usage` prices with the config's `models.<id>.inputPrice` and
+    /// `outputPrice`, as `soba replay` does (the walk: it said "not priced"
+    /// with prices set).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn usage_prices_with_the_configs_prices() {
+        let mut rig = rig_with(|config| {
+            config["models"]["fake/test-model"]["inputPrice"] = json!(2.0);
+            config["models"]["fake/test-model"]["outputPrice"] = json!(10.0);
+        })
+        .await;
+        let usage = soba_core::Usage {
+            input: 1_000_000,
+            output: 100_000,
+            ..soba_core::Usage::default()
+        };
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text("Hello.").with_usage(usage)),
+        );
+        rig.send(Action::StartTurn("hi".into()));
+        rig.until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        rig.send(Action::Command(SlashCommand::Usage));
+        let seen = rig
+            .until(
+                "the usage",
+                |r| matches!(r, UiEvent::Note(text) if text.starts_with("/usage")),
+            )
+            .await;
+        let usage_text = note_texts(&seen).pop().expect("a note");
+        let cost = usage_text.lines().last().expect("a cost line");
+        assert!(
+            cost.starts_with("cost            $3.0000 ("),
+            "{usage_text}"
+        );
     }
 
     fn note_texts(seen: &[UiEvent]) -> Vec<String> {
