@@ -801,6 +801,10 @@ impl Worker {
                 Some("turn ended: the conversation was rewound during compaction".to_owned())
             }
             Ok(Finished::Turn(TurnEnd::Failed(reason))) => Some(format!("turn failed: {reason}")),
+            Ok(Finished::Turn(TurnEnd::Denied { call })) => Some(format!(
+                "turn stopped: you denied {}; type what to do instead",
+                soba_core::terminal::sanitize_line(&call)
+            )),
             Ok(Finished::Compact) => None,
             Err(err) => Some(note_error(err)),
         };
@@ -2375,6 +2379,54 @@ mod tests {
             last.body
         );
         resumed.quit().await;
+    }
+
+    /// The walk: a denied call did not end the turn (the model went on,
+    /// tried something else). Now a "no" stops the turn, as in Claude Code
+    /// and Codex; the batch's later calls are answered, not run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_denied_call_stops_the_turn() {
+        let mut rig = rig().await;
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(
+                Dialect::Chat,
+                &Reply::text("Cleaning.")
+                    .with_tool_call("c1", "bash", json!({"command": "rm -r build"}))
+                    .with_tool_call("c2", "bash", json!({"command": "ls"})),
+            ),
+        );
+        rig.send(Action::StartTurn("clean up".into()));
+        rig.until("an approval prompt", |r| matches!(r, UiEvent::Approval(_)))
+            .await;
+        rig.send(Action::Approve(ApprovalDecision::Deny));
+        let seen = rig
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        assert_eq!(
+            seen.last(),
+            Some(&UiEvent::Finished(Some(
+                "turn stopped: you denied bash: rm -r build; type what to do instead".into()
+            )))
+        );
+        assert!(
+            !seen.iter().any(|r| matches!(r, UiEvent::Approval(_))),
+            "the second call was not asked about: {seen:#?}"
+        );
+        let chats = rig
+            .server
+            .requests()
+            .iter()
+            .filter(|request| request.path == "/chat/completions")
+            .count();
+        assert_eq!(chats, 1, "no request after the denial");
+        let types = rig.log_types();
+        assert_eq!(
+            &types[types.len() - 3..],
+            ["message", "message", "message"],
+            "the assistant's calls and both results: {types:?}"
+        );
+        rig.quit().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
