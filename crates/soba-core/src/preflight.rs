@@ -107,6 +107,9 @@ pub enum Decision {
         trigger: Trigger,
         /// Why.
         reason: SkipReason,
+        /// What the plan would have freed (spanTokens − capsuleEstimate;
+        /// may be negative), for a message that gives the figures.
+        reclaimable: i64,
     },
     /// No plan fits (fail-closed, SPEC §7.2): a soft trigger goes on with
     /// the full history (the turn's soft cap is marked); a forced one
@@ -392,6 +395,7 @@ fn plan_compaction(
         return Decision::Skipped {
             trigger: chosen,
             reason,
+            reclaimable: planned.reclaimable,
         };
     }
 

@@ -16,7 +16,7 @@ use crate::embed::TokenCancellation;
 use crate::error::EngineError;
 use crate::event::{EngineEvent, TurnEnd};
 use crate::session::SessionCore;
-use crate::tool::{ApprovalVerdict, Approvals};
+use crate::tool::{ApprovalVerdict, Approvals, USER_DENIAL};
 use crate::tool::{ToolContext, ToolEffect, ToolOutcome, ToolRegistry};
 
 /// What a turn needs besides the session.
@@ -148,6 +148,11 @@ pub fn output_limit_warning(model_id: &str, max_tokens: u64) -> String {
 /// (names and arguments) before it is stopped as a loop. Gemini CLI stops
 /// at 5; a model polling a slow command legitimately repeats a few times.
 pub const MAX_REPEATED_CALLS: usize = 10;
+
+/// The result of a call of the batch after one the user denied: the turn
+/// stopped there.
+pub const NOT_RUN_AFTER_DENIAL: &str =
+    "not run: the user denied an earlier call of this batch and stopped the turn";
 
 /// Counts consecutive identical tool-call batches within one turn.
 #[derive(Default)]
@@ -465,11 +470,21 @@ impl Agent {
                 }
                 return Ok(TurnEnd::Failed(reason));
             }
+            // A call the user denied stops the turn (as in Claude Code and
+            // Codex): the calls after it are answered, not run, and the
+            // user says what to do instead.
+            let mut denied: Option<String> = None;
             for call in calls {
-                let outcome = if cut_call.as_deref() == Some(call.id.as_str()) {
+                let outcome = if denied.is_some() {
+                    ToolOutcome::error(NOT_RUN_AFTER_DENIAL)
+                } else if cut_call.as_deref() == Some(call.id.as_str()) {
                     ToolOutcome::error(cut_call_error(&call.name, request.max_tokens))
                 } else {
-                    self.run_tool(&call, cancel).await
+                    let (outcome, by_user) = self.run_tool(&call, cancel).await;
+                    if by_user {
+                        denied = Some(describe_call(&call));
+                    }
+                    outcome
                 };
                 let mut core = self.barrier.core.lock().await;
                 let result = Message::new(
@@ -503,31 +518,46 @@ impl Agent {
                     bytes: outcome.content.len(),
                 });
             }
+            if let Some(call) = denied
+                && !cancel.is_cancelled()
+            {
+                return Ok(TurnEnd::Denied { call });
+            }
         }
     }
 
-    async fn run_tool(&self, call: &soba_core::ToolUse, cancel: &CancellationToken) -> ToolOutcome {
+    /// Runs one call; the flag says whether the user denied it (an
+    /// interactive "no", not a policy's refusal).
+    async fn run_tool(
+        &self,
+        call: &soba_core::ToolUse,
+        cancel: &CancellationToken,
+    ) -> (ToolOutcome, bool) {
         let Some(tool) = self.tools.get(&call.name) else {
-            return ToolOutcome::error(format!(
+            let error = format!(
                 "unknown tool {:?}; available: {}",
                 call.name,
                 self.tools.names().join(", ")
-            ));
+            );
+            return (ToolOutcome::error(error), false);
         };
         // Arguments that are not a JSON object (invalid, cut off) are never
         // replaced by `{}`: the model gets the reason and can call again.
         if let Some(error) = soba_provider::wire::invalid_arguments(&call.name, &call.input) {
-            return ToolOutcome::error(error);
+            return (ToolOutcome::error(error), false);
         }
         match self.approvals.check(tool, &call.input).await {
-            ApprovalVerdict::Denied(reason) => ToolOutcome::error(reason),
+            ApprovalVerdict::Denied(reason) => {
+                let by_user = reason == USER_DENIAL;
+                (ToolOutcome::error(reason), by_user)
+            }
             ApprovalVerdict::Approved(_) => {
                 let ctx = ToolContext::new(
                     self.tool_context.workspace().clone(),
                     self.tool_context.config().clone(),
                     cancel.child_token(),
                 );
-                tool.call(&call.input, &ctx).await
+                (tool.call(&call.input, &ctx).await, false)
             }
         }
     }

@@ -467,11 +467,41 @@ impl BarrierContext {
                     continue; // measure again, then the trigger
                 }
                 Decision::Proceed => return Ok(Err(Preflight::Proceed)),
-                Decision::Skipped { trigger, reason } => {
+                Decision::Skipped {
+                    trigger,
+                    reason,
+                    reclaimable,
+                } => {
                     let mut record =
                         self.flight_record(core, Some(trigger), FlightLevel::Compaction, effective);
                     record.reason = Some(reason.as_str().to_owned());
                     core.flight(&record);
+                    let past_auto = effective >= core.budget().auto_limit();
+                    if trigger.is_soft()
+                        && past_auto
+                        && core.skip_told.as_ref() != Some(&derived.turn_start)
+                    {
+                        // Past autoLimit the user expects a compaction: say
+                        // once a turn why none runs, with the figures.
+                        core.skip_told = Some(derived.turn_start.clone());
+                        self.emit(EngineEvent::CompactionEnd(CompactionEnd {
+                            operation_id: record.operation_id.clone(),
+                            outcome: Outcome::Skipped,
+                            trigger,
+                            tokens_before: effective,
+                            tokens_after: effective,
+                            reclaimed: TokenCount::ZERO,
+                            checkpoint_id: None,
+                            quality: None,
+                            duration_ms: 0,
+                            reason: Some(past_auto_skip_reason(
+                                reason,
+                                reclaimable,
+                                effective,
+                                core.budget(),
+                            )),
+                        }));
+                    }
                     if reason == PlanSkip::NothingToCompact && !trigger.is_soft() {
                         let end = CompactionEnd {
                             operation_id: record.operation_id,
@@ -838,6 +868,42 @@ struct ChunkLayout {
     /// Tokens of span text the chunks carry.
     tokens: TokenCount,
     scope: Option<SummaryScope>,
+}
+
+/// Returns why a soft compaction past autoLimit did not run, with the
+/// figures: the request goes on with the whole history.
+fn past_auto_skip_reason(
+    reason: PlanSkip,
+    reclaimable: i64,
+    effective: TokenCount,
+    budget: &soba_core::budget::Budget,
+) -> String {
+    let why = match reason {
+        PlanSkip::PreRoi => {
+            let freed = match u64::try_from(reclaimable) {
+                Ok(freed) if freed > 0 => {
+                    format!("only {} tokens", soba_core::tokens::group_thousands(freed))
+                }
+                _ => "nothing".to_owned(),
+            };
+            let needed = budget
+                .roi_floor()
+                .get()
+                .max(budget.min_savings_ratio().mul_ceil(effective.get()));
+            format!(
+                "it would free {freed}, under the {} a compaction must free to pay \
+                 for itself (compaction.roiFloor, compaction.minSavingsRatio)",
+                soba_core::tokens::group_thousands(needed)
+            )
+        }
+        _ => "nothing is old enough to compact (all of it is in the keep window, \
+              compaction.keepRecentTokens)"
+            .to_owned(),
+    };
+    format!(
+        "{effective} tokens is past autoLimit {}, but {why}; the request is sent whole, /compact forces one",
+        budget.auto_limit()
+    )
 }
 
 fn chunk_layout(summarizer: &dyn Summarizer, snapshot: &Snapshot) -> ChunkLayout {

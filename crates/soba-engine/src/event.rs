@@ -169,6 +169,12 @@ pub enum TurnEnd {
     Stale,
     /// A provider error, a second overflow, or fail-closed planning.
     Failed(String),
+    /// The user denied a call (`bash: rm -r build`): the turn stops there
+    /// and waits for the user's next message.
+    Denied {
+        /// The denied call, described.
+        call: String,
+    },
 }
 
 /// One engine event.
@@ -351,6 +357,7 @@ impl EngineEvent {
                     TurnEnd::Cancelled => ("cancelled", None),
                     TurnEnd::Stale => ("stale", None),
                     TurnEnd::Failed(reason) => ("failed", Some(reason.clone())),
+                    TurnEnd::Denied { call } => ("denied", Some(call.clone())),
                 };
                 json!({"type": "turn_end", "outcome": outcome, "reason": reason})
             }

@@ -102,6 +102,9 @@ pub struct SessionCore {
     pub turn: TurnState,
     /// The turn (its starting user message) in which hygiene was considered.
     pub hygiene_considered: Option<Option<EntryId>>,
+    /// The turn in which the user was told why no compaction ran past
+    /// autoLimit (once a turn, not at every step).
+    pub skip_told: Option<Option<EntryId>>,
     /// When the latest request of this process was prepared (RFC 3339),
     /// for the idle gap the `cache_expired` trigger reads.
     pub last_request_at: Option<String>,
@@ -212,6 +215,7 @@ impl SessionCore {
             observer: None,
             turn: TurnState::new(),
             hygiene_considered: None,
+            skip_told: None,
             last_request_at: None,
         };
         core.load(stretch);

@@ -375,6 +375,8 @@ pub struct AppState {
     pub header: Header,
     /// The conversation from the session path.
     pub history: Vec<HistoryItem>,
+    /// The session `history` belongs to (the header's when it came).
+    pub history_of: Option<String>,
     /// Local notes (command output), each shown after `anchor` history items.
     pub notes: Vec<(usize, String)>,
     /// Assistant text streaming in the current step.
@@ -421,6 +423,11 @@ pub struct AppState {
 /// the leading items of `old` that `new` no longer has (the "earlier
 /// conversation not loaded" line) and the items `new` has above the rest
 /// of `old`. `None` when `new` does not hold `old`'s items below new ones.
+/// Returns how many items `old` and `new` share from the start.
+fn common_prefix(old: &[HistoryItem], new: &[HistoryItem]) -> usize {
+    old.iter().zip(new).take_while(|(a, b)| a == b).count()
+}
+
 fn earlier_loaded(old: &[HistoryItem], new: &[HistoryItem]) -> Option<(usize, usize)> {
     let skipped = usize::from(matches!(
         old.first(),
@@ -562,7 +569,15 @@ impl AppState {
             UiEvent::EarlierHistory(earlier) => self.earlier_history = earlier,
             UiEvent::History(items) => {
                 let shift = earlier_loaded(&self.history, &items);
+                let same_session = self.history_of.as_ref() == Some(&self.header.session);
+                if same_session && shift.is_none() && items.len() < self.history.len() {
+                    // A rewind: notes written after the turns it went back
+                    // past go with them, not onto the end of an earlier answer.
+                    let kept = common_prefix(&self.history, &items);
+                    self.notes.retain(|(anchor, _)| *anchor <= kept);
+                }
                 self.history = items;
+                self.history_of = Some(self.header.session.clone());
                 let len = self.history.len();
                 for (anchor, _) in &mut self.notes {
                     if let Some((skipped, added)) = shift {
@@ -1135,12 +1150,18 @@ mod tests {
     #[test]
     fn history_rebuild_keeps_notes_in_range() {
         let mut state = AppState::default();
+        state.apply(UiEvent::Header(Header {
+            model: "m".into(),
+            session: "0190f3a2".into(),
+        }));
         state.apply(UiEvent::History(vec![
             HistoryItem::User("a".into()),
             HistoryItem::Assistant("b".into()),
         ]));
         state.apply(UiEvent::Note("after b".into()));
         assert_eq!(state.notes, [(2, "after b".to_owned())]);
+        // No session open any more (it failed to open): the note stays.
+        state.apply(UiEvent::Header(Header::default()));
         state.apply(UiEvent::History(vec![]));
         assert_eq!(state.notes, [(0, "after b".to_owned())]);
     }
@@ -1235,6 +1256,33 @@ mod tests {
         let actions = state.on_key(key(KeyCode::Char('y')), Instant::now());
         assert_eq!(actions, [Action::Rewind(plan)]);
         assert_eq!(state.result_line, None);
+    }
+
+    #[test]
+    fn a_rewind_takes_the_notes_of_the_turns_it_went_back_past() {
+        let mut state = AppState::default();
+        let first = vec![
+            HistoryItem::User("one".into()),
+            HistoryItem::Assistant("done one".into()),
+        ];
+        let mut both = first.clone();
+        both.extend([
+            HistoryItem::User("two".into()),
+            HistoryItem::Assistant("done two".into()),
+        ]);
+        state.apply(UiEvent::History(first.clone()));
+        state.apply(UiEvent::Note("after one".into()));
+        state.apply(UiEvent::History(both));
+        state.apply(UiEvent::Note("after two".into()));
+        // The rewind's own note comes after the shorter conversation.
+        state.apply(UiEvent::History(first));
+        state.apply(UiEvent::Note("rewound".into()));
+        let notes: Vec<(usize, &str)> = state
+            .notes
+            .iter()
+            .map(|(at, text)| (*at, text.as_str()))
+            .collect();
+        assert_eq!(notes, [(2, "after one"), (2, "rewound")]);
     }
 
     #[test]

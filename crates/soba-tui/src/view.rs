@@ -532,9 +532,13 @@ pub fn budget_text(core: &SessionCore) -> String {
 
 /// Returns the `/usage` text: the tokens every request recorded in the
 /// log reported (`entries`: the whole log, rewound branches included, as
-/// they were billed), and their list price where the model has one.
-pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
-    let prices = soba_replay::price::PriceTable::new();
+/// they were billed), and their list price where `prices` (the built-in
+/// table with the config's overrides) has one.
+pub fn usage_text(
+    session_model: &str,
+    entries: &[Entry],
+    prices: &soba_replay::price::PriceTable,
+) -> String {
     let mut total = soba_core::Usage::default();
     let (mut requests, mut priced, mut unpriced) = (0_usize, 0.0_f64, Vec::<String>::new());
     let mut priced_requests = 0_usize;
@@ -574,8 +578,9 @@ pub fn usage_text(session_model: &str, entries: &[Entry]) -> String {
         format!("${priced:.4} ({})", prices.as_of())
     } else if priced_requests == 0 {
         format!(
-            "not priced: soba has no price for {} (soba replay takes models.<id>.inputPrice/outputPrice from your config)",
-            unpriced.join(", ")
+            "not priced: soba has no price for {}; set models.\"{}\".inputPrice and outputPrice (US dollars per million tokens) in your config",
+            unpriced.join(", "),
+            unpriced[0]
         )
     } else {
         format!(

@@ -1,58 +1,6 @@
-//! What `soba replay` takes from the workspace: the replay's prices with
-//! the configuration's `models.*.*Price` overrides, the local time zone
-//! its days are counted in, and a `--project` folder.
-
-use soba_replay::price::{Price, PriceTable};
-
-use crate::config::Config;
-use crate::error::{Result, WorkspaceError};
-
-/// The built-in prices with the config's `models.*.*Price` overrides: a
-/// price not given keeps the built-in one; a model soba has no price for
-/// needs its input and output prices (without them the entry is left out,
-/// with a warning), and its cache prices default to the input price. Two
-/// entries naming one model (`claude-sonnet-4-5` and
-/// `anthropic/claude-sonnet-4-5`) are an error, not a mix of both.
-/// Returns the table and the warnings to show.
-pub fn price_table(config: &Config) -> Result<(PriceTable, Vec<String>)> {
-    use soba_core::terminal::sanitize_line as line;
-    let mut table = PriceTable::new();
-    let mut warnings = Vec::new();
-    let mut named: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
-    for (model, [input, output, read, write]) in &config.prices {
-        let canonical = soba_provider::registry::canonical_name(model);
-        if let Some(first) = named.insert(canonical.clone(), model) {
-            return Err(WorkspaceError::usage(format!(
-                "models.\"{}\" and models.\"{}\" both set prices of {}",
-                line(first),
-                line(model),
-                line(&canonical)
-            ))
-            .hint("keep the prices under one of the two names in your user config"));
-        }
-        let builtin = table.get(model);
-        let (Some(input), Some(output)) = (
-            input.or(builtin.map(|p| p.input)),
-            output.or(builtin.map(|p| p.output)),
-        ) else {
-            warnings.push(format!(
-                "warning: models.\"{}\": soba has no built-in price for this model, so its prices need both inputPrice and outputPrice (US dollars per million tokens); left out",
-                line(model)
-            ));
-            continue;
-        };
-        table.set(
-            model,
-            Price {
-                input,
-                output,
-                cache_read: read.or(builtin.map(|p| p.cache_read)).unwrap_or(input),
-                cache_write: write.or(builtin.map(|p| p.cache_write)).unwrap_or(input),
-            },
-        );
-    }
-    Ok((table, warnings))
-}
+//! What `soba replay` takes from the environment: the local time zone its
+//! days are counted in, and a `--project` folder. (Its prices are the
+//! configuration's, `Config::price_table`.)
 
 /// A `--project` value that names a folder (`.`, `../api`, `~/code/x`
 /// as the shell expands it) becomes its absolute path; any other value is

@@ -474,15 +474,22 @@ fn options(args: &ReplayArgs, ctx: &Context) -> CliResult<ReplayOptions> {
         peer_trigger: args.peer_trigger,
         counting: replay::Counting::Bpe,
         registry: ctx.config().registry(),
-        prices: {
-            let (prices, warnings) = replay_config::price_table(ctx.config())?;
-            for warning in warnings {
-                crate::output::errln!("{warning}");
-            }
-            prices
-        },
+        prices: price_table(ctx.config())?,
         dump_inputs,
     })
+}
+
+/// The built-in prices with the config's overrides; an entry left out is
+/// a warning, two entries naming one model an error.
+fn price_table(config: &soba_workspace::config::Config) -> CliResult<replay::price::PriceTable> {
+    let priced = config.price_table().map_err(|message| {
+        CliError::usage(message)
+            .hint("keep the prices under one of the two names in your user config")
+    })?;
+    for warning in &priced.warnings {
+        crate::output::errln!("warning: {warning}");
+    }
+    Ok(priced.table)
 }
 
 fn replay_error(err: ReplayError) -> CliError {

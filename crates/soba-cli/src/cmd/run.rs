@@ -406,6 +406,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
                 "the turn was cancelled ({in_session})"
             ))),
         },
+        TurnEnd::Denied { call } => Err(CliError::user(format!(
+            "the turn stopped: {} was denied ({in_session})",
+            soba_core::terminal::sanitize_line(&call)
+        ))),
         TurnEnd::Stale => Err(CliError::user(format!(
             "the turn ended: the session moved during compaction ({in_session})"
         ))),

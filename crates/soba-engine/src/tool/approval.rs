@@ -300,16 +300,55 @@ impl Grants {
         {
             return false;
         }
-        let words = command_words(command);
-        !words.is_empty() && words.iter().all(|word| self.bash_words.contains(word))
+        let segments: Vec<String> = command_segments(command)
+            .into_iter()
+            .filter(|segment| !segment.trim().is_empty())
+            .collect();
+        !segments.is_empty()
+            && segments.iter().all(|segment| {
+                self.bash_words
+                    .iter()
+                    .any(|prefix| starts_with_words(segment, prefix))
+            })
     }
 }
 
-/// Returns the first word of each command in a shell line split at `;`,
-/// `|`, `&` and newlines (`&&`, `||` included; not the `&` of `2>&1` or
-/// `&>`). Quoting is not parsed, so a separator inside quotes only yields an
-/// extra word that must be granted too: the split errs towards asking.
+/// Returns the prefix of each command in a shell line split at `;`, `|`,
+/// `&` and newlines (`&&`, `||` included; not the `&` of `2>&1` or `&>`):
+/// its first two words (`cargo test`, `rm -r`, `sh run_tests.sh`), or its
+/// one word. An "always" answer grants these prefixes, so approving
+/// `git status` does not approve `git push`. Quoting is not parsed, so a
+/// separator inside quotes only yields an extra prefix that must be granted
+/// too: the split errs towards asking.
 pub(crate) fn command_words(command: &str) -> Vec<String> {
+    let mut prefixes: Vec<String> = Vec::new();
+    for segment in command_segments(command) {
+        // A redirection (`> log`, `2>&1`) is no part of what runs.
+        let prefix = segment
+            .split_whitespace()
+            .take_while(|word| !is_redirection(word))
+            .take(PREFIX_WORDS)
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !prefix.is_empty() && !prefixes.contains(&prefix) {
+            prefixes.push(prefix);
+        }
+    }
+    prefixes
+}
+
+/// Returns whether a word of a command redirects (`>`, `2>&1`, `&>log`,
+/// `<in`).
+fn is_redirection(word: &str) -> bool {
+    word.trim_start_matches(|ch: char| ch.is_ascii_digit())
+        .starts_with(['>', '<', '&'])
+}
+
+/// The words of a command an "always" answer grants.
+const PREFIX_WORDS: usize = 2;
+
+/// Splits a shell line into its commands (see [`command_words`]).
+fn command_segments(command: &str) -> Vec<String> {
     let chars: Vec<char> = command.chars().collect();
     let mut segments: Vec<String> = vec![String::new()];
     for (idx, &ch) in chars.iter().enumerate() {
@@ -322,15 +361,16 @@ pub(crate) fn command_words(command: &str) -> Vec<String> {
             current.push(ch);
         }
     }
-    let mut words: Vec<String> = Vec::new();
-    for segment in &segments {
-        if let Some(word) = segment.split_whitespace().next()
-            && !words.iter().any(|known| known == word)
-        {
-            words.push(word.to_owned());
-        }
-    }
-    words
+    segments
+}
+
+/// Returns whether the command `segment` starts with the words of
+/// `prefix` (a grant: two words, or one recorded by an older soba).
+fn starts_with_words(segment: &str, prefix: &str) -> bool {
+    let mut words = segment.split_whitespace();
+    prefix
+        .split_whitespace()
+        .all(|wanted| words.next() == Some(wanted))
 }
 
 #[cfg(test)]
@@ -338,32 +378,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn command_words_take_each_segments_first_word() {
-        assert_eq!(command_words("cargo test -p x"), ["cargo"]);
+    fn command_words_take_each_segments_first_two_words() {
+        assert_eq!(command_words("cargo test -p x"), ["cargo test"]);
         assert_eq!(
             command_words("cargo test 2>&1 | tail -5"),
-            ["cargo", "tail"]
+            ["cargo test", "tail -5"]
         );
-        assert_eq!(command_words("make &> log & sleep 1"), ["make", "sleep"]);
+        assert_eq!(command_words("make &> log & sleep 1"), ["make", "sleep 1"]);
+        assert_eq!(command_words("make 2>&1 >log"), ["make"]);
         assert_eq!(
             command_words("cd a && make; make install\nls"),
-            ["cd", "make", "ls"]
+            ["cd a", "make", "make install", "ls"]
         );
         assert!(command_words("   ").is_empty());
     }
 
     #[test]
-    fn grants_cover_commands_whose_words_are_all_granted() {
+    fn grants_cover_commands_whose_segments_all_start_with_a_grant() {
         let mut grants = Grants::default();
         grants
             .bash_words
-            .extend(["cargo".to_owned(), "tail".to_owned()]);
-        assert!(grants.covers("bash", "cargo build"));
+            .extend(["cargo test".to_owned(), "tail".to_owned()]);
+        assert!(grants.covers("bash", "cargo test --lib"));
         assert!(grants.covers("bash", "cargo test | tail -3"));
+        assert!(!grants.covers("bash", "cargo build"));
+        assert!(!grants.covers("bash", "cargo"));
         assert!(!grants.covers("bash", "cargo test && rm -rf target"));
-        assert!(!grants.covers("bash", "cargo $(rm x)"));
-        assert!(!grants.covers("bash", "cargo `rm x`"));
+        assert!(!grants.covers("bash", "cargo test $(rm x)"));
+        assert!(!grants.covers("bash", "cargo test `rm x`"));
         assert!(!grants.covers("bash", ""));
         assert!(!grants.covers("write_file", ""));
+        // The walk: "always" for `git status` approved `git push`.
+        let mut grants = Grants::default();
+        grants.bash_words.extend(command_words("git status"));
+        assert!(grants.covers("bash", "git status --short"));
+        assert!(!grants.covers("bash", "git push --force"));
     }
 }

@@ -589,3 +589,71 @@ async fn the_capsule_bounds_user_messages_by_the_configured_budget() {
         assert!(used > 0, "the instructions are kept within the budget");
     }
 }
+
+#[tokio::test]
+async fn past_auto_limit_a_compaction_that_would_not_pay_says_why_once_a_turn() {
+    let mut compaction = crate::harness::small_config();
+    compaction.min_hygiene_tokens = TokenCount::new(1_000_000);
+    // A compaction must free the whole context: none ever pays.
+    compaction.min_savings_ratio = soba_core::config::Ratio::ONE;
+    let h = Harness::start(Options {
+        compaction,
+        ..Options::default()
+    })
+    .await;
+    for path in files_read(READS_PAST_AUTO) {
+        h.push_read(&path);
+    }
+    h.push_text("read");
+    assert_eq!(h.turn("read the data files").await, TurnEnd::Completed);
+    h.push_text("still here");
+    assert_eq!(h.turn("and now?").await, TurnEnd::Completed);
+
+    let ends = h.compaction_ends();
+    let told: Vec<_> = ends
+        .iter()
+        .map(|end| {
+            (
+                end.trigger,
+                end.outcome,
+                end.tokens_before,
+                end.reason.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // One line in each turn that went past autoLimit, none completed.
+    assert_eq!(told.len(), 2, "{told:#?}");
+    for (end, (trigger, outcome, _, reason)) in ends.iter().zip(&told) {
+        assert!(trigger.is_soft(), "{told:#?}");
+        assert_eq!(*outcome, Outcome::Skipped);
+        assert!(end.tokens_before.get() >= AUTO_LIMIT, "{end:#?}");
+        let expected = format!(
+            "{} tokens is past autoLimit 10,400, but it would free ",
+            end.tokens_before
+        );
+        assert!(reason.starts_with(&expected), "{reason}");
+        assert!(
+            reason.ends_with(&format!(
+                "under the {} a compaction must free to pay for itself \
+                 (compaction.roiFloor, compaction.minSavingsRatio); the request is sent whole, \
+                 /compact forces one",
+                end.tokens_before
+            )),
+            "{reason}"
+        );
+    }
+    assert!(capsule_triggers(&h.logged_entries()).is_empty());
+    // More requests than lines went out past autoLimit: once a turn.
+    let past = h
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, effective, _)| effective.get() >= AUTO_LIMIT)
+        .count();
+    assert!(past > 2, "{past} requests past autoLimit");
+}
+
+/// Reads that take the test model's context past autoLimit (10,400) and
+/// not past hardLimit (13,000).
+const READS_PAST_AUTO: usize = 9;

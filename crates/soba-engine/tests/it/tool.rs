@@ -1117,6 +1117,7 @@ async fn interactive_answers_once_always_and_deny() {
         Once,
         AlwaysForSession,
         Once,
+        Once,
         Deny,
     ]);
     let approvals = Approvals::interactive(ApprovalPolicy::default(), approver.clone());
@@ -1145,7 +1146,7 @@ async fn interactive_answers_once_always_and_deny() {
         verdict(&approvals, "edit_file", json!({"path": "d.txt"})).await,
         user
     );
-    // For bash, `a` approves commands with the same first word.
+    // For bash, `a` approves commands with the same first two words.
     assert_eq!(
         verdict(
             &approvals,
@@ -1156,12 +1157,18 @@ async fn interactive_answers_once_always_and_deny() {
         user
     );
     assert_eq!(
-        verdict(&approvals, "bash", json!({"command": "cargo build"})).await,
+        verdict(&approvals, "bash", json!({"command": "cargo test --lib"})).await,
         session
     );
     assert_eq!(
-        verdict(&approvals, "bash", json!({"command": "tail log"})).await,
+        verdict(&approvals, "bash", json!({"command": "tail -3 log"})).await,
         session
+    );
+    // Not another subcommand of the same program (the walk: `a` on one
+    // `git` command approved `git push`).
+    assert_eq!(
+        verdict(&approvals, "bash", json!({"command": "cargo build"})).await,
+        user
     );
     assert_eq!(
         verdict(
@@ -1185,9 +1192,10 @@ async fn interactive_answers_once_always_and_deny() {
             "write_file: b.txt [every write_file call this session]",
             "write_file: c.txt [every write_file call this session]",
             "edit_file: d.txt [every edit_file call this session]",
-            "bash: cargo test 2>&1 | tail -3 [bash commands starting with `cargo`, `tail` this session]",
-            "bash: cargo test && rm -rf / [bash commands starting with `cargo`, `rm` this session]",
-            "bash: rm -rf target [bash commands starting with `rm` this session]",
+            "bash: cargo test 2>&1 | tail -3 [bash commands starting with `cargo test`, `tail -3` this session]",
+            "bash: cargo build [bash commands starting with `cargo build` this session]",
+            "bash: cargo test && rm -rf / [bash commands starting with `cargo test`, `rm -rf` this session]",
+            "bash: rm -rf target [bash commands starting with `rm -rf` this session]",
         ]
     );
 }

@@ -795,16 +795,24 @@ impl Worker {
                 Some("turn ended: the conversation was rewound during compaction".to_owned())
             }
             Ok(Finished::Turn(TurnEnd::Failed(reason))) => Some(format!("turn failed: {reason}")),
+            Ok(Finished::Turn(TurnEnd::Denied { call })) => Some(format!(
+                "turn stopped: you denied {}; type what to do instead",
+                soba_core::terminal::sanitize_line(&call)
+            )),
             Ok(Finished::Compact) => None,
             Err(err) => Some(note_error(err)),
         };
         if let Some(on) = self.pending_auto_compact.take() {
             self.set_auto_compact(on).await;
         }
-        if let Some(plan) = self.pending_rewind.take() {
-            self.apply_rewind(&plan).await;
-        }
+        let rewound = match self.pending_rewind.take() {
+            Some(plan) => self.apply_rewind(&plan).await,
+            None => None,
+        };
         self.refresh().await;
+        if let Some(note) = rewound {
+            self.note(note);
+        }
         self.send(UiEvent::Finished(reason));
     }
 
@@ -884,8 +892,18 @@ impl Worker {
                             .iter()
                             .map(|logged| logged.entry.clone())
                             .collect();
-                        let text = view::usage_text(core.model_id(), &entries);
+                        let (prices, warnings) = match self.launch.ctx.config().price_table() {
+                            Ok(priced) => (priced.table, priced.warnings),
+                            Err(conflict) => (
+                                soba_replay::price::PriceTable::new(),
+                                vec![format!("{conflict}; the config's prices are not used")],
+                            ),
+                        };
+                        let text = view::usage_text(core.model_id(), &entries, &prices);
                         drop(core);
+                        for warning in warnings {
+                            self.note(format!("warning: {warning}"));
+                        }
                         self.note(text);
                     }
                 }

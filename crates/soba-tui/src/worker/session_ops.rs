@@ -56,17 +56,17 @@ impl Worker {
     }
 
     pub(super) async fn rewind(&mut self, plan: RewindPlan) {
-        if self.running.is_none() {
-            self.apply_rewind(&plan).await;
-            self.refresh().await;
-            return;
-        }
-        if self.in_barrier.load(Ordering::SeqCst) {
+        if self.running.is_none() || self.in_barrier.load(Ordering::SeqCst) {
             // During a barrier the rewind acts at once: the barrier ends
             // stale and appends nothing (SPEC §7.1).
-            self.rewound_in_barrier = true;
-            self.apply_rewind(&plan).await;
+            self.rewound_in_barrier = self.running.is_some();
+            let note = self.apply_rewind(&plan).await;
             self.refresh().await;
+            // After the shorter conversation, so the note is not one of the
+            // rewound-past notes the screen drops.
+            if let Some(note) = note {
+                self.note(note);
+            }
         } else {
             // Outside a barrier a tool or a request may still append: end
             // the turn first, then move the leaf.
@@ -79,10 +79,10 @@ impl Worker {
         }
     }
 
-    pub(super) async fn apply_rewind(&mut self, plan: &RewindPlan) {
-        let Some(live) = &self.live else {
-            return;
-        };
+    /// Moves the leaf for `plan`; returns the note to show once the
+    /// shorter conversation is on screen.
+    pub(super) async fn apply_rewind(&mut self, plan: &RewindPlan) -> Option<String> {
+        let live = self.live.as_ref()?;
         let result = session::rewind(&mut *live.core.lock().await, &plan.leaf);
         match result {
             Ok(target) => {
@@ -90,18 +90,19 @@ impl Worker {
                     self.send(UiEvent::SetInput(text.clone()));
                     // The leaf is the entry before the message: name what the
                     // user picked, not an id the picker never showed.
-                    self.note(
-                        "rewound to before your message, which is back in the input box; files on disk are unchanged",
-                    );
+                    Some(
+                        "rewound to before your message, which is back in the input box; files on disk are unchanged"
+                            .to_owned(),
+                    )
                 } else {
                     let short = self.short_now().await;
-                    self.note(format!(
+                    Some(format!(
                         "rewound to {}; files on disk are unchanged",
                         target.short_with(short)
-                    ));
+                    ))
                 }
             }
-            Err(err) => self.note(note_error(err)),
+            Err(err) => Some(note_error(err)),
         }
     }
 

@@ -716,6 +716,54 @@ async fn always_approvals_survive_resume_and_rewind() {
     resumed.quit().await;
 }
 
+/// The walk: a denied call did not end the turn (the model went on,
+/// tried something else). Now a "no" stops the turn, as in Claude Code
+/// and Codex; the batch's later calls are answered, not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_stops_the_turn() {
+    let mut rig = rig().await;
+    rig.server.push_for(
+        "/chat/completions",
+        Script::stream(
+            Dialect::Chat,
+            &Reply::text("Cleaning.")
+                .with_tool_call("c1", "bash", json!({"command": "rm -r build"}))
+                .with_tool_call("c2", "bash", json!({"command": "ls"})),
+        ),
+    );
+    rig.send(Action::StartTurn("clean up".into()));
+    rig.until("an approval prompt", |r| matches!(r, UiEvent::Approval(_)))
+        .await;
+    rig.send(Action::Approve(ApprovalDecision::Deny));
+    let seen = rig
+        .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+        .await;
+    assert_eq!(
+        seen.last(),
+        Some(&UiEvent::Finished(Some(
+            "turn stopped: you denied bash: rm -r build; type what to do instead".into()
+        )))
+    );
+    assert!(
+        !seen.iter().any(|r| matches!(r, UiEvent::Approval(_))),
+        "the second call was not asked about: {seen:#?}"
+    );
+    let chats = rig
+        .server
+        .requests()
+        .iter()
+        .filter(|request| request.path == "/chat/completions")
+        .count();
+    assert_eq!(chats, 1, "no request after the denial");
+    let types = rig.log_types();
+    assert_eq!(
+        &types[types.len() - 3..],
+        ["message", "message", "message"],
+        "the assistant's calls and both results: {types:?}"
+    );
+    rig.quit().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewind_keeps_auto_compact_off() {
     let mut rig = rig().await;
@@ -739,13 +787,15 @@ async fn a_rewind_keeps_auto_compact_off() {
             |r| matches!(r, UiEvent::Note(text) if text.starts_with("rewound to ")),
         )
         .await;
-    drop(seen);
-    let seen = rig
-        .until("the sidebar", |r| matches!(r, UiEvent::Sidebar(_)))
-        .await;
-    let Some(UiEvent::Sidebar(sidebar)) = seen.last() else {
-        unreachable!("until returned on a sidebar")
-    };
+    // The note follows the rewound conversation and its sidebar.
+    let sidebar = seen
+        .iter()
+        .rev()
+        .find_map(|r| match r {
+            UiEvent::Sidebar(sidebar) => Some(sidebar),
+            _ => None,
+        })
+        .expect("a sidebar before the note");
     assert!(!sidebar.auto_compact);
     let types = rig.log_types();
     assert_eq!(
@@ -926,8 +976,9 @@ async fn usage_status_and_clear() {
          cacheRead                  0\n\
          cacheWrite                 0\n\
          output                     5\n\
-         cost            not priced: soba has no price for fake/test-model \
-         (soba replay takes models.<id>.inputPrice/outputPrice from your config)"
+         cost            not priced: soba has no price for fake/test-model; set \
+         models.\"fake/test-model\".inputPrice and outputPrice (US dollars per million \
+         tokens) in your config"
     );
     rig.send(Action::Command(SlashCommand::Status));
     let seen = rig
@@ -1012,6 +1063,43 @@ async fn usage_status_and_clear() {
     );
     assert_eq!(after.len(), before.len() + 2, "{after:?}");
     rig.quit().await;
+}
+
+/// `/usage` prices with the config's `models.<id>.inputPrice` and
+/// `outputPrice`, as `soba replay` does (the walk: it said "not priced"
+/// with prices set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_prices_with_the_configs_prices() {
+    let mut rig = rig_with(|config| {
+        config["models"]["fake/test-model"]["inputPrice"] = json!(2.0);
+        config["models"]["fake/test-model"]["outputPrice"] = json!(10.0);
+    })
+    .await;
+    let usage = soba_core::Usage {
+        input: 1_000_000,
+        output: 100_000,
+        ..soba_core::Usage::default()
+    };
+    rig.server.push_for(
+        "/chat/completions",
+        Script::stream(Dialect::Chat, &Reply::text("Hello.").with_usage(usage)),
+    );
+    rig.send(Action::StartTurn("hi".into()));
+    rig.until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+        .await;
+    rig.send(Action::Command(SlashCommand::Usage));
+    let seen = rig
+        .until(
+            "the usage",
+            |r| matches!(r, UiEvent::Note(text) if text.starts_with("/usage")),
+        )
+        .await;
+    let usage_text = note_texts(&seen).pop().expect("a note");
+    let cost = usage_text.lines().last().expect("a cost line");
+    assert!(
+        cost.starts_with("cost            $3.0000 ("),
+        "{usage_text}"
+    );
 }
 
 fn note_texts(seen: &[UiEvent]) -> Vec<String> {

@@ -12,8 +12,11 @@
 mod error;
 pub mod json;
 pub mod keys;
+mod prices;
 pub mod schema;
 mod source;
+
+pub use prices::Priced;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
