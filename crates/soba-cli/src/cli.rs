@@ -300,7 +300,8 @@ pub enum CapsuleAction {
         /// The capsule's checkpoint id (short form accepted, e.g. ck_7f3a).
         #[arg(value_name = "CK")]
         checkpoint: String,
-        /// The file to write (relative paths are inside the workspace).
+        /// The file to write (relative paths are inside the workspace); `-`
+        /// writes to standard output.
         #[arg(value_name = "PATH")]
         path: std::path::PathBuf,
         /// Overwrite an existing file.

@@ -650,6 +650,19 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 }
                 for result in message.tool_results() {
                     let outcome = outcomes.result(result);
+                    match user_refusal(&result.text()) {
+                        // A call the user said no to is the user's decision,
+                        // not an error to fix: a constraint, carried on.
+                        Some(Refusal::Denied) => {
+                            let text = declined_constraint(&outcome.key);
+                            if constraint_keys.insert(directive::constraint_key(&text)) {
+                                constraints.push(text);
+                            }
+                            continue;
+                        }
+                        Some(Refusal::NotRun) => continue,
+                        None => {}
+                    }
                     let failing = match outcome.status {
                         // Still running: a later write_stdin poll reports it.
                         Status::Pending => continue,
@@ -731,6 +744,10 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         }
         for result in message_entry.message.tool_results() {
             let outcome = outcomes.result(result);
+            if user_refusal(&result.text()).is_some() {
+                // The tail shows it verbatim; it settles nothing.
+                continue;
+            }
             let failing = match outcome.status {
                 Status::Pending => continue,
                 Status::Failure => true,
@@ -1017,6 +1034,45 @@ fn add_declared(text: &str, declared: &mut Vec<String>) {
             declared.push(command);
         }
     }
+}
+
+/// The error result of a call the user denied (the engine writes it; the
+/// capsule reads it as the user's decision, not an error).
+pub const USER_DENIAL: &str = "not approved: the user denied this call";
+
+/// The result of a call of the batch after one the user denied: the turn
+/// stopped there.
+pub const NOT_RUN_AFTER_DENIAL: &str =
+    "not run: the user denied an earlier call of this batch and stopped the turn";
+
+/// What a user's "no" left as a tool result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The user denied this call.
+    Denied,
+    /// The call was not run: the user denied an earlier one of its batch.
+    NotRun,
+}
+
+/// Returns whether a tool result is SOBA's record of a user's "no".
+fn user_refusal(text: &str) -> Option<Refusal> {
+    let text = text.trim_start();
+    if text.starts_with(USER_DENIAL) {
+        Some(Refusal::Denied)
+    } else if text.starts_with(NOT_RUN_AFTER_DENIAL) {
+        Some(Refusal::NotRun)
+    } else {
+        None
+    }
+}
+
+/// The constraint a denied call leaves, e.g. "The user declined
+/// `$ git push origin main` when asked: do not run it again unasked."
+fn declined_constraint(key: &str) -> String {
+    format!(
+        "The user declined {} when asked: do not run it again unasked.",
+        crate::render::code_span(key)
+    )
 }
 
 /// Returns the constraints the previous capsule carried.

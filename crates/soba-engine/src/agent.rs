@@ -151,8 +151,7 @@ pub const MAX_REPEATED_CALLS: usize = 10;
 
 /// The result of a call of the batch after one the user denied: the turn
 /// stopped there.
-pub const NOT_RUN_AFTER_DENIAL: &str =
-    "not run: the user denied an earlier call of this batch and stopped the turn";
+pub const NOT_RUN_AFTER_DENIAL: &str = soba_core::facts::NOT_RUN_AFTER_DENIAL;
 
 /// Counts consecutive identical tool-call batches within one turn.
 #[derive(Default)]

@@ -306,7 +306,7 @@ impl FlightAppender {
     /// Opens (creating) a flight-record file for appending.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
+        let file = crate::private::owner_only(&mut OpenOptions::new())
             .read(true)
             .append(true)
             .create(true)

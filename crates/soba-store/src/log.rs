@@ -115,10 +115,10 @@ impl SessionWriter {
     ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+            crate::private::create_dir_all(dir)
                 .map_err(|err| StoreError::io("create the sessions directory", dir, err))?;
         }
-        let file = OpenOptions::new()
+        let file = crate::private::owner_only(&mut OpenOptions::new())
             .read(true)
             .append(true)
             .create_new(true)
@@ -634,7 +634,11 @@ impl SessionWriter {
                 "{}{RECOVERED_INFIX}{stamp}{suffix}.jsonl",
                 self.session
             ));
-            match OpenOptions::new().append(true).create_new(true).open(&path) {
+            match crate::private::owner_only(&mut OpenOptions::new())
+                .append(true)
+                .create_new(true)
+                .open(&path)
+            {
                 Ok(mut file) => {
                     let written = file.write_all(lines).and_then(|()| file.sync_all());
                     if let Err(err) = written {

@@ -86,6 +86,9 @@ fn exit_code(text: &str) -> Option<&str> {
 pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: bool) -> String {
     match result {
         Some((text, true)) if text == USER_DENIAL => format!("{call} (denied)"),
+        Some((text, true)) if text == soba_core::facts::NOT_RUN_AFTER_DENIAL => {
+            format!("{call} (not run: you denied an earlier call)")
+        }
         Some((text, true)) if text == NON_INTERACTIVE_DENIAL => {
             format!("{call} (not run: soba run could not ask for approval)")
         }
@@ -864,6 +867,20 @@ mod tests {
     /// Issue 36 item 5: a configured local model that needs no key, and
     /// whose window its server reports (no `models` entry), is offered by
     /// `/model` instead of "nothing to choose".
+    #[test]
+    fn refused_calls_say_so_not_error_sizes() {
+        let line = |text: &str| tool_line("bash: ls", "bash", Some((text, true)), false);
+        assert_eq!(line(USER_DENIAL), "bash: ls (denied)");
+        assert_eq!(
+            line(soba_core::facts::NOT_RUN_AFTER_DENIAL),
+            "bash: ls (not run: you denied an earlier call)"
+        );
+        assert_eq!(
+            line(NON_INTERACTIVE_DENIAL),
+            "bash: ls (not run: soba run could not ask for approval)"
+        );
+    }
+
     #[test]
     fn the_model_picker_offers_a_keyless_local_model() {
         let dir = tempfile::tempdir().expect("a temporary directory");

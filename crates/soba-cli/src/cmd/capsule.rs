@@ -189,6 +189,20 @@ fn export(ctx: &Context, args: &CapsuleArgs, wanted: &str, given: &Path, force: 
         wanted,
         given,
     )?;
+    if given == Path::new("-") {
+        // `-` is standard output, as for most tools: the file's text there,
+        // the line about it on stderr (a walk got a file named `-`).
+        let mut stdout = crate::output::stdout();
+        stdout.write_all(export.rendered.text.as_bytes())?;
+        stdout.flush()?;
+        crate::output::errln!(
+            "exported {} to standard output ({} tokens; {})",
+            export.id.short_with(export.short),
+            group_thousands(export.rendered.tokens.get()),
+            capsule::redaction_note(&export.rendered)
+        );
+        return Ok(());
+    }
     capsule::write_file(
         &ctx.workspace.root,
         &export.file,

@@ -229,9 +229,10 @@ fn export_never_overwrites_and_stays_in_the_workspace() {
     assert!(absolute.is_file());
     let unknown = sandbox.run(&["capsule", "export", "ck_ffff", "x.md", "--session", &id]);
     assert_eq!(unknown.status.code(), Some(1));
-    assert_eq!(
-        text(&unknown.stderr),
-        "error: no capsule ck_ffff in this session\nhint: list the capsules with `soba capsule list` (in soba: /capsule); ids look like ck_7f3a\n"
+    assert!(
+        text(&unknown.stderr).starts_with("error: no capsule ck_ffff in this session\n"),
+        "{}",
+        text(&unknown.stderr)
     );
 }
 
@@ -996,6 +997,46 @@ fn export_finds_a_capsule_of_another_session_and_says_where() {
     assert!(
         stderr.starts_with("error: no capsule ck_ffff in session ")
             && stderr.contains("(the workspace's most recent) or any other session of its folder"),
+        "{stderr}"
+    );
+}
+
+/// The walk: `capsule export ID -` wrote a file named `-`. `-` is standard
+/// output; the line about the export goes to stderr.
+#[test]
+fn export_to_a_dash_writes_standard_output() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let ck = short_ck(compact(&sandbox, &id, &[]).lines().last().unwrap());
+    let output = sandbox.run_ok(&["capsule", "export", &ck, "-"]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.starts_with("---\n"), "{stdout}");
+    assert!(stdout.contains("\n## Goal\n"), "{stdout}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!("exported {ck} to standard output (")),
+        "{stderr}"
+    );
+    assert!(!sandbox.ws.join("-").exists());
+    // What went to stdout loads like a file would.
+    let file = sandbox.write("piped.capsule.md", &stdout);
+    sandbox.run_ok(&["capsule", "load", file.to_str().unwrap(), "--session", &id]);
+}
+
+/// The walk: the hint for an unknown id showed `ck_7f3a` next to 11-digit
+/// ids. It now names the session's newest capsule at the session's length.
+#[test]
+fn an_unknown_capsule_id_is_answered_with_a_real_one() {
+    let sandbox = Sandbox::new();
+    let id = session_with(&sandbox, "none");
+    let ck = short_ck(compact(&sandbox, &id, &[]).lines().last().unwrap());
+    let output = sandbox.run(&["capsule", "export", "ck_ffff", "x.md", "--session", &id]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.ends_with(&format!(
+            "hint: list the capsules with `soba capsule list` (in soba: /capsule); the newest is {ck}\n"
+        )),
         "{stderr}"
     );
 }

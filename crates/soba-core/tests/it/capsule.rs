@@ -815,6 +815,54 @@ fn files_changed_are_the_edits_whose_result_succeeded() {
     assert_eq!(facts.files_changed, ["util.py"]);
 }
 
+/// The walk: three calls the user denied were listed as Blockers and
+/// unresolved errors ("`$ git push origin main` failed"), and the next
+/// model could retry them. A "no" is the user's decision: a constraint.
+#[test]
+fn a_call_the_user_denied_is_a_constraint_not_an_error() {
+    let mut span = Span::default();
+    span.user("Publish the fix.");
+    span.tool(
+        "bash",
+        json!({"command": "git push origin main"}),
+        soba_core::facts::USER_DENIAL,
+        true,
+    );
+    span.tool(
+        "bash",
+        json!({"command": "git status"}),
+        soba_core::facts::NOT_RUN_AFTER_DENIAL,
+        true,
+    );
+    span.tool(
+        "bash",
+        json!({"command": "make"}),
+        "make: *** [all] Error 2",
+        true,
+    );
+    let facts = facts_of(&span);
+    let errors: Vec<&str> = facts
+        .unresolved_errors
+        .iter()
+        .map(|error| error.key.as_str())
+        .collect();
+    assert_eq!(errors, ["$ make"]);
+    assert_eq!(
+        facts.constraints,
+        ["The user declined `$ git push origin main` when asked: do not run it again unasked."]
+    );
+    // Carried by the next capsule like any constraint.
+    let capsule = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    )
+    .into_capsule(CapsuleFrame::default());
+    let later = facts_with(&Span::default(), Some(&capsule), &HashSet::new());
+    assert_eq!(later.constraints, facts.constraints);
+}
+
 #[test]
 fn plans_checkpoints_skills_and_last_assistant_text() {
     let mut span = Span::default();

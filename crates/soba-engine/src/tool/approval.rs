@@ -17,8 +17,9 @@ use super::{Tool, ToolError};
 pub const NON_INTERACTIVE_DENIAL: &str =
     "not approved: rerun with --auto-approve or --allow bash,write";
 
-/// The error result of a call the user denied.
-pub const USER_DENIAL: &str = "not approved: the user denied this call";
+/// The error result of a call the user denied (soba-core's capsule
+/// reads it as the user's decision).
+pub const USER_DENIAL: &str = soba_core::facts::USER_DENIAL;
 
 /// The names `--allow` and `tools.allow` take, each with the tools it lets
 /// run without asking; the CLI checks configuration against this table.

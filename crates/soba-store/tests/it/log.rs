@@ -1026,3 +1026,28 @@ fn a_log_replaced_by_a_huge_sparse_file_is_not_read() {
     assert_eq!(ids.len(), 2);
     assert_eq!(ids[0], first.id.as_str());
 }
+
+/// The walk: session logs and their folders were world-readable (0644 in
+/// 0755 folders) while the TUI's input history was 0600. A log holds every
+/// prompt and output: owner-only, as the history.
+#[cfg(unix)]
+#[test]
+fn session_files_and_the_folders_made_for_them_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("sessions/slug/s1.jsonl");
+    drop(create(&path));
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .expect("exists")
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&dir.path().join("sessions/slug")), 0o700);
+    assert_eq!(mode(&dir.path().join("sessions")), 0o700);
+    let flight = dir.path().join("sessions/slug/s1.flight.jsonl");
+    drop(soba_store::flight::FlightAppender::open(&flight, Durability::Flush).expect("opens"));
+    assert_eq!(mode(&flight), 0o600);
+}

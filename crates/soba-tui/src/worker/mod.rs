@@ -756,6 +756,12 @@ impl Worker {
             self.short(&core)
         };
         let text = end.result_line(|id| id.short_with(short));
+        if end.outcome == Outcome::Skipped && end.trigger.is_soft() {
+            // Why no compaction ran past autoLimit (once a turn): longer
+            // than the status bar, so the whole line goes in the
+            // conversation too.
+            self.note(text.clone());
+        }
         let warn = end.outcome != Outcome::Completed || end.quality == Some(Quality::Degraded);
         self.send(UiEvent::BarrierEnded(ResultLine {
             text,

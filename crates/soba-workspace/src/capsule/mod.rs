@@ -222,8 +222,9 @@ pub fn find_capsule<'a>(
     entries: impl IntoIterator<Item = &'a Entry>,
     wanted: &str,
 ) -> Result<(&'a EntryId, &'a Capsule)> {
+    let entries: Vec<&Entry> = entries.into_iter().collect();
     let matches: Vec<(&EntryId, &Capsule)> = entries
-        .into_iter()
+        .iter()
         .filter_map(|entry| match &entry.body {
             EntryBody::Capsule(capsule) if entry.id.matches_short(wanted) => {
                 Some((&entry.id, capsule.as_ref()))
@@ -233,11 +234,24 @@ pub fn find_capsule<'a>(
         .collect();
     match matches.as_slice() {
         [one] => Ok(*one),
-        [] => Err(
-            WorkspaceError::user(format!("no capsule {wanted} in this session")).hint(
-                "list the capsules with `soba capsule list` (in soba: /capsule); ids look like ck_7f3a",
-            ),
-        ),
+        [] => {
+            // An example at the length this session's ids are told apart
+            // by, not a 4-digit one next to 11-digit ids.
+            let short = shortest_unique_len(entries.iter().map(|entry| &entry.id));
+            let example = entries
+                .iter()
+                .rev()
+                .find(|entry| matches!(entry.body, EntryBody::Capsule(_)))
+                .map_or_else(
+                    || "ids look like ck_7f3a".to_owned(),
+                    |entry| format!("the newest is {}", entry.id.short_with(short)),
+                );
+            Err(
+                WorkspaceError::user(format!("no capsule {wanted} in this session")).hint(format!(
+                    "list the capsules with `soba capsule list` (in soba: /capsule); {example}"
+                )),
+            )
+        }
         several => {
             let ids: Vec<&str> = several.iter().map(|(id, _)| id.as_str()).collect();
             Err(WorkspaceError::user(format!(
