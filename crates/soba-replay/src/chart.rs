@@ -609,7 +609,7 @@ fn summary(report: &ReplayReport) -> String {
             format!(
                 "what {} of them cost by their own usage, at {}",
                 total.recorded_priced,
-                report.prices.as_of()
+                report.prices_source()
             ),
         ));
         cards.push((

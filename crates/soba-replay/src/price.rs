@@ -228,12 +228,29 @@ impl PriceTable {
         self.overrides.keys().cloned().collect()
     }
 
-    /// Returns `as of <date>` for the built-in prices, plus how many were
-    /// set instead (`; 2 set in your config`).
-    pub fn as_of(&self) -> String {
-        match self.overrides.len() {
-            0 => format!("list prices as of {PRICES_AS_OF}"),
-            n => format!("list prices as of {PRICES_AS_OF}; {n} model price(s) from your config"),
+    /// Returns where the prices of `models` (as the transcripts spell
+    /// them) came from: `list prices as of <date>`, `prices from your
+    /// config` when every priced one was set there, or both with the count
+    /// set there; models without a price are not counted. (A walk read
+    /// "1 model price(s) from your config" on a bill whose one price was
+    /// the config's, and on one the config did not touch.)
+    pub fn source_for<'a>(&self, models: impl IntoIterator<Item = &'a str>) -> String {
+        let mut from_config = std::collections::BTreeSet::new();
+        let mut from_list = std::collections::BTreeSet::new();
+        for model in models {
+            let name = canonical_name(model);
+            if self.overrides.contains_key(&name) {
+                from_config.insert(name);
+            } else if self.get(model).is_some() {
+                from_list.insert(name);
+            }
+        }
+        match (from_config.len(), from_list.len()) {
+            (0, _) => format!("list prices as of {PRICES_AS_OF}"),
+            (_, 0) => "prices from your config".to_owned(),
+            (n, _) => {
+                format!("list prices as of {PRICES_AS_OF}; {n} model price(s) from your config")
+            }
         }
     }
 
@@ -318,6 +335,22 @@ mod tests {
         assert_eq!(table.get("gpt-5").map(|p| p.input), Some(1.0));
         table.set("acme/unknown-model", Price::new(1.0, 1.0, 1.0, 1.0));
         assert!(table.get("unknown-model").is_some());
+    }
+
+    #[test]
+    fn the_source_names_where_the_used_prices_came_from() {
+        let mut table = PriceTable::new();
+        table.set("acme/walker", Price::new(3.0, 15.0, 3.0, 3.0));
+        let list = format!("list prices as of {PRICES_AS_OF}");
+        // A config price for a model the bill does not use is not named.
+        assert_eq!(table.source_for(["claude-sonnet-4-5"]), list);
+        assert_eq!(table.source_for(["acme/walker"]), "prices from your config");
+        assert_eq!(
+            table.source_for(["acme/walker", "claude-sonnet-4-5", "acme/walker"]),
+            format!("{list}; 1 model price(s) from your config")
+        );
+        // Models without a price count for neither.
+        assert_eq!(table.source_for(["acme/unknown"]), list);
     }
 
     #[test]

@@ -593,6 +593,16 @@ impl ReplayReport {
     /// The lines above the table when it shows dollars: what the
     /// transcripts' own usage cost, and how close `none`'s model of it
     /// comes.
+    /// Where the prices of the priced traces' models came from.
+    pub fn prices_source(&self) -> String {
+        self.prices.source_for(
+            self.traces
+                .iter()
+                .filter(|t| t.skipped.is_none() && t.recorded_dollars.is_some())
+                .flat_map(|t| t.bill.models.keys().map(String::as_str)),
+        )
+    }
+
     fn dollar_lines(&self) -> String {
         let Some(recorded) = self.recorded_dollars else {
             return "recorded: no trace records usage at a known price (the `$` column prices each policy at the trace model's list price, `-` where it has none)\n\n".to_owned();
@@ -605,7 +615,7 @@ impl ReplayReport {
         let mut out = format!(
             "recorded ${}: what {priced} trace(s) cost by their own usage ({})\n",
             dollar_text(recorded),
-            self.prices.as_of()
+            self.prices_source()
         );
         if let Some((recorded, modelled, _)) = self.none_vs_recorded() {
             out.push_str(&format!(

@@ -168,6 +168,10 @@ fn exit_line(closed: &worker::Closed, sessions_dir: &std::path::Path) -> Option<
     })
 }
 
+/// The most waiting key events applied between two frames: a burst is
+/// one frame, and the screen still moves during a very long one.
+const KEYS_PER_FRAME: usize = 4_096;
+
 /// Reads terminal events on a thread (crossterm's reader blocks) until the
 /// UI drops its receiver or sets `stop`.
 fn spawn_key_reader(stop: Arc<AtomicBool>) -> UnboundedReceiver<Event> {
@@ -257,9 +261,16 @@ async fn ui_loop(
             state.notes.push((state.history.len(), note));
         }
         // Apply whatever else is already waiting before drawing again, so a
-        // burst of streamed text costs one frame.
+        // burst of streamed text or of typed keys costs one frame (a walk's
+        // 4,389 characters typed at once took a frame each: 22 s).
         while let Ok(report) = reports.try_recv() {
             pending.extend(state.apply(report));
+        }
+        for _ in 0..KEYS_PER_FRAME {
+            let Ok(event) = keys.try_recv() else {
+                break;
+            };
+            pending.extend(on_terminal_event(&mut state, &mut files, event));
         }
         let mut quit = false;
         for action in pending {

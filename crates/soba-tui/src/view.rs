@@ -545,6 +545,7 @@ pub fn usage_text(
     let mut total = soba_core::Usage::default();
     let (mut requests, mut priced, mut unpriced) = (0_usize, 0.0_f64, Vec::<String>::new());
     let mut priced_requests = 0_usize;
+    let mut priced_models: Vec<String> = Vec::new();
     for entry in entries {
         let EntryBody::Message(message) = &entry.body else {
             continue;
@@ -559,6 +560,9 @@ pub fn usage_text(
             Some(price) => {
                 priced += price.recorded(usage);
                 priced_requests += 1;
+                if !priced_models.iter().any(|known| known == model) {
+                    priced_models.push(model.to_owned());
+                }
             }
             None if !unpriced.iter().any(|known| known == model) => unpriced.push(model.to_owned()),
             None => {}
@@ -578,7 +582,10 @@ pub fn usage_text(
         text.push_str(&format!("{name:<16}{:>12}\n", group_thousands(value)));
     }
     let cost = if unpriced.is_empty() {
-        format!("${priced:.4} ({})", prices.as_of())
+        format!(
+            "${priced:.4} ({})",
+            prices.source_for(priced_models.iter().map(String::as_str))
+        )
     } else if priced_requests == 0 {
         format!(
             "not priced: soba has no price for {}; set models.\"{}\".inputPrice and outputPrice (US dollars per million tokens) in your config",
@@ -589,7 +596,7 @@ pub fn usage_text(
         format!(
             "${priced:.4} for the priced requests; no price for {} ({})",
             unpriced.join(", "),
-            prices.as_of()
+            prices.source_for(priced_models.iter().map(String::as_str))
         )
     };
     text.push_str(&format!("{:<16}{cost}", "cost"));

@@ -1151,14 +1151,21 @@ fn replay_prices_are_overridable_in_the_config() {
         stderr.contains("both set prices of claude-sonnet-4-5"),
         "{stderr}"
     );
-    // The report says which prices came from the config.
+    // The report says which prices came from the config: all of them
+    // here (the trace's one model), none when the config prices another.
     sandbox.write_user_config(&serde_json::json!({
         "models": {"claude-sonnet-4-5": {"inputPrice": 7}}
     }));
     let out = sandbox.run_ok(&["replay", path, "--policy", "none"]);
     let table = crate::support::text(&out.stdout);
+    assert!(table.contains("(prices from your config)"), "{table}");
+    sandbox.write_user_config(&serde_json::json!({
+        "models": {"gpt-5": {"inputPrice": 7}}
+    }));
+    let out = sandbox.run_ok(&["replay", path, "--policy", "none"]);
+    let table = crate::support::text(&out.stdout);
     assert!(
-        table.contains("(list prices as of 2026-11-20; 1 model price(s) from your config)"),
+        table.contains("(list prices as of 2026-11-20)") && !table.contains("from your config"),
         "{table}"
     );
 

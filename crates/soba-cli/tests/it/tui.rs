@@ -245,6 +245,13 @@ mod e2e {
         // Opened and left without a word: no file stays, no resume hint.
         tmux.start("unused", &soba_command(&sandbox, ""));
         tmux.wait_text("unused", "message · /help");
+        // Typed all at once (not a bracketed paste): a walk's 4,389
+        // characters went in at a frame each and stalled the box.
+        let burst: Vec<String> = (0..800).map(|n| format!("w{n}")).collect();
+        tmux.type_text("unused", &burst.join(" "));
+        tmux.wait_text("unused", "w798 w799");
+        tmux.keys("unused", &["C-u"]);
+        tmux.wait_for("unused", "an empty box", |screen| !screen.contains("w799"));
         tmux.keys("unused", &["C-c"]);
         tmux.keys("unused", &["C-c"]);
         let left = tmux.wait_text("unused", "soba-exited-0");

@@ -1096,10 +1096,7 @@ async fn usage_prices_with_the_configs_prices() {
         .await;
     let usage_text = note_texts(&seen).pop().expect("a note");
     let cost = usage_text.lines().last().expect("a cost line");
-    assert!(
-        cost.starts_with("cost            $3.0000 ("),
-        "{usage_text}"
-    );
+    assert_eq!(cost, "cost            $3.0000 (prices from your config)");
 }
 
 fn note_texts(seen: &[UiEvent]) -> Vec<String> {
