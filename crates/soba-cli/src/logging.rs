@@ -15,7 +15,9 @@ pub const LOG_FILES_KEPT: usize = 7;
 /// caller keeps it until exit. `None` when logging could not start.
 pub fn init(env: &Env) -> Option<WorkerGuard> {
     let dir = paths::logs_dir(env).ok()?;
-    std::fs::create_dir_all(&dir).ok()?;
+    // Owner-only, like the sessions: the files inside then need no mode
+    // of their own, and no one else can plant a link among them.
+    soba_store::private::create_dir_all(&dir).ok()?;
     let appender = RollingFileAppender::builder()
         .rotation(Rotation::DAILY)
         .filename_prefix("soba.log")

@@ -107,7 +107,7 @@ pub mod import;
 mod line;
 pub mod log;
 pub mod output;
-mod private;
+pub mod private;
 pub mod reader;
 pub mod resume;
 mod session;

@@ -118,18 +118,17 @@ impl SessionWriter {
             crate::private::create_dir_all(dir)
                 .map_err(|err| StoreError::io("create the sessions directory", dir, err))?;
         }
-        let file = crate::private::owner_only(&mut OpenOptions::new())
-            .read(true)
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|err| {
-                if err.kind() == std::io::ErrorKind::AlreadyExists {
-                    StoreError::AlreadyExists { path: path.clone() }
-                } else {
-                    StoreError::io("create", &path, err)
-                }
-            })?;
+        let file = crate::private::open(
+            OpenOptions::new().read(true).append(true).create_new(true),
+            &path,
+        )
+        .map_err(|err| {
+            if err.kind() == std::io::ErrorKind::AlreadyExists {
+                StoreError::AlreadyExists { path: path.clone() }
+            } else {
+                StoreError::io("create", &path, err)
+            }
+        })?;
         lock(&file, header.id.as_str(), &path)?;
         let identity = identity_of(&file).map_err(|err| StoreError::io("stat", &path, err))?;
         let mut writer = SessionWriter {
@@ -173,6 +172,9 @@ impl SessionWriter {
             OpenOptions::new().read(true).append(true),
         )
         .map_err(StoreError::open)?;
+        // A log written by an older soba (0644) or copied in becomes
+        // owner-only once soba appends to it.
+        crate::private::tighten_file(&file).map_err(|err| StoreError::io("chmod", &path, err))?;
         let first = read_first_line(&file).map_err(|err| StoreError::io("read", &path, err))?;
         let not_a_session = |reason: String| StoreError::NotASession {
             path: path.clone(),
@@ -563,7 +565,7 @@ impl SessionWriter {
     /// over an existing file) the first time, and syncs it.
     fn write_recovery(&mut self, lines: &[u8]) -> Result<PathBuf, std::io::Error> {
         let mut file = match &self.recovery {
-            Some(path) => OpenOptions::new().append(true).open(path)?,
+            Some(path) => crate::private::open(OpenOptions::new().append(true), path)?,
             None => {
                 let stamp: String = self
                     .minter
@@ -634,11 +636,7 @@ impl SessionWriter {
                 "{}{RECOVERED_INFIX}{stamp}{suffix}.jsonl",
                 self.session
             ));
-            match crate::private::owner_only(&mut OpenOptions::new())
-                .append(true)
-                .create_new(true)
-                .open(&path)
-            {
+            match crate::private::open(OpenOptions::new().append(true).create_new(true), &path) {
                 Ok(mut file) => {
                     let written = file.write_all(lines).and_then(|()| file.sync_all());
                     if let Err(err) = written {

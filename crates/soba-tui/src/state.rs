@@ -416,7 +416,17 @@ pub struct AppState {
     pub confirm_slash: Option<String>,
     /// The user asked to cancel the running turn (Esc, Ctrl-C).
     pub cancelling: bool,
+    /// When the open approval prompt appeared (not rendered).
+    pub approval_shown: Option<Instant>,
+    /// When the last key was pressed (not rendered).
+    pub last_key: Option<Instant>,
 }
+
+/// How long an approval prompt must have been on screen, and the keyboard
+/// quiet, before a letter answers it: letters typed ahead (a queued
+/// message, "please hold on") go to the input box instead of approving.
+/// Esc denies at once.
+pub const APPROVAL_ARM: Duration = Duration::from_millis(400);
 
 /// Returns how the conversation shown moved when `new` extends `old`
 /// upwards (PageUp loaded the earlier conversation): `(skipped, added)`,
@@ -671,7 +681,10 @@ impl AppState {
             }
             UiEvent::Note(text) => self.note(text),
             UiEvent::Overlay(overlay) => self.overlay = Some(overlay),
-            UiEvent::Approval(view) => self.overlay = Some(Overlay::Approval(view)),
+            UiEvent::Approval(view) => {
+                self.overlay = Some(Overlay::Approval(view));
+                self.approval_shown = Some(Instant::now());
+            }
             UiEvent::SetInput(text) => self.input.set(&text),
             UiEvent::Retrying(text) => self.retry = Some(text),
             UiEvent::ClearNotes => {
@@ -687,11 +700,31 @@ impl AppState {
         if key.kind == KeyEventKind::Release {
             return Vec::new();
         }
+        let previous_key = self.last_key.replace(now);
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && key.code == KeyCode::Char('c') {
             return self.ctrl_c(now);
         }
         if let Some(overlay) = self.overlay.clone() {
+            let typed_ahead = |shown: Option<Instant>| {
+                [shown, previous_key]
+                    .into_iter()
+                    .flatten()
+                    .any(|at| now.saturating_duration_since(at) < APPROVAL_ARM)
+            };
+            let answer = matches!(key.code, KeyCode::Char('y' | 'Y' | 'a' | 'A' | 'n' | 'N'));
+            if let Overlay::Approval(_) = overlay
+                && let KeyCode::Char(ch) = key.code
+                && !ctrl
+                && (!answer || typed_ahead(self.approval_shown))
+            {
+                self.input.insert(&ch.to_string());
+                self.hint = Some(
+                    "typed text goes to the box; answer the prompt with y, a or n after a pause (Esc denies)"
+                        .to_owned(),
+                );
+                return Vec::new();
+            }
             return self.overlay_key(overlay, key);
         }
         self.hint = None;
@@ -782,8 +815,9 @@ impl AppState {
     }
 
     /// Handles pasted text (bracketed paste): inserted as typed, newlines kept.
+    /// A paste never answers an approval prompt: it goes to the box.
     pub fn on_paste(&mut self, text: &str) {
-        if self.overlay.is_none() {
+        if matches!(self.overlay, None | Some(Overlay::Approval(_))) {
             self.input
                 .insert(&text.replace("\r\n", "\n").replace('\r', "\n"));
         }
@@ -1026,6 +1060,40 @@ mod tests {
     }
 
     #[test]
+    fn letters_typed_ahead_of_an_approval_prompt_answer_nothing() {
+        // The attack of session 22: "please hold on" typed as the prompt
+        // appeared answered it with the `a` of "please".
+        let mut state = AppState::default();
+        state.apply(UiEvent::Approval(ApprovalView {
+            tool: "bash".into(),
+            summary: "touch /tmp/pwn".into(),
+            scope: String::new(),
+            preview: Vec::new(),
+        }));
+        let mut at = Instant::now();
+        for ch in "please hold on, not yet".chars() {
+            at += Duration::from_millis(60);
+            assert_eq!(state.on_key(key(KeyCode::Char(ch)), at), [], "{ch}");
+        }
+        assert_eq!(state.input.text, "please hold on, not yet");
+        assert!(matches!(state.overlay, Some(Overlay::Approval(_))));
+        // A paste goes to the box too.
+        state.on_paste(" yes");
+        assert_eq!(state.input.text, "please hold on, not yet yes");
+        assert!(matches!(state.overlay, Some(Overlay::Approval(_))));
+        // Esc denies at once; after a pause a letter answers.
+        let mut esc = state.clone();
+        assert_eq!(
+            esc.on_key(key(KeyCode::Esc), at),
+            [Action::Approve(ApprovalDecision::Deny)]
+        );
+        assert_eq!(
+            state.on_key(key(KeyCode::Char('n')), at + APPROVAL_ARM),
+            [Action::Approve(ApprovalDecision::Deny)]
+        );
+    }
+
+    #[test]
     fn approval_keys_answer_and_ctrl_c_denies() {
         let view = ApprovalView {
             tool: "bash".into(),
@@ -1042,9 +1110,13 @@ mod tests {
             let mut state = AppState::default();
             typed(&mut state, "work");
             state.apply(UiEvent::Approval(view.clone()));
-            assert_eq!(state.on_key(key(KeyCode::Char('x')), Instant::now()), []);
+            let later = Instant::now() + APPROVAL_ARM;
+            // A letter that answers nothing goes to the box.
+            assert_eq!(state.on_key(key(KeyCode::Char('x')), later), []);
+            assert_eq!(state.input.text, "x");
+            let after_a_pause = later + APPROVAL_ARM;
             assert_eq!(
-                state.on_key(key(code), Instant::now()),
+                state.on_key(key(code), after_a_pause),
                 [Action::Approve(decision)]
             );
             assert_eq!(state.overlay, None);

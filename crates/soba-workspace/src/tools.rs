@@ -2,6 +2,8 @@
 //! the approval policy from `--auto-approve`, `--allow` and `tools.allow`,
 //! the tool configuration and the workspace they are confined to.
 
+use soba_core::ApprovalGrants;
+use soba_engine::session::SessionCore;
 use soba_engine::tool::{ApprovalPolicy, ToolConfig, ToolError, Workspace};
 
 use crate::config::{Source, check_tool_allow};
@@ -47,4 +49,41 @@ pub fn agent_tools(ctx: &Context, auto_approve: bool, allow: &[String]) -> Resul
         config,
         workspace,
     })
+}
+
+/// What became of a session's recorded "always" answers on resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordedGrants {
+    /// None were recorded.
+    None,
+    /// They hold again, as SPEC §11.1 has it: they last as long as the
+    /// session.
+    Restored(ApprovalGrants),
+    /// The log lives outside the sessions folder (`-r ./some.jsonl`), where
+    /// anyone who shared or planted the file wrote its grants: soba asks
+    /// again. The string is the note to show.
+    Ignored(String),
+}
+
+/// Returns the grants a resumed session may restore: those its log
+/// recorded, when the log is one of the sessions folder's own.
+pub fn recorded_grants(ctx: &Context, core: &SessionCore) -> RecordedGrants {
+    let Some(recorded) = core.derived().approvals else {
+        return RecordedGrants::None;
+    };
+    if recorded.is_empty() {
+        return RecordedGrants::None;
+    }
+    let folder = std::fs::canonicalize(&ctx.locations.sessions_dir).ok();
+    let log_folder = core
+        .log_path()
+        .parent()
+        .and_then(|parent| std::fs::canonicalize(parent).ok());
+    if folder.is_some() && folder == log_folder {
+        return RecordedGrants::Restored(recorded);
+    }
+    RecordedGrants::Ignored(format!(
+        "{} is outside the sessions folder, so the \"always\" answers it records were not restored: soba asks again",
+        core.log_path().display()
+    ))
 }

@@ -26,7 +26,7 @@ use crate::cli::{GlobalArgs, RunArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
 use soba_workspace::context::Context;
 use soba_workspace::setup::{self, ModelSetup};
-use soba_workspace::tools::{AgentTools, agent_tools};
+use soba_workspace::tools::{AgentTools, RecordedGrants, agent_tools};
 
 /// The status text of a running barrier (SPEC §11.2), followed by ` · NN%`.
 const BARRIER_STATUS: &str = "Compacting context before response";
@@ -310,8 +310,10 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     // A resumed session's "always" answers still hold (SPEC §11.1: they
     // last as long as the session).
     let approvals = Arc::new(Approvals::non_interactive(policy.clone()));
-    if let Some(recorded) = core.derived().approvals {
-        approvals.restore(&recorded);
+    match soba_workspace::tools::recorded_grants(&ctx, &core) {
+        RecordedGrants::Restored(recorded) => approvals.restore(&recorded),
+        RecordedGrants::Ignored(note) => crate::output::errln!("note: {note}"),
+        RecordedGrants::None => {}
     }
     tracing::info!(
         session = %session_id,

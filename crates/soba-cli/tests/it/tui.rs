@@ -262,6 +262,10 @@ mod e2e {
         tmux.type_text("live", "list the numbers");
         tmux.keys("live", &["Enter"]);
         tmux.wait_text("live", "Allow bash?");
+        // A letter typed sooner than 400 ms after the prompt appeared goes
+        // to the input box (type-ahead must not answer it); a person reads
+        // the prompt first.
+        std::thread::sleep(Duration::from_millis(600));
         tmux.keys("live", &["y"]);
         tmux.wait_text("live", "Done counting: 1 to 3000.");
         let screen = tmux.wait_text("live", "message · /help");

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use soba_core::{ApprovalGrants, ToolInput};
 
+use super::plain_line::{self, NotPlain};
 use super::{Tool, ToolError};
 
 /// The error result of a call needing approval in a run that cannot ask
@@ -85,12 +86,17 @@ impl<'a> ApprovalRequest<'a> {
         if self.tool != "bash" {
             return format!("every {} call this session", self.tool);
         }
-        let words = command_words(self.input.str_arg("command").unwrap_or_default());
-        let listed: Vec<String> = words.iter().map(|word| format!("`{word}`")).collect();
-        format!(
-            "bash commands starting with {} this session",
-            listed.join(", ")
-        )
+        match command_words(self.input.str_arg("command").unwrap_or_default()) {
+            Ok(words) if !words.is_empty() => {
+                let listed: Vec<String> = words.iter().map(|word| format!("`{word}`")).collect();
+                format!(
+                    "bash commands starting with {} this session",
+                    listed.join(", ")
+                )
+            }
+            Ok(_) => "this call only: it runs no command".to_owned(),
+            Err(why) => format!("this call only: it has {why}, which no grant covers"),
+        }
     }
 }
 
@@ -252,7 +258,10 @@ impl Approvals {
             ApprovalDecision::AlwaysForSession => {
                 let mut grants = self.lock();
                 if name == "bash" {
-                    grants.bash_words.extend(command_words(command));
+                    // A line that is not plain is approved this once.
+                    grants
+                        .bash_words
+                        .extend(command_words(command).unwrap_or_default());
                 } else {
                     grants.tools.insert(name.to_owned());
                 }
@@ -277,9 +286,15 @@ impl Approvals {
     pub fn restore(&self, recorded: &ApprovalGrants) {
         let mut grants = self.lock();
         grants.tools.extend(recorded.tools.iter().cloned());
-        grants
-            .bash_words
-            .extend(recorded.bash_words.iter().cloned());
+        // A grant with no word (a hand-written log) would match nothing
+        // anyway; it is not kept, so it is not shown either.
+        grants.bash_words.extend(
+            recorded
+                .bash_words
+                .iter()
+                .filter(|words| !words.trim().is_empty())
+                .cloned(),
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Grants> {
@@ -294,114 +309,86 @@ impl Grants {
         if tool != "bash" {
             return self.tools.contains(tool);
         }
-        // A substitution runs commands that are no segment's first word.
-        if ["$(", "`", "<(", ">("]
-            .iter()
-            .any(|marker| command.contains(marker))
-        {
+        let Ok(commands) = plain_line::commands(command) else {
             return false;
-        }
-        let segments: Vec<String> = command_segments(command)
-            .into_iter()
-            .filter(|segment| !segment.trim().is_empty())
-            .collect();
-        !segments.is_empty()
-            && segments.iter().all(|segment| {
+        };
+        !commands.is_empty()
+            && commands.iter().all(|words| {
                 self.bash_words
                     .iter()
-                    .any(|prefix| starts_with_words(segment, prefix))
+                    .any(|grant| grant_covers(grant, words))
             })
     }
 }
 
-/// Returns the prefix of each command in a shell line split at `;`, `|`,
-/// `&` and newlines (`&&`, `||` included; not the `&` of `2>&1` or `&>`):
-/// its first two words (`cargo test`, `rm -r`, `sh run_tests.sh`), or its
-/// one word. An "always" answer grants these prefixes, so approving
-/// `git status` does not approve `git push`. Quoting is not parsed, so a
-/// separator inside quotes only yields an extra prefix that must be granted
-/// too: the split errs towards asking.
-pub(crate) fn command_words(command: &str) -> Vec<String> {
+/// Returns whether `grant` (its words: two, or one recorded by an older
+/// soba) starts the command `words`. An empty grant, as a hand-written log
+/// may hold, grants nothing.
+fn grant_covers(grant: &str, words: &[String]) -> bool {
+    let granted: Vec<&str> = grant.split_whitespace().collect();
+    !granted.is_empty()
+        && granted.len() <= words.len()
+        && granted
+            .iter()
+            .zip(words)
+            .all(|(wanted, word)| wanted == word)
+}
+
+/// Returns what an "always" answer to `command` grants: the first two
+/// words of each of its commands (`cargo test`, `rm -r`, `sh
+/// run_tests.sh`), or its one word, so approving `git status` does not
+/// approve `git push`. A line that is not plain ([`plain_line`]) grants
+/// nothing beyond the call itself: no grant would ever cover it.
+pub(crate) fn command_words(command: &str) -> Result<Vec<String>, NotPlain> {
     let mut prefixes: Vec<String> = Vec::new();
-    for segment in command_segments(command) {
-        // A redirection (`> log`, `2>&1`) is no part of what runs.
-        let prefix = segment
-            .split_whitespace()
-            .take_while(|word| !is_redirection(word))
+    for words in plain_line::commands(command)? {
+        let prefix = words
+            .iter()
             .take(PREFIX_WORDS)
+            .map(String::as_str)
             .collect::<Vec<_>>()
             .join(" ");
-        if !prefix.is_empty() && !prefixes.contains(&prefix) {
+        if !prefix.trim().is_empty() && !prefixes.contains(&prefix) {
             prefixes.push(prefix);
         }
     }
-    prefixes
-}
-
-/// Returns whether a word of a command redirects (`>`, `2>&1`, `&>log`,
-/// `<in`).
-fn is_redirection(word: &str) -> bool {
-    word.trim_start_matches(|ch: char| ch.is_ascii_digit())
-        .starts_with(['>', '<', '&'])
+    Ok(prefixes)
 }
 
 /// The words of a command an "always" answer grants.
 const PREFIX_WORDS: usize = 2;
-
-/// Splits a shell line into its commands (see [`command_words`]).
-fn command_segments(command: &str) -> Vec<String> {
-    let chars: Vec<char> = command.chars().collect();
-    let mut segments: Vec<String> = vec![String::new()];
-    for (idx, &ch) in chars.iter().enumerate() {
-        let redirect = ch == '&'
-            && (matches!(idx.checked_sub(1).map(|prev| chars[prev]), Some('>' | '<'))
-                || chars.get(idx + 1) == Some(&'>'));
-        if matches!(ch, ';' | '|' | '\n') || (ch == '&' && !redirect) {
-            segments.push(String::new());
-        } else if let Some(current) = segments.last_mut() {
-            current.push(ch);
-        }
-    }
-    segments
-}
-
-/// Returns whether the command `segment` starts with the words of
-/// `prefix` (a grant: two words, or one recorded by an older soba).
-fn starts_with_words(segment: &str, prefix: &str) -> bool {
-    let mut words = segment.split_whitespace();
-    prefix
-        .split_whitespace()
-        .all(|wanted| words.next() == Some(wanted))
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn command_words_take_each_segments_first_two_words() {
-        assert_eq!(command_words("cargo test -p x"), ["cargo test"]);
+    fn command_words_take_each_commands_first_two_words() {
+        let words = |line: &str| command_words(line).unwrap();
+        assert_eq!(words("cargo test -p x"), ["cargo test"]);
         assert_eq!(
-            command_words("cargo test 2>&1 | tail -5"),
+            words("cargo test 2>&1 | tail -5"),
             ["cargo test", "tail -5"]
         );
-        assert_eq!(command_words("make &> log & sleep 1"), ["make", "sleep 1"]);
-        assert_eq!(command_words("make 2>&1 >log"), ["make"]);
+        assert_eq!(words("make &>/dev/null & sleep 1"), ["make", "sleep 1"]);
+        assert_eq!(words("make 2>&1 >/dev/null"), ["make"]);
         assert_eq!(
-            command_words("cd a && make; make install\nls"),
+            words("cd a && make; make install\nls"),
             ["cd a", "make", "make install", "ls"]
         );
-        assert!(command_words("   ").is_empty());
+        assert!(words("   ").is_empty());
+        assert_eq!(command_words("make > log"), Err(NotPlain::Redirection));
     }
 
     #[test]
-    fn grants_cover_commands_whose_segments_all_start_with_a_grant() {
+    fn grants_cover_plain_commands_whose_every_command_starts_with_a_grant() {
         let mut grants = Grants::default();
         grants
             .bash_words
             .extend(["cargo test".to_owned(), "tail".to_owned()]);
         assert!(grants.covers("bash", "cargo test --lib"));
         assert!(grants.covers("bash", "cargo test | tail -3"));
+        assert!(grants.covers("bash", "cargo test 2>&1 | tail -3"));
         assert!(!grants.covers("bash", "cargo build"));
         assert!(!grants.covers("bash", "cargo"));
         assert!(!grants.covers("bash", "cargo test && rm -rf target"));
@@ -411,8 +398,31 @@ mod tests {
         assert!(!grants.covers("write_file", ""));
         // The walk: "always" for `git status` approved `git push`.
         let mut grants = Grants::default();
-        grants.bash_words.extend(command_words("git status"));
+        grants
+            .bash_words
+            .extend(command_words("git status").unwrap());
         assert!(grants.covers("bash", "git status --short"));
         assert!(!grants.covers("bash", "git push --force"));
+        // The attack of session 22: each ran `touch` under the grant.
+        for line in [
+            "git status \\<& touch /tmp/pwnA",
+            "git status \\>&touch /tmp/pwnD",
+            "git status ${x:=a[\\$\\(touch /tmp/pwnB\\)]} ${PATH:x}",
+            "git status --short > /tmp/pwnC",
+            "git status & touch /tmp/pwnF",
+        ] {
+            assert!(!grants.covers("bash", line), "{line}");
+        }
+    }
+
+    #[test]
+    fn an_empty_grant_from_a_log_grants_nothing() {
+        let approvals = Approvals::non_interactive(ApprovalPolicy::default());
+        approvals.restore(&ApprovalGrants {
+            tools: BTreeSet::new(),
+            bash_words: ["".to_owned(), "  ".to_owned()].into_iter().collect(),
+        });
+        assert!(approvals.grants().bash_words.is_empty());
+        assert!(!approvals.lock().covers("bash", "rm -rf /tmp/x"));
     }
 }

@@ -123,6 +123,7 @@ async fn run(
         .stderr(writer_for_stderr)
         .kill_on_drop(true);
     builder.process_group(0);
+    default_file_size_signal(&mut builder);
     let spawned = builder.spawn();
     // The builder holds our copies of the write end; closing them lets the
     // reader see end-of-file once the command and its children are done.
@@ -259,6 +260,20 @@ fn kill_group(group: Option<u32>, child: &mut tokio::process::Child) {
     // The group kill already covers the child; this also works where it
     // could not be sent. An error only means the child is gone.
     let _already_gone = child.start_kill();
+}
+
+/// soba ignores SIGXFSZ (a write past `ulimit -f` is an error it reports,
+/// not a kill); the commands it runs get the usual default back.
+#[allow(unsafe_code)]
+fn default_file_size_signal(builder: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls `signal`, which is async-signal-safe and touches no memory.
+    unsafe {
+        builder.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            Ok(())
+        });
+    }
 }
 
 #[allow(unsafe_code)]

@@ -13,6 +13,7 @@ mod bash;
 mod checkpoint;
 mod edit;
 mod list;
+mod plain_line;
 mod plan;
 mod read;
 mod search;

@@ -3,7 +3,7 @@
 //! lines (SPEC §11.1).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 
 use regex::Regex;
 use serde_json::{Value, json};
@@ -108,7 +108,7 @@ fn search(
             let Some(opened) = workspace.open_entry(file) else {
                 continue;
             };
-            scan(opened, &regex, |line_no, text| {
+            scan(opened, &regex, cancel, |line_no, text| {
                 n_matches += 1;
                 if shown.len() < MAX_LISTED {
                     shown.push(format!("{relative}:{line_no}:{}", clip(text)));
@@ -129,17 +129,35 @@ fn search(
     run().unwrap_or_else(|error| error)
 }
 
+/// The most of one line that is searched: the rest of a longer line (a
+/// minified bundle, a huge file with no newline) is skipped unread into
+/// memory, so no file can make a search hold more than this.
+pub const MAX_SCANNED_LINE_BYTES: u64 = 1 << 20;
+
 /// Calls `on_match` for each matching line of a text file. Unreadable
-/// files and binaries (a NUL in the first 8 KiB) are skipped.
-fn scan(file: File, regex: &Regex, mut on_match: impl FnMut(u64, &str)) {
+/// files and binaries (a NUL in the first 8 KiB) are skipped; a line is
+/// searched in its first [`MAX_SCANNED_LINE_BYTES`]; a cancelled call stops
+/// between lines.
+fn scan(
+    file: File,
+    regex: &Regex,
+    cancel: &CancellationToken,
+    mut on_match: impl FnMut(u64, &str),
+) {
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     let mut position = 0usize;
     let mut line_no = 0u64;
     let mut pending: Vec<(u64, String)> = Vec::new();
     loop {
+        if cancel.is_cancelled() {
+            return;
+        }
         line.clear();
-        let Ok(n_read) = reader.read_until(b'\n', &mut line) else {
+        let Ok(n_read) = (&mut reader)
+            .take(MAX_SCANNED_LINE_BYTES)
+            .read_until(b'\n', &mut line)
+        else {
             return;
         };
         if n_read == 0 {
@@ -154,6 +172,12 @@ fn scan(file: File, regex: &Regex, mut on_match: impl FnMut(u64, &str)) {
             // binary file reports none.
         }
         position = position.saturating_add(n_read);
+        if line.last() != Some(&b'\n') {
+            let Some(skipped) = skip_line(&mut reader, cancel) else {
+                return;
+            };
+            position = position.saturating_add(skipped);
+        }
         line_no += 1;
         while matches!(line.last(), Some(b'\n' | b'\r')) {
             line.pop();
@@ -172,6 +196,31 @@ fn scan(file: File, regex: &Regex, mut on_match: impl FnMut(u64, &str)) {
     }
     for (pending_no, pending_text) in pending {
         on_match(pending_no, &pending_text);
+    }
+}
+
+/// Skips the rest of a line, newline included, a buffer at a time;
+/// returns the bytes skipped, or `None` when the read fails or the call
+/// is cancelled.
+fn skip_line(reader: &mut BufReader<File>, cancel: &CancellationToken) -> Option<usize> {
+    let mut skipped = 0usize;
+    loop {
+        if cancel.is_cancelled() {
+            return None;
+        }
+        let buffer = reader.fill_buf().ok()?;
+        if buffer.is_empty() {
+            return Some(skipped);
+        }
+        let (used, done) = match buffer.iter().position(|&byte| byte == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buffer.len(), false),
+        };
+        reader.consume(used);
+        skipped = skipped.saturating_add(used);
+        if done {
+            return Some(skipped);
+        }
     }
 }
 
@@ -206,12 +255,46 @@ mod tests {
         let regex = Regex::new("needle").unwrap();
         let mut found = Vec::new();
         let open = |path| File::open(path).unwrap();
-        scan(open(&binary), &regex, |n, t| found.push((n, t.to_owned())));
+        let cancel = CancellationToken::new();
+        scan(open(&binary), &regex, &cancel, |n, t| {
+            found.push((n, t.to_owned()))
+        });
         assert!(found.is_empty());
-        scan(open(&text), &regex, |n, t| found.push((n, t.to_owned())));
+        scan(open(&text), &regex, &cancel, |n, t| {
+            found.push((n, t.to_owned()))
+        });
         assert_eq!(
             found,
             [(1, "needle".to_owned()), (3, "needle again".to_owned())]
         );
+    }
+
+    #[test]
+    fn a_line_longer_than_the_cap_is_searched_in_its_head_and_skipped() {
+        // The attack of session 22: a 20 GB file with no newline was read
+        // whole into memory. Here: a 3 MiB line, then two short ones.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.txt");
+        let mut bytes = b"needle at the start ".to_vec();
+        bytes.resize(3 << 20, b'x');
+        bytes.extend_from_slice(b" needle past the cap\nshort needle\nhay\n");
+        std::fs::write(&path, &bytes).unwrap();
+        let regex = Regex::new("needle").unwrap();
+        let mut found = Vec::new();
+        scan(
+            File::open(&path).unwrap(),
+            &regex,
+            &CancellationToken::new(),
+            |n, t| found.push((n, t.len())),
+        );
+        assert_eq!(found, [(1, MAX_SCANNED_LINE_BYTES as usize), (2, 12)]);
+        // A cancelled call reads nothing.
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let mut none = 0;
+        scan(File::open(&path).unwrap(), &regex, &cancel, |_, _| {
+            none += 1
+        });
+        assert_eq!(none, 0);
     }
 }

@@ -43,6 +43,7 @@ use soba_workspace::context::Context;
 use soba_workspace::error::{Result, WorkspaceError};
 use soba_workspace::memory::{self, MemoryError, NotSaved};
 use soba_workspace::setup::{self, ModelSetup};
+use soba_workspace::tools::{self, RecordedGrants};
 use soba_workspace::{session, skill};
 
 /// Which session to open at launch.
@@ -180,9 +181,20 @@ pub struct Worker {
     approvals: Option<(PathBuf, Arc<Approvals>)>,
 }
 
-/// A session id as the header spells it: its first 8 characters.
-fn note_error(err: impl std::fmt::Display) -> String {
-    format!("error: {err}")
+/// Returns an error as a note, with every cause: "session log" alone
+/// hid what failed and where the unsaved lines went.
+fn note_error(err: impl std::error::Error) -> String {
+    let mut text = format!("error: {err}");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        // Some errors print their cause already: say each once.
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(&format!(": {cause_text}"));
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn cli_note(err: &WorkspaceError) -> String {
@@ -357,8 +369,10 @@ impl Worker {
         };
         // The grants the log recorded (a resumed session's "always"
         // answers) count as made in this run.
-        if let Some(recorded) = core.derived().approvals {
-            approvals.restore(&recorded);
+        match tools::recorded_grants(&self.launch.ctx, &core) {
+            RecordedGrants::Restored(recorded) => approvals.restore(&recorded),
+            RecordedGrants::Ignored(note) => self.note(note),
+            RecordedGrants::None => {}
         }
         self.approvals = Some((log, approvals.clone()));
         // The live stretch only: earlier history is read from the log when
