@@ -163,18 +163,14 @@ impl BarrierContext {
                             Forced::User { .. } => Trigger::User,
                             Forced::ContextOverflow { .. } => Trigger::ContextOverflow,
                         };
-                        let end = CompactionEnd {
-                            operation_id: (self.operation_ids)(),
-                            outcome: Outcome::Cancelled,
+                        let end = unchanged_end(
+                            (self.operation_ids)(),
+                            Outcome::Cancelled,
                             trigger,
-                            tokens_before: effective,
-                            tokens_after: effective,
-                            reclaimed: TokenCount::ZERO,
-                            checkpoint_id: None,
-                            quality: None,
-                            duration_ms: 0,
-                            reason: Some("cancelled by the user".into()),
-                        };
+                            effective,
+                            0,
+                            Some("cancelled by the user".into()),
+                        );
                         self.emit(EngineEvent::CompactionEnd(end.clone()));
                         Preflight::EndTurn(end)
                     }
@@ -210,17 +206,16 @@ impl BarrierContext {
             .generate(&snapshot, &operation_id, cancel, layout)
             .await;
         let mut core = self.core.lock().await; // the append mutex (SPEC §7.1)
-        let end = |outcome: Outcome, reason: Option<String>| CompactionEnd {
-            operation_id: operation_id.clone(),
-            outcome,
-            trigger,
-            tokens_before: before,
-            tokens_after: before,
-            reclaimed: TokenCount::ZERO,
-            checkpoint_id: None,
-            quality: None,
-            duration_ms: started.elapsed().as_millis() as u64,
-            reason,
+        let end = |outcome: Outcome, reason: Option<String>| {
+            let duration_ms = started.elapsed().as_millis() as u64;
+            unchanged_end(
+                operation_id.clone(),
+                outcome,
+                trigger,
+                before,
+                duration_ms,
+                reason,
+            )
         };
         let abandon = |core: &mut SessionCore, end: CompactionEnd| {
             preflight::abandoned(&snapshot.job, &mut core.turn);
@@ -484,55 +479,43 @@ impl BarrierContext {
                         // Past autoLimit the user expects a compaction: say
                         // once a turn why none runs, with the figures.
                         core.skip_told = Some(derived.turn_start.clone());
-                        self.emit(EngineEvent::CompactionEnd(CompactionEnd {
-                            operation_id: record.operation_id.clone(),
-                            outcome: Outcome::Skipped,
+                        self.emit(EngineEvent::CompactionEnd(unchanged_end(
+                            record.operation_id.clone(),
+                            Outcome::Skipped,
                             trigger,
-                            tokens_before: effective,
-                            tokens_after: effective,
-                            reclaimed: TokenCount::ZERO,
-                            checkpoint_id: None,
-                            quality: None,
-                            duration_ms: 0,
-                            reason: Some(past_auto_skip_reason(
+                            effective,
+                            0,
+                            Some(past_auto_skip_reason(
                                 reason,
                                 reclaimable,
                                 effective,
                                 core.budget(),
                             )),
-                        }));
+                        )));
                     }
                     if reason == PlanSkip::NothingToCompact && !trigger.is_soft() {
-                        let end = CompactionEnd {
-                            operation_id: record.operation_id,
-                            outcome: Outcome::Skipped,
+                        let end = unchanged_end(
+                            record.operation_id,
+                            Outcome::Skipped,
                             trigger,
-                            tokens_before: effective,
-                            tokens_after: effective,
-                            reclaimed: TokenCount::ZERO,
-                            checkpoint_id: None,
-                            quality: None,
-                            duration_ms: 0,
-                            reason: Some("nothing to compact before the keep window".into()),
-                        };
+                            effective,
+                            0,
+                            Some("nothing to compact before the keep window".into()),
+                        );
                         self.emit(EngineEvent::CompactionEnd(end.clone()));
                         return Ok(Err(Preflight::Compacted(end)));
                     }
                     return Ok(Err(Preflight::Proceed));
                 }
                 Decision::Failed { trigger, error } => {
-                    let end = CompactionEnd {
-                        operation_id: (self.operation_ids)(),
-                        outcome: Outcome::Failed,
+                    let end = unchanged_end(
+                        (self.operation_ids)(),
+                        Outcome::Failed,
                         trigger,
-                        tokens_before: effective,
-                        tokens_after: effective,
-                        reclaimed: TokenCount::ZERO,
-                        checkpoint_id: None,
-                        quality: None,
-                        duration_ms: 0,
-                        reason: Some(error.to_string()),
-                    };
+                        effective,
+                        0,
+                        Some(error.to_string()),
+                    );
                     let mut record =
                         self.flight_record(core, Some(trigger), FlightLevel::Compaction, effective);
                     record.outcome = FlightOutcome::Failed;
@@ -872,6 +855,30 @@ struct ChunkLayout {
 
 /// Returns why a soft compaction past autoLimit did not run, with the
 /// figures: the request goes on with the whole history.
+/// Returns the end of a barrier that changed nothing (skipped, cancelled,
+/// failed, stale): the effective tokens as they were, no capsule, and why.
+fn unchanged_end(
+    operation_id: String,
+    outcome: Outcome,
+    trigger: Trigger,
+    effective: TokenCount,
+    duration_ms: u64,
+    reason: Option<String>,
+) -> CompactionEnd {
+    CompactionEnd {
+        operation_id,
+        outcome,
+        trigger,
+        tokens_before: effective,
+        tokens_after: effective,
+        reclaimed: TokenCount::ZERO,
+        checkpoint_id: None,
+        quality: None,
+        duration_ms,
+        reason,
+    }
+}
+
 fn past_auto_skip_reason(
     reason: PlanSkip,
     reclaimable: i64,
