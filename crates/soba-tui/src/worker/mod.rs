@@ -627,14 +627,44 @@ impl Worker {
         }
     }
 
-    async fn start_turn(&mut self, text: String) {
+    /// The preamble of a turn and of an idle `/compact`: nothing may be
+    /// running (else `busy` is noted) and a session must be open (opened
+    /// or created here; else the UI is told nothing runs). Returns whether
+    /// the run can start.
+    async fn ready_to_run(&mut self, busy: &str) -> bool {
         if self.running.is_some() {
-            // The UI queues input while a turn runs; this is a safety net.
-            self.note("a turn is already running; the message was not sent");
-            return;
+            self.note(busy);
+            return false;
         }
         if !self.ensure_session().await {
             self.send(UiEvent::Finished(None));
+            return false;
+        }
+        self.live.is_some()
+    }
+
+    /// Marks a run as started and returns its cancel token and the channel
+    /// its end is reported on.
+    fn begin_run(
+        &mut self,
+        compact: bool,
+        save: bool,
+    ) -> (CancellationToken, UnboundedSender<Internal>) {
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            cancel: cancel.clone(),
+            compact,
+            save,
+        });
+        (cancel, self.internal.clone())
+    }
+
+    async fn start_turn(&mut self, text: String) {
+        // The UI queues input while a turn runs; this is a safety net.
+        if !self
+            .ready_to_run("a turn is already running; the message was not sent")
+            .await
+        {
             return;
         }
         let Some(live) = &self.live else {
@@ -659,13 +689,7 @@ impl Worker {
             self.note(note);
         }
         let agent = live.agent.clone();
-        let cancel = CancellationToken::new();
-        self.running = Some(Running {
-            cancel: cancel.clone(),
-            compact: false,
-            save: false,
-        });
-        let internal = self.internal.clone();
+        let (cancel, internal) = self.begin_run(false, false);
         tokio::spawn(async move {
             let result = agent.run_turn_message(attached.message, &cancel).await;
             let _ = internal.send(Internal::Done(result.map(Finished::Turn)));
@@ -673,25 +697,17 @@ impl Worker {
     }
 
     async fn start_compact(&mut self, save: bool, instructions: Option<String>) {
-        if self.running.is_some() {
-            self.note("a turn is running; /compact waits until it ends");
-            return;
-        }
-        if !self.ensure_session().await {
-            self.send(UiEvent::Finished(None));
+        if !self
+            .ready_to_run("a turn is running; /compact waits until it ends")
+            .await
+        {
             return;
         }
         let Some(live) = &self.live else {
             return;
         };
         let barrier = live.agent.barrier.clone();
-        let cancel = CancellationToken::new();
-        self.running = Some(Running {
-            cancel: cancel.clone(),
-            compact: true,
-            save,
-        });
-        let internal = self.internal.clone();
+        let (cancel, internal) = self.begin_run(true, save);
         tokio::spawn(async move {
             let result = barrier
                 .preflight(Some(Forced::User { instructions }), &cancel)
