@@ -365,6 +365,37 @@ impl Discovery {
             .filter(|found| found.agent == agent)
             .count()
     }
+
+    /// Returns what discovery found, per agent and folder, one safe line
+    /// each.
+    pub fn lines(&self) -> Vec<String> {
+        use soba_core::terminal::sanitize_line;
+        let mut lines = Vec::new();
+        for root in &self.roots {
+            let folder = sanitize_line(&root.root.path.display().to_string()).into_owned();
+            let agent = root.root.agent;
+            lines.push(match (&root.error, root.exists, &root.same_as) {
+                (Some(error), _, _) => format!("{agent}: {folder} {}", sanitize_line(error)),
+                (None, false, _) => format!("{agent}: no {folder}"),
+                (None, true, Some(first)) if *first == root.root.path => {
+                    format!("{agent}: {folder} named twice (searched once)")
+                }
+                (None, true, Some(first)) => format!(
+                    "{agent}: {folder} is {} (searched once)",
+                    sanitize_line(&first.display().to_string())
+                ),
+                (None, true, None) => format!(
+                    "{agent}: {} session file{} in {folder}",
+                    root.files,
+                    if root.files == 1 { "" } else { "s" }
+                ),
+            });
+            if let Some(note) = &root.note {
+                lines.push(format!("{agent}: {}", sanitize_line(note)));
+            }
+        }
+        lines
+    }
 }
 
 /// Searches the standard places of `agents` (every agent when empty).

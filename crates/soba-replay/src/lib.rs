@@ -612,6 +612,48 @@ impl LeftOutCounts {
     pub fn total(&self) -> usize {
         self.day + self.no_day + self.project + self.no_folder
     }
+
+    /// Returns the line saying how many sessions the filters left out, and
+    /// why, or none when they left none out.
+    pub fn line(&self) -> Option<String> {
+        if self.total() == 0 {
+            return None;
+        }
+        let mut parts = Vec::new();
+        for (n, why) in [
+            (self.day, "started outside the days asked for"),
+            (self.no_day, "record no start time"),
+            (self.project, "ran in other folders"),
+            (self.no_folder, "record no working folder"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {why}"));
+            }
+        }
+        Some(format!("left out by the filters: {}", parts.join(", ")))
+    }
+}
+
+/// Returns the threads a replay of `files` files runs on when `-j asked`
+/// (0: as many as useful), and the note saying so when fewer than asked.
+/// Replay is CPU-bound and each thread holds a whole trace: more threads
+/// than cores (or files) cost memory and gain nothing.
+pub fn thread_count(asked: usize, files: usize) -> (usize, Option<String>) {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let most = cores.min(files).max(1);
+    match asked {
+        0 => (most, None),
+        asked if asked > most => (
+            most,
+            Some(format!(
+                "-j {asked}: using {most} thread{} ({cores} core{}, {files} file{})",
+                if most == 1 { "" } else { "s" },
+                if cores == 1 { "" } else { "s" },
+                if files == 1 { "" } else { "s" }
+            )),
+        ),
+        asked => (asked, None),
+    }
 }
 
 /// Returns an error's text with its causes, `cannot read x: permission

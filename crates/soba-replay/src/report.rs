@@ -687,6 +687,66 @@ impl ReplayReport {
             align(&rows)
         )
     }
+
+    /// Returns the per-trace lines: window, maximum output, cache and the
+    /// calibration of the primary model.
+    pub fn calibration_table(&self) -> String {
+        // Names, models and reasons come from the transcripts: one line each,
+        // whatever they hold (a newline in a file name cannot fake a row).
+        use soba_core::terminal::sanitize_line as line;
+        let mut out = String::from("\ntraces\n");
+        for trace in &self.traces {
+            let name = line(&trace.trace);
+            match (&trace.skipped, trace.primary_calibration()) {
+                (Some(reason), _) => out.push_str(&format!("  {name}  skipped: {}\n", line(reason))),
+                (None, Some(calibration)) => out.push_str(&format!(
+                    "  {name}  {} · {} · window {} · max output {} · cache {} · factor {:.4} · overhead {} ({}, {} samples)\n",
+                    line(&trace.format),
+                    line(&trace.model),
+                    group_thousands(trace.window),
+                    group_thousands(trace.max_output),
+                    trace.cache.map_or("none", CacheMode::as_str),
+                    calibration.factor,
+                    group_thousands(calibration.overhead),
+                    calibration.source.as_str(),
+                    calibration.samples,
+                )),
+                (None, None) => out.push_str(&format!("  {name}\n")),
+            }
+            for warning in &trace.warnings {
+                out.push_str(&format!("    warning: {}\n", line(warning)));
+            }
+        }
+        out
+    }
+
+    /// Returns the skipped sessions and the warnings of a run of several, one
+    /// line each (the skipped ones are on stderr too, as they happen).
+    pub fn notices(&self) -> String {
+        use soba_core::terminal::sanitize_line as line;
+        let mut out = String::new();
+        for trace in &self.traces {
+            if let Some(reason) = &trace.skipped {
+                out.push_str(&format!(
+                    "  {}  skipped: {}\n",
+                    line(&trace.trace),
+                    line(reason)
+                ));
+            }
+            for warning in &trace.warnings {
+                out.push_str(&format!(
+                    "  {}  warning: {}\n",
+                    line(&trace.trace),
+                    line(warning)
+                ));
+            }
+        }
+        if out.is_empty() {
+            out
+        } else {
+            format!("\nnotices\n{out}")
+        }
+    }
 }
 
 /// Returns the JSON of one line of a bill (`model` first when given).

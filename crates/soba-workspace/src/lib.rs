@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod capsule;
 pub mod config;
 pub mod context;
@@ -14,10 +15,12 @@ pub mod demo;
 pub mod error;
 pub mod import;
 pub mod memory;
+pub mod outline;
 pub mod paths;
 pub mod replay_config;
 pub mod resume;
 pub mod session;
+pub mod session_list;
 pub mod setup;
 pub mod skill;
 pub mod stats;

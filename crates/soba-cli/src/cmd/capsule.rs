@@ -7,7 +7,7 @@
 //! `/capsule` commands call too; this file picks the session and prints.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,8 +19,8 @@ use soba_core::{Capsule, Encoding, Entry, EntryBody, EntryId, TokenCount};
 use soba_store::flight::{FlightAppender, FlightLimits, flight_path};
 use soba_store::log::{SessionId, SessionWriter, SystemMinter, WriterOptions};
 use soba_store::reader::{SessionLog, SessionSummary, read_log};
+use soba_workspace::capsule;
 use soba_workspace::capsule::handoff::{self, HandoffInput};
-use soba_workspace::capsule::{self, ListedKind};
 use soba_workspace::context::Context;
 use soba_workspace::setup::{self, ModelSetup};
 
@@ -75,100 +75,9 @@ fn counter_for(ctx: &Context, args: &CapsuleArgs, log: &SessionLog) -> BpeCounte
 }
 
 fn list(ctx: &Context, args: &CapsuleArgs) -> CliResult {
-    let mut out = String::new();
-    match session(ctx, args) {
-        Ok((summary, log)) => {
-            out.push_str(&format!("session {}\n", summary.id));
-            let short = soba_core::id::shortest_unique_len(
-                log.entries().iter().map(|logged| &logged.entry.id),
-            );
-            let mut n_capsules = 0;
-            for listed in capsule::listing(&log) {
-                let mark = if listed.on_path { '*' } else { ' ' };
-                let id = listed.entry.id.short_with(short);
-                match listed.kind {
-                    ListedKind::Capsule(capsule) => {
-                        n_capsules += 1;
-                        out.push_str(&format!(
-                            "{mark} {id}  {:<16} {:<8} {:>9} → {:<9} {}  {}\n",
-                            capsule.trigger.as_str(),
-                            capsule.quality.as_str(),
-                            group_thousands(capsule.tokens_before.get()),
-                            group_thousands(capsule.tokens_after.get()),
-                            capsule.summarizer,
-                            listed
-                                .entry
-                                .timestamp
-                                .chars()
-                                .take(16)
-                                .collect::<String>()
-                                .replace('T', " ")
-                        ));
-                    }
-                    ListedKind::Loaded(context) => {
-                        out.push_str(&format!("{mark} {id}  loaded {}\n", context.path));
-                    }
-                }
-            }
-            if n_capsules == 0 {
-                out.push_str("  no capsules yet (soba compact makes one)\n");
-            } else {
-                out.push_str(
-                    "  (* on the live path, the rest rewound past · capsule id · trigger · quality · \
-                     effective tokens before → after · summarizer · time; \
-                     soba capsule export ID FILE writes one as markdown)\n",
-                );
-            }
-        }
-        Err(err) if args.session.is_none() => {
-            out.push_str(&format!("no session: {}\n", err.message));
-        }
-        Err(err) => return Err(err),
-    }
-    for folder in capsule::capsule_folders(&ctx.workspace.project_dir()) {
-        // Names that are not UTF-8 are left out here.
-        let files: Vec<&PathBuf> = folder
-            .files
-            .iter()
-            .filter(|file| file.file_name().and_then(|name| name.to_str()).is_some())
-            .collect();
-        if files.is_empty() {
-            continue;
-        }
-        let label = match folder.dir {
-            "memory" => "Project Memory",
-            _ => "capsule files",
-        };
-        out.push_str(&format!(
-            "\n{label} ({}):\n",
-            capsule::display_path(&ctx.workspace.root, &folder.folder)
-        ));
-        for file in files {
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            match capsule::describe_file(&ctx.workspace.root, file) {
-                Ok(parsed) => out.push_str(&format!(
-                    "  {}  {}  {}  {} tokens\n",
-                    Line(&name),
-                    Line(parsed.front.title.as_deref().unwrap_or("(untitled)")),
-                    parsed.front.quality.map_or("-", |q| q.as_str()),
-                    parsed
-                        .front
-                        .tokens
-                        .map_or_else(|| "?".to_owned(), group_thousands)
-                )),
-                Err(problem) => out.push_str(&format!(
-                    "  {}  (unreadable: {})\n",
-                    Line(&name),
-                    Line(&problem)
-                )),
-            }
-        }
-    }
+    let text = capsule::list::list_text(ctx, args.session.as_deref())?;
     let mut stdout = crate::output::stdout();
-    stdout.write_all(out.as_bytes())?;
+    stdout.write_all(text.as_bytes())?;
     Ok(stdout.flush()?)
 }
 

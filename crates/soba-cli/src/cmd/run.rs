@@ -11,7 +11,6 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use soba_core::{Block, EntryBody, Message, Role};
 use soba_engine::agent::Agent;
 use soba_engine::barrier::EventSink;
 use soba_engine::event::{EngineEvent, TurnEnd};
@@ -25,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
 use soba_workspace::context::Context;
+use soba_workspace::session;
 use soba_workspace::setup::{self, ModelSetup};
 use soba_workspace::tools::{AgentTools, RecordedGrants, agent_tools};
 
@@ -239,14 +239,9 @@ fn open(
         }
     };
     let summary = ctx.select_session(wanted)?;
-    let (mut core, diagnostics) = setup::open_session(ctx, &summary.path, setup, tools)?;
+    let (core, diagnostics) = session::resume_on(ctx, &summary.path, setup, tools)?;
     for diagnostic in diagnostics {
         crate::output::errln!("warning: session {}: {diagnostic}", summary.id);
-    }
-    if setup::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
-        core.append(EntryBody::ModelChange {
-            model: setup.info.id.clone(),
-        })?;
     }
     Ok(core)
 }
@@ -279,11 +274,8 @@ fn run_turn(args: &RunArgs, global: &GlobalArgs) -> CliResult {
     let resolved = setup::resolve_model(&ctx, args.model.as_deref()).map_err(guide_first)?;
     let setup = ModelSetup::resolve(&ctx, &resolved.id)?;
     let budget = setup.budget(&ctx)?;
-    if let setup::WindowSource::Server(source) = &setup.window_source {
-        crate::output::errln!(
-            "context window {} tokens, from the server ({source})",
-            soba_core::tokens::group_thousands(setup.info.context_window)
-        );
+    if let Some(line) = session::server_window_line(&setup) {
+        crate::output::errln!("{line}");
     }
     for warning in budget.warnings() {
         crate::output::errln!("warning: {warning}");
@@ -480,15 +472,6 @@ impl StopSignals {
     }
 }
 
-/// The text block that ends a reply cut off by a signal, in the log and
-/// so in the model's next input.
-fn interrupted_mark(stop: Stop) -> String {
-    format!(
-        "[interrupted by {}: the reply was cut off here]",
-        stop.name()
-    )
-}
-
 /// Appends the text a signal cut off as an assistant message marked
 /// interrupted, and returns the error `soba run` exits with: one line
 /// saying what was saved and how to resume.
@@ -516,20 +499,14 @@ fn save_interrupted(
     let chars = partial.chars().count();
     let appended = runtime.block_on(async {
         let mut core = session.lock().await;
-        let mut message = Message::new(
-            Role::Assistant,
-            vec![Block::Text(partial), Block::Text(interrupted_mark(stop))],
-        );
-        message.model = Some(core.model_id().to_owned());
-        core.append_message(message)
+        session::append_interrupted_reply(&mut core, partial, signal)
     });
     match appended {
-        Ok(_) => error(format!(
+        Ok(chars) => error(format!(
             "interrupted ({signal}): the turn was cancelled; its partial reply ({chars} characters, marked interrupted) is in the log; {}",
             soba_workspace::context::resume_hint(sessions_dir, session_id)
         )),
-        Err(err) => {
-            let cause = CliError::from(err);
+        Err(cause) => {
             let mut failed = error(format!(
                 "interrupted ({signal}): the turn was cancelled and its partial reply ({chars} characters) could not be saved: {}",
                 cause.message

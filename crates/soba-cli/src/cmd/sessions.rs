@@ -1,72 +1,41 @@
 //! `soba sessions`: the workspace's sessions, most recent first, with short
 //! id, creation time, message count, size and title (the first message that
-//! asks for work).
+//! asks for work). The listing is `soba_workspace::session_list`'s.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::io::Write;
 
-use serde_json::{Value, json};
-use soba_core::terminal::sanitize_line;
-use soba_store::reader::{
-    SessionSummary, SkippedEntry, has_content, list_sessions_and_skipped, session_glance,
-};
+use serde_json::Value;
 
 use crate::cli::{GlobalArgs, SessionsArgs};
 use crate::error::CliResult;
-use soba_workspace::context::{Context, MIN_SHORT_SESSION, shortest_unique_prefix};
+use soba_workspace::context::Context;
+use soba_workspace::session_list::{self, hidden_note};
 
 /// Runs `soba sessions`.
 pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
     let ctx = Context::load(&global.options())?;
     crate::output::print_warnings(&ctx);
     let dir = &ctx.locations.sessions_dir;
-    let (listed, skipped) = list_sessions_and_skipped(dir)?;
-    if !skipped.is_empty() {
+    let list = session_list::list(dir, args.all)?;
+    if !list.skipped.is_empty() {
         // On stderr, so `--json` stays one document.
-        crate::output::errln!("{}", skipped_note(&skipped));
+        crate::output::errln!("{}", session_list::skipped_note(&list.skipped));
     }
-    let n_listed = listed.len();
-    // The short ids tell every session of the folder apart, the hidden
-    // ones too: `soba -r` resolves a prefix against all of them.
-    let all_ids: Vec<String> = listed.iter().map(|s| s.id.clone()).collect();
-    let all_ids: Vec<&str> = all_ids.iter().map(String::as_str).collect();
-    let short_len = shortest_unique_prefix(&all_ids, MIN_SHORT_SESSION);
-    // Unused sessions (opened and left before anything was said) are
-    // hidden unless asked for; an unreadable header is always shown.
-    let sessions: Vec<SessionSummary> = listed
-        .into_iter()
-        .filter(|summary| args.all || summary.problem.is_some() || has_content(&summary.path))
-        .collect();
-    let n_hidden = n_listed - sessions.len();
     let mut stdout = crate::output::stdout();
     if args.json {
-        let rows: Vec<Value> = sessions
+        let rows: Vec<Value> = list
+            .sessions
             .iter()
-            .map(|summary| {
-                let glance = session_glance(&summary.path);
-                json!({
-                    "id": summary.id,
-                    "shortId": short(&summary.id, short_len),
-                    "path": summary.path.display().to_string(),
-                    "createdAt": summary.created_at,
-                    "entries": count_entries(&summary.path),
-                    "messages": glance.n_messages,
-                    "title": glance.title,
-                    "bytes": summary.size,
-                    "cwd": summary.cwd,
-                    "problem": summary.problem,
-                    "hasContent": has_content(&summary.path),
-                })
-            })
+            .map(|summary| session_list::json_row(summary, list.short_len))
             .collect();
         let text = serde_json::to_string_pretty(&Value::Array(rows)).unwrap_or_default();
         writeln!(stdout, "{}", soba_core::terminal::sanitize_json(&text))?;
         return Ok(stdout.flush()?);
     }
-    if sessions.is_empty() {
+    if list.sessions.is_empty() {
         writeln!(stdout, "no sessions in {}", crate::output::path(dir))?;
-        if n_hidden > 0 {
-            writeln!(stdout, "{}", hidden_note(n_hidden))?;
+        if list.n_hidden > 0 {
+            writeln!(stdout, "{}", hidden_note(list.n_hidden))?;
         }
         writeln!(
             stdout,
@@ -74,159 +43,9 @@ pub fn cmd_sessions(args: &SessionsArgs, global: &GlobalArgs) -> CliResult {
         )?;
         return Ok(stdout.flush()?);
     }
-    stdout.write_all(table(&sessions, short_len).as_bytes())?;
-    if n_hidden > 0 {
-        writeln!(stdout, "{}", hidden_note(n_hidden))?;
+    stdout.write_all(session_list::table(&list.sessions, list.short_len).as_bytes())?;
+    if list.n_hidden > 0 {
+        writeln!(stdout, "{}", hidden_note(list.n_hidden))?;
     }
     Ok(stdout.flush()?)
-}
-
-/// The one line naming the `*.jsonl` entries that are not session logs;
-/// the names come from the folder, so the line is escaped.
-fn skipped_note(skipped: &[SkippedEntry]) -> String {
-    let listed: Vec<String> = skipped
-        .iter()
-        .map(|entry| format!("{} ({})", entry.name, entry.kind))
-        .collect();
-    let line = format!(
-        "note: skipped {} entr{} that {} not session logs: {}",
-        skipped.len(),
-        if skipped.len() == 1 { "y" } else { "ies" },
-        if skipped.len() == 1 { "is" } else { "are" },
-        listed.join(", ")
-    );
-    sanitize_line(&line).into_owned()
-}
-
-fn hidden_note(n_hidden: usize) -> String {
-    format!(
-        "({n_hidden} unused session{} not shown: opened and left without a message; --all lists them)",
-        if n_hidden == 1 { "" } else { "s" }
-    )
-}
-
-fn table(sessions: &[SessionSummary], short_len: usize) -> String {
-    let rows: Vec<[String; 5]> = sessions
-        .iter()
-        .map(|summary| {
-            let glance = session_glance(&summary.path);
-            [
-                short(&summary.id, short_len),
-                summary
-                    .created_at
-                    .as_deref()
-                    .map(display_time)
-                    .unwrap_or_else(|| "-".to_owned()),
-                glance.n_messages.to_string(),
-                human_size(summary.size),
-                match &summary.problem {
-                    Some(problem) => format!("(unreadable header: {problem})"),
-                    None => glance
-                        .title_line()
-                        .unwrap_or_else(|| "(no message typed)".to_owned()),
-                },
-            ]
-            // Every cell comes from a file: one safe line each.
-            .map(|cell| sanitize_line(&cell).into_owned())
-        })
-        .collect();
-    let header = ["id", "created", "messages", "size", "title"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: [&str; 5], out: &mut String| {
-        out.push_str(&format!(
-            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {}\n",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            cells[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-        ));
-    };
-    line(header, &mut out);
-    for row in &rows {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4]], &mut out);
-    }
-    out
-}
-
-/// Returns the first `len` characters of an id.
-pub fn short(id: &str, len: usize) -> String {
-    id.chars().take(len).collect()
-}
-
-/// Shows an RFC 3339 time as `yyyy-mm-dd hh:mm` (UTC).
-pub fn display_time(rfc3339: &str) -> String {
-    let text: String = rfc3339.chars().take(16).collect();
-    text.replace('T', " ")
-}
-
-/// Counts the complete, non-blank lines after the header.
-pub fn count_entries(path: &Path) -> u64 {
-    let Ok((file, _)) = soba_store::untrusted::open_untrusted(path) else {
-        return 0;
-    };
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut n_lines = 0u64;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                if line.last() == Some(&b'\n') && !line.iter().all(u8::is_ascii_whitespace) {
-                    n_lines += 1;
-                }
-            }
-        }
-    }
-    n_lines.saturating_sub(1)
-}
-
-/// Formats a byte count: `812 B`, `4.2 KiB`, `1.3 MiB`.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefixes_and_sizes() {
-        let ids = ["0190aaaa-1111", "0190aaab-2222", "0191ffff-3333"];
-        assert_eq!(shortest_unique_prefix(&ids, 4), 8);
-        assert_eq!(shortest_unique_prefix(&ids[..1], 8), 8);
-        assert_eq!(human_size(812), "812 B");
-        assert_eq!(human_size(4300), "4.2 KiB");
-        assert_eq!(human_size(3 * 1024 * 1024 / 2), "1.5 MiB");
-        assert_eq!(display_time("2025-01-02T03:04:05.678Z"), "2025-01-02 03:04");
-    }
-
-    #[test]
-    fn counts_complete_lines_after_the_header() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.jsonl");
-        std::fs::write(&path, "{header}\n{a}\n\n{b}\n{torn").unwrap();
-        assert_eq!(count_entries(&path), 2);
-    }
 }

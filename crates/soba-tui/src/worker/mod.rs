@@ -311,13 +311,8 @@ impl Worker {
         let setup = self.setup_for(&model)?;
         // Drop the open session first: its writer holds the file lock.
         self.live = None;
-        let (mut core, diagnostics) =
-            setup::open_session(&self.launch.ctx, path, &setup, &self.launch.tools)?;
-        if setup::session_model(core.path()).as_deref() != Some(setup.info.id.as_str()) {
-            core.append(EntryBody::ModelChange {
-                model: setup.info.id.clone(),
-            })?;
-        }
+        let (core, diagnostics) =
+            session::resume_on(&self.launch.ctx, path, &setup, &self.launch.tools)?;
         let mut notes: Vec<String> = diagnostics
             .into_iter()
             .map(|diagnostic| format!("warning: {diagnostic}"))
@@ -330,12 +325,7 @@ impl Worker {
         let ctx = &self.launch.ctx;
         let mut notes = Vec::new();
         let budget = setup.budget(ctx)?;
-        if let setup::WindowSource::Server(source) = &setup.window_source {
-            notes.push(format!(
-                "context window {} tokens, from the server ({source})",
-                soba_core::tokens::group_thousands(setup.info.context_window)
-            ));
-        }
+        notes.extend(session::server_window_line(&setup));
         notes.extend(
             budget
                 .warnings()

@@ -3,9 +3,11 @@
 //! session, or the session of its folder that holds it), the listing of a
 //! session's capsules and of the workspace's capsule files, and writing
 //! under the workspace. [`load`] reads and checks a file for loading;
-//! [`handoff`] makes a handoff of the whole live input.
+//! [`handoff`] makes a handoff of the whole live input; [`list`] words
+//! `soba capsule list`.
 
 pub mod handoff;
+pub mod list;
 pub mod load;
 
 use std::collections::HashSet;

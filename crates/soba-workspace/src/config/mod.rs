@@ -14,6 +14,7 @@ pub mod json;
 pub mod keys;
 mod prices;
 pub mod schema;
+pub mod show;
 mod source;
 
 pub use prices::Priced;

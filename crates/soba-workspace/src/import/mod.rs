@@ -2,14 +2,22 @@
 //! SPEC §3.4): the tokenizer an imported session is counted with (the
 //! model it will resume on), what its first resume meets, and writing it
 //! once per source state (`soba_store::import::write` finds the earlier
-//! imports).
+//! imports), and the whole import of a file or folder (`import_source`);
+//! `import::report` words what was imported.
+
+pub mod report;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use soba_core::Encoding;
+use soba_core::terminal::{Line, sanitize_line};
 use soba_core::tokens::{BpeCounter, TokenCounter};
-use soba_store::import::{ImportedSession, PreviousImport, import_key};
+use soba_store::import::{
+    FileOutcome, ImportedSession, PreviousImport, dir_files, import_key, import_path,
+    previous_imports,
+};
+use soba_store::log::remove_stale_partials;
 
 use crate::context::Context;
 use crate::error::{Result, WorkspaceError};
@@ -238,4 +246,152 @@ pub fn lock_out_dir(dir: &Path, waiting: impl FnOnce()) -> Result<Option<std::fs
     waiting();
     file.lock().map_err(cannot)?;
     Ok(Some(file))
+}
+
+/// One session of an import: what was read (its entries dropped once
+/// written), what happened to it and what its first resume meets.
+#[derive(Debug)]
+pub struct Imported {
+    /// The session as read, without its entries.
+    pub session: ImportedSession,
+    /// Where it went.
+    pub written: Written,
+    /// What its first resume meets, when a model resolves.
+    pub resume: Option<FirstResume>,
+}
+
+/// What one import of a file or folder did.
+#[derive(Debug, Default)]
+pub struct ImportRun {
+    /// The sessions imported (or, with `dry_run`, read), in order.
+    pub sessions: Vec<Imported>,
+    /// The folder's files that could not be imported.
+    pub n_failed: usize,
+    /// The folder's files that hold no transcript soba reads.
+    pub n_skipped: usize,
+    /// The error that stopped a folder's import (a full disk); the
+    /// sessions before it were written and the files after it not tried.
+    pub stopped: Option<WorkspaceError>,
+}
+
+/// Imports `source`, a transcript or a folder of them, into `out_dir`
+/// (`soba import`): each file's sessions are counted and written before
+/// the next file is read, and their entries dropped once written, so a
+/// folder costs the memory of its largest file. With `dry_run` nothing is
+/// written. `notice` receives, as they happen, the lines about waiting for
+/// another import, unfinished files removed, and each file of a folder
+/// skipped or failed. A folder with nothing importable is an error.
+pub fn import_source(
+    ctx: &Context,
+    source: &Path,
+    out_dir: &Path,
+    dry_run: bool,
+    notice: &mut dyn FnMut(String),
+) -> Result<ImportRun> {
+    let shown = |path: &Path| sanitize_line(&path.display().to_string()).into_owned();
+    let metadata = std::fs::metadata(source).map_err(|err| {
+        WorkspaceError::user(format!("cannot read {}", source.display())).caused_by(err)
+    })?;
+    if let Ok(out_metadata) = std::fs::metadata(out_dir)
+        && !out_metadata.is_dir()
+    {
+        return Err(WorkspaceError::user(format!(
+            "{} is not a folder, and --out takes a folder",
+            shown(out_dir)
+        ))
+        .hint("pass the folder to write the sessions into (it is created when missing)"));
+    }
+    // Held until the import ends: the check for earlier imports and the
+    // writes are one step, so two imports of one file at once write it once.
+    let _out_lock = if dry_run {
+        None
+    } else {
+        lock_out_dir(out_dir, || {
+            notice(format!(
+                "waiting for another import into {} to finish",
+                shown(out_dir)
+            ));
+        })?
+    };
+    let previous = if dry_run {
+        HashMap::new()
+    } else {
+        let stale = remove_stale_partials(out_dir);
+        if !stale.is_empty() {
+            notice(format!(
+                "removed {} unfinished session file(s) an interrupted import left in {}",
+                stale.len(),
+                shown(out_dir)
+            ));
+        }
+        previous_imports(out_dir)
+    };
+    // The vocabulary sessions are most likely counted in (the configured
+    // model's) loads while the first file is read.
+    preload_vocabulary(configured_encoding(ctx));
+    let mut run = ImportRun::default();
+    let handle = |run: &mut ImportRun, found: Vec<ImportedSession>| -> Result {
+        for mut session in found {
+            let (written, resume) = import_session(ctx, &mut session, out_dir, &previous, dry_run)?;
+            session.entries = Vec::new();
+            run.sessions.push(Imported {
+                session,
+                written,
+                resume,
+            });
+        }
+        Ok(())
+    };
+    if !metadata.is_dir() {
+        handle(&mut run, import_path(source)?)?;
+        return Ok(run);
+    }
+    for file in dir_files(source)? {
+        let file = file.import();
+        match file.outcome {
+            FileOutcome::Imported(found) => {
+                // A session that cannot be written (a full disk) stops a
+                // folder's import; what was written before it is reported.
+                if let Err(err) = handle(&mut run, found) {
+                    run.stopped = Some(err);
+                    break;
+                }
+            }
+            FileOutcome::Skipped(diagnostic) => {
+                run.n_skipped += 1;
+                notice(format!(
+                    "{}: {}",
+                    shown(&file.path),
+                    Line(&diagnostic.to_string())
+                ));
+            }
+            FileOutcome::Failed(err) => {
+                run.n_failed += 1;
+                notice(format!(
+                    "{}: {}",
+                    shown(&file.path),
+                    Line(&WorkspaceError::from(err).message)
+                ));
+            }
+        }
+    }
+    if run.sessions.is_empty() {
+        if let Some(err) = run.stopped {
+            return Err(err);
+        }
+        let skipped = if run.n_skipped == 0 {
+            String::new()
+        } else {
+            format!(" ({} files skipped, see above)", run.n_skipped)
+        };
+        return Err(WorkspaceError::user(format!(
+            "no importable transcript in {}{skipped}",
+            source.display()
+        ))
+        .hint(format!(
+            "supported formats: {}",
+            soba_store::import::Format::list()
+        )));
+    }
+    Ok(run)
 }
