@@ -1,6 +1,7 @@
 //! The flight records of a workspace's compactions summed up (SPEC §13,
 //! `soba stats`): counts per trigger and outcome, tokens reclaimed, the
-//! degraded share and p50/p95 barrier durations, as JSON or text.
+//! degraded share and p50/p95 barrier durations, as JSON or text;
+//! `gather` reads them for the workspace or one session.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -8,8 +9,12 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 use soba_core::Quality;
 use soba_core::tokens::group_thousands;
-use soba_store::flight::{FlightLevel, FlightOutcome, FlightRecord};
+use soba_store::flight::{
+    FlightLevel, FlightOutcome, FlightRecord, flight_path, read_flight_records,
+};
+use soba_store::log::SessionId;
 
+use crate::context::Context;
 use crate::error::Result;
 
 /// The outcomes, in column order.
@@ -241,6 +246,42 @@ pub fn flight_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// Sums the flight records of the session `wanted` names, or of every
+/// session in the workspace's sessions folder; `warn` receives each
+/// damaged line (`FILE: diagnostic`). A file with no record is not
+/// counted.
+pub fn gather(ctx: &Context, wanted: Option<&str>, warn: &mut dyn FnMut(String)) -> Result<Stats> {
+    let dir = &ctx.locations.sessions_dir;
+    let files: Vec<PathBuf> = match wanted {
+        Some(wanted) => {
+            let summary = ctx.select_session(Some(wanted))?;
+            let id = SessionId::parse(&summary.id)?;
+            let dir = summary
+                .path
+                .parent()
+                .map_or_else(|| dir.clone(), PathBuf::from);
+            vec![flight_path(dir, &id)]
+        }
+        None => flight_files(dir)?,
+    };
+    let mut stats = Stats::default();
+    for file in &files {
+        let (records, diagnostics) = read_flight_records(file)?;
+        if records.is_empty() && diagnostics.is_empty() {
+            continue;
+        }
+        stats.files += 1;
+        stats.damaged_lines += diagnostics.len();
+        for diagnostic in &diagnostics {
+            warn(format!("{}: {diagnostic}", file.display()));
+        }
+        for record in &records {
+            stats.add(record);
+        }
+    }
+    Ok(stats)
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! The agent's tools as a front door sets them up (`soba run`, the TUI):
 //! the approval policy from `--auto-approve`, `--allow` and `tools.allow`,
-//! the tool configuration and the workspace they are confined to.
+//! the tool configuration and the workspace they are confined to; what a
+//! run without a user to ask says of a call's result.
 
 use soba_core::ApprovalGrants;
 use soba_engine::session::SessionCore;
-use soba_engine::tool::{ApprovalPolicy, ToolConfig, ToolError, Workspace};
+use soba_engine::tool::{
+    ApprovalPolicy, NON_INTERACTIVE_DENIAL, ToolConfig, ToolError, ToolRegistry, Workspace,
+};
 
 use crate::config::{Source, check_tool_allow};
 use crate::context::Context;
@@ -86,4 +89,24 @@ pub fn recorded_grants(ctx: &Context, core: &SessionCore) -> RecordedGrants {
         "{} is outside the sessions folder, so the \"always\" answers it records were not restored: soba asks again",
         core.log_path().display()
     ))
+}
+
+/// Returns what a run without a user to ask (`soba run`) says of a tool
+/// call's result: `ok (N bytes)`; the non-interactive denial when the
+/// tool needs an approval `policy` does not give; else `error (N bytes)`.
+pub fn result_verdict(
+    tools: &ToolRegistry,
+    policy: &ApprovalPolicy,
+    name: &str,
+    is_error: bool,
+    bytes: usize,
+) -> String {
+    let needs_approval = tools.get(name).is_some_and(|tool| tool.needs_approval());
+    if !is_error {
+        format!("ok ({bytes} bytes)")
+    } else if needs_approval && !policy.covers(name) {
+        NON_INTERACTIVE_DENIAL.to_owned()
+    } else {
+        format!("error ({bytes} bytes)")
+    }
 }

@@ -15,17 +15,16 @@ use soba_core::id::shortest_unique_len;
 use soba_core::summarize::Summarizer;
 use soba_core::terminal::Line;
 use soba_core::tokens::{BpeCounter, group_thousands};
-use soba_core::{Capsule, Encoding, Entry, EntryBody, EntryId, TokenCount};
-use soba_store::flight::{FlightAppender, FlightLimits, flight_path};
-use soba_store::log::{SessionId, SessionWriter, SystemMinter, WriterOptions};
+use soba_core::{Encoding, Entry, EntryBody, EntryId};
+use soba_store::log::{SessionWriter, SystemMinter, WriterOptions};
 use soba_store::reader::{SessionLog, SessionSummary, read_log};
 use soba_workspace::capsule;
-use soba_workspace::capsule::handoff::{self, HandoffInput};
+use soba_workspace::capsule::handoff;
 use soba_workspace::context::Context;
 use soba_workspace::setup::{self, ModelSetup};
 
 use crate::cli::{CapsuleAction, CapsuleArgs, GlobalArgs};
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 
 /// Runs `soba capsule`.
 pub fn cmd_capsule(args: &CapsuleArgs, global: &GlobalArgs) -> CliResult {
@@ -174,72 +173,23 @@ fn create(ctx: &Context, args: &CapsuleArgs, title: &str, force: bool) -> CliRes
     let (summary, log) = session(ctx, args)?;
     let model = session_model(ctx, args, &log)?;
     let setup = ModelSetup::resolve(ctx, &model)?;
-    let budget = setup.budget(ctx)?;
-    let counter = BpeCounter::new(setup.info.tokenizer);
+    setup.budget(ctx)?;
     let mut notes = Vec::new();
     let summarizer: Option<Arc<dyn Summarizer>> = setup::summarizer(ctx, &setup, &mut notes)?;
     for note in notes {
         crate::output::errln!("{note}");
     }
-    // The whole live input, no tail: everything from the latest capsule's
-    // retained tail on, with that capsule as the previous state.
-    let previous: Option<&Capsule> =
-        log.latest_capsule()
-            .and_then(|logged| match &logged.entry.body {
-                EntryBody::Capsule(capsule) => Some(capsule.as_ref()),
-                _ => None,
-            });
-    let span: Vec<Entry> = log
-        .live_stretch()
-        .iter()
-        .map(|logged| logged.entry.clone())
-        .filter(|entry| !matches!(entry.body, EntryBody::Capsule(_)))
-        .collect();
-    if span.is_empty() && previous.is_none() {
-        return Err(CliError::user(format!(
-            "session {} has nothing to hand off yet",
-            summary.id
-        ))
-        .hint("run a turn first with `soba run -c \"<prompt>\"`"));
-    }
-    let cwd = log.header().map(|header| header.cwd.clone());
-    let project_dir = ctx.workspace.project_dir();
-    let handoff = setup::runtime()?.block_on(handoff::create_handoff(HandoffInput {
+    let (handoff, warning) = handoff::create_from_log(
+        ctx,
+        (&summary, &log),
+        &setup,
+        summarizer.as_deref(),
         title,
         force,
-        root: &ctx.workspace.root,
-        project_dir: &project_dir,
-        session: &summary.id,
-        leaf: log.leaf().map(EntryId::as_str).unwrap_or_default(),
-        cwd: cwd.as_deref(),
-        span: &span,
-        previous,
-        summarizer: summarizer.as_deref(),
-        compaction: &ctx.config().compaction.for_window(
-            TokenCount::new(setup.info.context_window),
-            TokenCount::new(setup.info.max_output_tokens),
-        ),
-        auto_limit: budget.auto_limit(),
-        limits: FlightLimits {
-            hard_limit: budget.hard_limit(),
-            soft_limit: budget.soft_limit(),
-            auto_limit: budget.auto_limit(),
-            hygiene_limit: budget.hygiene_limit(),
-        },
-        counter: &counter,
         started,
-    }))?;
-    if let (Some(dir), Ok(session_id)) = (summary.path.parent(), SessionId::parse(&summary.id)) {
-        // The flight record is observability: failing to write it must not
-        // undo the handoff the user asked for.
-        let written = FlightAppender::open(
-            flight_path(dir, &session_id),
-            soba_store::log::Durability::Flush,
-        )
-        .and_then(|mut appender| appender.append(&handoff.record));
-        if let Err(err) = written {
-            crate::output::errln!("warning: flight record not written: {err}");
-        }
+    )?;
+    if let Some(warning) = warning {
+        crate::output::errln!("{warning}");
     }
     if let Some(reason) = &handoff.fallback {
         crate::output::errln!(

@@ -1,50 +1,19 @@
 //! `soba demo`: runs the engine offline on the generated session and prints
-//! the timeline of triggers and the result lines.
+//! the timeline of triggers and the result lines
+//! (`soba_workspace::demo::timeline` words them).
 
 use std::io::Write;
-
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use soba_core::budget::Budget;
 use soba_core::config::CompactionConfig;
-use soba_engine::event::{EngineEvent, Outcome};
+use soba_engine::event::EngineEvent;
 
 use crate::cli::{DemoArgs, GlobalArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
 use soba_workspace::demo;
-use soba_workspace::paths::{Env, Locations, Workspace};
-
-/// Counters the timeline keeps for the closing lines.
-#[derive(Debug, Default)]
-struct Tally {
-    turn: usize,
-    hygiene: usize,
-    completed: Vec<String>,
-    /// The newest capsule's id as printed, and what it kept.
-    newest: Option<(String, String)>,
-}
-
-/// What the demo shows, printed before it runs.
-const INTRO: &str = "\
-It runs a scripted coding agent (a scripted model, SOBA's real tools) through a session
-that outgrows its context, and prints each time SOBA prunes old tool output (hygiene) or
-compacts the conversation into a capsule, and what the capsule kept.";
-
-/// The legend, printed once after the header.
-fn legend(soft_gate: &str) -> String {
-    format!(
-        "\
-legend:
-  effective       tokens the next request sends (system prompt, tools, live conversation)
-  hygiene         old tool outputs replaced by stubs above hygieneLimit; nothing summarized
-  capsule (ck_…)  the summary that replaces the older conversation; the recent tail stays verbatim
-  softGate {soft_gate:<6} soft compactions may fire from here on, well below autoLimit, when they pay:
-    turn_complete   a turn ended: a natural pause to compact
-    read_cost       re-reading what a compaction would reclaim now costs more than compacting
-    milestone       the agent recorded a checkpoint
-    auto_threshold  effective reached autoLimit"
-    )
-}
+use soba_workspace::demo::timeline::{self, Timeline};
 
 /// The signals that stop `soba demo`: SIGINT, SIGTERM and SIGHUP.
 struct StopSignals {
@@ -91,24 +60,7 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
         }
     };
     let (dir, temp) = demo::prepare_dir(args.keep.as_deref())?;
-    // A kept demo's session goes where the commands run in its workspace
-    // look (`cd DIR/workspace && soba show`); a temporary one stays inside
-    // the directory removed at exit.
-    let sessions_dir = if temp.is_some() {
-        dir.join("sessions")
-    } else {
-        let workspace_dir = dir.join("workspace");
-        std::fs::create_dir_all(&workspace_dir).map_err(|err| {
-            CliError::user(format!("cannot create {}", workspace_dir.display())).caused_by(err)
-        })?;
-        let workspace = Workspace::at(&workspace_dir)?;
-        Locations::resolve(
-            &Env::from_process(),
-            &workspace,
-            global.session_dir.as_deref(),
-        )?
-        .sessions_dir
-    };
+    let sessions_dir = demo::sessions_dir(&dir, temp.is_some(), global.session_dir.as_deref())?;
     let places = soba_engine::demo::DemoPlaces {
         dir: dir.clone(),
         sessions_dir,
@@ -123,35 +75,12 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
     .map_err(|err| CliError::internal("the demo model's budget is impossible").caused_by(err))?;
     let json = args.json;
     if !json {
-        crate::output::outln!(
-            "soba demo: the compaction engine, offline, on a generated coding session"
-        )?;
-        crate::output::outln!("{INTRO}")?;
-        crate::output::outln!(
-            "directory: {}{}",
-            dir.display(),
-            if temp.is_some() {
-                " (removed at exit; --keep DIR keeps it)"
-            } else {
-                ""
-            }
-        )?;
-        crate::output::outln!(
-            "model {}: window {} · maxOutput {} · hardLimit {} · autoLimit {} · hygieneLimit {} · keepRecent {} · softGate {}",
-            model.id,
-            model.context_window,
-            model.max_output_tokens,
-            budget.hard_limit(),
-            budget.auto_limit(),
-            budget.hygiene_limit(),
-            budget.keep_recent(),
-            budget.soft_gate()
-        )?;
-        crate::output::outln!("{}", legend(&budget.soft_gate().to_string()))?;
-        crate::output::outln!()?;
+        for line in timeline::header_lines(&dir, temp.is_some(), &model, &budget) {
+            crate::output::outln!("{line}")?;
+        }
     }
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let sink_tally = tally.clone();
+    let timeline = Arc::new(Mutex::new(Timeline::default()));
+    let sink_timeline = timeline.clone();
     let sink_log = places.session_log.clone();
     let sink: soba_engine::barrier::EventSink = Arc::new(move |event: EngineEvent| {
         let mut stdout = crate::output::stdout();
@@ -163,64 +92,11 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
             );
             return;
         }
-        let Ok(mut tally) = sink_tally.lock() else {
+        let Ok(mut timeline) = sink_timeline.lock() else {
             return;
         };
-        match &event {
-            EngineEvent::TurnStarted { .. } => tally.turn += 1,
-            EngineEvent::Hygiene {
-                reclaimed,
-                stubbed,
-                tokens_before,
-                ..
-            } => {
-                tally.hygiene += 1;
-                let _ = writeln!(
-                    stdout,
-                    "turn {:>2}  hygiene: {stubbed} tool outputs pruned, {reclaimed} tokens reclaimed (effective was {tokens_before})",
-                    tally.turn
-                );
-            }
-            EngineEvent::CompactionStart {
-                trigger,
-                tokens_before,
-                ..
-            } => {
-                let _ = writeln!(
-                    stdout,
-                    "turn {:>2}  Compacting context before response ({}, {} tokens)",
-                    tally.turn,
-                    trigger.as_str(),
-                    tokens_before
-                );
-            }
-            EngineEvent::CompactionEnd(end) => {
-                // The capsule is in the log before its end is reported:
-                // its id at the session's unique length, and what it kept.
-                let newest = if end.outcome == Outcome::Completed {
-                    sink_log.get().and_then(|log| demo::newest_capsule(log))
-                } else {
-                    None
-                };
-                let line = end.result_line(|id| match &newest {
-                    Some((shown, _)) if id.matches_short(shown) => shown.clone(),
-                    _ => id.as_str().to_owned(),
-                });
-                if end.outcome == Outcome::Completed {
-                    tally.completed.push(end.trigger.as_str().to_owned());
-                    let _ = writeln!(stdout, "turn {:>2}  {line}", tally.turn);
-                    if let Some((_, kept)) = &newest {
-                        let _ = writeln!(stdout, "          {kept}");
-                    }
-                    tally.newest = newest;
-                    return;
-                }
-                let _ = writeln!(stdout, "turn {:>2}  {line}", tally.turn);
-            }
-            EngineEvent::Warning { message } => {
-                let _ = writeln!(stdout, "turn {:>2}  warning: {message}", tally.turn);
-            }
-            _ => {}
+        for line in timeline.lines(&event, sink_log.get().map(PathBuf::as_path)) {
+            let _ = writeln!(stdout, "{line}");
         }
     });
     let outcome = runtime.block_on(async {
@@ -248,66 +124,11 @@ pub fn cmd_demo(args: &DemoArgs, global: &GlobalArgs) -> CliResult {
         }
     };
     if !json {
-        let tally = tally
+        let timeline = timeline
             .lock()
             .map_err(|_| CliError::internal("demo tally poisoned"))?;
-        let mut by_trigger: Vec<(String, usize)> = Vec::new();
-        for trigger in &tally.completed {
-            match by_trigger.iter_mut().find(|(name, _)| name == trigger) {
-                Some((_, n)) => *n += 1,
-                None => by_trigger.push((trigger.clone(), 1)),
-            }
-        }
-        let triggers = by_trigger
-            .iter()
-            .map(|(name, n)| format!("{name} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let outcomes = demo::flight_outcomes(&summary.session_log);
-        crate::output::outln!()?;
-        crate::output::outln!(
-            "result: {} turns, {} failed · {} hygiene passes · {} capsules ({}) · {} compactions skipped ({} because they would not pay off, {} not due yet) · {} other barrier outcomes",
-            summary.turns,
-            summary.failed_turns.len(),
-            tally.hygiene,
-            tally.completed.len(),
-            if triggers.is_empty() {
-                "none".to_owned()
-            } else {
-                triggers
-            },
-            outcomes.skipped_roi + outcomes.skipped_not_due,
-            outcomes.skipped_roi,
-            outcomes.skipped_not_due,
-            outcomes.other
-        )?;
-        if let Some((id, kept)) = &tally.newest {
-            crate::output::outln!("newest capsule {id} {kept}")?;
-        }
-        if temp.is_some() {
-            crate::output::outln!(
-                "session log: {} (removed with the directory; soba demo --keep DIR keeps it)",
-                summary.session_log.display()
-            )?;
-        } else {
-            let session = summary
-                .session_log
-                .file_stem()
-                .map(|stem| stem.to_string_lossy().chars().take(8).collect::<String>())
-                .unwrap_or_default();
-            crate::output::outln!("session log: {}", summary.session_log.display())?;
-            crate::output::outln!(
-                "look at it from its workspace, where soba finds the session by itself:"
-            )?;
-            crate::output::outln!("  cd {}", dir.join("workspace").display())?;
-            crate::output::outln!(
-                "  soba sessions · soba show · soba show {session} --entries · soba capsule list · soba budget · soba stats"
-            )?;
-            if let Some((id, _)) = &tally.newest {
-                crate::output::outln!(
-                    "  soba capsule export {id} newest.capsule.md   (the newest capsule as markdown)"
-                )?;
-            }
+        for line in timeline.closing_lines(&summary, &dir, temp.is_some()) {
+            crate::output::outln!("{line}")?;
         }
     }
     for failure in &summary.failed_turns {

@@ -15,9 +15,7 @@ use soba_engine::agent::Agent;
 use soba_engine::barrier::EventSink;
 use soba_engine::event::{EngineEvent, TurnEnd};
 use soba_engine::session::SessionCore;
-use soba_engine::tool::{
-    ApprovalPolicy, Approvals, NON_INTERACTIVE_DENIAL, ToolContext, ToolRegistry,
-};
+use soba_engine::tool::{ApprovalPolicy, Approvals, ToolContext, ToolRegistry};
 use soba_provider::client::ModelClient;
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +24,7 @@ use crate::error::{CliError, CliResult, ErrorKind};
 use soba_workspace::context::Context;
 use soba_workspace::session;
 use soba_workspace::setup::{self, ModelSetup};
-use soba_workspace::tools::{AgentTools, RecordedGrants, agent_tools};
+use soba_workspace::tools::{AgentTools, RecordedGrants, agent_tools, result_verdict};
 
 /// The status text of a running barrier (SPEC §11.2), followed by ` · NN%`.
 const BARRIER_STATUS: &str = "Compacting context before response";
@@ -164,17 +162,7 @@ impl Printer {
                 is_error,
                 bytes,
             } => {
-                let needs_approval = self
-                    .tools
-                    .get(&name)
-                    .is_some_and(|tool| tool.needs_approval());
-                let verdict = if !is_error {
-                    format!("ok ({bytes} bytes)")
-                } else if needs_approval && !self.policy.covers(&name) {
-                    NON_INTERACTIVE_DENIAL.to_owned()
-                } else {
-                    format!("error ({bytes} bytes)")
-                };
+                let verdict = result_verdict(&self.tools, &self.policy, &name, is_error, bytes);
                 // The call names model-chosen arguments: one line, escaped.
                 self.eprint(&format!(
                     "tool {} → {verdict}",

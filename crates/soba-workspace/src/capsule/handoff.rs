@@ -1,6 +1,7 @@
 //! A handoff capsule (SPEC §12, `soba capsule create`, `/capsule create`):
 //! the whole live input summarized under the `user` rules, written to
-//! `.soba/capsules/`, with the flight record for the caller to write;
+//! `.soba/capsules/`, with the flight record for the caller to write
+//! (`create_from_log` writes it, for a session read from its log);
 //! nothing is appended to the session.
 
 use std::collections::HashSet;
@@ -13,17 +14,23 @@ use soba_core::facts::{self, FactsConfig, FactsInput};
 use soba_core::render::RenderedCapsuleFile;
 use soba_core::summarize::{self, Summarizer, SummaryRequest};
 use soba_core::terminal::Line;
+use soba_core::tokens::BpeCounter;
 use soba_core::tokens::group_thousands;
 use soba_core::{
     Capsule, Entry, EntryBody, EntryId, IdKind, Quality, SummaryScope, TokenCount, TokenCounter,
     Trigger, Usage,
 };
 use soba_store::flight::{
-    FlightLevel, FlightLimits, FlightOutcome, FlightRecord, FlightSummarizer,
+    FlightAppender, FlightLevel, FlightLimits, FlightOutcome, FlightRecord, FlightSummarizer,
+    flight_path,
 };
+use soba_store::log::{Durability, SessionId};
+use soba_store::reader::{SessionLog, SessionSummary};
 
 use super::{display_path, redaction_note, render_file, write_file};
-use crate::error::Result;
+use crate::context::Context;
+use crate::error::{Result, WorkspaceError};
+use crate::setup::ModelSetup;
 
 /// Returns a file-name slug: lowercase ASCII letters and digits, other
 /// runs as one `-`, at most 60 characters; `capsule` when nothing is left.
@@ -329,6 +336,81 @@ pub async fn create_handoff(input: HandoffInput<'_>) -> Result<Handoff> {
         fallback,
         record,
     })
+}
+
+/// Makes a handoff of a session read from its log (`soba capsule
+/// create`, which holds no lock on it) on `setup`'s model, blocking on the
+/// workspace's runtime: the whole live input, no tail — everything from
+/// the latest capsule's retained tail on, with that capsule as the
+/// previous state. Its flight record is written beside the log; failing
+/// to write it must not undo the handoff the user asked for, so that is
+/// returned as a warning line, not an error.
+pub fn create_from_log(
+    ctx: &Context,
+    (summary, log): (&SessionSummary, &SessionLog),
+    setup: &ModelSetup,
+    summarizer: Option<&dyn Summarizer>,
+    title: &str,
+    force: bool,
+    started: Instant,
+) -> Result<(Handoff, Option<String>)> {
+    let budget = setup.budget(ctx)?;
+    let counter = BpeCounter::new(setup.info.tokenizer);
+    let previous: Option<&Capsule> =
+        log.latest_capsule()
+            .and_then(|logged| match &logged.entry.body {
+                EntryBody::Capsule(capsule) => Some(capsule.as_ref()),
+                _ => None,
+            });
+    let span: Vec<Entry> = log
+        .live_stretch()
+        .iter()
+        .map(|logged| logged.entry.clone())
+        .filter(|entry| !matches!(entry.body, EntryBody::Capsule(_)))
+        .collect();
+    if span.is_empty() && previous.is_none() {
+        return Err(WorkspaceError::user(format!(
+            "session {} has nothing to hand off yet",
+            summary.id
+        ))
+        .hint("run a turn first with `soba run -c \"<prompt>\"`"));
+    }
+    let cwd = log.header().map(|header| header.cwd.clone());
+    let project_dir = ctx.workspace.project_dir();
+    let handoff = crate::setup::runtime()?.block_on(create_handoff(HandoffInput {
+        title,
+        force,
+        root: &ctx.workspace.root,
+        project_dir: &project_dir,
+        session: &summary.id,
+        leaf: log.leaf().map(EntryId::as_str).unwrap_or_default(),
+        cwd: cwd.as_deref(),
+        span: &span,
+        previous,
+        summarizer,
+        compaction: &ctx.config().compaction.for_window(
+            TokenCount::new(setup.info.context_window),
+            TokenCount::new(setup.info.max_output_tokens),
+        ),
+        auto_limit: budget.auto_limit(),
+        limits: FlightLimits {
+            hard_limit: budget.hard_limit(),
+            soft_limit: budget.soft_limit(),
+            auto_limit: budget.auto_limit(),
+            hygiene_limit: budget.hygiene_limit(),
+        },
+        counter: &counter,
+        started,
+    }))?;
+    let mut warning = None;
+    if let (Some(dir), Ok(session_id)) = (summary.path.parent(), SessionId::parse(&summary.id)) {
+        let written = FlightAppender::open(flight_path(dir, &session_id), Durability::Flush)
+            .and_then(|mut appender| appender.append(&handoff.record));
+        if let Err(err) = written {
+            warning = Some(format!("warning: flight record not written: {err}"));
+        }
+    }
+    Ok((handoff, warning))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! What `soba demo` needs beyond the engine's generated session
 //! (`soba_engine::demo`): the folder it runs in, and what its session
 //! shows afterwards (the newest capsule and what it kept, the compactions
-//! that appended none).
+//! that appended none); [`timeline`] words what it shows.
+
+pub mod timeline;
 
 use std::path::{Path, PathBuf};
 
@@ -186,4 +188,25 @@ pub fn demo_tempdir() -> std::io::Result<tempfile::TempDir> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
+}
+
+/// Returns the folder the demo's session is written to: inside `dir` when
+/// it is `temporary` (removed at exit with it); for a kept demo, where the
+/// commands run in its workspace (`cd DIR/workspace && soba show`) look,
+/// under `--session-dir` when given.
+pub fn sessions_dir(dir: &Path, temporary: bool, session_dir: Option<&Path>) -> Result<PathBuf> {
+    if temporary {
+        return Ok(dir.join("sessions"));
+    }
+    let workspace_dir = dir.join("workspace");
+    std::fs::create_dir_all(&workspace_dir).map_err(|err| {
+        WorkspaceError::user(format!("cannot create {}", workspace_dir.display())).caused_by(err)
+    })?;
+    let workspace = crate::paths::Workspace::at(&workspace_dir)?;
+    Ok(crate::paths::Locations::resolve(
+        &crate::paths::Env::from_process(),
+        &workspace,
+        session_dir,
+    )?
+    .sessions_dir)
 }
