@@ -50,6 +50,32 @@ pub const VERIFICATION_SHOWN: usize = 20;
 /// Unresolved errors listed, newest first (SPEC §9.4 says 10; 20 keeps
 /// as many open errors as the peers' inputs do, ARCHITECTURE.md).
 pub const ERRORS_SHOWN: usize = 20;
+/// Closing replies kept under "Answers given", newest first.
+pub const ANSWERS_SHOWN: usize = 4;
+/// A reply is middle-truncated to this many tokens.
+pub const ANSWER_TOKENS: TokenCount = TokenCount::new(200);
+/// A reply's request is named by its first line, cut to this many
+/// characters.
+pub const ANSWER_REQUEST_CHARS: usize = 100;
+
+/// Returns how "Answers given" names a request: its first line, at most
+/// [`ANSWER_REQUEST_CHARS`] characters, cut between words (a key cut in
+/// half would escape redaction) and marked `…` when cut.
+pub fn answer_request(request: &str) -> String {
+    let trimmed = request.trim();
+    let line = trimmed.lines().next().unwrap_or_default().trim();
+    let mut named: String = line.chars().take(ANSWER_REQUEST_CHARS).collect();
+    if named.chars().count() < trimmed.chars().count() {
+        if named.chars().count() < line.chars().count() {
+            let cut = named.rfind(char::is_whitespace).unwrap_or(named.len());
+            named.truncate(cut);
+        }
+        named = named.trim_end().to_owned();
+        named.push('…');
+    }
+    named
+}
+
 /// Characters kept from the start of an unresolved error.
 pub const ERROR_HEAD_CHARS: usize = 250;
 /// Characters kept from the end of an unresolved error.
@@ -352,6 +378,7 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
             .as_ref()
             .and_then(|plan| plan.explanation.clone())
             .unwrap_or_default(),
+        answers: facts.answers.clone(),
     }
 }
 
@@ -889,6 +916,23 @@ fn fit(mut content: CapsuleContent, counter: &dyn TokenCounter) -> CapsuleConten
                 break;
             }
         }
+    }
+
+    // 2b. Answers, oldest first.
+    if tokens > bound && !content.local.answers.is_empty() {
+        let all = content.local.answers.clone();
+        let costs: Vec<TokenCount> = all
+            .iter()
+            .map(|answer| {
+                counter
+                    .count_text(&format!("### to {}\n{}\n", answer.request, answer.text))
+                    .n
+            })
+            .collect();
+        let apply = |content: &mut CapsuleContent, keep: usize| {
+            content.local.answers = all[..keep].to_vec();
+        };
+        tokens = trim_oldest(&mut content, tokens, &costs, &apply, counter);
     }
 
     // 3. Checkpoint entries, oldest first.

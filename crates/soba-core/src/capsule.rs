@@ -315,6 +315,18 @@ pub struct LocalSections {
     pub plan: Vec<PlanItem>,
     /// The plan's explanation (Codex `update_plan`), empty when none.
     pub plan_explanation: String,
+    /// What the agent answered where it changed no file (a review, an
+    /// audit, an explanation), newest first: no other section holds it.
+    pub answers: Vec<Answer>,
+}
+
+/// The agent's closing reply to one request that changed no file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Answer {
+    /// The request's first line, cut to [`crate::builder::ANSWER_REQUEST_CHARS`].
+    pub request: String,
+    /// The reply, middle-truncated to [`crate::builder::ANSWER_TOKENS`].
+    pub text: String,
 }
 
 /// The state of a plan step.

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::capsule::{Capsule, Verification};
+use crate::capsule::{Answer, Capsule, Verification};
 pub use crate::capsule::{PlanItem, PlanStatus};
 use crate::command::{self, OutcomeTracker, Status, path_arg, shown_key};
 use crate::directive;
@@ -221,6 +221,10 @@ pub struct Facts {
     pub plan: Option<PlanState>,
     /// The last assistant text in the span, ≤ 300 tokens.
     pub last_assistant_text: Option<String>,
+    /// The agent's closing replies to requests that changed no file,
+    /// newest first (the span's, then the carried ones), each bounded,
+    /// at most [`crate::builder::ANSWERS_SHOWN`].
+    pub answers: Vec<Answer>,
     /// When the newest verification run (of the span or the tail) passed
     /// and an edit changed files after it: its command and those files,
     /// in order of change. Its "passed" no longer speaks for the files
@@ -561,6 +565,22 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut plan: Option<PlanState> = None;
     let mut last_assistant: Option<String> = None;
     let mut user_messages: Vec<(&EntryId, String)> = Vec::new();
+    // One per real user message of the span: the request, its closing
+    // reply so far (text after the turn's last tool call) and whether an
+    // edit tool ran in it.
+    // A span that opens mid-turn (a compaction inside a long tool loop)
+    // continues the request the previous capsule named newest.
+    let mut turns: Vec<Turn<'_>> = input
+        .previous
+        .and_then(|previous| previous.local.latest_instructions.first())
+        .map(|request| Turn {
+            id: None,
+            request: request.clone(),
+            reply: None,
+            edited: false,
+        })
+        .into_iter()
+        .collect();
     let mut skills: Vec<String> = match input.previous {
         Some(previous) if !previous.state.skills.is_empty() => previous
             .state
@@ -630,17 +650,38 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 if message.is_real_user() {
                     let text = message.text();
                     if !text.trim().is_empty() {
+                        turns.push(Turn {
+                            id: Some(&entry.id),
+                            request: text.clone(),
+                            reply: None,
+                            edited: false,
+                        });
                         user_messages.push((&entry.id, text));
                     }
                 }
                 if message.role == Role::Assistant {
                     let text = message.text();
                     if !text.trim().is_empty() {
-                        last_assistant = Some(text);
+                        last_assistant = Some(text.clone());
+                    }
+                    if let Some(turn) = turns.last_mut() {
+                        // Text beside a tool call opens work; the reply is
+                        // what the agent said after its last call.
+                        turn.reply =
+                            if message.tool_uses().next().is_some() || text.trim().is_empty() {
+                                None
+                            } else {
+                                Some(text)
+                            };
                     }
                 }
                 for call in message.tool_uses() {
                     let facts = call_facts_in(call, input.cwd, &mut ctx);
+                    if !facts.modified.is_empty()
+                        && let Some(turn) = turns.last_mut()
+                    {
+                        turn.edited = true;
+                    }
                     add_new(&mut modified, &facts.modified);
                     if let Some(new_plan) = &facts.plan {
                         plan = Some(new_plan.clone());
@@ -702,6 +743,12 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                 }
             }
             EntryBody::Checkpoint { kind, note } => {
+                // A milestone records the turn's outcome itself.
+                if *kind == CheckpointKind::Milestone
+                    && let Some(turn) = turns.last_mut()
+                {
+                    turn.edited = true;
+                }
                 span_checkpoints.push((*kind, note.clone()));
             }
             EntryBody::Skill(skill) => match skill.action {
@@ -919,6 +966,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
 
     let last_assistant_text = last_assistant
         .map(|text| truncate_middle_tokens(text.trim(), LAST_ASSISTANT_TOKENS, counter));
+    let answers = answers(&turns, input, previous_local, counter);
 
     Facts {
         original_task,
@@ -937,8 +985,52 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         active_skills: skills,
         plan,
         last_assistant_text,
+        answers,
         changed_since_check,
     }
+}
+
+/// A real user message of the span and what followed it.
+struct Turn<'a> {
+    /// The request's entry; `None` for the request a span opened within.
+    id: Option<&'a EntryId>,
+    request: String,
+    reply: Option<String>,
+    /// An edit tool ran or a milestone was recorded in it.
+    edited: bool,
+}
+
+/// Returns the closing replies worth carrying, newest first: those of
+/// requests for work ([`directive::is_task`]) outside the retained tail
+/// that changed no file and reached no milestone (an edit's outcome is
+/// under Files modified, Verification and Checkpoints; a review's or an
+/// audit's is nowhere else), then the previous capsule's, each once.
+fn answers(
+    turns: &[Turn<'_>],
+    input: &FactsInput<'_>,
+    previous_local: Option<&crate::capsule::LocalSections>,
+    counter: &dyn TokenCounter,
+) -> Vec<Answer> {
+    let span = turns
+        .iter()
+        .rev()
+        .filter(|turn| !turn.edited && turn.id.is_none_or(|id| !input.retained.contains(id)))
+        .filter(|turn| directive::is_task(&turn.request))
+        .filter_map(|turn| {
+            let reply = turn.reply.as_deref()?.trim();
+            Some(Answer {
+                request: crate::builder::answer_request(&turn.request),
+                text: truncate_middle_tokens(reply, crate::builder::ANSWER_TOKENS, counter),
+            })
+        });
+    let carried = previous_local
+        .into_iter()
+        .flat_map(|local| local.answers.iter().cloned());
+    let mut seen = HashSet::new();
+    span.chain(carried)
+        .filter(|answer| seen.insert((answer.request.clone(), answer.text.clone())))
+        .take(crate::builder::ANSWERS_SHOWN)
+        .collect()
 }
 
 /// Appends the paths of `new` that `list` does not hold yet, in order.

@@ -34,9 +34,10 @@ pub const CAPSULE_FILE_MAX_TOKENS: TokenCount = TokenCount::new(32_000);
 pub const GROUP_FILES_ABOVE: usize = 100;
 
 /// The headings of the locally extracted sections, in rendering order.
-pub const LOCAL_HEADINGS: [&str; 9] = [
+pub const LOCAL_HEADINGS: [&str; 10] = [
     "Original task",
     "Latest user instructions",
+    "Answers given",
     "Files modified",
     "Files read",
     "Verification",
@@ -390,8 +391,25 @@ pub fn local_markdown_beside(
             .join("\n\n")
     };
     parts.push((LOCAL_HEADINGS[1], instructions));
+    let answers = if local.answers.is_empty() {
+        NONE_RECORDED.to_owned()
+    } else {
+        local
+            .answers
+            .iter()
+            .map(|answer| {
+                format!(
+                    "### to {}\n{}",
+                    code_span(&answer.request),
+                    fenced(&answer.text)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    };
+    parts.push((LOCAL_HEADINGS[2], answers));
     parts.push((
-        LOCAL_HEADINGS[2],
+        LOCAL_HEADINGS[3],
         files_modified_markdown(&local.files_modified),
     ));
     // A file read and modified is listed once, under Files modified.
@@ -415,7 +433,7 @@ pub fn local_markdown_beside(
     } else {
         list_or_none(read)
     };
-    parts.push((LOCAL_HEADINGS[3], read));
+    parts.push((LOCAL_HEADINGS[4], read));
     let verification = local
         .verification
         .iter()
@@ -427,7 +445,7 @@ pub fn local_markdown_beside(
             }
         })
         .collect();
-    parts.push((LOCAL_HEADINGS[4], list_or_none(verification)));
+    parts.push((LOCAL_HEADINGS[5], list_or_none(verification)));
     let errors = if local.unresolved_errors.is_empty() {
         NONE_RECORDED.to_owned()
     } else {
@@ -445,7 +463,7 @@ pub fn local_markdown_beside(
             .collect::<Vec<_>>()
             .join("\n\n")
     };
-    parts.push((LOCAL_HEADINGS[5], errors));
+    parts.push((LOCAL_HEADINGS[6], errors));
     let shown_above = |note: &str| {
         let one_line = note.trim().replace('\n', " ");
         narrative.is_some_and(|n| n.done.contains(&one_line) || n.decisions.contains(&one_line))
@@ -461,18 +479,18 @@ pub fn local_markdown_beside(
     } else {
         list_or_none(checkpoints)
     };
-    parts.push((LOCAL_HEADINGS[6], checkpoints));
+    parts.push((LOCAL_HEADINGS[7], checkpoints));
     let skills = local
         .active_skills
         .iter()
         .map(|name| format!("- {name}"))
         .collect();
-    parts.push((LOCAL_HEADINGS[7], list_or_none(skills)));
+    parts.push((LOCAL_HEADINGS[8], list_or_none(skills)));
     let earlier = earlier_narrative
         .map(demote_headings)
         .filter(|text| !text.trim().is_empty());
     parts.push((
-        LOCAL_HEADINGS[8],
+        LOCAL_HEADINGS[9],
         earlier.unwrap_or_else(|| NONE_RECORDED.to_owned()),
     ));
     parts

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use soba_core::capsule::{
-    BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
+    Answer, BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
     OverflowRecord, PlanItem, PlanStatus, RehydratedFile, Rehydration, SummaryScope, Verification,
 };
 use soba_core::entry::{ApprovalGrants, SkillAction, SkillEntry, StoredTokens};
@@ -755,6 +755,18 @@ pub struct LocalSectionsRecord {
     /// The plan's explanation.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub plan_explanation: String,
+    /// Closing replies to requests that changed no file, newest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<AnswerRecord>,
+}
+
+/// One of a capsule's answers: `{request, text}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerRecord {
+    /// The request's first line, cut.
+    pub request: String,
+    /// The reply, bounded.
+    pub text: String,
 }
 
 /// One plan step: `{step, status}` with status `pending`, `in_progress` or

@@ -214,7 +214,7 @@ fn on_terminal_event(state: &mut AppState, files: &mut UiFiles, event: Event) ->
             state.on_key(key, Instant::now())
         }
         Event::Paste(text) => {
-            state.on_paste(&text);
+            state.on_paste(&text, Instant::now());
             Vec::new()
         }
         // A resize simply redraws at the new size.

@@ -712,12 +712,21 @@ impl AppState {
                     .flatten()
                     .any(|at| now.saturating_duration_since(at) < APPROVAL_ARM)
             };
-            let answer = matches!(key.code, KeyCode::Char('y' | 'Y' | 'a' | 'A' | 'n' | 'N'));
+            // Only a bare letter answers: Ctrl-A is the box's "start of
+            // line", and Alt letters are other programs' keys.
+            let modified = key
+                .modifiers
+                .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+            let answer =
+                !modified && matches!(key.code, KeyCode::Char('y' | 'Y' | 'a' | 'A' | 'n' | 'N'));
             if let Overlay::Approval(_) = overlay
                 && let KeyCode::Char(ch) = key.code
-                && !ctrl
                 && (!answer || typed_ahead(self.approval_shown))
             {
+                if modified {
+                    // Not text either: a modified letter does nothing here.
+                    return Vec::new();
+                }
                 self.input.insert(&ch.to_string());
                 self.hint = Some(
                     "typed text goes to the box; answer the prompt with y, a or n after a pause (Esc denies)"
@@ -816,7 +825,10 @@ impl AppState {
 
     /// Handles pasted text (bracketed paste): inserted as typed, newlines kept.
     /// A paste never answers an approval prompt: it goes to the box.
-    pub fn on_paste(&mut self, text: &str) {
+    pub fn on_paste(&mut self, text: &str, now: Instant) {
+        // A paste is typing too: the letters right after it do not answer
+        // an approval prompt.
+        self.last_key = Some(now);
         if matches!(self.overlay, None | Some(Overlay::Approval(_))) {
             self.input
                 .insert(&text.replace("\r\n", "\n").replace('\r', "\n"));
@@ -1077,10 +1089,20 @@ mod tests {
         }
         assert_eq!(state.input.text, "please hold on, not yet");
         assert!(matches!(state.overlay, Some(Overlay::Approval(_))));
-        // A paste goes to the box too.
-        state.on_paste(" yes");
+        // A paste goes to the box too, and the letters right after it are
+        // typing, not answers (the attack of session 23).
+        state.on_paste(" yes", at);
         assert_eq!(state.input.text, "please hold on, not yet yes");
+        at += APPROVAL_ARM / 2;
+        assert_eq!(state.on_key(key(KeyCode::Char('a')), at), []);
+        assert_eq!(state.input.text, "please hold on, not yet yesa");
+        // Ctrl-A (the box's start of line) and Alt-Y never answer.
+        let ctrl_a = KeyEvent::new(KeyCode::Char('a'), KeyModifiers::CONTROL);
+        let alt_y = KeyEvent::new(KeyCode::Char('y'), KeyModifiers::ALT);
+        assert_eq!(state.on_key(ctrl_a, at + APPROVAL_ARM * 3), []);
+        assert_eq!(state.on_key(alt_y, at + APPROVAL_ARM * 6), []);
         assert!(matches!(state.overlay, Some(Overlay::Approval(_))));
+        at += APPROVAL_ARM * 6;
         // Esc denies at once; after a pause a letter answers.
         let mut esc = state.clone();
         assert_eq!(
@@ -1167,7 +1189,7 @@ mod tests {
         assert_eq!(state.input.text, "llo ");
         state.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT), now);
         assert_eq!(state.input.text, "\nllo ");
-        state.on_paste("a\r\nb");
+        state.on_paste("a\r\nb", Instant::now());
         assert_eq!(state.input.text, "\na\nbllo ");
         state.on_key(ctrl('u'), now);
         assert_eq!(state.on_key(ctrl('d'), now), [Action::Quit]);

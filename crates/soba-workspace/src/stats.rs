@@ -35,6 +35,8 @@ pub struct Stats {
     pub files: usize,
     /// Damaged lines skipped.
     pub damaged_lines: usize,
+    /// Flight files that could not be read (each warned about).
+    pub skipped_files: usize,
     /// Compactions per trigger and outcome.
     pub by_trigger: BTreeMap<String, BTreeMap<&'static str, u64>>,
     /// Hygiene passes per outcome.
@@ -124,6 +126,7 @@ impl Stats {
             "records": self.records,
             "files": self.files,
             "damagedLines": self.damaged_lines,
+            "skippedFiles": self.skipped_files,
             "byTrigger": self.by_trigger,
             "hygiene": self.hygiene,
             "capsuleCreate": self.capsule_create,
@@ -154,10 +157,14 @@ impl Stats {
             plural(self.records),
             self.files,
             plural(self.files),
-            if self.damaged_lines > 0 {
-                format!(" ({} damaged lines skipped)", self.damaged_lines)
-            } else {
-                String::new()
+            match (self.damaged_lines, self.skipped_files) {
+                (0, 0) => String::new(),
+                (lines, 0) => format!(" ({lines} damaged lines skipped)"),
+                (0, files) => format!(" ({files} unreadable file{} skipped)", plural(files)),
+                (lines, files) => format!(
+                    " ({lines} damaged lines and {files} unreadable file{} skipped)",
+                    plural(files)
+                ),
             }
         );
         if !self.by_trigger.is_empty() {
@@ -267,8 +274,19 @@ pub fn gather(ctx: &Context, wanted: Option<&str>, warn: &mut dyn FnMut(String))
         None => flight_files(dir)?,
     };
     let mut stats = Stats::default();
+    let asked_for_one = wanted.is_some();
     for file in &files {
-        let (records, diagnostics) = read_flight_records(file)?;
+        let (records, diagnostics) = match read_flight_records(file) {
+            Ok(read) => read,
+            // One unreadable file (a FIFO, a link, no permission) is
+            // skipped with a warning when summing them all.
+            Err(err) if !asked_for_one => {
+                warn(format!("warning: skipped {}: {err}", file.display()));
+                stats.skipped_files += 1;
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
         if records.is_empty() && diagnostics.is_empty() {
             continue;
         }

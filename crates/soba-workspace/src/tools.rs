@@ -82,13 +82,20 @@ pub fn recorded_grants(ctx: &Context, core: &SessionCore) -> RecordedGrants {
         .log_path()
         .parent()
         .and_then(|parent| std::fs::canonicalize(parent).ok());
-    if folder.is_some() && folder == log_folder {
+    if folder.is_some() && folder == log_folder && owned_by_the_folder(core.log_path()) {
         return RecordedGrants::Restored(recorded);
     }
     RecordedGrants::Ignored(format!(
-        "{} is outside the sessions folder, so the \"always\" answers it records were not restored: soba asks again",
+        "{} is outside the sessions folder (or a link to a file elsewhere), so the \"always\" answers it records were not restored: soba asks again",
         core.log_path().display()
     ))
+}
+
+/// Returns whether the log is a file of its own folder: not a symbolic
+/// link, and not a hard link to a file that lives elsewhere too.
+fn owned_by_the_folder(log: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(log).is_ok_and(|meta| meta.file_type().is_file() && meta.nlink() == 1)
 }
 
 /// Returns what a run without a user to ask (`soba run`) says of a tool

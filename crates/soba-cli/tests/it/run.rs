@@ -328,6 +328,23 @@ async fn resume_keeps_the_sessions_always_approvals() {
         stderr.contains(&format!("tool bash: rm -rf x → {DENIAL}")),
         "{stderr}"
     );
+    // The attack of session 23: a log hard-linked to a file elsewhere (or
+    // a symbolic link) is someone else's file too; its grants are not
+    // restored, and soba says so.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::hard_link(&log, elsewhere.path().join("copy.jsonl")).unwrap();
+    server.push(echo("call_3", "echo granted"));
+    server.push(Script::stream(Dialect::Chat, &Reply::text("Done.")));
+    let fourth = run(&sandbox, &["-r", &id, "say it again"]).await;
+    let stderr = text(&fourth.stderr);
+    assert!(
+        stderr.contains("were not restored: soba asks again"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("tool bash: echo granted → {DENIAL}")),
+        "{stderr}"
+    );
 }
 
 /// An unused session (opened and left before anything was said, e.g. by

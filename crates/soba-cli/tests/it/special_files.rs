@@ -268,6 +268,31 @@ fn a_session_path_that_is_a_fifo_is_not_opened() {
     );
 }
 
+/// The attack of session 23: one FIFO among the flight records made
+/// `soba stats` fail for every session; it is skipped with a warning.
+#[test]
+fn stats_skips_a_flight_record_that_is_not_a_file() {
+    let sandbox = Sandbox::new();
+    compacted_session(&sandbox);
+    let planted = sandbox
+        .sessions_dir()
+        .join("0194c2d0-e4c0-7000-8000-000000000009.flight.jsonl");
+    Hostile::Fifo.make(&planted);
+    let output = sandbox.run_within(DEADLINE_S, &["stats"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("warning: skipped {}", planted.display()))
+            && stderr.contains("FIFO"),
+        "{stderr}"
+    );
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("in 1 session (1 unreadable file skipped)"),
+        "{stdout}"
+    );
+}
+
 /// Imports a session, compacts it and returns (session id, ck short id).
 fn compacted_session(sandbox: &Sandbox) -> (String, String) {
     let file = sandbox.write("trace.jsonl", &long_pi_session(6, 600, "none"));

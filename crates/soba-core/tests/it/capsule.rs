@@ -1469,6 +1469,53 @@ fn a_newer_plan_in_the_tail_wins() {
     );
 }
 
+/// The walk of session 21: the deterministic capsule kept no answer, so
+/// the audit the user asked for was lost at the first compaction.
+#[test]
+fn answers_to_requests_that_changed_nothing_are_kept() {
+    let mut span = Span::default();
+    span.user("Audit the parser for inconsistent `limit` defaults.");
+    span.tool(
+        "read_file",
+        json!({"path": "src/parser.rs"}),
+        "fn parse",
+        false,
+    );
+    span.assistant("src/parser.rs uses limit 100; src/cli.rs uses 50. I'd align them on 100.");
+    span.user("Add gzip input support.");
+    span.tool(
+        "edit_file",
+        json!({"path": "src/gz.rs", "old_text": "a", "new_text": "b"}),
+        "ok",
+        false,
+    );
+    span.assistant("Done: gzip input works.");
+    span.user("hello");
+    span.assistant("Hi! What next?");
+    let facts = facts_of(&span);
+    assert_eq!(
+        facts.answers,
+        [soba_core::capsule::Answer {
+            request: "Audit the parser for inconsistent `limit` defaults.".to_owned(),
+            text: "src/parser.rs uses limit 100; src/cli.rs uses 50. I'd align them on 100."
+                .to_owned(),
+        }]
+    );
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert!(
+        content.markdown.contains(
+            "## Answers given\n### to `` Audit the parser for inconsistent `limit` defaults. ``\n```\nsrc/parser.rs uses limit 100"
+        ),
+        "{}",
+        content.markdown
+    );
+}
+
 #[test]
 fn no_plan_says_so_and_no_line_repeats() {
     let mut span = Span::default();
@@ -2253,9 +2300,10 @@ fn rendered_capsule_file() {
         source_leaf: "e_0190f3a2b4c577f3a9d1000000000042",
     };
     let file = capsule_file(&header, &content.view(), &ByteCounter);
-    // The key is in the constraint and in the instruction it came from.
-    assert_eq!(file.redactions, 2);
-    assert_eq!(file.redactions_by_kind, [("anthropic_key", 2)]);
+    // The key is in the constraint, in the instruction it came from and
+    // in the name of the request an answer replied to.
+    assert_eq!(file.redactions, 3);
+    assert_eq!(file.redactions_by_kind, [("anthropic_key", 3)]);
     assert!(!file.text.contains("sk-ant-api03"));
     insta::assert_snapshot!("capsule_file", file.text);
 

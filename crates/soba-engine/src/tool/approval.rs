@@ -325,8 +325,12 @@ impl Grants {
 /// soba) starts the command `words`. An empty grant, as a hand-written log
 /// may hold, grants nothing.
 fn grant_covers(grant: &str, words: &[String]) -> bool {
-    let granted: Vec<&str> = grant.split_whitespace().collect();
-    !granted.is_empty()
+    // Words are joined by one space: a grant with an empty or blank word
+    // (`"sed "` from `sed '' f`) would otherwise cover every `sed`.
+    let granted: Vec<&str> = grant.split(' ').collect();
+    granted
+        .iter()
+        .all(|word| !word.is_empty() && !word.contains(char::is_whitespace))
         && granted.len() <= words.len()
         && granted
             .iter()
@@ -342,12 +346,20 @@ fn grant_covers(grant: &str, words: &[String]) -> bool {
 pub(crate) fn command_words(command: &str) -> Result<Vec<String>, NotPlain> {
     let mut prefixes: Vec<String> = Vec::new();
     for words in plain_line::commands(command)? {
-        let prefix = words
+        let prefix: Vec<&str> = words
             .iter()
             .take(PREFIX_WORDS)
             .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(" ");
+            .collect();
+        // A grant is its words joined by spaces, so an empty word or one
+        // with blanks in it (`sed '' f`, `'git status' x`) cannot be one.
+        if prefix
+            .iter()
+            .any(|word| word.is_empty() || word.contains(char::is_whitespace))
+        {
+            return Err(NotPlain::BlankWord);
+        }
+        let prefix = prefix.join(" ");
         if !prefix.trim().is_empty() && !prefixes.contains(&prefix) {
             prefixes.push(prefix);
         }
@@ -378,6 +390,16 @@ mod tests {
         );
         assert!(words("   ").is_empty());
         assert_eq!(command_words("make > log"), Err(NotPlain::Redirection));
+        // The attack of session 23: `sed '' README.md` granted "sed ",
+        // read back as "sed", which covered `sed -n '1e touch p'`.
+        assert_eq!(command_words("sed '' README.md"), Err(NotPlain::BlankWord));
+        assert_eq!(command_words("'git status' x"), Err(NotPlain::BlankWord));
+        let mut grants = Grants::default();
+        grants
+            .bash_words
+            .extend(["sed ".to_owned(), " ls".to_owned()]);
+        assert!(!grants.covers("bash", "sed -n '1e touch p' README.md"));
+        assert!(!grants.covers("bash", "ls -la"));
     }
 
     #[test]

@@ -31,6 +31,12 @@ pub(crate) enum NotPlain {
     UnclosedQuote,
     /// A control character bash may read differently from the prompt.
     ControlCharacter,
+    /// A command's first words are empty or hold blanks (`sed '' f`):
+    /// no grant can name them.
+    BlankWord,
+    /// `#` starts a comment, which hides the rest of its line from a
+    /// grant but not its quotes from the reader.
+    Comment,
 }
 
 impl fmt::Display for NotPlain {
@@ -43,6 +49,8 @@ impl fmt::Display for NotPlain {
             NotPlain::Redirection => "a redirection to a file",
             NotPlain::UnclosedQuote => "an unclosed quote",
             NotPlain::ControlCharacter => "a control character",
+            NotPlain::Comment => "a `#` comment",
+            NotPlain::BlankWord => "an empty or quoted-blank first word",
         })
     }
 }
@@ -56,6 +64,7 @@ pub(crate) fn commands(line: &str) -> Result<Vec<Vec<String>>, NotPlain> {
         commands: Vec::new(),
         words: Vec::new(),
         word: None,
+        quoted: false,
     };
     reader.read()?;
     Ok(reader.commands)
@@ -68,6 +77,9 @@ struct Reader {
     words: Vec<String>,
     /// The word being read; `Some("")` after an empty quote (`''`).
     word: Option<String>,
+    /// Whether part of the word was quoted (`'2'>x` is a word, then a
+    /// redirection of standard output).
+    quoted: bool,
 }
 
 impl Reader {
@@ -99,11 +111,16 @@ impl Reader {
                     }
                     self.end_command();
                 }
+                // Bash reads `#` at the start of a word as a comment.
+                '#' if self.word.is_none() => return Err(NotPlain::Comment),
                 '>' | '<' => {
-                    // A word of digits right before is the descriptor.
-                    if self.word.as_deref().is_some_and(|word| {
-                        !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit())
-                    }) {
+                    // An unquoted word of digits right before is the
+                    // descriptor.
+                    if !self.quoted
+                        && self.word.as_deref().is_some_and(|word| {
+                            !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit())
+                        })
+                    {
                         self.word = None;
                     }
                     self.end_word();
@@ -111,6 +128,7 @@ impl Reader {
                 }
                 '\'' => {
                     let text = self.quoted('\'')?;
+                    self.quoted = true;
                     self.word.get_or_insert_default().push_str(&text);
                 }
                 '"' => {
@@ -118,6 +136,7 @@ impl Reader {
                     if let Some(bad) = text.chars().find(|ch| matches!(ch, '$' | '`' | '\\')) {
                         return Err(special(bad));
                     }
+                    self.quoted = true;
                     self.word.get_or_insert_default().push_str(&text);
                 }
                 ch if is_special(ch) => return Err(special(ch)),
@@ -157,6 +176,11 @@ impl Reader {
             self.at += 1;
         }
         let target: String = self.chars[start..self.at].iter().collect();
+        // The target must be a whole word: a quote right after it would
+        // continue it (`>&2'/../x'` writes to a file).
+        if matches!(self.peek(), Some('\'' | '"')) {
+            return Err(NotPlain::Redirection);
+        }
         let harmless = if duplicate {
             !target.is_empty() && (target == "-" || target.bytes().all(|b| b.is_ascii_digit()))
         } else {
@@ -182,6 +206,7 @@ impl Reader {
     }
 
     fn end_word(&mut self) {
+        self.quoted = false;
         if let Some(word) = self.word.take() {
             self.words.push(word);
         }
@@ -251,6 +276,10 @@ mod tests {
             [["grep", "-n", "fn", "src/*.rs"]]
         );
         assert!(words("  ;; ").is_empty());
+        // `#` inside a word is a character; a quoted `2` is a word (the
+        // program `2`), not the descriptor of the redirection after it.
+        assert_eq!(words("echo a#b"), [["echo", "a#b"]]);
+        assert_eq!(words("'2'>/dev/null git status"), [["2", "git", "status"]]);
     }
 
     #[test]
@@ -285,6 +314,14 @@ mod tests {
             ("echo 'open", NotPlain::UnclosedQuote),
             ("git status\r rm x", NotPlain::ControlCharacter),
             ("git status\u{1b}[2K", NotPlain::ControlCharacter),
+            // The attacks of session 23: a comment hid a quote's end from
+            // bash but not from the reader; a quote right after a
+            // harmless-looking target made it a file.
+            ("git status #'\ntouch /tmp/pwn\n#'", NotPlain::Comment),
+            ("git status;#\"\ntouch p\n#\"", NotPlain::Comment),
+            ("git status >&1'x'", NotPlain::Redirection),
+            ("git status >&2'/../../pwn'", NotPlain::Redirection),
+            ("git status &>/dev/null'x'", NotPlain::Redirection),
         ];
         for (line, why) in cases {
             assert_eq!(commands(line), Err(why), "{line:?}");

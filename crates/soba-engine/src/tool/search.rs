@@ -98,6 +98,8 @@ fn search(
         let files = walk::files(workspace, &base, filter.as_ref(), cancel)?;
         let mut shown: Vec<String> = Vec::new();
         let mut n_matches = 0usize;
+        let mut cut_files: Vec<String> = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
         for file in &files {
             if cancel.is_cancelled() {
                 return Err(ToolOutcome::error("cancelled"));
@@ -108,22 +110,31 @@ fn search(
             let Some(opened) = workspace.open_entry(file) else {
                 continue;
             };
-            scan(opened, &regex, cancel, |line_no, text| {
+            let whole = scan(opened, &regex, cancel, |line_no, text| {
                 n_matches += 1;
                 if shown.len() < MAX_LISTED {
                     shown.push(format!("{relative}:{line_no}:{}", clip(text)));
                 }
             });
+            if !whole {
+                cut_files.push(relative);
+            }
+        }
+        if !cut_files.is_empty() {
+            // Said even with no match: "no matches" would claim too much.
+            notes.push(format!(
+                "(searched only the first {} MiB of {})",
+                MAX_SCANNED_FILE_BYTES >> 20,
+                cut_files.join(", ")
+            ));
         }
         if n_matches == 0 {
-            return Ok(ToolOutcome::ok(format!(
-                "no matches for `{}`",
-                request.pattern
-            )));
+            shown.push(format!("no matches for `{}`", request.pattern));
         }
         if n_matches > MAX_LISTED {
             shown.push(format!("… {} more matches", n_matches - MAX_LISTED));
         }
+        shown.extend(notes);
         Ok(ToolOutcome::ok(shown.join("\n")))
     };
     run().unwrap_or_else(|error| error)
@@ -134,31 +145,41 @@ fn search(
 /// memory, so no file can make a search hold more than this.
 pub const MAX_SCANNED_LINE_BYTES: u64 = 1 << 20;
 
+/// The most of one file a search reads: a huge or sparse file (a
+/// many-terabyte hole reads as zeros) cannot hold a search for hours.
+pub const MAX_SCANNED_FILE_BYTES: usize = 256 << 20;
+
 /// Calls `on_match` for each matching line of a text file. Unreadable
 /// files and binaries (a NUL in the first 8 KiB) are skipped; a line is
 /// searched in its first [`MAX_SCANNED_LINE_BYTES`]; a cancelled call stops
-/// between lines.
+/// between lines. Returns `false` when it stopped at
+/// [`MAX_SCANNED_FILE_BYTES`] with more of the file unread.
 fn scan(
     file: File,
     regex: &Regex,
     cancel: &CancellationToken,
     mut on_match: impl FnMut(u64, &str),
-) {
+) -> bool {
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     let mut position = 0usize;
     let mut line_no = 0u64;
     let mut pending: Vec<(u64, String)> = Vec::new();
+    let mut whole = true;
     loop {
         if cancel.is_cancelled() {
-            return;
+            return true;
+        }
+        if position >= MAX_SCANNED_FILE_BYTES {
+            whole = reader.fill_buf().map_or(true, <[u8]>::is_empty);
+            break;
         }
         line.clear();
         let Ok(n_read) = (&mut reader)
             .take(MAX_SCANNED_LINE_BYTES)
             .read_until(b'\n', &mut line)
         else {
-            return;
+            return true;
         };
         if n_read == 0 {
             break;
@@ -166,15 +187,16 @@ fn scan(
         if position < BINARY_PROBE_BYTES {
             let probe = n_read.min(BINARY_PROBE_BYTES - position);
             if line[..probe].contains(&0) {
-                return;
+                return true;
             }
             // Matches are held back until the probe window has passed, so a
             // binary file reports none.
         }
         position = position.saturating_add(n_read);
         if line.last() != Some(&b'\n') {
-            let Some(skipped) = skip_line(&mut reader, cancel) else {
-                return;
+            let budget = MAX_SCANNED_FILE_BYTES.saturating_sub(position);
+            let Some(skipped) = skip_line(&mut reader, cancel, budget) else {
+                return true;
             };
             position = position.saturating_add(skipped);
         }
@@ -197,16 +219,21 @@ fn scan(
     for (pending_no, pending_text) in pending {
         on_match(pending_no, &pending_text);
     }
+    whole
 }
 
 /// Skips the rest of a line, newline included, a buffer at a time;
-/// returns the bytes skipped, or `None` when the read fails or the call
-/// is cancelled.
-fn skip_line(reader: &mut BufReader<File>, cancel: &CancellationToken) -> Option<usize> {
+/// returns the bytes skipped (stopping once they reach `budget`), or
+/// `None` when the read fails or the call is cancelled.
+fn skip_line(
+    reader: &mut BufReader<File>,
+    cancel: &CancellationToken,
+    budget: usize,
+) -> Option<usize> {
     let mut skipped = 0usize;
     loop {
-        if cancel.is_cancelled() {
-            return None;
+        if cancel.is_cancelled() || skipped >= budget {
+            return (skipped >= budget).then_some(skipped);
         }
         let buffer = reader.fill_buf().ok()?;
         if buffer.is_empty() {
@@ -296,5 +323,38 @@ mod tests {
             none += 1
         });
         assert_eq!(none, 0);
+    }
+
+    #[test]
+    fn a_file_is_read_up_to_its_cap_and_says_so() {
+        // The attack of session 23: a sparse file of 20 GiB (or 15 TiB)
+        // with text at its start held a search for a minute (or hours).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse.txt");
+        // Text through the binary probe's 8 KiB, then the hole.
+        let mut text = b"needle\n".to_vec();
+        text.extend(b"hay\n".repeat(2_500));
+        std::fs::write(&path, &text).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(MAX_SCANNED_FILE_BYTES as u64 + (64 << 20))
+            .unwrap();
+        let regex = Regex::new("needle").unwrap();
+        let mut found = Vec::new();
+        let whole = scan(
+            File::open(&path).unwrap(),
+            &regex,
+            &CancellationToken::new(),
+            |n, t| found.push((n, t.to_owned())),
+        );
+        assert!(!whole);
+        assert_eq!(found, [(1, "needle".to_owned())]);
+        // A file that ends within the cap is read whole.
+        file.set_len(text.len() as u64).unwrap();
+        assert!(scan(
+            File::open(&path).unwrap(),
+            &regex,
+            &CancellationToken::new(),
+            |_, _| {}
+        ));
     }
 }

@@ -491,6 +491,14 @@ impl CapsuleRecord {
                     })
                     .collect(),
                 plan_explanation: local.plan_explanation.clone(),
+                answers: local
+                    .answers
+                    .iter()
+                    .map(|answer| AnswerRecord {
+                        request: answer.request.clone(),
+                        text: answer.text.clone(),
+                    })
+                    .collect(),
                 checkpoints: local
                     .checkpoints
                     .iter()
@@ -745,6 +753,15 @@ impl CapsuleRecord {
                     })
                     .collect(),
                 plan_explanation: self.local.plan_explanation,
+                answers: self
+                    .local
+                    .answers
+                    .into_iter()
+                    .map(|answer| Answer {
+                        request: answer.request,
+                        text: answer.text,
+                    })
+                    .collect(),
             },
             markdown: self.markdown,
         })

@@ -7,7 +7,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use serde_json::{Map, Value};
 use soba_core::capsule::{
-    BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
+    Answer, BoundaryTruncation, ImportedCapsule, LocalSections, Narrative, NativeContinuation,
     OverflowRecord, PlanItem, PlanStatus, RehydratedFile, Rehydration, SummaryScope, Verification,
 };
 use soba_core::entry::{SkillAction, SkillEntry, StoredTokens};
@@ -269,10 +269,11 @@ fn local_sections() -> impl Strategy<Value = LocalSections> {
                 any::<u64>(),
                 vec((text(), 0..3u8), 0..3),
                 text(),
+                vec((text(), text()), 0..3),
             )
         })
         .prop_map(
-            |(mut local, goal, constraints, constraints_more, plan, plan_explanation)| {
+            |(mut local, goal, constraints, constraints_more, plan, plan_explanation, answers)| {
                 local.goal = goal;
                 local.constraints = constraints;
                 local.constraints_more = constraints_more;
@@ -288,6 +289,10 @@ fn local_sections() -> impl Strategy<Value = LocalSections> {
                     })
                     .collect();
                 local.plan_explanation = plan_explanation;
+                local.answers = answers
+                    .into_iter()
+                    .map(|(request, text)| Answer { request, text })
+                    .collect();
                 local
             },
         )
