@@ -3,7 +3,7 @@
 //! history does, which is 0600 too). Logs, flight records and recovery
 //! files are created 0600, the folders SOBA makes for them 0700.
 //!
-//! [`open`] is the one way the store opens a file it writes beside a log:
+//! `open` is the one way the store opens a file it writes beside a log:
 //! never through a symlink (`O_NOFOLLOW`: a link planted where a flight
 //! record goes would send it anywhere), never blocking (`O_NONBLOCK`: a
 //! FIFO there is refused, not waited on), a regular file only, and one
