@@ -118,6 +118,28 @@ fn demo_runs_the_engine_and_prints_the_timeline() {
         )),
         "{stdout}"
     );
+    // The counts match what the capsule lists: 8 milestones under
+    // Checkpoints and the pivot under Decisions (the walk read "9
+    // checkpoints" over a list of 8), and the answers it carries.
+    let newest_line = stdout
+        .lines()
+        .find(|line| line.starts_with("newest capsule "))
+        .unwrap();
+    assert!(
+        newest_line.contains(" · 4 answers · 8 milestones · 1 plan pivot · 10 plan steps · "),
+        "{newest_line}"
+    );
+    let capsule = log
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|logged| match &logged.entry.body {
+            soba_core::EntryBody::Capsule(capsule) => Some(capsule.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(capsule.markdown.matches("\n- milestone: ").count(), 8);
+    assert_eq!(capsule.markdown.matches("\n### to ").count(), 4);
     assert!(
         tail[0].starts_with(&format!("  soba capsule export {newest} ")),
         "{stdout}"

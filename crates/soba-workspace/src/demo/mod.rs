@@ -7,6 +7,7 @@ pub mod timeline;
 
 use std::path::{Path, PathBuf};
 
+use soba_core::entry::CheckpointKind;
 use soba_core::plan::SkipReason as PlanSkip;
 use soba_core::{Capsule, EntryBody};
 use soba_store::flight::{FlightLevel, FlightOutcome, flight_path, read_flight_records};
@@ -51,7 +52,20 @@ pub fn kept_line(capsule: &Capsule) -> String {
         "unresolved error",
         "unresolved errors",
     );
-    count(local.checkpoints.len(), "checkpoint", "checkpoints");
+    count(local.answers.len(), "answer", "answers");
+    // Milestones are listed under Checkpoints, plan pivots under
+    // Decisions: "9 checkpoints" over a list of 8 read as one lost.
+    let milestones = local
+        .checkpoints
+        .iter()
+        .filter(|(kind, _)| *kind == CheckpointKind::Milestone)
+        .count();
+    count(milestones, "milestone", "milestones");
+    count(
+        local.checkpoints.len() - milestones,
+        "plan pivot",
+        "plan pivots",
+    );
     count(local.plan.len(), "plan step", "plan steps");
     count(
         local.constraints.len() + usize::try_from(local.constraints_more).unwrap_or(0),
