@@ -76,6 +76,23 @@ pub fn answer_request(request: &str) -> String {
     named
 }
 
+/// A check's failing lines remembered from before the first edit: at
+/// most this many (a run with more is not remembered).
+pub const BASELINE_LINES: usize = 50;
+
+/// Returns the lines of a check's output that name a failure (TAP's
+/// `not ok`, or [`names_failure`]'s words), each once, trimmed; `None`
+/// when there are more than [`BASELINE_LINES`].
+pub fn failing_lines(output: &str) -> Option<Vec<String>> {
+    let mut lines: Vec<String> = Vec::new();
+    for line in output.lines().map(str::trim) {
+        if (line.starts_with("not ok") || names_failure(line)) && !lines.iter().any(|l| l == line) {
+            lines.push(line.to_owned());
+        }
+    }
+    (lines.len() <= BASELINE_LINES).then_some(lines)
+}
+
 /// Characters kept from the start of an unresolved error.
 pub const ERROR_HEAD_CHARS: usize = 250;
 /// Characters kept from the end of an unresolved error.
@@ -89,7 +106,7 @@ const ERROR_KEY_LINE_CHARS: usize = 200;
 /// Returns whether `line` names a failure (an error, a failed check, a
 /// panic, a missing file…): the lines a reader looks for first in a cut
 /// error, and that a stack trace's frames do not.
-fn names_failure(line: &str) -> bool {
+pub(crate) fn names_failure(line: &str) -> bool {
     static FAILURE: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(
             r"(?i)\b(error|errors|fail|failed|failure|failing|panic|panicked|exception|fatal|denied|not found|no such|cannot|can't|undefined|assert)",
@@ -379,7 +396,23 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
             .and_then(|plan| plan.explanation.clone())
             .unwrap_or_default(),
         answers: facts.answers.clone(),
+        failing_before_edits: facts.failing_before_edits.clone(),
     }
+}
+
+/// Returns whether `error` is a check failing only where it failed before
+/// the session's first edit (`failing_before_edits`): work not done yet
+/// (a test written first, a suite already broken), not a regression.
+pub fn fails_as_before(error: &UnresolvedError, failing_before_edits: &[String]) -> bool {
+    let Some(before) = failing_before_edits.iter().find_map(|stored| {
+        let (key, lines) = stored.split_once('\n')?;
+        (key == error.key).then(|| lines.lines().collect::<Vec<_>>())
+    }) else {
+        return false;
+    };
+    failing_lines(&error.text).is_some_and(|now| {
+        !now.is_empty() && now.iter().all(|line| before.contains(&line.as_str()))
+    })
 }
 
 /// Returns the constraints that fit [`CONSTRAINT_TOKENS`], oldest first.
@@ -697,10 +730,13 @@ pub fn deterministic_narrative(
     }
     let decisions = unique_lines(decisions, &mut seen);
 
-    let blockers: Vec<String> = facts
+    let (as_before, new_failures): (Vec<&UnresolvedError>, Vec<&UnresolvedError>) = facts
         .unresolved_errors
         .iter()
         .take(ERRORS_SHOWN)
+        .partition(|error| fails_as_before(error, &facts.failing_before_edits));
+    let blockers: Vec<String> = new_failures
+        .iter()
         .map(|error| {
             format!(
                 "- {} failed (details under Unresolved errors)",
@@ -708,6 +744,19 @@ pub fn deterministic_narrative(
             )
         })
         .collect();
+    // A check that fails only where it failed before the first change is
+    // work still to do, not something the work broke.
+    let pending = as_before.iter().fold(pending, |pending, error| {
+        let line = format!(
+            "- {} still fails only where it failed before the first change: work not done yet, not a regression (details under Unresolved errors)",
+            code_span(&error.key)
+        );
+        if pending.starts_with('(') {
+            line
+        } else {
+            format!("{pending}\n{line}")
+        }
+    });
 
     // A constraint the Goal states verbatim (a task sentence that is a
     // rule too) is said once, there (a walk found the whole task repeated

@@ -318,6 +318,11 @@ pub struct LocalSections {
     /// What the agent answered where it changed no file (a review, an
     /// audit, an explanation), newest first: no other section holds it.
     pub answers: Vec<Answer>,
+    /// Checks that failed before the session's first edit: each its
+    /// shown key, then `\n` and the failing lines of that first run
+    /// ([`crate::builder::failing_lines`]). A later failure of only those
+    /// lines is work not done yet, not a regression.
+    pub failing_before_edits: Vec<String>,
 }
 
 /// The agent's closing reply to one request that changed no file.

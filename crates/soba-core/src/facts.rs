@@ -225,6 +225,10 @@ pub struct Facts {
     /// newest first (the span's, then the carried ones), each bounded,
     /// at most [`crate::builder::ANSWERS_SHOWN`].
     pub answers: Vec<Answer>,
+    /// Checks whose first run failed before the session changed any file,
+    /// with that run's failing lines (carried, then the span's), stored as
+    /// [`crate::capsule::LocalSections::failing_before_edits`] says.
+    pub failing_before_edits: Vec<String>,
     /// When the newest verification run (of the span or the tail) passed
     /// and an edit changed files after it: its command and those files,
     /// in order of change. Its "passed" no longer speaks for the files
@@ -643,6 +647,11 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut seq: i64 = 0;
     // Successful edits, by the sequence number of their result.
     let mut changes: Vec<(i64, Vec<String>)> = Vec::new();
+    let mut failing_before_edits: Vec<String> = previous_local_of(input.previous)
+        .map(|local| local.failing_before_edits.clone())
+        .unwrap_or_default();
+    let edited_earlier =
+        previous_local_of(input.previous).is_some_and(|local| !local.files_modified.is_empty());
     for entry in input.span {
         match &entry.body {
             EntryBody::Message(message_entry) => {
@@ -724,12 +733,28 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                     if shown != outcome.key {
                         errors.remove(&shown);
                     }
+                    let error_shown = shown.clone();
                     errors.insert(outcome.key, (seq, failing.then(|| result.text()), false));
                     if let Some(command) = outcome
                         .command
                         .filter(|c| is_verification(c) || directive::matches_declared(c, &declared))
                     {
                         let shown = shown_key(&command);
+                        // The first run of a check, failing before any
+                        // edit: what was already broken (or written test
+                        // first) when the work began.
+                        if failing
+                            && !edited_earlier
+                            && changes.is_empty()
+                            && !failing_before_edits.iter().any(|stored| {
+                                stored.split('\n').next() == Some(error_shown.as_str())
+                            })
+                            && let Some(lines) = crate::builder::failing_lines(&result.text())
+                                .filter(|l| !l.is_empty())
+                        {
+                            failing_before_edits
+                                .push(format!("{error_shown}\n{}", lines.join("\n")));
+                        }
                         verification.retain(|(_, v)| !same_check(&v.command, &shown));
                         verification.push((
                             seq,
@@ -986,8 +1011,13 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         plan,
         last_assistant_text,
         answers,
+        failing_before_edits,
         changed_since_check,
     }
+}
+
+fn previous_local_of(previous: Option<&Capsule>) -> Option<&crate::capsule::LocalSections> {
+    previous.map(|previous| &previous.local)
 }
 
 /// A real user message of the span and what followed it.

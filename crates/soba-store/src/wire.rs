@@ -758,6 +758,9 @@ pub struct LocalSectionsRecord {
     /// Closing replies to requests that changed no file, newest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub answers: Vec<AnswerRecord>,
+    /// Checks that failed before the first edit: key, `\n`, failing lines.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failing_before_edits: Vec<String>,
 }
 
 /// One of a capsule's answers: `{request, text}`.

@@ -1516,6 +1516,54 @@ fn answers_to_requests_that_changed_nothing_are_kept() {
     );
 }
 
+/// The walk of session 21: the demo's capsule called a test written first
+/// for a feature nobody had asked for yet a Blocker. A check that fails
+/// only where it failed before the first edit is pending work; a new
+/// failure is still a Blocker.
+#[test]
+fn a_check_failing_as_before_the_first_edit_is_pending_not_a_blocker() {
+    let build = |last_output: &str| {
+        let mut span = Span::default();
+        span.user("Add features 1 and 2; run sh run_tests.sh after each change.");
+        span.tool(
+            "bash",
+            json!({"command": "sh run_tests.sh"}),
+            "not ok 1 - parse: missing\nnot ok 2 - report: missing\nexit code 1",
+            true,
+        );
+        span.tool(
+            "edit_file",
+            json!({"path": "src/parse.py", "old_text": "a", "new_text": "b"}),
+            "ok",
+            false,
+        );
+        span.tool(
+            "bash",
+            json!({"command": "sh run_tests.sh"}),
+            last_output,
+            true,
+        );
+        build_deterministic(
+            &facts_of(&span),
+            None,
+            &options(1_000_000, Quality::Full),
+            &ByteCounter,
+        )
+    };
+    let as_before = build("ok 1 - parse\nnot ok 2 - report: missing\nexit code 1");
+    assert_eq!(as_before.narrative.blockers, "");
+    assert_eq!(
+        as_before.narrative.pending,
+        "- `$ sh run_tests.sh` still fails only where it failed before the first change: work not done yet, not a regression (details under Unresolved errors)"
+    );
+    let regression = build("not ok 1 - parse: TypeError\nnot ok 2 - report: missing\nexit code 1");
+    assert_eq!(
+        regression.narrative.blockers,
+        "- `$ sh run_tests.sh` failed (details under Unresolved errors)"
+    );
+    assert!(!regression.narrative.pending.contains("not a regression"));
+}
+
 #[test]
 fn no_plan_says_so_and_no_line_repeats() {
     let mut span = Span::default();

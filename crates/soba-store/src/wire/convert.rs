@@ -499,6 +499,7 @@ impl CapsuleRecord {
                         text: answer.text.clone(),
                     })
                     .collect(),
+                failing_before_edits: local.failing_before_edits.clone(),
                 checkpoints: local
                     .checkpoints
                     .iter()
@@ -762,6 +763,7 @@ impl CapsuleRecord {
                         text: answer.text,
                     })
                     .collect(),
+                failing_before_edits: self.local.failing_before_edits,
             },
             markdown: self.markdown,
         })
