@@ -81,7 +81,7 @@ pub fn answer_request(request: &str) -> String {
 pub const BASELINE_LINES: usize = 50;
 
 /// Returns the lines of a check's output that name a failure (TAP's
-/// `not ok`, or [`names_failure`]'s words), each once, trimmed; `None`
+/// `not ok`, or the failure words of `names_failure`), each once, trimmed; `None`
 /// when there are more than [`BASELINE_LINES`].
 pub fn failing_lines(output: &str) -> Option<Vec<String>> {
     let mut lines: Vec<String> = Vec::new();
