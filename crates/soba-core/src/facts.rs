@@ -647,11 +647,11 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut seq: i64 = 0;
     // Successful edits, by the sequence number of their result.
     let mut changes: Vec<(i64, Vec<String>)> = Vec::new();
-    let mut failing_before_edits: Vec<String> = previous_local_of(input.previous)
+    let previous_local = input.previous.map(|previous| &previous.local);
+    let mut failing_before_edits: Vec<String> = previous_local
         .map(|local| local.failing_before_edits.clone())
         .unwrap_or_default();
-    let edited_earlier =
-        previous_local_of(input.previous).is_some_and(|local| !local.files_modified.is_empty());
+    let edited_earlier = previous_local.is_some_and(|local| !local.files_modified.is_empty());
     for entry in input.span {
         match &entry.body {
             EntryBody::Message(message_entry) => {
@@ -787,8 +787,6 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
             _ => {}
         }
     }
-
-    let previous_local = input.previous.map(|previous| &previous.local);
 
     // The retained tail is newer than the span: a plan there wins, a
     // success there settles an error, a failure there replaces the text of
@@ -1014,10 +1012,6 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         failing_before_edits,
         changed_since_check,
     }
-}
-
-fn previous_local_of(previous: Option<&Capsule>) -> Option<&crate::capsule::LocalSections> {
-    previous.map(|previous| &previous.local)
 }
 
 /// A real user message of the span and what followed it.
