@@ -58,7 +58,7 @@ use soba_core::config::CompactionConfig;
 use soba_core::tokens::group_thousands;
 use soba_core::{EntryBody, MessageOrigin, TokenCount, TokenCounter};
 use soba_provider::registry::ModelRegistry;
-use soba_store::import::{self, FileOutcome, ImportError, ImportedSession};
+use soba_store::import::{self, DirFile, FileOutcome, ImportError, ImportedSession};
 
 pub use cost::CacheMode;
 pub use group::GroupBy;
@@ -232,11 +232,11 @@ fn session_names(path: &Path, sessions: Vec<ImportedSession>) -> Vec<Loaded> {
 /// (whose unknown or broken files are listed as skipped).
 pub fn load(path: &Path) -> Result<Vec<Loaded>, ReplayError> {
     if !path.is_dir() {
-        let sessions = import::import_path(path)?;
+        let sessions = import::replay_path(path)?;
         return Ok(session_names(path, sessions));
     }
     let mut out = Vec::new();
-    for file in import::import_dir(path)? {
+    for file in import::dir_files(path)?.into_iter().map(DirFile::replay) {
         match file.outcome {
             FileOutcome::Imported(sessions) => out.extend(session_names(&file.path, sessions)),
             FileOutcome::Skipped(reason) => out.push(Loaded::Skipped {
@@ -867,7 +867,7 @@ fn replay_file(input: Input, bytes: u64, options: &ReplayOptions, filter: &Filte
     // two runs of one task share an id, so there a copy must also be of
     // the same size to count once.
     let size = input.agent.is_none().then_some(bytes);
-    let import = input.file.import();
+    let import = input.file.replay();
     let sessions = match import.outcome {
         FileOutcome::Imported(sessions) => sessions,
         FileOutcome::Skipped(reason) => {

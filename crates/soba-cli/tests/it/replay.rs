@@ -1249,3 +1249,70 @@ fn a_model_newer_than_the_table_is_named_with_the_tables_date() {
         "{stdout}"
     );
 }
+
+/// Issue 34 (WALK-41 #6): `soba replay` replays SOBA's own sessions, a
+/// log or the sessions folder, from the history before SOBA compacted it
+/// (six answers, each one request); the flight record beside the log is
+/// named, not called an unknown transcript; `soba import` still refuses
+/// the log.
+#[test]
+fn soba_replays_its_own_sessions_from_their_history_before_compaction() {
+    use crate::support::{Sandbox, long_pi_session, text};
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("trace.jsonl", &long_pi_session(6, 600, "none"));
+    sandbox.run_ok(&["import", file.to_str().unwrap()]);
+    let compacted = text(
+        &sandbox
+            .run_ok(&[
+                "compact",
+                "--model",
+                "anthropic/claude-sonnet-4-5",
+                "--set",
+                "compaction.keepRecentTokens=256",
+            ])
+            .stdout,
+    );
+    assert!(compacted.starts_with("Compacted"), "{compacted}");
+    let log = sandbox.session_files().remove(0);
+    let log_path = log.to_str().unwrap();
+
+    let output = sandbox.run(&["replay", log_path, "--json", "--policy", "none,soba"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let trace = &json["traces"][0];
+    assert_eq!(trace["format"], "soba", "{trace}");
+    assert_eq!(trace["requests"], 6, "{trace}");
+    let none = json["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|policy| policy["name"] == "none")
+        .expect("the none policy");
+    assert_eq!(none["requests"], 6, "{none}");
+
+    let folder = sandbox.sessions_dir();
+    let output = sandbox.run(&["replay", folder.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let report = text(&output.stdout);
+    assert!(
+        report.contains("replayed 1 trace(s), 2 skipped"),
+        "{report}"
+    );
+    assert!(
+        report
+            .contains("skipped: a SOBA flight record (the engine's decisions, not a conversation"),
+        "{report}"
+    );
+    assert!(
+        report.contains("skipped: the lock file `soba import` keeps beside the sessions it writes"),
+        "{report}"
+    );
+
+    let refused = sandbox.run(&["import", log_path]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        text(&refused.stderr).contains("already a soba session"),
+        "{}",
+        text(&refused.stderr)
+    );
+}

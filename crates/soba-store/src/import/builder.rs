@@ -263,6 +263,20 @@ impl SessionBuilder {
         self.push(IdKind::Entry, timestamp, EntryBody::ModelChange { model })
     }
 
+    /// Appends a `checkpoint` entry (a SOBA log read for replay).
+    pub fn push_checkpoint(
+        &mut self,
+        kind: soba_core::CheckpointKind,
+        note: String,
+        timestamp: Option<String>,
+    ) -> usize {
+        self.push(
+            IdKind::Entry,
+            timestamp,
+            EntryBody::Checkpoint { kind, note },
+        )
+    }
+
     /// Appends an imported capsule carrying a foreign summary; its
     /// `firstKeptEntryId` is resolved from `kept` when the session ends.
     pub fn push_capsule(

@@ -40,6 +40,7 @@ mod opencode;
 mod openhands;
 mod pi;
 mod scan;
+mod soba_log;
 mod swe_agent;
 mod text;
 mod tree;
@@ -48,6 +49,7 @@ mod write;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::reader::SessionLog;
 use crate::untrusted::{FileKind, UntrustedReadError};
 use serde_json::Value;
 use soba_core::{Entry, Usage};
@@ -91,6 +93,9 @@ pub enum Format {
     /// opencode's SQLite database (`opencode.db`, 1.2.0 and later): every
     /// session it holds.
     OpenCodeDb,
+    /// A SOBA session log, read for `soba replay` only ([`replay_path`]):
+    /// `soba import` refuses it. Not in [`Format::ALL`].
+    Soba,
 }
 
 impl Format {
@@ -129,6 +134,7 @@ impl Format {
             Format::OpenCode => "opencode",
             Format::OpenCodeStorage => "opencode-storage",
             Format::OpenCodeDb => "opencode-db",
+            Format::Soba => "soba",
         }
     }
 
@@ -151,6 +157,7 @@ impl Format {
             Format::ClaudeCode | Format::ClaudeCodeOpenAiChat => "claude-code",
             Format::CodexRollout | Format::CodexMessagesMeta => "codex",
             Format::OpenCode | Format::OpenCodeStorage | Format::OpenCodeDb => "opencode",
+            Format::Soba => "soba",
         }
     }
 
@@ -536,6 +543,25 @@ pub struct FileImport {
 /// memory used is that of the converted session, not of the file and its
 /// parsed lines; a whole-document transcript is read whole.
 pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
+    read_path(path, SobaLogs::Refuse)
+}
+
+/// Reads every session a file holds for `soba replay`: as
+/// [`import_path`] does, except that a SOBA session log is read too (its
+/// path before any compaction, [`Format::Soba`]), not refused.
+pub fn replay_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
+    read_path(path, SobaLogs::Read)
+}
+
+/// Whether a SOBA session log is read ([`replay_path`]) or refused
+/// ([`import_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SobaLogs {
+    Refuse,
+    Read,
+}
+
+fn read_path(path: &Path, soba_logs: SobaLogs) -> Result<Vec<ImportedSession>, ImportError> {
     let (file, metadata) = crate::untrusted::open_untrusted(path).map_err(read_error)?;
     // A database is read through SQLite, row by row: the cap is per row.
     if metadata.len() > IMPORT_LIMIT && !detect::is_sqlite(&file) {
@@ -572,6 +598,19 @@ pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
             let lines = lines::Lines::file(path, file, metadata.len());
             return import_lines(&lines, format, path, &options);
         }
+        Some(Detected::Soba { .. }) if soba_logs == SobaLogs::Read => {
+            // The head was read through the same handle: back to its start.
+            use std::io::Seek;
+            let io_error = |source| ImportError::Io {
+                path: path.to_owned(),
+                source,
+            };
+            let mut file = file;
+            file.rewind().map_err(io_error)?;
+            let log = SessionLog::from_reader(std::io::BufReader::with_capacity(1 << 20, file))
+                .map_err(io_error)?;
+            return soba_log::read(&log, path, &options);
+        }
         Some(Detected::Soba { schema_version }) => {
             return Err(ImportError::AlreadySoba {
                 path: path.to_owned(),
@@ -581,6 +620,9 @@ pub fn import_path(path: &Path) -> Result<Vec<ImportedSession>, ImportError> {
         None => {}
     }
     let bytes = read_import(path)?;
+    if soba_logs == SobaLogs::Read && matches!(detect_bytes(&bytes), Some(Detected::Soba { .. })) {
+        return soba_log::read(&SessionLog::from_bytes(&bytes), path, &options);
+    }
     import_bytes(&bytes, path, &options)
 }
 
@@ -691,6 +733,7 @@ pub fn import_as(
             "an SQLite database is read from its file, not from bytes: import it by its path"
                 .into(),
         ),
+        Format::Soba => Err("a SOBA session log is not imported: open or replay it".into()),
         line_format => {
             return import_lines(&lines::Lines::Text(&text), line_format, source, options)
                 .map(|sessions| notes.add_to(sessions, source));
@@ -791,14 +834,35 @@ pub struct DirFile {
 impl DirFile {
     /// Imports the file, as [`import_dir`] does.
     pub fn import(self) -> FileImport {
+        self.read(SobaLogs::Refuse)
+    }
+
+    /// Reads the file for `soba replay`, as [`replay_path`] does: a SOBA
+    /// session log is read, not skipped.
+    pub fn replay(self) -> FileImport {
+        self.read(SobaLogs::Read)
+    }
+
+    fn read(self, soba_logs: SobaLogs) -> FileImport {
         let path = self.path;
         let outcome = match self.walk_error {
             Some(source) => FileOutcome::Failed(ImportError::Io {
                 path: path.clone(),
                 source,
             }),
-            None => match import_path(&path) {
+            // A recovered copy is a SOBA log too: replaying it would count
+            // its session twice.
+            None if soba_logs == SobaLogs::Read && is_recovered_copy(&path) => {
+                FileOutcome::Skipped(format!("skipped: {RECOVERED_COPY}"))
+            }
+
+            None => match read_path(&path, soba_logs) {
                 Ok(sessions) => FileOutcome::Imported(sessions),
+                Err(ImportError::UnknownFormat { .. } | ImportError::AlreadySoba { .. })
+                    if let Some(what) = soba_bookkeeping(&path) =>
+                {
+                    FileOutcome::Skipped(format!("skipped: {what}"))
+                }
                 Err(
                     err @ (ImportError::UnknownFormat { .. }
                     | ImportError::AlreadySoba { .. }
@@ -850,6 +914,38 @@ pub fn dir_files_within(dir: &Path, depth: usize) -> Result<Vec<DirFile>, Import
         .into_iter()
         .map(|(path, walk_error)| DirFile { path, walk_error })
         .collect())
+}
+
+/// The lock file `soba import` keeps in a folder it writes sessions to.
+pub const IMPORT_LOCK: &str = ".import.lock";
+
+/// What a recovered copy is, when a folder walk skips it.
+const RECOVERED_COPY: &str = "a copy SOBA kept of a damaged log when it recovered it (the session log beside it is the session)";
+
+/// What SOBA's own bookkeeping file at `path` is, by its name: a flight
+/// record, the import lock, a recovered copy of a damaged log. `None` for
+/// any other name.
+fn soba_bookkeeping(path: &Path) -> Option<&'static str> {
+    let name = path.file_name()?.to_string_lossy();
+    if name.ends_with(".flight.jsonl") {
+        Some(
+            "a SOBA flight record (the engine's decisions, not a conversation; the session log beside it holds the conversation)",
+        )
+    } else if name == IMPORT_LOCK {
+        Some("the lock file `soba import` keeps beside the sessions it writes")
+    } else if is_recovered_copy(path) {
+        Some(RECOVERED_COPY)
+    } else {
+        None
+    }
+}
+
+/// Whether `path` is named as a recovered copy of a damaged SOBA log.
+fn is_recovered_copy(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| {
+        name.to_string_lossy()
+            .contains(crate::session::RECOVERED_INFIX)
+    })
 }
 
 /// The diagnostic of a folder entry that is not a regular file (after

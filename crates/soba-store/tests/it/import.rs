@@ -2304,3 +2304,123 @@ fn a_claude_code_file_bills_every_response_once_off_the_branch_too() {
         Some("2026-03-01T10:00:01.000Z")
     );
 }
+
+// ---------------------------------------------------------------------------
+// Issue 34 (WALK-41 #6): `soba replay` reads SOBA's own session logs.
+
+/// A SOBA log is read for replay as the path it holds before any
+/// compaction: messages, checkpoints and model changes in path order, one
+/// inference per assistant message; hygiene and capsules left out with a
+/// diagnostic; and every answer of the file billed, the branch a rewind
+/// left included. `soba import` still refuses it.
+#[test]
+fn a_soba_log_is_read_for_replay_as_its_path_with_every_answer_billed() {
+    use soba_core::tokens::BpeCounter;
+    use soba_core::{CheckpointKind, Encoding, TokenCount, Usage};
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s.jsonl");
+    let counter = BpeCounter::new(Encoding::O200kBase);
+    let mut writer = soba_store::SessionWriter::create(
+        &path,
+        &crate::support::header("s1"),
+        crate::support::options(4),
+    )
+    .expect("a new session file");
+    let usage = |input: u64| Usage {
+        input,
+        output: 7,
+        ..Usage::default()
+    };
+    let answer = |text: &str, input: u64| {
+        let mut message = Message::assistant(text);
+        message.usage = Some(usage(input));
+        message.model = Some("openai/gpt-5.4".to_owned());
+        message
+    };
+    let append = |writer: &mut soba_store::SessionWriter, message: Message| {
+        writer
+            .append_message(message, &counter, TokenCount::new(1_000))
+            .expect("appended")
+    };
+    writer
+        .append(EntryBody::ModelChange {
+            model: "openai/gpt-5.4".to_owned(),
+        })
+        .expect("appended");
+    let task = append(&mut writer, Message::user("Fix the parser."));
+    append(&mut writer, answer("First try.", 100));
+    // The user rewinds to the task and asks again: the first answer was
+    // billed, but is not on the path.
+    writer.rewind(task.id.clone()).expect("rewound");
+    append(&mut writer, answer("Second try.", 110));
+    writer
+        .append(EntryBody::Checkpoint {
+            kind: CheckpointKind::Milestone,
+            note: "parser fixed".to_owned(),
+        })
+        .expect("appended");
+    let second = append(&mut writer, Message::user("Now the docs."));
+    writer
+        .append(EntryBody::Hygiene {
+            pruned_through: second.id.clone(),
+            reclaimed_tokens: TokenCount::new(3),
+            stubbed_calls: Some(Vec::new()),
+        })
+        .expect("appended");
+    append(&mut writer, answer("Docs done.", 130));
+    drop(writer);
+
+    let err = import_path(&path).expect_err("import refuses a SOBA log");
+    assert!(err.to_string().contains("already a soba session"), "{err}");
+    let mut sessions = soba_store::import::replay_path(&path).expect("replay reads it");
+    assert_eq!(sessions.len(), 1);
+    let session = sessions.remove(0);
+    assert_eq!(session.format, Format::Soba);
+    assert_eq!(
+        session.original_id,
+        crate::support::header("s1").id.to_string()
+    );
+    assert_eq!(session.cwd.as_deref(), Some("/work/project"));
+    assert_eq!(session.model.as_deref(), Some("openai/gpt-5.4"));
+    let kinds: Vec<String> = session
+        .entries
+        .iter()
+        .map(|entry| match &entry.body {
+            EntryBody::Message(m) => format!("{:?}:{}", m.message.role, m.message.text()),
+            other => other.type_name().to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "model_change",
+            "User:Fix the parser.",
+            "Assistant:Second try.",
+            "checkpoint",
+            "User:Now the docs.",
+            "Assistant:Docs done."
+        ]
+    );
+    let answered: Vec<(usize, Option<u64>)> = session
+        .inferences
+        .iter()
+        .map(|inference| (inference.first_entry, inference.usage.map(|u| u.input)))
+        .collect();
+    assert_eq!(answered, [(2, Some(110)), (5, Some(130))]);
+    let billed: Vec<u64> = session.stats.billed.iter().map(|b| b.usage.input).collect();
+    assert_eq!(billed, [100, 110, 130], "the rewound answer was billed too");
+    assert!(
+        session
+            .stats
+            .diagnostics
+            .iter()
+            .any(|note| note
+                .starts_with("0 capsule(s) and 1 hygiene pass(es) of the log are left out")),
+        "{:?}",
+        session.stats.diagnostics
+    );
+    // Each entry is the parent of the next, as every importer gives them.
+    for pair in session.entries.windows(2) {
+        assert_eq!(pair[1].parent_id.as_ref(), Some(&pair[0].id));
+    }
+}

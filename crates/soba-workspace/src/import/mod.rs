@@ -211,8 +211,9 @@ fn write_new(session: &ImportedSession, out_dir: &Path, root: &Path) -> Result<W
     })
 }
 
-/// The lock file of an output folder, beside the sessions.
-pub const IMPORT_LOCK: &str = ".import.lock";
+/// The lock file of an output folder, beside the sessions (named in
+/// `soba-store`, whose folder walks say what it is).
+pub const IMPORT_LOCK: &str = soba_store::import::IMPORT_LOCK;
 
 /// Takes the exclusive lock of `dir`'s import lock file (creating both),
 /// waiting for another import into `dir` to end (`waiting` is called

@@ -1,0 +1,108 @@
+//! A SOBA session log read as a transcript, for `soba replay`: the path
+//! from the root to the current leaf as it happened, before any
+//! compaction.
+//!
+//! - Messages, checkpoints and model changes are kept, in path order; one
+//!   inference per assistant message, with the usage and model it
+//!   recorded.
+//! - Capsules and hygiene passes are left out: they are one policy's
+//!   decisions, and the replay makes every policy's own. Each left-out
+//!   capsule is counted in a diagnostic.
+//! - Context, skill and setting entries carry no conversation and are
+//!   left out too; the replay's fitted overhead absorbs what they added
+//!   to each request.
+//! - Every assistant message of the file with usage is billed, those of
+//!   branches a rewind left included: the provider billed them.
+//!
+//! `soba import` still refuses a SOBA log ([`super::ImportError::AlreadySoba`]):
+//! there is nothing to convert.
+
+use std::path::Path;
+
+use serde_json::json;
+use soba_core::{EntryBody, Role};
+
+use super::builder::{Context, SessionBuilder};
+use super::{BilledResponse, Format, ImportError, ImportOptions, ImportedSession};
+use crate::reader::SessionLog;
+
+/// Reads the SOBA log `log` (read from `path`) as one session.
+pub(super) fn read(
+    log: &SessionLog,
+    path: &Path,
+    options: &ImportOptions,
+) -> Result<Vec<ImportedSession>, ImportError> {
+    let ctx = &Context {
+        source: path.to_owned(),
+        fallback_ms: options.fallback_timestamp_ms,
+    };
+    let Some(header) = log.header() else {
+        return Err(ImportError::Malformed {
+            path: path.to_owned(),
+            format: Format::Soba,
+            reason: "its first line is not a readable session header".to_owned(),
+        });
+    };
+    let mut b = SessionBuilder::new(Format::Soba, ctx, 0);
+    b.original_id = header.id.to_string();
+    b.cwd = Some(header.cwd.clone());
+    b.created_at = Some(header.created_at.clone());
+    for diagnostic in log.diagnostics() {
+        b.diag(diagnostic.to_string());
+    }
+    let mut capsules = 0u64;
+    let mut hygiene = 0u64;
+    for logged in log.path() {
+        let entry = &logged.entry;
+        let timestamp = Some(entry.timestamp.clone()).filter(|at| !at.is_empty());
+        b.count_record(entry.body.type_name());
+        match &entry.body {
+            EntryBody::Message(message) => {
+                b.messages = b.messages.saturating_add(1);
+                let message = message.message.clone();
+                let assistant = message.role == Role::Assistant;
+                let (usage, model) = (message.usage, message.model.clone());
+                let idx = b.push_message(message, timestamp.clone());
+                if assistant {
+                    b.push_inference(idx, usage, timestamp, model, None);
+                }
+            }
+            EntryBody::ModelChange { model } => {
+                if b.model.is_none() {
+                    b.model = Some(model.clone());
+                }
+                b.push_model_change(model.clone(), timestamp);
+            }
+            EntryBody::Checkpoint { kind, note } => {
+                b.push_checkpoint(*kind, note.clone(), timestamp);
+            }
+            EntryBody::Capsule(_) => capsules += 1,
+            EntryBody::Hygiene { .. } => hygiene += 1,
+            _ => {}
+        }
+    }
+    if capsules + hygiene > 0 {
+        b.diag(format!(
+            "{capsules} capsule(s) and {hygiene} hygiene pass(es) of the log are left out: the replay rebuilds the history they replaced and makes each policy's own"
+        ));
+    }
+    // What the provider billed: every answer in the file, on any branch.
+    b.billed = Some(
+        log.entries()
+            .iter()
+            .filter_map(|logged| match &logged.entry.body {
+                EntryBody::Message(message) if message.message.role == Role::Assistant => {
+                    message.message.usage.map(|usage| BilledResponse {
+                        model: message.message.model.clone(),
+                        usage,
+                        cache_write_1h: 0,
+                        timestamp: Some(logged.entry.timestamp.clone()).filter(|at| !at.is_empty()),
+                    })
+                }
+                _ => None,
+            })
+            .collect(),
+    );
+    b.usage_raw = json!({ "counting": "per request, as soba recorded it" });
+    Ok(vec![b.finish()])
+}
