@@ -207,6 +207,245 @@ pub fn constraint_key(text: &str) -> String {
         .to_lowercase()
 }
 
+/// Phrases by which a later message takes back something said before.
+const REVOKES: &[&str] = &[
+    "no longer",
+    "not anymore",
+    "any more",
+    "anymore",
+    "forget",
+    "ignore",
+    "disregard",
+    "scratch that",
+    "never mind",
+    "instead",
+    "actually",
+    "after all",
+    "change of plan",
+    "you can now",
+    "you may now",
+    "now you can",
+    "now you may",
+    "it's fine to",
+    "it's ok to",
+    "it's okay to",
+    "feel free to",
+    "go ahead and",
+    "you can go ahead",
+    "is allowed now",
+    "are allowed now",
+];
+
+/// Phrases of a constraint that asks for something to stay as it is.
+const PRESERVES: &[&str] = &[
+    "unchanged",
+    "as is",
+    "as it is",
+    "alone",
+    "untouched",
+    "don't change",
+    "do not change",
+    "don't touch",
+    "do not touch",
+    "don't modify",
+    "do not modify",
+    "don't edit",
+    "do not edit",
+    "don't rename",
+    "do not rename",
+    "don't delete",
+    "do not delete",
+    "don't remove",
+    "do not remove",
+    "never change",
+    "never touch",
+    "never modify",
+    "never edit",
+    "without changing",
+    "without touching",
+];
+
+/// Verbs by which a message asks for something to change.
+const CHANGES: &[&str] = &[
+    "rename", "change", "edit", "modify", "rewrite", "remove", "delete", "replace", "refactor",
+    "touch", "update", "drop", "move",
+];
+
+/// Words too common to tie a later message to an earlier rule.
+const COMMON: &[&str] = &[
+    "about",
+    "after",
+    "again",
+    "also",
+    "always",
+    "another",
+    "anything",
+    "before",
+    "being",
+    "change",
+    "changes",
+    "changing",
+    "code",
+    "could",
+    "does",
+    "doing",
+    "done",
+    "each",
+    "else",
+    "ensure",
+    "every",
+    "everything",
+    "file",
+    "files",
+    "first",
+    "from",
+    "function",
+    "functions",
+    "have",
+    "into",
+    "just",
+    "keep",
+    "later",
+    "like",
+    "make",
+    "method",
+    "methods",
+    "more",
+    "must",
+    "need",
+    "needs",
+    "never",
+    "nothing",
+    "now",
+    "only",
+    "other",
+    "plan",
+    "please",
+    "prefer",
+    "really",
+    "should",
+    "some",
+    "something",
+    "still",
+    "sure",
+    "than",
+    "that",
+    "their",
+    "them",
+    "then",
+    "there",
+    "these",
+    "they",
+    "thing",
+    "things",
+    "this",
+    "those",
+    "unchanged",
+    "until",
+    "when",
+    "where",
+    "which",
+    "while",
+    "will",
+    "with",
+    "without",
+    "would",
+    "your",
+    "alone",
+    "instead",
+    "actually",
+    "forget",
+    "ignore",
+    "longer",
+    "anymore",
+    "allowed",
+    "fine",
+    "okay",
+    "free",
+    "ahead",
+    "rename",
+    "edit",
+    "modify",
+    "rewrite",
+    "remove",
+    "delete",
+    "replace",
+    "refactor",
+    "touch",
+    "update",
+    "drop",
+    "move",
+    "don't",
+    "dont",
+    "avoid",
+    "leave",
+    "stick",
+];
+
+/// Returns the words that tie a sentence to a rule: those of four letters
+/// or more that are not [`COMMON`], and every backticked span.
+fn distinctive_terms(text: &str) -> std::collections::BTreeSet<String> {
+    let mut terms: std::collections::BTreeSet<String> = lower_words(text)
+        .into_iter()
+        .filter(|word| word.chars().count() >= 4 && !COMMON.contains(&word.as_str()))
+        .collect();
+    terms.extend(
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|span| span.trim().to_lowercase())
+            .filter(|span| !span.is_empty()),
+    );
+    terms
+}
+
+/// Returns whether a later user sentence overrides an earlier constraint:
+/// it takes something back ("no longer", "instead", "you can now" …) or
+/// asks to change (rename, edit, delete …) what the constraint keeps as
+/// it is, and it names a distinctive word or backticked span of the
+/// constraint. A constraint is never overridden by a sentence that states
+/// it again.
+pub fn overrides(later: &str, constraint: &str) -> bool {
+    if constraint_key(later) == constraint_key(constraint) {
+        return false;
+    }
+    let later_words = lower_words(later);
+    let revokes = REVOKES
+        .iter()
+        .any(|phrase| has_phrase(&later_words, phrase));
+    let constraint_words = lower_words(constraint);
+    let changes_what_is_kept = PRESERVES
+        .iter()
+        .any(|phrase| has_phrase(&constraint_words, phrase))
+        && CHANGES.iter().any(|verb| has_phrase(&later_words, verb));
+    if !(revokes || changes_what_is_kept) {
+        return false;
+    }
+    let wanted = distinctive_terms(constraint);
+    !distinctive_terms(later).is_disjoint(&wanted)
+}
+
+/// How a constraint reads once a later sentence overrode it: the
+/// constraint verbatim, then the sentence (cut at a word break after
+/// [`OVERRIDE_SHOWN_CHARS`] characters).
+pub fn overridden_text(constraint: &str, later: &str) -> String {
+    let later = constraint_text(later);
+    let shown = if later.chars().count() > OVERRIDE_SHOWN_CHARS {
+        let head: String = later.chars().take(OVERRIDE_SHOWN_CHARS).collect();
+        let cut = head.rfind(' ').unwrap_or(head.len());
+        format!("{}…", &head[..cut])
+    } else {
+        later
+    };
+    format!("{constraint} {OVERRIDDEN_MARK} \"{shown}\")")
+}
+
+/// The mark of a constraint a later instruction overrode.
+pub const OVERRIDDEN_MARK: &str = "(overridden by a later instruction:";
+
+/// How much of an overriding sentence a constraint's line shows.
+pub const OVERRIDE_SHOWN_CHARS: usize = 160;
+
 /// Words of a message that is only a greeting or small talk.
 const GREETING_WORDS: &[&str] = &[
     "hi",
@@ -440,6 +679,60 @@ mod tests {
         assert_eq!(
             user_constraints("- never commit secrets\n- use tabs\n```\nalways in code\n```"),
             ["never commit secrets"]
+        );
+    }
+
+    /// A later sentence overrides a rule when it takes it back or asks to
+    /// change what the rule keeps, and names what the rule is about; the
+    /// demo's change of plan and unrelated requests override nothing.
+    #[test]
+    fn a_later_sentence_overrides_a_rule_it_takes_back_and_names() {
+        let overridden = [
+            ("Keep greet unchanged.", "Rename greet to welcome."),
+            (
+                "Don't touch the vendored code.",
+                "Update the vendored parser to 2.1.",
+            ),
+            (
+                "Never use `unwrap` in src/.",
+                "You can now use `unwrap` in tests and src/.",
+            ),
+            (
+                "Only use the stdlib.",
+                "Actually, the regex crate is fine: use the stdlib and regex.",
+            ),
+            (
+                "Always run `make lint` before committing.",
+                "Forget `make lint`, the linter is gone.",
+            ),
+            (
+                "Prefer tabs for indentation.",
+                "No longer tabs: indentation is four spaces now.",
+            ),
+        ];
+        for (rule, later) in overridden {
+            assert!(overrides(later, rule), "{later:?} should override {rule:?}");
+        }
+        let kept = [
+            // The demo's pivot shares only common words with the task's rule.
+            (
+                "Always run `sh run_tests.sh` after a change and keep the public functions pure.",
+                "Change of plan: config loading should come before the remaining report features.",
+            ),
+            ("Keep greet unchanged.", "Rename farewell to goodbye."),
+            ("Keep greet unchanged.", "Call greet from main."),
+            ("Keep greet unchanged.", "Keep greet unchanged."),
+            ("Never commit secrets.", "Instead of print, use the logger."),
+        ];
+        for (rule, later) in kept {
+            assert!(
+                !overrides(later, rule),
+                "{later:?} should not override {rule:?}"
+            );
+        }
+        assert_eq!(
+            overridden_text("Keep greet unchanged.", "Rename greet to welcome."),
+            "Keep greet unchanged. (overridden by a later instruction: \"Rename greet to welcome.\")"
         );
     }
 

@@ -629,6 +629,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
             EntryBody::Message(message_entry) if message_entry.message.is_real_user() => {
                 let text = message_entry.message.text();
                 add_declared(&text, &mut declared);
+                mark_overridden(&mut constraints, &text);
                 directive::user_constraints(&text)
             }
             EntryBody::Context(context) if context.source == ContextSource::AgentsMd => {
@@ -1189,6 +1190,24 @@ fn declined_constraint(key: &str) -> String {
         "The user declined {} when asked: do not run it again unasked.",
         crate::render::code_span(key)
     )
+}
+
+/// Marks each constraint a sentence of the user's message `text`
+/// overrides ([`directive::overrides`]) with that sentence: the rule stays
+/// verbatim, so the next reader sees both and which came last.
+fn mark_overridden(constraints: &mut [String], text: &str) {
+    let sentences = directive::sentences(text);
+    for constraint in constraints
+        .iter_mut()
+        .filter(|constraint| !constraint.contains(directive::OVERRIDDEN_MARK))
+    {
+        if let Some(later) = sentences
+            .iter()
+            .find(|sentence| directive::overrides(sentence, constraint))
+        {
+            *constraint = directive::overridden_text(constraint, later);
+        }
+    }
 }
 
 /// Returns the constraints the previous capsule carried.

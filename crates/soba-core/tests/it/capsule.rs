@@ -1241,6 +1241,47 @@ fn constraints_are_kept_verbatim_once_and_carried() {
     assert_eq!(carried.constraints, facts.constraints);
 }
 
+/// The walk: "keep greet unchanged" stood in the capsule after the user
+/// asked to rename greet. A rule a later instruction overrides stays
+/// verbatim, marked with that instruction, in the span and when carried
+/// from the previous capsule; an unrelated rule is left as it was.
+#[test]
+fn a_constraint_a_later_instruction_overrides_is_marked_with_it() {
+    let mut span = Span::default();
+    span.user("Review hello.py. Keep greet unchanged and never commit secrets.");
+    span.user("Looks good. Rename greet to welcome and update the callers.");
+    let facts = facts_of(&span);
+    assert_eq!(
+        facts.constraints,
+        [
+            "Keep greet unchanged and never commit secrets. (overridden by a later instruction: \"Rename greet to welcome and update the callers.\")"
+        ]
+    );
+    // Carried from a capsule: a rule the span takes back is marked too,
+    // once.
+    let mut first = Span::default();
+    first.user("Don't touch vendor/ and always run `make test`.");
+    first.user("Prefer tabs for indentation.");
+    let previous = build_deterministic(
+        &facts_of(&first),
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    )
+    .into_capsule(CapsuleFrame::default());
+    let mut later = Span::default();
+    later.user("Tabs are no longer wanted: indentation is four spaces now.");
+    later.user("Tabs are no longer wanted, really.");
+    let carried = facts_with(&later, Some(&previous), &HashSet::new());
+    assert_eq!(
+        carried.constraints,
+        [
+            "Don't touch vendor/ and always run `make test`.",
+            "Prefer tabs for indentation. (overridden by a later instruction: \"Tabs are no longer wanted: indentation is four spaces now.\")",
+        ]
+    );
+}
+
 #[test]
 fn constraints_beyond_the_budget_are_counted() {
     let mut span = Span::default();
