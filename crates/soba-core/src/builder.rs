@@ -702,7 +702,13 @@ pub fn deterministic_narrative(
             format!("{rerun}\n{next_steps}")
         };
     }
-    match facts.files_modified.len() {
+    // A file only a failed or denied edit touched was not modified.
+    match facts.files_modified.len()
+        - facts
+            .files_edit_failed
+            .len()
+            .min(facts.files_modified.len())
+    {
         0 => {}
         1 => done.push("- Modified 1 file (listed under Files modified).".to_owned()),
         n => done.push(format!(

@@ -206,6 +206,11 @@ pub struct Facts {
     /// changed nothing): what `/rewind` says stays changed on disk. Not
     /// carried from a previous capsule.
     pub files_changed: Vec<String>,
+    /// The files of [`Facts::files_modified`] that only failed or denied
+    /// edits touched: no edit of them succeeded in the span and no earlier
+    /// capsule listed them. Done does not count them as modified. Not
+    /// carried.
+    pub files_edit_failed: Vec<String>,
     /// The last result of each distinct verification command, newest first.
     pub verification: Vec<Verification>,
     /// Unresolved errors, newest first, one per key.
@@ -888,8 +893,12 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut files_modified: Vec<String> = previous_local
         .map(|l| l.files_modified.clone())
         .unwrap_or_default();
+    let mut files_edit_failed = Vec::new();
     for path in modified {
         if !files_modified.contains(&path) {
+            if !changed.contains(&path) {
+                files_edit_failed.push(path.clone());
+            }
             files_modified.push(path);
         }
     }
@@ -1002,6 +1011,7 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
         files_read_hidden,
         files_modified,
         files_changed: changed,
+        files_edit_failed,
         verification,
         unresolved_errors,
         checkpoints,

@@ -793,6 +793,49 @@ fn failed_reads_are_not_files_read_but_failed_edits_are_modified() {
     assert_eq!(facts.files_modified, ["src/x.rs"]);
     // Nothing was changed on disk: what `/rewind` lists as staying changed.
     assert!(facts.files_changed.is_empty());
+    // And Done does not say a file was modified (a TUI walk read "Modified
+    // 1 file" after an edit refused for its arguments).
+    assert_eq!(facts.files_edit_failed, ["src/x.rs"]);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert!(
+        !content.narrative.done.contains("Modified"),
+        "{}",
+        content.narrative.done
+    );
+    // A later successful edit of another file is counted alone.
+    let mut more = Span::default();
+    more.tool(
+        "Edit",
+        json!({"file_path": "/work/repo/src/x.rs", "old_string": "a", "new_string": "b"}),
+        "String not found",
+        true,
+    );
+    more.tool(
+        "Edit",
+        json!({"file_path": "/work/repo/src/y.rs", "old_string": "a", "new_string": "b"}),
+        "The file has been updated.",
+        false,
+    );
+    let facts = facts_of(&more);
+    let content = build_deterministic(
+        &facts,
+        None,
+        &options(1_000_000, Quality::Full),
+        &ByteCounter,
+    );
+    assert!(
+        content
+            .narrative
+            .done
+            .contains("- Modified 1 file (listed under Files modified)."),
+        "{}",
+        content.narrative.done
+    );
 }
 
 #[test]
