@@ -286,6 +286,22 @@ impl SessionLog {
         path
     }
 
+    /// Returns the entries of the current path, root-most first, by value
+    /// (the rest of the log is dropped): a reader that converts the path
+    /// holds it once, not beside the log it came from.
+    pub fn into_path(self) -> Vec<LoggedEntry> {
+        let positions: Vec<usize> = self
+            .path()
+            .iter()
+            .filter_map(|logged| self.index.get(&logged.entry.id).copied())
+            .collect();
+        let mut slots: Vec<Option<LoggedEntry>> = self.entries.into_iter().map(Some).collect();
+        positions
+            .into_iter()
+            .filter_map(|position| slots.get_mut(position).and_then(Option::take))
+            .collect()
+    }
+
     /// Returns the latest capsule on the current path.
     pub fn latest_capsule(&self) -> Option<&LoggedEntry> {
         self.path()

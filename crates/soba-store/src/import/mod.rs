@@ -609,7 +609,7 @@ fn read_path(path: &Path, soba_logs: SobaLogs) -> Result<Vec<ImportedSession>, I
             file.rewind().map_err(io_error)?;
             let log = SessionLog::from_reader(std::io::BufReader::with_capacity(1 << 20, file))
                 .map_err(io_error)?;
-            return soba_log::read(&log, path, &options);
+            return soba_log::read(log, path, &options);
         }
         Some(Detected::Soba { schema_version }) => {
             return Err(ImportError::AlreadySoba {
@@ -621,7 +621,9 @@ fn read_path(path: &Path, soba_logs: SobaLogs) -> Result<Vec<ImportedSession>, I
     }
     let bytes = read_import(path)?;
     if soba_logs == SobaLogs::Read && matches!(detect_bytes(&bytes), Some(Detected::Soba { .. })) {
-        return soba_log::read(&SessionLog::from_bytes(&bytes), path, &options);
+        let log = SessionLog::from_bytes(&bytes);
+        drop(bytes);
+        return soba_log::read(log, path, &options);
     }
     import_bytes(&bytes, path, &options)
 }

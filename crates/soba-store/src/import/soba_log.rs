@@ -28,7 +28,7 @@ use crate::reader::SessionLog;
 
 /// Reads the SOBA log `log` (read from `path`) as one session.
 pub(super) fn read(
-    log: &SessionLog,
+    log: SessionLog,
     path: &Path,
     options: &ImportOptions,
 ) -> Result<Vec<ImportedSession>, ImportError> {
@@ -50,42 +50,6 @@ pub(super) fn read(
     for diagnostic in log.diagnostics() {
         b.diag(diagnostic.to_string());
     }
-    let mut capsules = 0u64;
-    let mut hygiene = 0u64;
-    for logged in log.path() {
-        let entry = &logged.entry;
-        let timestamp = Some(entry.timestamp.clone()).filter(|at| !at.is_empty());
-        b.count_record(entry.body.type_name());
-        match &entry.body {
-            EntryBody::Message(message) => {
-                b.messages = b.messages.saturating_add(1);
-                let message = message.message.clone();
-                let assistant = message.role == Role::Assistant;
-                let (usage, model) = (message.usage, message.model.clone());
-                let idx = b.push_message(message, timestamp.clone());
-                if assistant {
-                    b.push_inference(idx, usage, timestamp, model, None);
-                }
-            }
-            EntryBody::ModelChange { model } => {
-                if b.model.is_none() {
-                    b.model = Some(model.clone());
-                }
-                b.push_model_change(model.clone(), timestamp);
-            }
-            EntryBody::Checkpoint { kind, note } => {
-                b.push_checkpoint(*kind, note.clone(), timestamp);
-            }
-            EntryBody::Capsule(_) => capsules += 1,
-            EntryBody::Hygiene { .. } => hygiene += 1,
-            _ => {}
-        }
-    }
-    if capsules + hygiene > 0 {
-        b.diag(format!(
-            "{capsules} capsule(s) and {hygiene} hygiene pass(es) of the log are left out: the replay rebuilds the history they replaced and makes each policy's own"
-        ));
-    }
     // What the provider billed: every answer in the file, on any branch.
     b.billed = Some(
         log.entries()
@@ -103,6 +67,43 @@ pub(super) fn read(
             })
             .collect(),
     );
+    let mut capsules = 0u64;
+    let mut hygiene = 0u64;
+    // The path is taken by value: its messages move into the session.
+    for logged in log.into_path() {
+        let entry = logged.entry;
+        let timestamp = Some(entry.timestamp).filter(|at| !at.is_empty());
+        b.count_record(entry.body.type_name());
+        match entry.body {
+            EntryBody::Message(message) => {
+                b.messages = b.messages.saturating_add(1);
+                let message = message.message;
+                let assistant = message.role == Role::Assistant;
+                let (usage, model) = (message.usage, message.model.clone());
+                let idx = b.push_message(message, timestamp.clone());
+                if assistant {
+                    b.push_inference(idx, usage, timestamp, model, None);
+                }
+            }
+            EntryBody::ModelChange { model } => {
+                if b.model.is_none() {
+                    b.model = Some(model.clone());
+                }
+                b.push_model_change(model, timestamp);
+            }
+            EntryBody::Checkpoint { kind, note } => {
+                b.push_checkpoint(kind, note, timestamp);
+            }
+            EntryBody::Capsule(_) => capsules += 1,
+            EntryBody::Hygiene { .. } => hygiene += 1,
+            _ => {}
+        }
+    }
+    if capsules + hygiene > 0 {
+        b.diag(format!(
+            "{capsules} capsule(s) and {hygiene} hygiene pass(es) of the log are left out: the replay rebuilds the history they replaced and makes each policy's own"
+        ));
+    }
     b.usage_raw = json!({ "counting": "per request, as soba recorded it" });
     Ok(vec![b.finish()])
 }
