@@ -391,20 +391,47 @@ pub fn replay_session(
                     .then(|| window_warning(&trace))
                     .flatten(),
             )
-            .chain(trace.calibration.values().filter_map(|c| {
-                c.unbounded_factor.map(|fitted| {
-                    format!(
-                        "the recorded usage of {} is {fitted:.1}× what its messages count locally; the replay holds the factor at {} (the usage may not be of these messages)",
-                        c.model, c.factor
-                    )
-                })
-            }))
+            .chain(trace.calibration.values().filter_map(calibration_note))
             .collect(),
     };
     Ok(TraceOutcome {
         report,
         real_summaries,
     })
+}
+
+/// The factors a tokenizer alone explains: real models' tokenizers count
+/// 0.8× to 1.4× of o200k's; a fit outside this range has another cause
+/// the report names.
+const TOKENIZER_FACTORS: (f64, f64) = (0.67, 1.5);
+
+/// Returns what a model's calibration says about the transcript when a
+/// tokenizer cannot explain it: a fit outside [`trace::FACTOR_RANGE`]
+/// (held at its end), or one outside [`TOKENIZER_FACTORS`] (Claude Code's
+/// `claude-opus-4-7` sessions fit at 2.0–2.3: their thinking blocks are
+/// recorded empty, so the provider counted text the transcript does not
+/// hold).
+fn calibration_note(c: &trace::ModelCalibration) -> Option<String> {
+    if let Some(fitted) = c.unbounded_factor {
+        return Some(format!(
+            "the recorded usage of {} is {fitted:.1}× what its messages count locally; the replay holds the factor at {} (the usage may not be of these messages)",
+            c.model, c.factor
+        ));
+    }
+    let (low, high) = TOKENIZER_FACTORS;
+    if c.factor > high {
+        Some(format!(
+            "the recorded prompts of {} are {:.2}× what its messages count locally, more than a tokenizer explains: the transcript leaves part of each request out (thinking recorded empty or encrypted, images, context the agent injected); every policy's input is scaled by it, so the ratios between policies hold",
+            c.model, c.factor
+        ))
+    } else if c.factor < low {
+        Some(format!(
+            "the recorded prompts of {} are {:.2}× what its messages count locally, less than a tokenizer explains: the transcript holds text the model was not sent (outputs the agent cut before sending, or duplicated records); every policy's input is scaled by it, so the ratios between policies hold",
+            c.model, c.factor
+        ))
+    } else {
+        None
+    }
 }
 
 /// Standard context windows, smallest first, for the window a recorded
@@ -960,6 +987,39 @@ mod tests {
     use super::*;
     use crate::report::policy_table_with_dollars;
     use crate::testing::Script;
+
+    /// Issue 34 item 6: a factor a tokenizer cannot explain is named with
+    /// its likely cause; a tokenizer's own spread says nothing.
+    #[test]
+    fn a_calibration_no_tokenizer_explains_is_named_in_the_warnings() {
+        let calibration = |factor: f64, unbounded_factor: Option<f64>| trace::ModelCalibration {
+            model: "claude-opus-4-7".to_owned(),
+            factor,
+            overhead: 1_000,
+            samples: 40,
+            source: trace::FitSource::Fit,
+            unbounded_factor,
+        };
+        assert_eq!(calibration_note(&calibration(1.21, None)), None);
+        assert_eq!(calibration_note(&calibration(0.8, None)), None);
+        let thinking = calibration_note(&calibration(2.26, None)).expect("named");
+        assert!(
+            thinking.starts_with("the recorded prompts of claude-opus-4-7 are 2.26× what its messages count locally, more than a tokenizer explains: the transcript leaves part of each request out (thinking recorded empty or encrypted"),
+            "{thinking}"
+        );
+        let less = calibration_note(&calibration(0.4, None)).expect("named");
+        assert!(
+            less.contains("0.40×") && less.contains("less than a tokenizer explains"),
+            "{less}"
+        );
+        let held = calibration_note(&calibration(4.0, Some(9.5))).expect("named");
+        assert!(
+            held.contains(
+                "is 9.5× what its messages count locally; the replay holds the factor at 4"
+            ),
+            "{held}"
+        );
+    }
 
     /// One thread takes the files largest first, so a large file never
     /// starts last; the results still come out in walk order.
