@@ -565,6 +565,8 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut reads: Vec<String> = Vec::new();
     let mut modified: Vec<String> = Vec::new();
     let mut changed: Vec<String> = Vec::new();
+    // Paths of edit calls whose result in the span failed (or was denied).
+    let mut edits_failed: Vec<String> = Vec::new();
     let mut verification: Vec<(i64, Verification)> = Vec::new();
     // Key → (sequence, the failure's text or None once it succeeded, whether
     // the key is already shown). Span results are keyed whole; carried
@@ -733,6 +735,9 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
                             changes.push((seq, call.facts.modified.clone()));
                         }
                     }
+                    if failing && let Some(call) = calls.get(result.tool_use_id.as_str()) {
+                        add_new(&mut edits_failed, &call.facts.modified);
+                    }
                     // A success or a newer failure also settles a carried
                     // error of the same (shown) key.
                     let shown = shown_key(&outcome.key);
@@ -896,7 +901,9 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut files_edit_failed = Vec::new();
     for path in modified {
         if !files_modified.contains(&path) {
-            if !changed.contains(&path) {
+            // A call whose result lies past the span (in the retained
+            // tail) is not known to have failed.
+            if edits_failed.contains(&path) && !changed.contains(&path) {
                 files_edit_failed.push(path.clone());
             }
             files_modified.push(path);
