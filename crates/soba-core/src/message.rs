@@ -102,18 +102,31 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Returns the request's prompt size, `input + cacheRead + cacheWrite`.
+    /// Returns the request's prompt size, `input + cacheRead + cacheWrite`,
+    /// saturating: usage is read from outside (logs, transcripts,
+    /// providers), and no figure may overflow a sum.
     pub fn prompt(&self) -> u64 {
-        self.input + self.cache_read + self.cache_write
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
     }
 
-    /// Adds another request's usage to this total.
+    /// Adds another request's usage to this total, saturating.
     pub fn add(&mut self, other: &Usage) {
-        self.input += other.input;
-        self.cache_read += other.cache_read;
-        self.cache_write += other.cache_write;
-        self.output += other.output;
-        self.reasoning += other.reasoning;
+        self.input = self.input.saturating_add(other.input);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.output = self.output.saturating_add(other.output);
+        self.reasoning = self.reasoning.saturating_add(other.reasoning);
+    }
+
+    /// Returns the largest of its figures.
+    pub fn largest(&self) -> u64 {
+        self.input
+            .max(self.cache_read)
+            .max(self.cache_write)
+            .max(self.output)
+            .max(self.reasoning)
     }
 }
 
@@ -404,6 +417,24 @@ impl Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Usage comes from outside (logs, transcripts, providers): sums
+    /// saturate instead of overflowing (a replayed log with two answers of
+    /// 2^63 output tokens panicked in `add`).
+    #[test]
+    fn usage_sums_saturate() {
+        let huge = Usage {
+            input: u64::MAX,
+            cache_read: 1,
+            output: 1 << 63,
+            ..Usage::default()
+        };
+        assert_eq!(huge.prompt(), u64::MAX);
+        let mut total = huge;
+        total.add(&huge);
+        assert_eq!((total.input, total.output), (u64::MAX, u64::MAX));
+        assert_eq!(huge.largest(), u64::MAX);
+    }
 
     #[test]
     fn tool_input_normalises_strings_and_keeps_raw() {

@@ -270,6 +270,7 @@ pub fn replay_session(
     session: ImportedSession,
     options: &ReplayOptions,
 ) -> Result<TraceOutcome, TraceError> {
+    let log_note = soba_log_note(&session);
     let started = session
         .created_at
         .as_deref()
@@ -380,10 +381,9 @@ pub fn replay_session(
         policies,
         series: output.recorders.into_iter().map(|r| r.series).collect(),
         skipped: None,
-        warnings: trace
-            .window_note
-            .clone()
+        warnings: log_note
             .into_iter()
+            .chain(trace.window_note.clone())
             .chain(
                 options
                     .window
@@ -398,6 +398,25 @@ pub fn replay_session(
         report,
         real_summaries,
     })
+}
+
+/// Returns what reading a SOBA log left out or found damaged, for the
+/// trace's warnings: a damaged line can end the path early, so a replay of
+/// a shorter history must say why (`soba show --check` lists them all).
+fn soba_log_note(session: &ImportedSession) -> Option<String> {
+    if session.format != import::Format::Soba {
+        return None;
+    }
+    let total = session.stats.diagnostics_total();
+    let first = session.stats.diagnostics.first()?;
+    let more = match total {
+        1 => String::new(),
+        n => format!(
+            " (and {} more: `soba show --check` lists the log's damage)",
+            n - 1
+        ),
+    };
+    Some(format!("reading the SOBA log: {first}{more}"))
 }
 
 /// The factors a tokenizer alone explains: real models' tokenizers count

@@ -1282,6 +1282,12 @@ fn soba_replays_its_own_sessions_from_their_history_before_compaction() {
     let trace = &json["traces"][0];
     assert_eq!(trace["format"], "soba", "{trace}");
     assert_eq!(trace["requests"], 6, "{trace}");
+    // What reading the log left out is the trace's warning.
+    assert_eq!(
+        trace["warnings"][0],
+        "reading the SOBA log: 1 capsule(s) and 0 hygiene pass(es) of the log are left out: the replay rebuilds the history they replaced and makes each policy's own",
+        "{trace}"
+    );
     let none = json["policies"]
         .as_array()
         .unwrap()

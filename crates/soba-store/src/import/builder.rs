@@ -23,11 +23,12 @@ mod field;
 mod pairing;
 
 // The field helpers live in `field`; the importers name them here.
+pub(crate) use field::MAX_PLAUSIBLE_TOKENS;
 pub(crate) use field::{
-    add_usage, array_field, content_field, content_text, count_field, for_each_jsonl_object,
+    array_field, content_field, content_text, count_field, for_each_jsonl_object,
     for_each_jsonl_scan, format_ms, image_from_url, is_interrupt_marker, jsonl_line, message_with,
-    obj_field, odd_content, parse_document, prompt_of, str_field, text_of, timestamp_field,
-    timestamp_ms, timestamp_of, token_figure, tool_message, usage_figures,
+    obj_field, odd_content, parse_document, str_field, text_of, timestamp_field, timestamp_ms,
+    timestamp_of, token_figure, tool_message, usage_figures,
 };
 use pairing::message_of;
 
@@ -344,7 +345,7 @@ impl SessionBuilder {
             .iter()
             .rev()
             .find_map(|inference| inference.usage.as_ref())
-            .map(prompt_of)
+            .map(Usage::prompt)
     }
 
     /// Changes where the capsule at `capsule_idx` keeps from.
@@ -557,8 +558,8 @@ impl SessionBuilder {
             .iter()
             .filter_map(|inference| inference.usage.as_ref())
         {
-            add_usage(&mut total, usage);
-            let prompt = prompt_of(usage);
+            total.add(usage);
+            let prompt = usage.prompt();
             peak = Some(peak.map_or(prompt, |p| p.max(prompt)));
         }
         stats.usage = self.usage_override.unwrap_or(total);

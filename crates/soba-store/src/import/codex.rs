@@ -25,8 +25,8 @@ use soba_core::{Block, Message, MessageOrigin, ResultPart, Role, ToolInput, Tool
 use super::builder::Diagnostics;
 use super::builder::{
     Context, KeptTarget, SessionBuilder, array_field, content_field, content_text,
-    for_each_jsonl_object, image_from_url, message_with, obj_field, parse_document, prompt_of,
-    str_field, text_of, timestamp_field, timestamp_ms, tool_message, usage_figures,
+    for_each_jsonl_object, image_from_url, message_with, obj_field, parse_document, str_field,
+    text_of, timestamp_field, timestamp_ms, tool_message, usage_figures,
 };
 use super::lines::Lines;
 use super::swe_agent::openai_tool_call;
@@ -385,7 +385,7 @@ fn apply_cumulative<'a>(
             && let Some(usage) =
                 codex_usage(last, &format!("{at}: last_token_usage"), &mut b.diagnostics)
         {
-            let prompt = prompt_of(&usage);
+            let prompt = usage.prompt();
             peak = Some(peak.map_or(prompt, |p| p.max(prompt)));
         }
         if let Some(window) = info.get("model_context_window").and_then(Value::as_u64) {

@@ -607,8 +607,14 @@ fn read_path(path: &Path, soba_logs: SobaLogs) -> Result<Vec<ImportedSession>, I
             };
             let mut file = file;
             file.rewind().map_err(io_error)?;
-            let log = SessionLog::from_reader(std::io::BufReader::with_capacity(1 << 20, file))
-                .map_err(io_error)?;
+            // Only the length checked against the limit is read: a log
+            // appended to meanwhile is read as it was.
+            use std::io::Read;
+            let log = SessionLog::from_reader(std::io::BufReader::with_capacity(
+                1 << 20,
+                file.take(metadata.len()),
+            ))
+            .map_err(io_error)?;
             return soba_log::read(log, path, &options);
         }
         Some(Detected::Soba { schema_version }) => {
@@ -852,11 +858,6 @@ impl DirFile {
                 path: path.clone(),
                 source,
             }),
-            // A recovered copy is a SOBA log too: replaying it would count
-            // its session twice.
-            None if soba_logs == SobaLogs::Read && is_recovered_copy(&path) => {
-                FileOutcome::Skipped(format!("skipped: {RECOVERED_COPY}"))
-            }
 
             None => match read_path(&path, soba_logs) {
                 Ok(sessions) => FileOutcome::Imported(sessions),
@@ -921,12 +922,9 @@ pub fn dir_files_within(dir: &Path, depth: usize) -> Result<Vec<DirFile>, Import
 /// The lock file `soba import` keeps in a folder it writes sessions to.
 pub const IMPORT_LOCK: &str = ".import.lock";
 
-/// What a recovered copy is, when a folder walk skips it.
-const RECOVERED_COPY: &str = "a copy SOBA kept of a damaged log when it recovered it (the session log beside it is the session)";
-
-/// What SOBA's own bookkeeping file at `path` is, by its name: a flight
-/// record, the import lock, a recovered copy of a damaged log. `None` for
-/// any other name.
+/// What SOBA's own bookkeeping file at `path` is, by its name, when it is
+/// no transcript: a flight record or the import lock. `None` for any other
+/// name.
 fn soba_bookkeeping(path: &Path) -> Option<&'static str> {
     let name = path.file_name()?.to_string_lossy();
     if name.ends_with(".flight.jsonl") {
@@ -935,19 +933,9 @@ fn soba_bookkeeping(path: &Path) -> Option<&'static str> {
         )
     } else if name == IMPORT_LOCK {
         Some("the lock file `soba import` keeps beside the sessions it writes")
-    } else if is_recovered_copy(path) {
-        Some(RECOVERED_COPY)
     } else {
         None
     }
-}
-
-/// Whether `path` is named as a recovered copy of a damaged SOBA log.
-fn is_recovered_copy(path: &Path) -> bool {
-    path.file_name().is_some_and(|name| {
-        name.to_string_lossy()
-            .contains(crate::session::RECOVERED_INFIX)
-    })
 }
 
 /// The diagnostic of a folder entry that is not a regular file (after

@@ -432,7 +432,6 @@ mod tests {
 
     use soba_core::EntryBody;
 
-    use super::super::builder::add_usage;
     use super::*;
 
     fn total(session: &ImportedSession) -> Usage {
@@ -442,7 +441,7 @@ mod tests {
             .iter()
             .filter_map(|inference| inference.usage.as_ref())
         {
-            add_usage(&mut sum, usage);
+            sum.add(usage);
         }
         sum
     }

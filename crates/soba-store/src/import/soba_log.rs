@@ -17,12 +17,13 @@
 //! `soba import` still refuses a SOBA log ([`super::ImportError::AlreadySoba`]):
 //! there is nothing to convert.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde_json::json;
-use soba_core::{EntryBody, Role};
+use soba_core::{EntryBody, Role, Usage};
 
-use super::builder::{Context, SessionBuilder};
+use super::builder::{Context, MAX_PLAUSIBLE_TOKENS, SessionBuilder};
 use super::{BilledResponse, Format, ImportError, ImportOptions, ImportedSession};
 use crate::reader::SessionLog;
 
@@ -37,10 +38,15 @@ pub(super) fn read(
         fallback_ms: options.fallback_timestamp_ms,
     };
     let Some(header) = log.header() else {
+        // The reader says why (a newer schemaVersion: upgrade soba).
+        let reason = log.diagnostics().first().map_or_else(
+            || "its first line is not a readable session header".to_owned(),
+            ToString::to_string,
+        );
         return Err(ImportError::Malformed {
             path: path.to_owned(),
             format: Format::Soba,
-            reason: "its first line is not a readable session header".to_owned(),
+            reason,
         });
     };
     let mut b = SessionBuilder::new(Format::Soba, ctx, 0);
@@ -50,13 +56,16 @@ pub(super) fn read(
     for diagnostic in log.diagnostics() {
         b.diag(diagnostic.to_string());
     }
-    // What the provider billed: every answer in the file, on any branch.
+    // What the provider billed: every answer in the file, on any branch,
+    // each id once (a line written twice is one answer).
+    let mut billed_ids = HashSet::new();
     b.billed = Some(
         log.entries()
             .iter()
+            .filter(|logged| billed_ids.insert(&logged.entry.id))
             .filter_map(|logged| match &logged.entry.body {
                 EntryBody::Message(message) if message.message.role == Role::Assistant => {
-                    message.message.usage.map(|usage| BilledResponse {
+                    plausible(message.message.usage).map(|usage| BilledResponse {
                         model: message.message.model.clone(),
                         usage,
                         cache_write_1h: 0,
@@ -67,6 +76,21 @@ pub(super) fn read(
             })
             .collect(),
     );
+    let implausible = log
+        .entries()
+        .iter()
+        .filter(|logged| match &logged.entry.body {
+            EntryBody::Message(message) => {
+                message.message.usage.is_some() && plausible(message.message.usage).is_none()
+            }
+            _ => false,
+        })
+        .count();
+    if implausible > 0 {
+        b.diag(format!(
+            "{implausible} answer(s) record an implausible usage (a figure over 10^12 tokens): not counted"
+        ));
+    }
     let mut capsules = 0u64;
     let mut hygiene = 0u64;
     // The path is taken by value: its messages move into the session.
@@ -79,7 +103,7 @@ pub(super) fn read(
                 b.messages = b.messages.saturating_add(1);
                 let message = message.message;
                 let assistant = message.role == Role::Assistant;
-                let (usage, model) = (message.usage, message.model.clone());
+                let (usage, model) = (plausible(message.usage), message.model.clone());
                 let idx = b.push_message(message, timestamp.clone());
                 if assistant {
                     b.push_inference(idx, usage, timestamp, model, None);
@@ -106,4 +130,11 @@ pub(super) fn read(
     }
     b.usage_raw = json!({ "counting": "per request, as soba recorded it" });
     Ok(vec![b.finish()])
+}
+
+/// Returns `usage` when every figure is plausible (at most
+/// [`MAX_PLAUSIBLE_TOKENS`], the importers' rule): a log is outside bytes,
+/// and one absurd figure would price a session at trillions.
+fn plausible(usage: Option<Usage>) -> Option<Usage> {
+    usage.filter(|usage| usage.largest() <= MAX_PLAUSIBLE_TOKENS)
 }

@@ -2424,3 +2424,64 @@ fn a_soba_log_is_read_for_replay_as_its_path_with_every_answer_billed() {
         assert_eq!(pair[1].parent_id.as_ref(), Some(&pair[0].id));
     }
 }
+
+/// The attack on replaying SOBA logs (issue 34): a line written twice is
+/// one answer, a usage of 2^64 − 1 tokens is not billed (nor summed into an
+/// overflow), and what was left out is said.
+#[test]
+fn a_soba_logs_repeated_lines_and_absurd_usage_are_not_billed() {
+    use soba_core::tokens::BpeCounter;
+    use soba_core::{Encoding, TokenCount, Usage};
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s.jsonl");
+    let counter = BpeCounter::new(Encoding::O200kBase);
+    let mut writer = soba_store::SessionWriter::create(
+        &path,
+        &crate::support::header("s1"),
+        crate::support::options(5),
+    )
+    .expect("a new session file");
+    writer
+        .append_message(Message::user("Fix it."), &counter, TokenCount::new(1_000))
+        .expect("appended");
+    let mut answer = Message::assistant("Fixed.");
+    answer.usage = Some(Usage {
+        input: 100,
+        output: 5,
+        ..Usage::default()
+    });
+    writer
+        .append_message(answer, &counter, TokenCount::new(1_000))
+        .expect("appended");
+    drop(writer);
+    let text = std::fs::read_to_string(&path).expect("readable");
+    let answer_line = text.lines().last().expect("a line").to_owned();
+    let absurd = answer_line
+        .replace("\"input\":100", &format!("\"input\":{}", u64::MAX))
+        .replace("\"id\":\"e_0", "\"id\":\"e_f");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("opens");
+    writeln!(file, "{answer_line}\n{absurd}").expect("written");
+    drop(file);
+
+    let session = soba_store::import::replay_path(&path)
+        .expect("replay reads it")
+        .remove(0);
+    let billed: Vec<u64> = session.stats.billed.iter().map(|b| b.usage.input).collect();
+    assert_eq!(billed, [100], "each id once, the absurd one not at all");
+    assert!(
+        session.stats.diagnostics.iter().any(|note| note
+            == "1 answer(s) record an implausible usage (a figure over 10^12 tokens): not counted"),
+        "{:?}",
+        session.stats.diagnostics
+    );
+    assert!(
+        session
+            .inferences
+            .iter()
+            .all(|inference| inference.usage.is_none_or(|usage| usage.input == 100))
+    );
+}

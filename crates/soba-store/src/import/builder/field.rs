@@ -4,23 +4,6 @@
 
 use super::*;
 
-/// Adds `other` to `total`, saturating (hostile input cannot overflow).
-pub(crate) fn add_usage(total: &mut Usage, other: &Usage) {
-    total.input = total.input.saturating_add(other.input);
-    total.cache_read = total.cache_read.saturating_add(other.cache_read);
-    total.cache_write = total.cache_write.saturating_add(other.cache_write);
-    total.output = total.output.saturating_add(other.output);
-    total.reasoning = total.reasoning.saturating_add(other.reasoning);
-}
-
-/// Returns a request's prompt size, saturating.
-pub(crate) fn prompt_of(usage: &Usage) -> u64 {
-    usage
-        .input
-        .saturating_add(usage.cache_read)
-        .saturating_add(usage.cache_write)
-}
-
 /// Parses an RFC 3339 text (as normalised by [`timestamp_of`]) to Unix ms.
 pub(crate) fn timestamp_ms(text: &str) -> Option<i64> {
     text.parse::<jiff::Timestamp>()
