@@ -397,6 +397,7 @@ pub fn bounded_local(facts: &Facts, counter: &dyn TokenCounter) -> LocalSections
             .unwrap_or_default(),
         answers: facts.answers.clone(),
         failing_before_edits: facts.failing_before_edits.clone(),
+        files_edit_failed: facts.files_edit_failed.clone(),
     }
 }
 

@@ -323,6 +323,10 @@ pub struct LocalSections {
     /// ([`crate::builder::failing_lines`]). A later failure of only those
     /// lines is work not done yet, not a regression.
     pub failing_before_edits: Vec<String>,
+    /// Files of `files_modified` that only failed or denied edits touched
+    /// so far: Done does not count them as modified. A file leaves the
+    /// list once an edit of it succeeds.
+    pub files_edit_failed: Vec<String>,
 }
 
 /// The agent's closing reply to one request that changed no file.

@@ -898,7 +898,11 @@ pub fn extract(input: &FactsInput<'_>, config: &FactsConfig, counter: &dyn Token
     let mut files_modified: Vec<String> = previous_local
         .map(|l| l.files_modified.clone())
         .unwrap_or_default();
-    let mut files_edit_failed = Vec::new();
+    // Carried: still failed unless an edit of it succeeded in the span.
+    let mut files_edit_failed: Vec<String> = previous_local
+        .map(|l| l.files_edit_failed.clone())
+        .unwrap_or_default();
+    files_edit_failed.retain(|path| !changed.contains(path));
     for path in modified {
         if !files_modified.contains(&path) {
             // A call whose result lies past the span (in the retained

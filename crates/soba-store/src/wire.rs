@@ -761,6 +761,9 @@ pub struct LocalSectionsRecord {
     /// Checks that failed before the first edit: key, `\n`, failing lines.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failing_before_edits: Vec<String>,
+    /// Files modified whose every edit so far failed or was denied.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files_edit_failed: Vec<String>,
 }
 
 /// One of a capsule's answers: `{request, text}`.

@@ -807,6 +807,20 @@ fn failed_reads_are_not_files_read_but_failed_edits_are_modified() {
         "{}",
         content.narrative.done
     );
+    // Carried by the next capsule: still not counted, until an edit of it
+    // succeeds.
+    let previous = content.clone().into_capsule(CapsuleFrame::default());
+    let carried = facts_with(&Span::default(), Some(&previous), &HashSet::new());
+    assert_eq!(carried.files_edit_failed, ["src/x.rs"]);
+    let mut fixed = Span::default();
+    fixed.tool(
+        "Edit",
+        json!({"file_path": "/work/repo/src/x.rs", "old_string": "a", "new_string": "b"}),
+        "The file has been updated.",
+        false,
+    );
+    let fixed = facts_with(&fixed, Some(&previous), &HashSet::new());
+    assert!(fixed.files_edit_failed.is_empty());
     // A later successful edit of another file is counted alone.
     let mut more = Span::default();
     more.tool(

@@ -500,6 +500,7 @@ impl CapsuleRecord {
                     })
                     .collect(),
                 failing_before_edits: local.failing_before_edits.clone(),
+                files_edit_failed: local.files_edit_failed.clone(),
                 checkpoints: local
                     .checkpoints
                     .iter()
@@ -764,6 +765,7 @@ impl CapsuleRecord {
                     })
                     .collect(),
                 failing_before_edits: self.local.failing_before_edits,
+                files_edit_failed: self.local.files_edit_failed,
             },
             markdown: self.markdown,
         })
