@@ -614,6 +614,22 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
         width: width.min(area.width),
         height,
     };
+    // The rows the box covers are cleared across the whole area, inside
+    // its borders: the margin beside a centred box showed the screen
+    // beneath (a conversation's `›` beside the `/rewind` list's own).
+    let top = rect.y.max(area.y + 1);
+    let bottom = (rect.y + rect.height).min(area.bottom().saturating_sub(1));
+    if bottom > top && area.width > 2 {
+        frame.render_widget(
+            Clear,
+            Rect {
+                x: area.x + 1,
+                y: top,
+                width: area.width - 2,
+                height: bottom - top,
+            },
+        );
+    }
     frame.render_widget(Clear, rect);
     let block = Block::default()
         .borders(Borders::ALL)

@@ -722,3 +722,60 @@ fn pageup_after_resume_keeps_notes_below_the_loaded_conversation() {
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{screen}");
     insta::assert_snapshot!("pageup_after_resume", screen);
 }
+
+/// Issue 36 (first hour) item 1: beside the `/rewind` list the
+/// conversation's own `›` marks showed through (two `›` on the selected
+/// row): nothing of the screen beneath shows beside a box, on the rows
+/// it covers.
+#[test]
+fn nothing_beneath_shows_beside_a_box() {
+    let mut state = working();
+    state.history = (1..=30)
+        .flat_map(|n| {
+            [
+                HistoryItem::User(format!("question {n}")),
+                HistoryItem::Assistant(format!("answer {n}")),
+            ]
+        })
+        .collect();
+    state.overlay = Some(Overlay::Picker(Picker {
+        title: "Rewind to (newest first)".into(),
+        purpose: PickerPurpose::Rewind,
+        items: (1..=6)
+            .map(|n| PickerItem {
+                key: format!("e_{n}"),
+                label: format!("e_0190f3a{n}  {n}. question {}", 31 - n),
+            })
+            .collect(),
+        selected: 0,
+        note: None,
+    }));
+    let screen = frame(&state, 110, 30);
+    let rows: Vec<&str> = screen.lines().collect();
+    let boxed: Vec<&&str> = rows
+        .iter()
+        .filter(|row| row.chars().nth(2) == Some('│'))
+        .collect();
+    assert!(boxed.len() >= 6, "{screen}");
+    for row in boxed {
+        let selected = usize::from(row.contains("1. question 30"));
+        assert_eq!(row.matches('›').count(), selected, "{screen}");
+        assert_eq!(row.chars().nth(1), Some(' '), "{screen}");
+    }
+    insta::assert_snapshot!("rewind_picker", screen);
+    // The approval box too: it sits in the conversation, narrower.
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "bash".into(),
+        summary: "cargo test".into(),
+        scope: "bash commands starting with `cargo` this session".into(),
+        preview: Vec::new(),
+    }));
+    let screen = frame(&state, 110, 30);
+    for row in screen
+        .lines()
+        .filter(|row| row.contains("│ y run once") || row.contains("│ n deny"))
+    {
+        assert!(!row.contains('›'), "{screen}");
+        assert!(!row.contains("answer"), "{screen}");
+    }
+}
