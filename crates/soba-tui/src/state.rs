@@ -364,7 +364,9 @@ pub enum UiEvent {
     /// The provider request failed and is retried, e.g. `retrying in 4 s
     /// (attempt 2 of 5): connection refused`.
     Retrying(String),
-    /// `/clear`: the notes of the session left go with it.
+    /// Another session replaces the one shown (`/resume`, `/clear`): the
+    /// notes of the session left go with it, and the view returns to the
+    /// end of the conversation.
     ClearNotes,
 }
 

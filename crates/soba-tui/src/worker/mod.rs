@@ -952,9 +952,7 @@ impl Worker {
             Some(live) => Some(live.core.lock().await.header().id.as_str().to_owned()),
             None => None,
         };
-        // The screen starts empty: the notes shown were about the session
-        // left (the new session's own notes follow).
-        self.send(UiEvent::ClearNotes);
+        // Leaving the session takes its notes off the screen (`on_picked`).
         self.on_picked(PickerPurpose::Resume, String::new()).await;
         let Some(live) = &self.live else {
             return;

@@ -188,6 +188,7 @@ impl Worker {
                     self.note("that session is already open");
                     return;
                 }
+                let leaving = current.is_some();
                 // Leaving an unused session removes it; there is nothing to
                 // go back to then.
                 if self
@@ -204,6 +205,14 @@ impl Worker {
                 };
                 match opened {
                     Ok(notes) => {
+                        if leaving {
+                            // The notes shown (a `/status`, a warning) and
+                            // the scroll position were the session left's.
+                            self.send(UiEvent::ClearNotes);
+                        }
+                        // Its conversation first, so the notes of opening
+                        // it follow it rather than where the other ended.
+                        self.refresh().await;
                         for note in notes {
                             self.note(note);
                         }
@@ -217,9 +226,9 @@ impl Worker {
                         {
                             self.note(cli_note(&err));
                         }
+                        self.refresh().await;
                     }
                 }
-                self.refresh().await;
             }
             PickerPurpose::Model => self.switch_model(&key).await,
         }
