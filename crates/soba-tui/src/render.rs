@@ -534,10 +534,10 @@ fn render_input(
 }
 
 fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
-    // A picker's rows end with the session's first prompt: it takes the
-    // terminal's width (up to 120 columns), the other boxes stay narrow.
+    // A picker's rows end with a session's title: it takes the
+    // terminal's width, the other boxes stay narrow.
     let widest = if matches!(overlay, Overlay::Picker(_)) {
-        120
+        u16::MAX
     } else {
         76
     };
@@ -718,33 +718,47 @@ fn picker_lines(picker: &Picker, width: usize, height: u16) -> (String, Vec<Line
         .note
         .as_ref()
         .map_or(0, |note| wrap(note, width).len());
-    let room = (height as usize).saturating_sub(4 + note_rows).max(1);
+    let header_rows = usize::from(picker.header.is_some());
+    let room = (height as usize)
+        .saturating_sub(4 + note_rows + header_rows)
+        .max(1);
     let first = (picker.selected + 1).saturating_sub(room);
     let mut lines: Vec<Line<'static>> = picker
-        .items
+        .header
         .iter()
-        .enumerate()
-        .skip(first)
-        .take(room)
-        .map(|(idx, item)| {
-            let row = truncate_to(
-                &format!(
-                    "{} {}",
-                    if idx == picker.selected { "›" } else { " " },
-                    item.label
-                ),
-                width,
-            );
-            if idx == picker.selected {
-                Line::from(Span::styled(
-                    row,
-                    Style::default().add_modifier(Modifier::REVERSED),
-                ))
-            } else {
-                Line::from(row)
-            }
+        .map(|header| {
+            Line::from(Span::styled(
+                truncate_to(&format!("  {header}"), width),
+                dim(),
+            ))
         })
         .collect();
+    lines.extend(
+        picker
+            .items
+            .iter()
+            .enumerate()
+            .skip(first)
+            .take(room)
+            .map(|(idx, item)| {
+                let row = truncate_to(
+                    &format!(
+                        "{} {}",
+                        if idx == picker.selected { "›" } else { " " },
+                        item.label
+                    ),
+                    width,
+                );
+                if idx == picker.selected {
+                    Line::from(Span::styled(
+                        row,
+                        Style::default().add_modifier(Modifier::REVERSED),
+                    ))
+                } else {
+                    Line::from(row)
+                }
+            }),
+    );
     if picker.items.is_empty() {
         lines.push(Line::from("(nothing to choose)"));
     }

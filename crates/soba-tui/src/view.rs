@@ -13,6 +13,9 @@ use soba_engine::agent::describe_call;
 use soba_engine::session::SessionCore;
 use soba_engine::tool::{NON_INTERACTIVE_DENIAL, USER_DENIAL};
 
+use soba_store::reader::{SessionGlance, SessionSummary};
+use soba_workspace::session_list::{self, human_size};
+
 use super::mention;
 use super::preview::{self, DiffKind, DiffLine};
 use super::state::{HistoryItem, PickerItem, RewindPlan, Sidebar, ToolOutput};
@@ -59,19 +62,6 @@ pub fn short_len(entries: &[Entry]) -> usize {
     shortest_unique_len(entries.iter().map(|entry| &entry.id))
 }
 
-/// Formats a byte count as `512 B`, `2.3 KB` or `1.4 MB`.
-pub fn format_size(bytes: usize) -> String {
-    const KB: f64 = 1024.0;
-    let n = bytes as f64;
-    if n < KB {
-        format!("{bytes} B")
-    } else if n < KB * KB {
-        format!("{:.1} KB", n / KB)
-    } else {
-        format!("{:.1} MB", n / (KB * KB))
-    }
-}
-
 /// Returns the exit code a `bash` result reports on its last line
 /// (`exit code N`).
 fn exit_code(text: &str) -> Option<&str> {
@@ -82,7 +72,7 @@ fn exit_code(text: &str) -> Option<&str> {
 }
 
 /// Folds one tool call and its result into a line, e.g.
-/// `bash: cargo test (exit 1, 2.3 KB)`; a call the user denied says so.
+/// `bash: cargo test (exit 1, 2.3 KiB)`; a call the user denied says so.
 pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: bool) -> String {
     match result {
         Some((text, true)) if text == USER_DENIAL => format!("{call} (denied)"),
@@ -93,7 +83,7 @@ pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: 
             format!("{call} (not run: soba run could not ask for approval)")
         }
         Some((text, is_error)) => {
-            let size = format_size(text.len());
+            let size = human_size(text.len() as u64);
             match exit_code(text) {
                 Some(code) if tool == "bash" => format!("{call} (exit {code}, {size})"),
                 _ if is_error => format!("{call} (error, {size})"),
@@ -662,6 +652,47 @@ fn one_line(text: &str, max_chars: usize) -> String {
     cut
 }
 
+/// Returns the `/resume` and `soba -r` picker's column labels and one
+/// choice per session (`sessions` as listed, most recently modified
+/// first, each with its glance): the id spelled at `id_len`, when its log
+/// last changed (the order, as `soba sessions` shows it), its message
+/// count, size and whole title, which the picker cuts to its width (and
+/// escapes); `(a new session)` first when `new_session`.
+pub fn session_choices(
+    sessions: &[(SessionSummary, SessionGlance)],
+    id_len: usize,
+    new_session: bool,
+) -> (String, Vec<PickerItem>) {
+    let row = |id: &str, modified: &str, messages: &str, size: &str, title: &str| {
+        format!("{id:<id_len$}  {modified:<16}  {messages:>8}  {size:>9}  {title}")
+    };
+    let header = row(
+        "id",
+        session_list::MODIFIED_LABEL,
+        "messages",
+        "size",
+        "title",
+    );
+    let mut items = Vec::new();
+    if new_session {
+        items.push(PickerItem {
+            key: String::new(),
+            label: "(a new session)".to_owned(),
+        });
+    }
+    items.extend(sessions.iter().map(|(summary, glance)| PickerItem {
+        key: summary.path.display().to_string(),
+        label: row(
+            &session_list::short(&summary.id, id_len),
+            &session_list::modified(summary),
+            &group_thousands(glance.n_messages),
+            &human_size(summary.size),
+            glance.title.as_deref().unwrap_or("(no message typed)"),
+        ),
+    }));
+    (header, items)
+}
+
 /// Returns the `/rewind` picker's choices: real user messages and capsules
 /// on the path, newest first, with short ids.
 pub fn rewind_choices(path: &[Entry], short: usize) -> Vec<PickerItem> {
@@ -1058,7 +1089,7 @@ mod tests {
                 HistoryItem::User("run the tests".into()),
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
-                    line: "bash: cargo test (exit 1, 2.4 KB)".into(),
+                    line: "bash: cargo test (exit 1, 2.4 KiB)".into(),
                     is_error: true,
                     output: Some(ToolOutput {
                         lines: vec!["x".repeat(1_000), "exit code 1".into()],
@@ -1172,13 +1203,6 @@ mod tests {
                 ),
             ]
         );
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(format_size(512), "512 B");
-        assert_eq!(format_size(2_355), "2.3 KB");
-        assert_eq!(format_size(1_500_000), "1.4 MB");
     }
 
     #[test]

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::{RewindTarget, SlashCommand};
 use super::state::{
-    Action, ApprovalView, Header, HistoryItem, Overlay, Picker, PickerItem, PickerPurpose,
-    ResultLine, RewindPlan, UiEvent,
+    Action, ApprovalView, Header, HistoryItem, Overlay, Picker, PickerPurpose, ResultLine,
+    RewindPlan, UiEvent,
 };
 use super::view;
 use soba_workspace::capsule::handoff::{self, HandoffInput};

@@ -51,13 +51,13 @@ fn working() -> AppState {
             HistoryItem::User("The parser drops the last token of a line; fix it and run the tests.".into()),
             HistoryItem::Assistant("I'll run the tests first to see the failure.".into()),
             HistoryItem::Tool {
-                line: "bash: cargo test -p parser (exit 1, 2.3 KB)".into(),
+                line: "bash: cargo test -p parser (exit 1, 2.3 KiB)".into(),
                 is_error: true,
                 output: None,
                 diff: Vec::new(),
             },
             HistoryItem::Tool {
-                line: "read_file: src/lexer.rs (14.2 KB)".into(),
+                line: "read_file: src/lexer.rs (14.2 KiB)".into(),
                 is_error: false,
                 output: None,
                 diff: Vec::new(),
@@ -69,7 +69,7 @@ fn working() -> AppState {
                 diff: Vec::new(),
             },
             HistoryItem::Tool {
-                line: "bash: cargo test -p parser (exit 0, 1.1 KB)".into(),
+                line: "bash: cargo test -p parser (exit 0, 1.1 KiB)".into(),
                 is_error: false,
                 output: None,
                 diff: Vec::new(),
@@ -405,7 +405,7 @@ fn expanded_tool_output_frame() {
     state.expand_tools = true;
     let screen = frame(&state, 110, 40);
     assert!(
-        screen.contains("▾ bash: cargo test -p parser (exit 1, 2.3 KB)"),
+        screen.contains("▾ bash: cargo test -p parser (exit 1, 2.3 KiB)"),
         "{screen}"
     );
     assert!(
@@ -446,6 +446,7 @@ fn model_picker_note_and_estimated_reason() {
             label: "anthropic/claude-sonnet-4-5  (current)".into(),
         }],
         selected: 0,
+        header: None,
         note: Some(
             "9 more models hidden: set OPENAI_API_KEY or OPENROUTER_API_KEY to use them".into(),
         ),
@@ -561,35 +562,104 @@ fn esc_keeps_the_partial_answer_and_holds_the_queued_message() {
     insta::assert_snapshot!("interrupted", frame(&state, 110, 30));
 }
 
+/// The sessions of the picker tests: a long session with a long title
+/// and a short one, most recently modified first.
+fn listed_sessions() -> Vec<(
+    soba_store::reader::SessionSummary,
+    soba_store::reader::SessionGlance,
+)> {
+    let at = |minutes: u64| {
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_625_120 + 60 * minutes))
+    };
+    let summary = |id: &str, size: u64, minutes: u64| soba_store::reader::SessionSummary {
+        id: id.into(),
+        path: format!("/s/{id}.jsonl").into(),
+        created_at: Some("2026-12-07T06:32:00Z".into()),
+        cwd: None,
+        size,
+        modified: at(minutes),
+        problem: None,
+    };
+    let glance = |title: &str, n_messages: u64| soba_store::reader::SessionGlance {
+        title: Some(title.into()),
+        n_messages,
+    };
+    vec![
+        (
+            summary("01a24f30-0000-7000-8000-000000000000", 1_126, 40),
+            glance("hi", 2),
+        ),
+        (
+            summary("01a24f34-0000-7000-8000-000000000000", 2_516_582, 5),
+            glance(
+                "We are extending loglens, our access-log analyzer. Over this session add ten features, one at a time, each with its test.",
+                373,
+            ),
+        ),
+    ]
+}
+
 /// Issue 36 item 4: the `soba -r` picker at launch shows each session's
 /// message count and first prompt, and the sidebar behind it shows no
 /// placeholder figures while no session is open.
 #[test]
 fn resume_picker_at_launch() {
+    let (header, items) = soba_tui::view::session_choices(&listed_sessions(), 8, true);
     let state = AppState {
         overlay: Some(Overlay::Picker(Picker {
-            title: "Resume a session (most recent first)".into(),
+            title: "Resume a session (most recently modified first)".into(),
             purpose: PickerPurpose::Resume,
-            items: vec![
-                PickerItem {
-                    key: String::new(),
-                    label: "(a new session)".into(),
-                },
-                PickerItem {
-                    key: "/s/a.jsonl".into(),
-                    label: "01a24f34  2026-12-07 06:32    373 messages    2.4 MB  We are extending loglens, our access-log analyzer. Over this…".into(),
-                },
-                PickerItem {
-                    key: "/s/b.jsonl".into(),
-                    label: "01a24f30  2026-12-07 06:32      2 messages    1.1 KB  hi".into(),
-                },
-            ],
+            items,
             selected: 1,
+            header: Some(header),
             note: None,
         })),
         ..AppState::default()
     };
     insta::assert_snapshot!("resume_picker", frame(&state, 110, 20));
+}
+
+/// Issue 36 (first hour) item 5: the session picker gives a title the
+/// width there is (it was cut at about 56 characters on any terminal),
+/// sizes in the unit the rest of soba uses (KiB, MiB: it said KB), and
+/// labels its time column with what the list is ordered by (the log's
+/// last change; the walk read activity order under "created").
+#[test]
+fn the_session_picker_uses_the_width_and_says_what_it_is_ordered_by() {
+    let (header, items) = soba_tui::view::session_choices(&listed_sessions(), 8, false);
+    assert!(
+        header.contains("modified") && !header.contains("created"),
+        "{header}"
+    );
+    let state = AppState {
+        overlay: Some(Overlay::Picker(Picker {
+            title: "Resume a session (most recently modified first)".into(),
+            purpose: PickerPurpose::Resume,
+            items,
+            selected: 0,
+            header: Some(header),
+            note: None,
+        })),
+        ..AppState::default()
+    };
+    let screen = frame(&state, 200, 16);
+    assert!(
+        screen.contains("one at a time, each with its test."),
+        "the whole title: {screen}"
+    );
+    assert!(
+        screen.contains("2.4 MiB") && screen.contains("1.1 KiB"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains(" KB") && !screen.contains(" MB"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("2026-12-07 06:37") && screen.contains("2026-12-07 07:12"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("resume_picker_wide", screen);
 }
 
 /// Issue 36 item 4: Esc on the `soba -r` picker at launch does not leave
@@ -606,6 +676,7 @@ fn esc_on_the_resume_picker_at_launch_says_what_now() {
                 label: "(a new session)".into(),
             }],
             selected: 0,
+            header: None,
             note: None,
         })),
         ..AppState::default()
@@ -748,6 +819,7 @@ fn nothing_beneath_shows_beside_a_box() {
             })
             .collect(),
         selected: 0,
+        header: None,
         note: None,
     }));
     let screen = frame(&state, 110, 30);
