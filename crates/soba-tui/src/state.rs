@@ -24,7 +24,7 @@ pub enum HistoryItem {
     User(String),
     /// Assistant text.
     Assistant(String),
-    /// A tool call folded to one line, e.g. `bash: cargo test (exit 1, 2.3 KiB)`.
+    /// A tool call folded to one line, e.g. `bash: cargo test (exit 1, output 2.3 KiB)`.
     Tool {
         /// The folded line, without the marker.
         line: String,

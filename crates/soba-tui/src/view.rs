@@ -72,7 +72,10 @@ fn exit_code(text: &str) -> Option<&str> {
 }
 
 /// Folds one tool call and its result into a line, e.g.
-/// `bash: cargo test (exit 1, 2.3 KiB)`; a call the user denied says so.
+/// `bash: cargo test (exit 1, output 2.3 KiB)`; a call the user denied
+/// says so. The size is the output's (what Ctrl-O shows, the result the
+/// model got), labelled so: `read_file: a.py (12 B)` read as the file's
+/// size, and its numbered lines are not.
 pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: bool) -> String {
     match result {
         Some((text, true)) if text == USER_DENIAL => format!("{call} (denied)"),
@@ -83,7 +86,7 @@ pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: 
             format!("{call} (not run: soba run could not ask for approval)")
         }
         Some((text, is_error)) => {
-            let size = human_size(text.len() as u64);
+            let size = format!("output {}", human_size(text.len() as u64));
             match exit_code(text) {
                 Some(code) if tool == "bash" => format!("{call} (exit {code}, {size})"),
                 _ if is_error => format!("{call} (error, {size})"),
@@ -1089,7 +1092,7 @@ mod tests {
                 HistoryItem::User("run the tests".into()),
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
-                    line: "bash: cargo test (exit 1, 2.4 KiB)".into(),
+                    line: "bash: cargo test (exit 1, output 2.4 KiB)".into(),
                     is_error: true,
                     output: Some(ToolOutput {
                         lines: vec!["x".repeat(1_000), "exit code 1".into()],
@@ -1099,7 +1102,7 @@ mod tests {
                 },
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
-                    line: "read_file: src/lib.rs (12 B)".into(),
+                    line: "read_file: src/lib.rs (output 12 B)".into(),
                     is_error: false,
                     output: Some(ToolOutput {
                         lines: vec!["fn main() {}".into()],
@@ -1190,11 +1193,11 @@ mod tests {
         assert_eq!(
             tools,
             vec![
-                ("edit_file: src/lexer.rs (19 B)", change.clone()),
+                ("edit_file: src/lexer.rs (output 19 B)", change.clone()),
                 ("edit_file: src/lexer.rs (denied)", change),
-                ("edit_file: src/lexer.rs (error, 19 B)", Vec::new()),
+                ("edit_file: src/lexer.rs (error, output 19 B)", Vec::new()),
                 (
-                    "write_file: n.md (10 B)",
+                    "write_file: n.md (output 10 B)",
                     vec![
                         (DiffKind::Note, "2 lines"),
                         (DiffKind::Added, "# T"),
@@ -1202,6 +1205,34 @@ mod tests {
                     ]
                 ),
             ]
+        );
+    }
+
+    /// Issue 36 (first hour) item 7: `read_file: hello.py (92 B)` read as
+    /// the file's size, which is 65 B: the figure is the output's (its
+    /// numbered lines), and the line says so.
+    #[test]
+    fn a_tool_line_says_its_size_is_the_outputs() {
+        let file = "def greet(name):\n\tif name:\n\t\treturn 'hi ' + name\n    return 'hi'\n";
+        let output = file
+            .lines()
+            .enumerate()
+            .map(|(idx, line)| format!("{:>6}\t{line}", idx + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!((file.len(), output.len()), (65, 92));
+        assert_eq!(
+            tool_line(
+                "read_file: hello.py",
+                "read_file",
+                Some((&output, false)),
+                false
+            ),
+            "read_file: hello.py (output 92 B)"
+        );
+        assert_eq!(
+            tool_line("bash: ls", "bash", Some(("a\nexit code 0", false)), false),
+            "bash: ls (exit 0, output 13 B)"
         );
     }
 
