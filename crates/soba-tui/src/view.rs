@@ -144,14 +144,28 @@ pub fn change_lines(call: &soba_core::ToolUse) -> Vec<DiffLine> {
     }
 }
 
+/// What an `edit_file` call did as its file shows it (whole lines, their
+/// indentation and context), given the call and whether it ran (else it
+/// was denied); `None` when the file no longer tells, and the diff of the
+/// call's arguments is shown ([`preview::edit_in_file`] for the worker).
+pub type FileChange<'a> = dyn FnMut(&soba_core::ToolUse, bool) -> Option<Vec<DiffLine>> + 'a;
+
 /// Builds the conversation from `path`; `running` marks unanswered tool
-/// calls of the turn in progress as running rather than interrupted.
-pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<HistoryItem> {
+/// calls of the turn in progress as running rather than interrupted; an
+/// edit that ran or was denied is shown as `file_change` sees it in its
+/// file, else from its arguments.
+pub fn history_items(
+    path: &[Entry],
+    short: usize,
+    running: bool,
+    file_change: &mut FileChange<'_>,
+) -> Vec<HistoryItem> {
     let mut items = Vec::new();
     // Tool call id → (index in items, description, tool name).
     let mut calls: HashMap<String, (usize, String, String)> = HashMap::new();
-    // Tool call id → what its file change does.
-    let mut changes: HashMap<String, Vec<DiffLine>> = HashMap::new();
+    // Tool call id → what its file change does, from its arguments, and
+    // the call.
+    let mut changes: HashMap<String, (Vec<DiffLine>, &soba_core::ToolUse)> = HashMap::new();
     for entry in path {
         match &entry.body {
             EntryBody::Message(stored) => {
@@ -179,7 +193,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                             let description = describe_call(call);
                             let change = change_lines(call);
                             if !change.is_empty() {
-                                changes.insert(call.id.clone(), change);
+                                changes.insert(call.id.clone(), (change, call));
                             }
                             calls.insert(
                                 call.id.clone(),
@@ -203,10 +217,16 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                                 // A change that ran, or that the user
                                 // denied, stays visible; one that failed
                                 // shows its error instead.
-                                let diff = if !result.is_error || text == USER_DENIAL {
-                                    changes.remove(&result.tool_use_id).unwrap_or_default()
-                                } else {
-                                    Vec::new()
+                                let diff = match changes.remove(&result.tool_use_id) {
+                                    Some((args, call))
+                                        if !result.is_error || text == USER_DENIAL =>
+                                    {
+                                        let in_file = (call.name == "edit_file")
+                                            .then(|| file_change(call, !result.is_error))
+                                            .flatten();
+                                        in_file.unwrap_or(args)
+                                    }
+                                    _ => Vec::new(),
                                 };
                                 items[*idx] = HistoryItem::Tool {
                                     line: tool_line(
@@ -1010,7 +1030,7 @@ mod tests {
                 text: "x".into(),
             }),
         )];
-        let items = history_items(&path, 4, false);
+        let items = history_items(&path, 4, false, &mut |_, _| None);
         let [HistoryItem::Event(line)] = items.as_slice() else {
             panic!("{items:?}");
         };
@@ -1085,7 +1105,7 @@ mod tests {
                 )),
             ),
         ];
-        let items = history_items(&path, 4, false);
+        let items = history_items(&path, 4, false, &mut |_, _| None);
         assert_eq!(
             items,
             vec![
@@ -1119,7 +1139,7 @@ mod tests {
                 },
             ]
         );
-        let running = history_items(&path, 4, true);
+        let running = history_items(&path, 4, true, &mut |_, _| None);
         assert_eq!(
             running.last(),
             Some(&HistoryItem::Tool {
@@ -1173,7 +1193,7 @@ mod tests {
                 message(Message::tool_result("c4", "wrote n.md", false)),
             ),
         ];
-        let items = history_items(&path, 4, false);
+        let items = history_items(&path, 4, false, &mut |_, _| None);
         let tools: Vec<(&str, Vec<(DiffKind, &str)>)> = items
             .iter()
             .filter_map(|item| match item {
@@ -1302,7 +1322,7 @@ mod tests {
         let attached = mention::attach(&workspace, "read @notes.md please");
         let path = vec![entry(1, None, message(attached.message.clone()))];
         assert_eq!(
-            history_items(&path, 4, false),
+            history_items(&path, 4, false, &mut |_, _| None),
             [
                 HistoryItem::User("read @notes.md please".into()),
                 HistoryItem::Event("@notes.md (3 lines attached)".into()),

@@ -851,3 +851,75 @@ fn nothing_beneath_shows_beside_a_box() {
         assert!(!row.contains("answer"), "{screen}");
     }
 }
+
+/// Issue 36 (first hour) item 3: the diff under an approved edit keeps
+/// the lines' indentation (tabs to the next multiple of four columns, as
+/// everywhere): an `oldString` starting after a line's indentation showed
+/// that line flush left, from the call's arguments; it is shown in the
+/// file's whole lines, as the approval prompt showed it. An answer's code
+/// and a tool's output keep theirs too (wrapping dropped it).
+#[test]
+fn an_edit_and_an_answer_keep_their_indentation() {
+    use soba_core::{Block, Entry, EntryBody, EntryId, IdKind, Message, MessageEntry, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let file = "def greet(name):\n\tif name:\n\t\treturn 'hi ' + name\n    return 'hi'\n";
+    let edited = file.replace(
+        "return 'hi ' + name",
+        "return 'hello ' + name\n\t\t# greeted",
+    );
+    std::fs::write(dir.path().join("hello.py"), &edited).unwrap();
+    let workspace = soba_engine::tool::Workspace::new(dir.path()).unwrap();
+    let call = soba_core::ToolUse {
+        id: "c1".into(),
+        name: "edit_file".into(),
+        input: soba_core::ToolInput::from_value(serde_json::json!({
+            "path": "hello.py",
+            "oldString": "return 'hi ' + name",
+            "newString": "return 'hello ' + name\n\t\t# greeted",
+        })),
+    };
+    let messages = [
+        Message::user("greet by name"),
+        Message::new(
+            Role::Assistant,
+            vec![Block::Text("Editing.".into()), Block::ToolUse(call)],
+        ),
+        Message::tool_result("c1", "replaced 1 occurrence in hello.py", false),
+        Message::assistant("Done:\n\n\tif name:\n\t\treturn 'hello ' + name\n    return 'hi'"),
+    ];
+    let id = |n: u128| {
+        EntryId::from_uuid(
+            IdKind::Entry,
+            0x0190_0000_0000_7000_8000_0000_0000_0000 | n << 16,
+        )
+    };
+    let path: Vec<Entry> = messages
+        .into_iter()
+        .enumerate()
+        .map(|(n, message)| Entry {
+            id: id(n as u128 + 1),
+            parent_id: (n > 0).then(|| id(n as u128)),
+            timestamp: String::new(),
+            body: EntryBody::Message(MessageEntry {
+                message,
+                tokens: None,
+            }),
+        })
+        .collect();
+    let mut state = working();
+    state.history = soba_tui::view::history_items(&path, 4, false, &mut |call, ran| {
+        preview::edit_in_file(&workspace, &call.input, ran)
+    });
+    let screen = frame(&state, 110, 30);
+    for shown in [
+        "│ -         return 'hi ' + name",
+        "│ +         return 'hello ' + name",
+        "│ +         # greeted",
+        "│       return 'hi'",
+        "│      if name:",
+        "│          return 'hello ' + name",
+    ] {
+        assert!(screen.contains(shown), "{shown:?}:\n{screen}");
+    }
+    insta::assert_snapshot!("edit_indentation", screen);
+}
