@@ -616,53 +616,98 @@ pub fn usage_text(
     text
 }
 
-/// Returns the `/status` text: model, window, session, how full the
-/// context is and the short-id length of this session.
+/// The width of the `/status` labels: with the longest value of a known
+/// length, a session id (36 characters), a line is 46 columns, the
+/// conversation's text column on an 80-column terminal beside the sidebar.
+const STATUS_LABEL: usize = 10;
+
+/// Returns the `/status` text: model, window, how full the context is
+/// against autoLimit and hardLimit, auto-compact, the latest capsule, the
+/// session id and its log, one fact a line, each within 46 columns (only
+/// a model id or a path of more can be wider).
 pub fn status_text(core: &SessionCore, log_path: &std::path::Path) -> String {
     let budget = core.budget();
     let measurement = core.measure();
-    let percent = |limit: u64| {
-        (measurement.tokens.get() * 100)
-            .checked_div(limit)
-            .unwrap_or(0)
-    };
+    let tokens = measurement.tokens.get();
+    let percent = |limit: u64| (tokens * 100).checked_div(limit).unwrap_or(0);
+    let row = |label: &str, value: String| format!("{label:<STATUS_LABEL$}{value}");
     let side = sidebar(core);
-    [
+    let mut lines = vec![
         format!("/status · {}", core.model_id()),
-        format!(
-            "{:<16}{} tokens (maxOutput {})",
+        row(
             "window",
-            group_thousands(budget.context_window().get()),
-            group_thousands(budget.max_output_tokens().get())
+            format!(
+                "{} tokens, maxOutput {}",
+                group_thousands(budget.context_window().get()),
+                group_thousands(budget.max_output_tokens().get())
+            ),
         ),
-        format!(
-            "{:<16}{} ({})",
-            "session",
-            core.header().id.as_str(),
-            log_path.display()
-        ),
-        format!(
-            "{:<16}{} tokens ({}) · {}% of autoLimit {} · {}% of hardLimit {}",
+        row(
             "context",
-            group_thousands(measurement.tokens.get()),
-            measurement.source.as_str(),
-            percent(budget.auto_limit().get()),
-            group_thousands(budget.auto_limit().get()),
-            percent(budget.hard_limit().get()),
-            group_thousands(budget.hard_limit().get())
+            format!(
+                "{} tokens ({})",
+                group_thousands(tokens),
+                measurement.source.as_str()
+            ),
+        ),
+        row(
+            "",
+            format!(
+                "{}% of autoLimit {}",
+                percent(budget.auto_limit().get()),
+                group_thousands(budget.auto_limit().get())
+            ),
+        ),
+        row(
+            "",
+            format!(
+                "{}% of hardLimit {}",
+                percent(budget.hard_limit().get()),
+                group_thousands(budget.hard_limit().get())
+            ),
         ),
         format!(
-            "{:<16}{}",
-            "auto-compact",
+            "auto-compact {}",
             if side.auto_compact { "on" } else { "off" }
         ),
-        format!(
-            "{:<16}{}",
-            "last compaction",
-            side.last_compaction.unwrap_or_else(|| "(none)".to_owned())
-        ),
-    ]
-    .join("\n")
+    ];
+    let latest = core
+        .path()
+        .iter()
+        .rev()
+        .find_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) => Some((entry, capsule)),
+            _ => None,
+        });
+    match latest {
+        Some((entry, capsule)) => {
+            let (before, after) = (capsule.tokens_before.get(), capsule.tokens_after.get());
+            lines.push(row(
+                "capsule",
+                format!(
+                    "{} ({})",
+                    entry.id.short_with(core.short_id_len_now()),
+                    capsule.trigger.as_str()
+                ),
+            ));
+            lines.push(row(
+                "",
+                format!(
+                    "{} → {} tokens ({})",
+                    group_thousands(before),
+                    group_thousands(after),
+                    soba_engine::event::size_change(before, after)
+                ),
+            ));
+            if capsule.quality == Quality::Degraded {
+                lines.push(row("", "fallback used".to_owned()));
+            }
+        }
+        None => lines.push(row("capsule", "none yet".to_owned())),
+    }
+    lines.push(row("session", core.header().id.as_str().to_owned()));
+    lines.push(row("log", log_path.display().to_string()));
+    lines.join("\n")
 }
 
 fn one_line(text: &str, max_chars: usize) -> String {

@@ -990,10 +990,14 @@ async fn usage_status_and_clear() {
     let status = note_texts(&seen).pop().expect("a note");
     let lines: Vec<&str> = status.lines().collect();
     assert_eq!(lines[0], "/status · fake/test-model");
-    assert_eq!(lines[1], "window          24,000 tokens (maxOutput 2,000)");
-    assert!(lines[2].starts_with("session         01"), "{status}");
+    assert_eq!(lines[1], "window    24,000 tokens, maxOutput 2,000");
+    assert!(lines[2].starts_with("context   "), "{status}");
+    assert!(lines[4].ends_with("% of hardLimit 21,000"), "{status}");
+    assert_eq!(lines[5], "auto-compact on");
+    assert_eq!(lines[6], "capsule   none yet");
+    assert!(lines[7].starts_with("session   01"), "{status}");
     assert!(
-        lines[3].starts_with("context         ") && lines[3].contains("% of hardLimit 21,000"),
+        lines[8].starts_with("log       ") && lines[8].ends_with(".jsonl"),
         "{status}"
     );
     let before = rig.session_logs();

@@ -923,3 +923,49 @@ fn an_edit_and_an_answer_keep_their_indentation() {
     }
     insta::assert_snapshot!("edit_indentation", screen);
 }
+
+/// Issue 36 (first hour) item 6: on an 80-column terminal (the sidebar
+/// leaves the conversation 46 columns of text) every line of `/status`
+/// fits: it wrapped its session, context and compaction lines.
+#[test]
+fn status_fits_an_80_column_terminal() {
+    use soba_core::config::CompactionConfig;
+    use soba_engine::session::{SessionConfig, SessionCore};
+    use soba_store::log::{SequentialMinter, SessionHeader, WriterOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut minter = SequentialMinter::new(1_735_689_600);
+    let header = SessionHeader::new(&mut minter, "/ws");
+    let config = SessionConfig {
+        model: soba_engine::demo::demo_model(),
+        compaction: CompactionConfig::default(),
+        system_prompt: "You are a careful coding agent.".into(),
+        tool_schemas: Vec::new(),
+        counter: None,
+    };
+    let log = dir.path().join("s.jsonl");
+    let mut core = SessionCore::create(
+        &log,
+        header,
+        config,
+        WriterOptions {
+            durability: soba_store::log::Durability::Flush,
+            minter: Box::new(minter),
+        },
+    )
+    .unwrap();
+    core.append_message(soba_core::Message::user("hello there"))
+        .unwrap();
+    let text = soba_tui::view::status_text(&core, std::path::Path::new("/s/0190f3a2.jsonl"));
+    let mut state = working();
+    state.notes.push((state.history.len(), text.clone()));
+    let screen = frame(&state, 80, 30);
+    // The note's text column: 80 − the sidebar's 30 − 2 borders − 2.
+    for line in text.lines() {
+        assert!(
+            soba_tui::render::text_width(line) <= 46,
+            "{line:?} is wider than 46 columns:\n{screen}"
+        );
+    }
+    insta::assert_snapshot!("status_80", screen);
+}
