@@ -12,9 +12,9 @@ use ignore::WalkBuilder;
 use sha2::{Digest, Sha256};
 use soba_core::{Block, Message};
 use soba_engine::tool::Workspace;
+use soba_workspace::session_list::human_size;
 
 use super::completion::is_confined;
-use super::view::format_size;
 
 /// The most files the completion list holds (a huge tree is cut, sorted
 /// by walk order).
@@ -111,7 +111,7 @@ fn read_mentioned(workspace: &Workspace, path: &str) -> Result<String, String> {
     .map_err(|err| match err {
         soba_workspace::setup::WorkspaceReadError::TooLarge { .. } => format!(
             "it is larger than {}; ask the agent to read the part you need",
-            format_size(MAX_ATTACHED_BYTES as usize)
+            human_size(MAX_ATTACHED_BYTES)
         ),
         other => other.to_string(),
     })?;
@@ -234,7 +234,7 @@ mod tests {
         let notes = attached.notes.join("\n");
         for expected in [
             "@logo.png not attached: it looks binary",
-            "@big.txt not attached: it is larger than 256.0 KB",
+            "@big.txt not attached: it is larger than 256.0 KiB",
             "@missing.rs not attached: no such file in the workspace",
             "@../secret not attached: only files inside the workspace",
             "@link not attached: ",

@@ -183,6 +183,45 @@ fn read_text(workspace: &Workspace, path: &str) -> Result<Option<String>, String
         .map_err(|_| "it is not UTF-8 text".to_owned())
 }
 
+/// Returns an `edit_file` call as its file shows it now, in whole lines
+/// with their indentation and the context around them (a call's
+/// `oldString` often starts after a line's indentation, and a diff of the
+/// arguments alone showed that line without it): for an edit that `ran`,
+/// the file with the new text put back to the old → the file; for one
+/// that did not (denied), the file → the file with the edit made, as the
+/// approval prompt showed it. `None` when the file no longer tells: it
+/// cannot be read, or the text looked for is not in it exactly once
+/// (every occurrence with `replaceAll`).
+pub fn edit_in_file(workspace: &Workspace, input: &ToolInput, ran: bool) -> Option<Vec<DiffLine>> {
+    let (path, old, new) = (
+        input.str_arg("path")?,
+        input.str_arg("oldString")?,
+        input.str_arg("newString")?,
+    );
+    let replace_all = input
+        .object()
+        .get("replaceAll")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    let text = read_text(workspace, path).ok()??;
+    let (from, to) = if ran { (new, old) } else { (old, new) };
+    let n_found = if from.is_empty() {
+        0
+    } else {
+        text.matches(from).count()
+    };
+    if n_found == 0 || (n_found > 1 && !replace_all) {
+        return None;
+    }
+    let other = if replace_all {
+        text.replace(from, to)
+    } else {
+        text.replacen(from, to, 1)
+    };
+    let (before, after) = if ran { (other, text) } else { (text, other) };
+    Some(diff(&before, &after, MAX_PREVIEW_LINES))
+}
+
 /// Shows `old` → `new` as removed and added lines, without the file.
 fn replacement_only(old: &str, new: &str) -> Vec<DiffLine> {
     old.lines()
@@ -361,6 +400,45 @@ mod tests {
 
     fn input(value: serde_json::Value) -> ToolInput {
         ToolInput::from_value(value)
+    }
+
+    /// Issue 36 (first hour) item 3: an edit whose `oldString` starts
+    /// after a line's indentation is shown in whole lines, indentation
+    /// and context included, once it ran (and when it was denied).
+    #[test]
+    fn an_edit_is_shown_in_the_files_whole_lines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = "def greet(name):\n\tif name:\n\t\treturn 'hi ' + name\n    return 'hi'\n";
+        std::fs::write(dir.path().join("hello.py"), file).expect("file");
+        let workspace = Workspace::new(dir.path()).expect("workspace");
+        let call = input(serde_json::json!({
+            "path": "hello.py",
+            "oldString": "return 'hi ' + name",
+            "newString": "return 'hello ' + name\n\t\t# greeted",
+        }));
+        let shown_before = "
+ def greet(name):
+ \tif name:
+-\t\treturn 'hi ' + name
++\t\treturn 'hello ' + name
++\t\t# greeted
+     return 'hi'
+";
+        let denied = edit_in_file(&workspace, &call, false).expect("the file tells");
+        assert_eq!(shown(&denied), &shown_before[1..]);
+        std::fs::write(
+            dir.path().join("hello.py"),
+            file.replace(
+                "return 'hi ' + name",
+                "return 'hello ' + name\n\t\t# greeted",
+            ),
+        )
+        .expect("edited");
+        let ran = edit_in_file(&workspace, &call, true).expect("the file tells");
+        assert_eq!(shown(&ran), &shown_before[1..]);
+        // Edited again since: the arguments are all there is.
+        std::fs::write(dir.path().join("hello.py"), "x\n").expect("rewritten");
+        assert_eq!(edit_in_file(&workspace, &call, true), None);
     }
 
     #[test]

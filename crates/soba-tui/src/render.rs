@@ -254,7 +254,7 @@ fn change_lines(diff: &[DiffLine], expanded: bool, width: usize) -> Vec<Line<'st
                 DiffKind::Note => (' ', dim().add_modifier(Modifier::ITALIC)),
             };
             let row = truncate_to(
-                &format!("{mark} {}", text.replace('\t', "    ")),
+                &format!("{mark} {}", expand_tabs(text)),
                 width.saturating_sub(6),
             );
             Line::from(vec![gutter.clone(), Span::styled(row, style)])
@@ -534,10 +534,10 @@ fn render_input(
 }
 
 fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
-    // A picker's rows end with the session's first prompt: it takes the
-    // terminal's width (up to 120 columns), the other boxes stay narrow.
+    // A picker's rows end with a session's title: it takes the
+    // terminal's width, the other boxes stay narrow.
     let widest = if matches!(overlay, Overlay::Picker(_)) {
-        120
+        u16::MAX
     } else {
         76
     };
@@ -614,6 +614,22 @@ fn render_overlay(frame: &mut Frame<'_>, overlay: &Overlay, area: Rect) {
         width: width.min(area.width),
         height,
     };
+    // The rows the box covers are cleared across the whole area, inside
+    // its borders: the margin beside a centred box showed the screen
+    // beneath (a conversation's `›` beside the `/rewind` list's own).
+    let top = rect.y.max(area.y + 1);
+    let bottom = (rect.y + rect.height).min(area.bottom().saturating_sub(1));
+    if bottom > top && area.width > 2 {
+        frame.render_widget(
+            Clear,
+            Rect {
+                x: area.x + 1,
+                y: top,
+                width: area.width - 2,
+                height: bottom - top,
+            },
+        );
+    }
     frame.render_widget(Clear, rect);
     let block = Block::default()
         .borders(Borders::ALL)
@@ -679,7 +695,7 @@ fn preview_lines(view: &ApprovalView, width: usize, room: usize) -> Vec<Line<'st
                 DiffKind::Added => ('+', Style::default().fg(Color::Green)),
                 DiffKind::Note => (' ', dim().add_modifier(Modifier::ITALIC)),
             };
-            let row = truncate_to(&format!("{mark} {}", text.replace('\t', "    ")), width);
+            let row = truncate_to(&format!("{mark} {}", expand_tabs(text)), width);
             Line::from(Span::styled(row, style))
         })
         .collect()
@@ -702,33 +718,47 @@ fn picker_lines(picker: &Picker, width: usize, height: u16) -> (String, Vec<Line
         .note
         .as_ref()
         .map_or(0, |note| wrap(note, width).len());
-    let room = (height as usize).saturating_sub(4 + note_rows).max(1);
+    let header_rows = usize::from(picker.header.is_some());
+    let room = (height as usize)
+        .saturating_sub(4 + note_rows + header_rows)
+        .max(1);
     let first = (picker.selected + 1).saturating_sub(room);
     let mut lines: Vec<Line<'static>> = picker
-        .items
+        .header
         .iter()
-        .enumerate()
-        .skip(first)
-        .take(room)
-        .map(|(idx, item)| {
-            let row = truncate_to(
-                &format!(
-                    "{} {}",
-                    if idx == picker.selected { "›" } else { " " },
-                    item.label
-                ),
-                width,
-            );
-            if idx == picker.selected {
-                Line::from(Span::styled(
-                    row,
-                    Style::default().add_modifier(Modifier::REVERSED),
-                ))
-            } else {
-                Line::from(row)
-            }
+        .map(|header| {
+            Line::from(Span::styled(
+                truncate_to(&format!("  {header}"), width),
+                dim(),
+            ))
         })
         .collect();
+    lines.extend(
+        picker
+            .items
+            .iter()
+            .enumerate()
+            .skip(first)
+            .take(room)
+            .map(|(idx, item)| {
+                let row = truncate_to(
+                    &format!(
+                        "{} {}",
+                        if idx == picker.selected { "›" } else { " " },
+                        item.label
+                    ),
+                    width,
+                );
+                if idx == picker.selected {
+                    Line::from(Span::styled(
+                        row,
+                        Style::default().add_modifier(Modifier::REVERSED),
+                    ))
+                } else {
+                    Line::from(row)
+                }
+            }),
+    );
     if picker.items.is_empty() {
         lines.push(Line::from("(nothing to choose)"));
     }
@@ -784,39 +814,74 @@ pub fn truncate_to(text: &str, width: usize) -> String {
     out
 }
 
+/// The columns a tab advances to the next multiple of.
+pub const TAB_WIDTH: usize = 4;
+
+/// Returns one line with each tab expanded to spaces, up to the next
+/// multiple of [`TAB_WIDTH`] columns: the one tab rule of the screen (the
+/// conversation, tool output, diffs).
+pub fn expand_tabs(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains('\t') {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    let mut column = 0;
+    for ch in line.chars() {
+        if ch == '\t' {
+            let n_spaces = TAB_WIDTH - column % TAB_WIDTH;
+            out.extend(std::iter::repeat_n(' ', n_spaces));
+            column += n_spaces;
+        } else {
+            out.push(ch);
+            column += ch.width().unwrap_or(0);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Wraps `text` at word boundaries to `width` columns (long words are cut),
-/// keeping its newlines; tabs become four spaces and other unsafe
-/// characters are shown escaped ([`terminal::sanitize`]).
+/// keeping its newlines and each line's indentation, which the rows a long
+/// line wraps to keep too while it leaves half the width to the text; tabs
+/// are expanded ([`expand_tabs`]) and other unsafe characters are shown
+/// escaped ([`terminal::sanitize`]).
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let width = width.max(1);
     let mut rows = Vec::new();
-    for paragraph in terminal::sanitize(text).replace('\t', "    ").split('\n') {
-        let mut row = String::new();
-        let mut row_width = 0;
-        for word in paragraph.split(' ') {
+    for paragraph in terminal::sanitize(text).split('\n') {
+        let line = expand_tabs(paragraph);
+        let body = line.trim_start_matches(' ');
+        let indent = " ".repeat((line.len() - body.len()).min(width / 2));
+        let mut row = indent.clone();
+        let mut row_width = indent.len();
+        // Whether the row holds text after its indentation (a word, or the
+        // empty word between two spaces).
+        let mut has_text = false;
+        for word in body.split(' ') {
             let word_width = text_width(word);
-            let gap = usize::from(!row.is_empty() || row_width > 0);
+            let gap = usize::from(has_text);
             if row_width + gap + word_width <= width {
-                if gap == 1 {
+                if has_text {
                     row.push(' ');
                 }
                 row.push_str(word);
                 row_width += gap + word_width;
+                has_text = true;
                 continue;
             }
-            if !row.is_empty() {
-                rows.push(std::mem::take(&mut row));
-                row_width = 0;
+            if has_text {
+                rows.push(std::mem::replace(&mut row, indent.clone()));
+                row_width = indent.len();
             }
             for ch in word.chars() {
                 let w = ch.width().unwrap_or(0);
-                if row_width + w > width && !row.is_empty() {
-                    rows.push(std::mem::take(&mut row));
-                    row_width = 0;
+                if row_width + w > width && row_width > indent.len() {
+                    rows.push(std::mem::replace(&mut row, indent.clone()));
+                    row_width = indent.len();
                 }
                 row.push(ch);
                 row_width += w;
             }
+            has_text = true;
         }
         rows.push(row);
     }
@@ -897,6 +962,23 @@ mod tests {
         assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
         assert_eq!(wrap("", 4), [""]);
         assert_eq!(wrap("日本語テキスト", 6), ["日本語", "テキス", "ト"]);
+    }
+
+    /// Issue 36 (first hour) item 3: a line's indentation stays (it was
+    /// dropped from every wrapped text: an answer's code, a tool's output,
+    /// a command to approve), on the rows a long line wraps to as well;
+    /// tabs go to the next multiple of four columns.
+    #[test]
+    fn wrap_keeps_indentation_and_expands_tabs_alike() {
+        assert_eq!(wrap("    let x = 1;", 40), ["    let x = 1;"]);
+        assert_eq!(
+            wrap("def f():\n\tif x:\n\t\treturn  1", 40),
+            ["def f():", "    if x:", "        return  1"]
+        );
+        assert_eq!(wrap("    aaa bbb ccc", 11), ["    aaa bbb", "    ccc"]);
+        assert_eq!(wrap("        deep", 8), ["    deep"]);
+        assert_eq!(expand_tabs("ab\tc\td"), "ab  c   d");
+        assert_eq!(expand_tabs("  \tx"), "    x");
     }
 
     #[test]

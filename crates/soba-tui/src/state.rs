@@ -24,7 +24,7 @@ pub enum HistoryItem {
     User(String),
     /// Assistant text.
     Assistant(String),
-    /// A tool call folded to one line, e.g. `bash: cargo test (exit 1, 2.3 KB)`.
+    /// A tool call folded to one line, e.g. `bash: cargo test (exit 1, output 2.3 KiB)`.
     Tool {
         /// The folded line, without the marker.
         line: String,
@@ -156,6 +156,8 @@ pub struct Picker {
     pub items: Vec<PickerItem>,
     /// The highlighted choice.
     pub selected: usize,
+    /// The labels of the choices' columns, shown above them.
+    pub header: Option<String>,
     /// One line under the choices (e.g. how many were left out and why).
     pub note: Option<String>,
 }
@@ -364,7 +366,9 @@ pub enum UiEvent {
     /// The provider request failed and is retried, e.g. `retrying in 4 s
     /// (attempt 2 of 5): connection refused`.
     Retrying(String),
-    /// `/clear`: the notes of the session left go with it.
+    /// Another session replaces the one shown (`/resume`, `/clear`): the
+    /// notes of the session left go with it, and the view returns to the
+    /// end of the conversation.
     ClearNotes,
 }
 
@@ -1212,6 +1216,7 @@ mod tests {
                 },
             ],
             selected: 0,
+            header: None,
             note: None,
         })));
         let now = Instant::now();

@@ -13,6 +13,9 @@ use soba_engine::agent::describe_call;
 use soba_engine::session::SessionCore;
 use soba_engine::tool::{NON_INTERACTIVE_DENIAL, USER_DENIAL};
 
+use soba_store::reader::{SessionGlance, SessionSummary};
+use soba_workspace::session_list::{self, human_size};
+
 use super::mention;
 use super::preview::{self, DiffKind, DiffLine};
 use super::state::{HistoryItem, PickerItem, RewindPlan, Sidebar, ToolOutput};
@@ -59,19 +62,6 @@ pub fn short_len(entries: &[Entry]) -> usize {
     shortest_unique_len(entries.iter().map(|entry| &entry.id))
 }
 
-/// Formats a byte count as `512 B`, `2.3 KB` or `1.4 MB`.
-pub fn format_size(bytes: usize) -> String {
-    const KB: f64 = 1024.0;
-    let n = bytes as f64;
-    if n < KB {
-        format!("{bytes} B")
-    } else if n < KB * KB {
-        format!("{:.1} KB", n / KB)
-    } else {
-        format!("{:.1} MB", n / (KB * KB))
-    }
-}
-
 /// Returns the exit code a `bash` result reports on its last line
 /// (`exit code N`).
 fn exit_code(text: &str) -> Option<&str> {
@@ -82,7 +72,10 @@ fn exit_code(text: &str) -> Option<&str> {
 }
 
 /// Folds one tool call and its result into a line, e.g.
-/// `bash: cargo test (exit 1, 2.3 KB)`; a call the user denied says so.
+/// `bash: cargo test (exit 1, output 2.3 KiB)`; a call the user denied
+/// says so. The size is the output's (what Ctrl-O shows, the result the
+/// model got), labelled so: `read_file: a.py (12 B)` read as the file's
+/// size, and its numbered lines are not.
 pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: bool) -> String {
     match result {
         Some((text, true)) if text == USER_DENIAL => format!("{call} (denied)"),
@@ -93,7 +86,7 @@ pub fn tool_line(call: &str, tool: &str, result: Option<(&str, bool)>, running: 
             format!("{call} (not run: soba run could not ask for approval)")
         }
         Some((text, is_error)) => {
-            let size = format_size(text.len());
+            let size = format!("output {}", human_size(text.len() as u64));
             match exit_code(text) {
                 Some(code) if tool == "bash" => format!("{call} (exit {code}, {size})"),
                 _ if is_error => format!("{call} (error, {size})"),
@@ -151,14 +144,28 @@ pub fn change_lines(call: &soba_core::ToolUse) -> Vec<DiffLine> {
     }
 }
 
+/// What an `edit_file` call did as its file shows it (whole lines, their
+/// indentation and context), given the call and whether it ran (else it
+/// was denied); `None` when the file no longer tells, and the diff of the
+/// call's arguments is shown ([`preview::edit_in_file`] for the worker).
+pub type FileChange<'a> = dyn FnMut(&soba_core::ToolUse, bool) -> Option<Vec<DiffLine>> + 'a;
+
 /// Builds the conversation from `path`; `running` marks unanswered tool
-/// calls of the turn in progress as running rather than interrupted.
-pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<HistoryItem> {
+/// calls of the turn in progress as running rather than interrupted; an
+/// edit that ran or was denied is shown as `file_change` sees it in its
+/// file, else from its arguments.
+pub fn history_items(
+    path: &[Entry],
+    short: usize,
+    running: bool,
+    file_change: &mut FileChange<'_>,
+) -> Vec<HistoryItem> {
     let mut items = Vec::new();
     // Tool call id → (index in items, description, tool name).
     let mut calls: HashMap<String, (usize, String, String)> = HashMap::new();
-    // Tool call id → what its file change does.
-    let mut changes: HashMap<String, Vec<DiffLine>> = HashMap::new();
+    // Tool call id → what its file change does, from its arguments, and
+    // the call.
+    let mut changes: HashMap<String, (Vec<DiffLine>, &soba_core::ToolUse)> = HashMap::new();
     for entry in path {
         match &entry.body {
             EntryBody::Message(stored) => {
@@ -186,7 +193,7 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                             let description = describe_call(call);
                             let change = change_lines(call);
                             if !change.is_empty() {
-                                changes.insert(call.id.clone(), change);
+                                changes.insert(call.id.clone(), (change, call));
                             }
                             calls.insert(
                                 call.id.clone(),
@@ -210,10 +217,16 @@ pub fn history_items(path: &[Entry], short: usize, running: bool) -> Vec<History
                                 // A change that ran, or that the user
                                 // denied, stays visible; one that failed
                                 // shows its error instead.
-                                let diff = if !result.is_error || text == USER_DENIAL {
-                                    changes.remove(&result.tool_use_id).unwrap_or_default()
-                                } else {
-                                    Vec::new()
+                                let diff = match changes.remove(&result.tool_use_id) {
+                                    Some((args, call))
+                                        if !result.is_error || text == USER_DENIAL =>
+                                    {
+                                        let in_file = (call.name == "edit_file")
+                                            .then(|| file_change(call, !result.is_error))
+                                            .flatten();
+                                        in_file.unwrap_or(args)
+                                    }
+                                    _ => Vec::new(),
                                 };
                                 items[*idx] = HistoryItem::Tool {
                                     line: tool_line(
@@ -603,53 +616,98 @@ pub fn usage_text(
     text
 }
 
-/// Returns the `/status` text: model, window, session, how full the
-/// context is and the short-id length of this session.
+/// The width of the `/status` labels: with the longest value of a known
+/// length, a session id (36 characters), a line is 46 columns, the
+/// conversation's text column on an 80-column terminal beside the sidebar.
+const STATUS_LABEL: usize = 10;
+
+/// Returns the `/status` text: model, window, how full the context is
+/// against autoLimit and hardLimit, auto-compact, the latest capsule, the
+/// session id and its log, one fact a line, each within 46 columns (only
+/// a model id or a path of more can be wider).
 pub fn status_text(core: &SessionCore, log_path: &std::path::Path) -> String {
     let budget = core.budget();
     let measurement = core.measure();
-    let percent = |limit: u64| {
-        (measurement.tokens.get() * 100)
-            .checked_div(limit)
-            .unwrap_or(0)
-    };
+    let tokens = measurement.tokens.get();
+    let percent = |limit: u64| (tokens * 100).checked_div(limit).unwrap_or(0);
+    let row = |label: &str, value: String| format!("{label:<STATUS_LABEL$}{value}");
     let side = sidebar(core);
-    [
+    let mut lines = vec![
         format!("/status · {}", core.model_id()),
-        format!(
-            "{:<16}{} tokens (maxOutput {})",
+        row(
             "window",
-            group_thousands(budget.context_window().get()),
-            group_thousands(budget.max_output_tokens().get())
+            format!(
+                "{} tokens, maxOutput {}",
+                group_thousands(budget.context_window().get()),
+                group_thousands(budget.max_output_tokens().get())
+            ),
         ),
-        format!(
-            "{:<16}{} ({})",
-            "session",
-            core.header().id.as_str(),
-            log_path.display()
-        ),
-        format!(
-            "{:<16}{} tokens ({}) · {}% of autoLimit {} · {}% of hardLimit {}",
+        row(
             "context",
-            group_thousands(measurement.tokens.get()),
-            measurement.source.as_str(),
-            percent(budget.auto_limit().get()),
-            group_thousands(budget.auto_limit().get()),
-            percent(budget.hard_limit().get()),
-            group_thousands(budget.hard_limit().get())
+            format!(
+                "{} tokens ({})",
+                group_thousands(tokens),
+                measurement.source.as_str()
+            ),
+        ),
+        row(
+            "",
+            format!(
+                "{}% of autoLimit {}",
+                percent(budget.auto_limit().get()),
+                group_thousands(budget.auto_limit().get())
+            ),
+        ),
+        row(
+            "",
+            format!(
+                "{}% of hardLimit {}",
+                percent(budget.hard_limit().get()),
+                group_thousands(budget.hard_limit().get())
+            ),
         ),
         format!(
-            "{:<16}{}",
-            "auto-compact",
+            "auto-compact {}",
             if side.auto_compact { "on" } else { "off" }
         ),
-        format!(
-            "{:<16}{}",
-            "last compaction",
-            side.last_compaction.unwrap_or_else(|| "(none)".to_owned())
-        ),
-    ]
-    .join("\n")
+    ];
+    let latest = core
+        .path()
+        .iter()
+        .rev()
+        .find_map(|entry| match &entry.body {
+            EntryBody::Capsule(capsule) => Some((entry, capsule)),
+            _ => None,
+        });
+    match latest {
+        Some((entry, capsule)) => {
+            let (before, after) = (capsule.tokens_before.get(), capsule.tokens_after.get());
+            lines.push(row(
+                "capsule",
+                format!(
+                    "{} ({})",
+                    entry.id.short_with(core.short_id_len_now()),
+                    capsule.trigger.as_str()
+                ),
+            ));
+            lines.push(row(
+                "",
+                format!(
+                    "{} → {} tokens ({})",
+                    group_thousands(before),
+                    group_thousands(after),
+                    soba_engine::event::size_change(before, after)
+                ),
+            ));
+            if capsule.quality == Quality::Degraded {
+                lines.push(row("", "fallback used".to_owned()));
+            }
+        }
+        None => lines.push(row("capsule", "none yet".to_owned())),
+    }
+    lines.push(row("session", core.header().id.as_str().to_owned()));
+    lines.push(row("log", log_path.display().to_string()));
+    lines.join("\n")
 }
 
 fn one_line(text: &str, max_chars: usize) -> String {
@@ -660,6 +718,47 @@ fn one_line(text: &str, max_chars: usize) -> String {
     let mut cut: String = flat.chars().take(max_chars.saturating_sub(1)).collect();
     cut.push('…');
     cut
+}
+
+/// Returns the `/resume` and `soba -r` picker's column labels and one
+/// choice per session (`sessions` as listed, most recently modified
+/// first, each with its glance): the id spelled at `id_len`, when its log
+/// last changed (the order, as `soba sessions` shows it), its message
+/// count, size and whole title, which the picker cuts to its width (and
+/// escapes); `(a new session)` first when `new_session`.
+pub fn session_choices(
+    sessions: &[(SessionSummary, SessionGlance)],
+    id_len: usize,
+    new_session: bool,
+) -> (String, Vec<PickerItem>) {
+    let row = |id: &str, modified: &str, messages: &str, size: &str, title: &str| {
+        format!("{id:<id_len$}  {modified:<16}  {messages:>8}  {size:>9}  {title}")
+    };
+    let header = row(
+        "id",
+        session_list::MODIFIED_LABEL,
+        "messages",
+        "size",
+        "title",
+    );
+    let mut items = Vec::new();
+    if new_session {
+        items.push(PickerItem {
+            key: String::new(),
+            label: "(a new session)".to_owned(),
+        });
+    }
+    items.extend(sessions.iter().map(|(summary, glance)| PickerItem {
+        key: summary.path.display().to_string(),
+        label: row(
+            &session_list::short(&summary.id, id_len),
+            &session_list::modified(summary),
+            &group_thousands(glance.n_messages),
+            &human_size(summary.size),
+            glance.title.as_deref().unwrap_or("(no message typed)"),
+        ),
+    }));
+    (header, items)
 }
 
 /// Returns the `/rewind` picker's choices: real user messages and capsules
@@ -976,7 +1075,7 @@ mod tests {
                 text: "x".into(),
             }),
         )];
-        let items = history_items(&path, 4, false);
+        let items = history_items(&path, 4, false, &mut |_, _| None);
         let [HistoryItem::Event(line)] = items.as_slice() else {
             panic!("{items:?}");
         };
@@ -1051,14 +1150,14 @@ mod tests {
                 )),
             ),
         ];
-        let items = history_items(&path, 4, false);
+        let items = history_items(&path, 4, false, &mut |_, _| None);
         assert_eq!(
             items,
             vec![
                 HistoryItem::User("run the tests".into()),
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
-                    line: "bash: cargo test (exit 1, 2.4 KB)".into(),
+                    line: "bash: cargo test (exit 1, output 2.4 KiB)".into(),
                     is_error: true,
                     output: Some(ToolOutput {
                         lines: vec!["x".repeat(1_000), "exit code 1".into()],
@@ -1068,7 +1167,7 @@ mod tests {
                 },
                 HistoryItem::Assistant("Running it.".into()),
                 HistoryItem::Tool {
-                    line: "read_file: src/lib.rs (12 B)".into(),
+                    line: "read_file: src/lib.rs (output 12 B)".into(),
                     is_error: false,
                     output: Some(ToolOutput {
                         lines: vec!["fn main() {}".into()],
@@ -1085,7 +1184,7 @@ mod tests {
                 },
             ]
         );
-        let running = history_items(&path, 4, true);
+        let running = history_items(&path, 4, true, &mut |_, _| None);
         assert_eq!(
             running.last(),
             Some(&HistoryItem::Tool {
@@ -1139,7 +1238,7 @@ mod tests {
                 message(Message::tool_result("c4", "wrote n.md", false)),
             ),
         ];
-        let items = history_items(&path, 4, false);
+        let items = history_items(&path, 4, false, &mut |_, _| None);
         let tools: Vec<(&str, Vec<(DiffKind, &str)>)> = items
             .iter()
             .filter_map(|item| match item {
@@ -1159,11 +1258,11 @@ mod tests {
         assert_eq!(
             tools,
             vec![
-                ("edit_file: src/lexer.rs (19 B)", change.clone()),
+                ("edit_file: src/lexer.rs (output 19 B)", change.clone()),
                 ("edit_file: src/lexer.rs (denied)", change),
-                ("edit_file: src/lexer.rs (error, 19 B)", Vec::new()),
+                ("edit_file: src/lexer.rs (error, output 19 B)", Vec::new()),
                 (
-                    "write_file: n.md (10 B)",
+                    "write_file: n.md (output 10 B)",
                     vec![
                         (DiffKind::Note, "2 lines"),
                         (DiffKind::Added, "# T"),
@@ -1174,11 +1273,32 @@ mod tests {
         );
     }
 
+    /// Issue 36 (first hour) item 7: `read_file: hello.py (92 B)` read as
+    /// the file's size, which is 65 B: the figure is the output's (its
+    /// numbered lines), and the line says so.
     #[test]
-    fn sizes() {
-        assert_eq!(format_size(512), "512 B");
-        assert_eq!(format_size(2_355), "2.3 KB");
-        assert_eq!(format_size(1_500_000), "1.4 MB");
+    fn a_tool_line_says_its_size_is_the_outputs() {
+        let file = "def greet(name):\n\tif name:\n\t\treturn 'hi ' + name\n    return 'hi'\n";
+        let output = file
+            .lines()
+            .enumerate()
+            .map(|(idx, line)| format!("{:>6}\t{line}", idx + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!((file.len(), output.len()), (65, 92));
+        assert_eq!(
+            tool_line(
+                "read_file: hello.py",
+                "read_file",
+                Some((&output, false)),
+                false
+            ),
+            "read_file: hello.py (output 92 B)"
+        );
+        assert_eq!(
+            tool_line("bash: ls", "bash", Some(("a\nexit code 0", false)), false),
+            "bash: ls (exit 0, output 13 B)"
+        );
     }
 
     #[test]
@@ -1247,7 +1367,7 @@ mod tests {
         let attached = mention::attach(&workspace, "read @notes.md please");
         let path = vec![entry(1, None, message(attached.message.clone()))];
         assert_eq!(
-            history_items(&path, 4, false),
+            history_items(&path, 4, false, &mut |_, _| None),
             [
                 HistoryItem::User("read @notes.md please".into()),
                 HistoryItem::Event("@notes.md (3 lines attached)".into()),

@@ -1,7 +1,7 @@
-//! The workspace's sessions as `soba sessions` lists them, most recent
-//! first, with the short ids that tell every session of the folder apart,
-//! the unused ones hidden unless asked for; the table, the notes and the
-//! `--json` rows any front door can show.
+//! The workspace's sessions as `soba sessions` lists them, most recently
+//! modified first, with the short ids that tell every session of the
+//! folder apart, the unused ones hidden unless asked for; the table, the
+//! notes and the `--json` rows any front door can show.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -15,10 +15,14 @@ use soba_store::reader::{
 use crate::context::{MIN_SHORT_SESSION, shortest_unique_prefix};
 use crate::error::Result;
 
+/// The label of the time a listing shows and is ordered by: the log's
+/// last change ([`modified`]), not its creation.
+pub const MODIFIED_LABEL: &str = "modified";
+
 /// The sessions of a folder as listed.
 #[derive(Debug)]
 pub struct SessionList {
-    /// The sessions shown, most recent first.
+    /// The sessions shown, most recently modified first.
     pub sessions: Vec<SessionSummary>,
     /// The length of the short ids, unique among all the folder's sessions.
     pub short_len: usize,
@@ -93,8 +97,9 @@ pub fn hidden_note(n_hidden: usize) -> String {
     )
 }
 
-/// Returns the sessions as an aligned table: short id, creation time,
-/// message count, size and title, one safe line each.
+/// Returns the sessions as an aligned table: short id, the time the log
+/// last changed (the order of the list), message count, size and title,
+/// one safe line each.
 pub fn table(sessions: &[SessionSummary], short_len: usize) -> String {
     let rows: Vec<[String; 5]> = sessions
         .iter()
@@ -102,11 +107,7 @@ pub fn table(sessions: &[SessionSummary], short_len: usize) -> String {
             let glance = session_glance(&summary.path);
             [
                 short(&summary.id, short_len),
-                summary
-                    .created_at
-                    .as_deref()
-                    .map(display_time)
-                    .unwrap_or_else(|| "-".to_owned()),
+                modified(summary),
                 glance.n_messages.to_string(),
                 human_size(summary.size),
                 match &summary.problem {
@@ -120,7 +121,7 @@ pub fn table(sessions: &[SessionSummary], short_len: usize) -> String {
             .map(|cell| sanitize_line(&cell).into_owned())
         })
         .collect();
-    let header = ["id", "created", "messages", "size", "title"];
+    let header = ["id", MODIFIED_LABEL, "messages", "size", "title"];
     let mut widths = header.map(str::len);
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -158,6 +159,15 @@ pub fn short(id: &str, len: usize) -> String {
 pub fn display_time(rfc3339: &str) -> String {
     let text: String = rfc3339.chars().take(16).collect();
     text.replace('T', " ")
+}
+
+/// Shows when a session's log last changed, the time a listing is
+/// ordered by, as `yyyy-mm-dd hh:mm` (UTC); `-` when unknown.
+pub fn modified(summary: &SessionSummary) -> String {
+    summary
+        .modified
+        .and_then(|time| jiff::Timestamp::try_from(time).ok())
+        .map_or_else(|| "-".to_owned(), |time| display_time(&time.to_string()))
 }
 
 /// Counts the complete, non-blank lines after the header.
@@ -210,6 +220,24 @@ mod tests {
         assert_eq!(human_size(4300), "4.2 KiB");
         assert_eq!(human_size(3 * 1024 * 1024 / 2), "1.5 MiB");
         assert_eq!(display_time("2025-01-02T03:04:05.678Z"), "2025-01-02 03:04");
+    }
+
+    /// The time a listing shows is the one it is ordered by: the log's
+    /// last change (the walk read activity order under "created").
+    #[test]
+    fn the_time_shown_is_the_last_change() {
+        let mut summary = SessionSummary {
+            id: "0190aaaa".into(),
+            path: "/s/0190aaaa.jsonl".into(),
+            created_at: Some("2024-05-06T07:08:09Z".into()),
+            cwd: None,
+            size: 0,
+            modified: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_735_689_660)),
+            problem: None,
+        };
+        assert_eq!(modified(&summary), "2025-01-01 00:01");
+        summary.modified = None;
+        assert_eq!(modified(&summary), "-");
     }
 
     #[test]

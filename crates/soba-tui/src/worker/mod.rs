@@ -8,6 +8,7 @@
 mod capsules;
 mod session_ops;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
@@ -31,9 +32,10 @@ use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::command::{RewindTarget, SlashCommand};
+use super::preview::DiffLine;
 use super::state::{
-    Action, ApprovalView, Header, HistoryItem, Overlay, Picker, PickerItem, PickerPurpose,
-    ResultLine, RewindPlan, UiEvent,
+    Action, ApprovalView, Header, HistoryItem, Overlay, Picker, PickerPurpose, ResultLine,
+    RewindPlan, UiEvent,
 };
 use super::view;
 use soba_workspace::capsule::handoff::{self, HandoffInput};
@@ -145,6 +147,10 @@ struct Live {
     shown: std::sync::Mutex<Vec<Entry>>,
     /// The ids of the whole file, once a background thread has read them.
     file_ids: FileIds,
+    /// Edits as their files showed them once they had run or were denied
+    /// (whole lines, indentation, context), by call id; `None` where the
+    /// file no longer told. Read once each: every refresh rebuilds the view.
+    edits: std::sync::Mutex<HashMap<String, Option<Vec<DiffLine>>>>,
 }
 
 /// The slot a background thread fills with the ids of the session's file.
@@ -401,6 +407,7 @@ impl Worker {
             setup,
             shown: std::sync::Mutex::new(shown),
             file_ids,
+            edits: std::sync::Mutex::new(HashMap::new()),
         });
         Ok(notes)
     }
@@ -438,7 +445,17 @@ impl Worker {
                 *shown = core.path().to_vec();
             }
             let earlier = shown.first().is_some_and(|entry| entry.parent_id.is_some());
-            let mut items = view::history_items(&shown, short, self.running.is_some());
+            let mut edits = live.edits.lock().unwrap_or_else(PoisonError::into_inner);
+            let workspace = &self.launch.workspace;
+            let mut items =
+                view::history_items(&shown, short, self.running.is_some(), &mut |call, ran| {
+                    edits
+                        .entry(call.id.clone())
+                        .or_insert_with(|| {
+                            super::preview::edit_in_file(workspace, &call.input, ran)
+                        })
+                        .clone()
+                });
             if earlier {
                 items.insert(
                     0,
@@ -952,9 +969,7 @@ impl Worker {
             Some(live) => Some(live.core.lock().await.header().id.as_str().to_owned()),
             None => None,
         };
-        // The screen starts empty: the notes shown were about the session
-        // left (the new session's own notes follow).
-        self.send(UiEvent::ClearNotes);
+        // Leaving the session takes its notes off the screen (`on_picked`).
         self.on_picked(PickerPurpose::Resume, String::new()).await;
         let Some(live) = &self.live else {
             return;

@@ -39,6 +39,7 @@ impl Worker {
                         purpose: PickerPurpose::Rewind,
                         items,
                         selected: 0,
+                        header: None,
                         note: None,
                     })));
                 }
@@ -108,64 +109,38 @@ impl Worker {
 
     pub(super) fn resume_picker(&self, at_start: bool) {
         let dir = &self.launch.ctx.locations.sessions_dir;
-        let sessions = match soba_store::reader::list_sessions(dir) {
-            Ok(sessions) => sessions,
+        // As `soba sessions` lists them: most recently modified first,
+        // unused ones (left by a crash or an older version, not worth
+        // resuming) hidden, ids at the length that tells every session of
+        // the folder apart (`soba -r` takes it: sessions started within
+        // the minute share their first 8 characters).
+        let listed = match soba_workspace::session_list::list(dir, false) {
+            Ok(listed) => listed,
             Err(err) => {
-                self.note(note_error(err));
+                self.note(cli_note(&err));
                 return;
             }
         };
-        let mut items = Vec::new();
-        if at_start {
-            items.push(PickerItem {
-                key: String::new(),
-                label: "(a new session)".to_owned(),
-            });
-        }
-        // Ids at the length that tells every session of the folder apart
-        // (`soba -r` takes it): sessions started within the minute share
-        // their first 8 characters.
-        let ids: Vec<&str> = sessions.iter().map(|summary| summary.id.as_str()).collect();
-        let id_len = soba_workspace::context::shortest_unique_prefix(
-            &ids,
-            soba_workspace::context::MIN_SHORT_SESSION,
-        );
-        // Unused sessions (left by a crash or an older version) are not
-        // worth resuming.
-        for summary in sessions.iter().filter(|summary| {
-            summary.problem.is_none() && soba_store::reader::has_content(&summary.path)
-        }) {
-            let glance = soba_store::reader::session_glance(&summary.path);
-            items.push(PickerItem {
-                key: summary.path.display().to_string(),
-                label: format!(
-                    "{}  {}  {:>5} messages  {:>9}  {}",
-                    summary.id.chars().take(id_len).collect::<String>(),
-                    summary
-                        .created_at
-                        .as_deref()
-                        .unwrap_or("?")
-                        .chars()
-                        .take(16)
-                        .collect::<String>()
-                        .replace('T', " "),
-                    group_thousands(glance.n_messages),
-                    view::format_size(usize::try_from(summary.size).unwrap_or(usize::MAX)),
-                    glance
-                        .title_line()
-                        .unwrap_or_else(|| "(no message typed)".to_owned())
-                ),
-            });
-        }
+        let sessions: Vec<_> = listed
+            .sessions
+            .into_iter()
+            .filter(|summary| summary.problem.is_none())
+            .map(|summary| {
+                let glance = soba_store::reader::session_glance(&summary.path);
+                (summary, glance)
+            })
+            .collect();
+        let (header, items) = view::session_choices(&sessions, listed.short_len, at_start);
         if items.is_empty() {
             self.note(format!("no sessions in {}", dir.display()));
             return;
         }
         self.send(UiEvent::Overlay(Overlay::Picker(Picker {
-            title: "Resume a session (most recent first)".to_owned(),
+            title: "Resume a session (most recently modified first)".to_owned(),
             purpose: PickerPurpose::Resume,
             items,
             selected: 0,
+            header: Some(header),
             note: None,
         })));
     }
@@ -188,6 +163,7 @@ impl Worker {
                     self.note("that session is already open");
                     return;
                 }
+                let leaving = current.is_some();
                 // Leaving an unused session removes it; there is nothing to
                 // go back to then.
                 if self
@@ -204,6 +180,14 @@ impl Worker {
                 };
                 match opened {
                     Ok(notes) => {
+                        if leaving {
+                            // The notes shown (a `/status`, a warning) and
+                            // the scroll position were the session left's.
+                            self.send(UiEvent::ClearNotes);
+                        }
+                        // Its conversation first, so the notes of opening
+                        // it follow it rather than where the other ended.
+                        self.refresh().await;
                         for note in notes {
                             self.note(note);
                         }
@@ -217,9 +201,9 @@ impl Worker {
                         {
                             self.note(cli_note(&err));
                         }
+                        self.refresh().await;
                     }
                 }
-                self.refresh().await;
             }
             PickerPurpose::Model => self.switch_model(&key).await,
         }
@@ -243,6 +227,7 @@ impl Worker {
             purpose: PickerPurpose::Model,
             items,
             selected,
+            header: None,
             note,
         })));
     }

@@ -990,10 +990,14 @@ async fn usage_status_and_clear() {
     let status = note_texts(&seen).pop().expect("a note");
     let lines: Vec<&str> = status.lines().collect();
     assert_eq!(lines[0], "/status · fake/test-model");
-    assert_eq!(lines[1], "window          24,000 tokens (maxOutput 2,000)");
-    assert!(lines[2].starts_with("session         01"), "{status}");
+    assert_eq!(lines[1], "window    24,000 tokens, maxOutput 2,000");
+    assert!(lines[2].starts_with("context   "), "{status}");
+    assert!(lines[4].ends_with("% of hardLimit 21,000"), "{status}");
+    assert_eq!(lines[5], "auto-compact on");
+    assert_eq!(lines[6], "capsule   none yet");
+    assert!(lines[7].starts_with("session   01"), "{status}");
     assert!(
-        lines[3].starts_with("context         ") && lines[3].contains("% of hardLimit 21,000"),
+        lines[8].starts_with("log       ") && lines[8].ends_with(".jsonl"),
         "{status}"
     );
     let before = rig.session_logs();
@@ -1392,4 +1396,119 @@ async fn native_continuation_follows_the_model() {
         .collect();
     assert_eq!(models, [json!("test-model"), json!("other-model")]);
     rig.quit().await;
+}
+
+/// Issue 36 (first hour) item 4: `/resume` to another session leaves
+/// nothing of the session left on screen: its notes (a `/status` of the
+/// other session showed in the middle of the resumed conversation) and
+/// its scroll position go, and the notes of opening the resumed session
+/// follow its conversation instead of landing where the other one ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_another_session_leaves_nothing_of_the_one_left() {
+    let mut rig = rig().await;
+    let mut state = crate::state::AppState::default();
+    let apply = |state: &mut crate::state::AppState, seen: Vec<UiEvent>| {
+        for report in seen {
+            state.apply(report);
+        }
+    };
+    for text in ["one", "two", "three"] {
+        rig.server.push_for(
+            "/chat/completions",
+            Script::stream(Dialect::Chat, &Reply::text(format!("answer {text}"))),
+        );
+        rig.send(Action::StartTurn(text.into()));
+        let seen = rig
+            .until("the turn's end", |r| matches!(r, UiEvent::Finished(_)))
+            .await;
+        apply(&mut state, seen);
+    }
+    let first = rig
+        .session_logs()
+        .into_iter()
+        .find(|path| !path.display().to_string().ends_with(".flight.jsonl"))
+        .expect("the first session's log");
+    rig.send(Action::Command(SlashCommand::Clear));
+    let seen = rig
+        .until(
+            "the new session",
+            |r| matches!(r, UiEvent::Note(text) if text.starts_with("new session ")),
+        )
+        .await;
+    apply(&mut state, seen);
+    rig.send(Action::Command(SlashCommand::Status));
+    let seen = rig
+        .until(
+            "the status",
+            |r| matches!(r, UiEvent::Note(text) if text.starts_with("/status")),
+        )
+        .await;
+    apply(&mut state, seen);
+    // Scrolled up in the session left.
+    state.scroll = 20;
+    rig.send(Action::Picked(
+        PickerPurpose::Resume,
+        first.display().to_string(),
+    ));
+    // Its conversation, then the notes of opening it (the budget's
+    // warning).
+    let seen = rig
+        .until(
+            "the warning of opening it",
+            |r| matches!(r, UiEvent::Note(text) if text.starts_with("warning: ")),
+        )
+        .await;
+    assert!(
+        seen.iter()
+            .any(|r| matches!(r, UiEvent::History(items) if items.len() > 3)),
+        "{seen:#?}"
+    );
+    apply(&mut state, seen);
+    assert_eq!(state.scroll, 0);
+    let len = state.history.len();
+    assert!(
+        state
+            .notes
+            .iter()
+            .all(|(at, text)| *at == len && !text.starts_with("/status")),
+        "{:#?}",
+        state.notes
+    );
+    assert!(
+        state
+            .notes
+            .iter()
+            .any(|(_, text)| text.starts_with("warning: ")),
+        "{:#?}",
+        state.notes
+    );
+    insta::assert_snapshot!("resumed_after_another", screen(&state, 100, 24));
+    rig.quit().await;
+}
+
+/// Draws `state` on a test terminal; the screen as text, one line per
+/// row, the session id and the effective tokens (the log's timestamps
+/// and ids are counted too) normalized.
+fn screen(state: &crate::state::AppState, width: u16, height: u16) -> String {
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height))
+        .expect("a test terminal");
+    terminal
+        .draw(|frame| crate::render::render(frame, state))
+        .expect("drawn");
+    let buffer = terminal.backend().buffer();
+    let rows: Vec<String> = (0..height)
+        .map(|y| {
+            let row: String = (0..width).map(|x| buffer[(x, y)].symbol()).collect();
+            row.trim_end().to_owned()
+        })
+        .collect();
+    let session = regex::Regex::new(r"session [0-9a-f]{8}").expect("a regex");
+    let tokens = regex::Regex::new(r"│[0-9,]+ tokens").expect("a regex");
+    let text = rows.join("\n");
+    let text = session.replace_all(&text, "session SSSSSSSS");
+    tokens
+        .replace_all(&text, |caps: &regex::Captures<'_>| {
+            caps[0].replace(|ch: char| ch.is_ascii_digit(), "N")
+        })
+        .into_owned()
 }

@@ -51,25 +51,25 @@ fn working() -> AppState {
             HistoryItem::User("The parser drops the last token of a line; fix it and run the tests.".into()),
             HistoryItem::Assistant("I'll run the tests first to see the failure.".into()),
             HistoryItem::Tool {
-                line: "bash: cargo test -p parser (exit 1, 2.3 KB)".into(),
+                line: "bash: cargo test -p parser (exit 1, output 2.3 KiB)".into(),
                 is_error: true,
                 output: None,
                 diff: Vec::new(),
             },
             HistoryItem::Tool {
-                line: "read_file: src/lexer.rs (14.2 KB)".into(),
+                line: "read_file: src/lexer.rs (output 14.2 KiB)".into(),
                 is_error: false,
                 output: None,
                 diff: Vec::new(),
             },
             HistoryItem::Tool {
-                line: "edit_file: src/lexer.rs (41 B)".into(),
+                line: "edit_file: src/lexer.rs (output 41 B)".into(),
                 is_error: false,
                 output: None,
                 diff: Vec::new(),
             },
             HistoryItem::Tool {
-                line: "bash: cargo test -p parser (exit 0, 1.1 KB)".into(),
+                line: "bash: cargo test -p parser (exit 0, output 1.1 KiB)".into(),
                 is_error: false,
                 output: None,
                 diff: Vec::new(),
@@ -405,7 +405,7 @@ fn expanded_tool_output_frame() {
     state.expand_tools = true;
     let screen = frame(&state, 110, 40);
     assert!(
-        screen.contains("▾ bash: cargo test -p parser (exit 1, 2.3 KB)"),
+        screen.contains("▾ bash: cargo test -p parser (exit 1, output 2.3 KiB)"),
         "{screen}"
     );
     assert!(
@@ -446,6 +446,7 @@ fn model_picker_note_and_estimated_reason() {
             label: "anthropic/claude-sonnet-4-5  (current)".into(),
         }],
         selected: 0,
+        header: None,
         note: Some(
             "9 more models hidden: set OPENAI_API_KEY or OPENROUTER_API_KEY to use them".into(),
         ),
@@ -561,35 +562,104 @@ fn esc_keeps_the_partial_answer_and_holds_the_queued_message() {
     insta::assert_snapshot!("interrupted", frame(&state, 110, 30));
 }
 
+/// The sessions of the picker tests: a long session with a long title
+/// and a short one, most recently modified first.
+fn listed_sessions() -> Vec<(
+    soba_store::reader::SessionSummary,
+    soba_store::reader::SessionGlance,
+)> {
+    let at = |minutes: u64| {
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_625_120 + 60 * minutes))
+    };
+    let summary = |id: &str, size: u64, minutes: u64| soba_store::reader::SessionSummary {
+        id: id.into(),
+        path: format!("/s/{id}.jsonl").into(),
+        created_at: Some("2026-12-07T06:32:00Z".into()),
+        cwd: None,
+        size,
+        modified: at(minutes),
+        problem: None,
+    };
+    let glance = |title: &str, n_messages: u64| soba_store::reader::SessionGlance {
+        title: Some(title.into()),
+        n_messages,
+    };
+    vec![
+        (
+            summary("01a24f30-0000-7000-8000-000000000000", 1_126, 40),
+            glance("hi", 2),
+        ),
+        (
+            summary("01a24f34-0000-7000-8000-000000000000", 2_516_582, 5),
+            glance(
+                "We are extending loglens, our access-log analyzer. Over this session add ten features, one at a time, each with its test.",
+                373,
+            ),
+        ),
+    ]
+}
+
 /// Issue 36 item 4: the `soba -r` picker at launch shows each session's
 /// message count and first prompt, and the sidebar behind it shows no
 /// placeholder figures while no session is open.
 #[test]
 fn resume_picker_at_launch() {
+    let (header, items) = soba_tui::view::session_choices(&listed_sessions(), 8, true);
     let state = AppState {
         overlay: Some(Overlay::Picker(Picker {
-            title: "Resume a session (most recent first)".into(),
+            title: "Resume a session (most recently modified first)".into(),
             purpose: PickerPurpose::Resume,
-            items: vec![
-                PickerItem {
-                    key: String::new(),
-                    label: "(a new session)".into(),
-                },
-                PickerItem {
-                    key: "/s/a.jsonl".into(),
-                    label: "01a24f34  2026-12-07 06:32    373 messages    2.4 MB  We are extending loglens, our access-log analyzer. Over this…".into(),
-                },
-                PickerItem {
-                    key: "/s/b.jsonl".into(),
-                    label: "01a24f30  2026-12-07 06:32      2 messages    1.1 KB  hi".into(),
-                },
-            ],
+            items,
             selected: 1,
+            header: Some(header),
             note: None,
         })),
         ..AppState::default()
     };
     insta::assert_snapshot!("resume_picker", frame(&state, 110, 20));
+}
+
+/// Issue 36 (first hour) item 5: the session picker gives a title the
+/// width there is (it was cut at about 56 characters on any terminal),
+/// sizes in the unit the rest of soba uses (KiB, MiB: it said KB), and
+/// labels its time column with what the list is ordered by (the log's
+/// last change; the walk read activity order under "created").
+#[test]
+fn the_session_picker_uses_the_width_and_says_what_it_is_ordered_by() {
+    let (header, items) = soba_tui::view::session_choices(&listed_sessions(), 8, false);
+    assert!(
+        header.contains("modified") && !header.contains("created"),
+        "{header}"
+    );
+    let state = AppState {
+        overlay: Some(Overlay::Picker(Picker {
+            title: "Resume a session (most recently modified first)".into(),
+            purpose: PickerPurpose::Resume,
+            items,
+            selected: 0,
+            header: Some(header),
+            note: None,
+        })),
+        ..AppState::default()
+    };
+    let screen = frame(&state, 200, 16);
+    assert!(
+        screen.contains("one at a time, each with its test."),
+        "the whole title: {screen}"
+    );
+    assert!(
+        screen.contains("2.4 MiB") && screen.contains("1.1 KiB"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains(" KB") && !screen.contains(" MB"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("2026-12-07 06:37") && screen.contains("2026-12-07 07:12"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("resume_picker_wide", screen);
 }
 
 /// Issue 36 item 4: Esc on the `soba -r` picker at launch does not leave
@@ -606,6 +676,7 @@ fn esc_on_the_resume_picker_at_launch_says_what_now() {
                 label: "(a new session)".into(),
             }],
             selected: 0,
+            header: None,
             note: None,
         })),
         ..AppState::default()
@@ -669,7 +740,7 @@ fn an_approved_edit_keeps_its_diff_and_a_denied_one_says_denied() {
     });
     let screen = frame(&state, 110, 40);
     assert!(
-        screen.contains("▸ edit_file: src/lexer.rs (34 B)"),
+        screen.contains("▸ edit_file: src/lexer.rs (output 34 B)"),
         "{screen}"
     );
     assert!(screen.contains("│ -     line 3"), "{screen}");
@@ -678,7 +749,7 @@ fn an_approved_edit_keeps_its_diff_and_a_denied_one_says_denied() {
         screen.contains("▸ edit_file: src/parser.rs (denied)"),
         "{screen}"
     );
-    assert!(!screen.contains("(error, 39 B)"), "{screen}");
+    assert!(!screen.contains("(error, "), "{screen}");
     assert!(
         screen.contains("more lines (Ctrl-O shows them)"),
         "{screen}"
@@ -721,4 +792,180 @@ fn pageup_after_resume_keeps_notes_below_the_loaded_conversation() {
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{screen}");
     insta::assert_snapshot!("pageup_after_resume", screen);
+}
+
+/// Issue 36 (first hour) item 1: beside the `/rewind` list the
+/// conversation's own `›` marks showed through (two `›` on the selected
+/// row): nothing of the screen beneath shows beside a box, on the rows
+/// it covers.
+#[test]
+fn nothing_beneath_shows_beside_a_box() {
+    let mut state = working();
+    state.history = (1..=30)
+        .flat_map(|n| {
+            [
+                HistoryItem::User(format!("question {n}")),
+                HistoryItem::Assistant(format!("answer {n}")),
+            ]
+        })
+        .collect();
+    state.overlay = Some(Overlay::Picker(Picker {
+        title: "Rewind to (newest first)".into(),
+        purpose: PickerPurpose::Rewind,
+        items: (1..=6)
+            .map(|n| PickerItem {
+                key: format!("e_{n}"),
+                label: format!("e_0190f3a{n}  {n}. question {}", 31 - n),
+            })
+            .collect(),
+        selected: 0,
+        header: None,
+        note: None,
+    }));
+    let screen = frame(&state, 110, 30);
+    let rows: Vec<&str> = screen.lines().collect();
+    let boxed: Vec<&&str> = rows
+        .iter()
+        .filter(|row| row.chars().nth(2) == Some('│'))
+        .collect();
+    assert!(boxed.len() >= 6, "{screen}");
+    for row in boxed {
+        let selected = usize::from(row.contains("1. question 30"));
+        assert_eq!(row.matches('›').count(), selected, "{screen}");
+        assert_eq!(row.chars().nth(1), Some(' '), "{screen}");
+    }
+    insta::assert_snapshot!("rewind_picker", screen);
+    // The approval box too: it sits in the conversation, narrower.
+    state.overlay = Some(Overlay::Approval(ApprovalView {
+        tool: "bash".into(),
+        summary: "cargo test".into(),
+        scope: "bash commands starting with `cargo` this session".into(),
+        preview: Vec::new(),
+    }));
+    let screen = frame(&state, 110, 30);
+    for row in screen
+        .lines()
+        .filter(|row| row.contains("│ y run once") || row.contains("│ n deny"))
+    {
+        assert!(!row.contains('›'), "{screen}");
+        assert!(!row.contains("answer"), "{screen}");
+    }
+}
+
+/// Issue 36 (first hour) item 3: the diff under an approved edit keeps
+/// the lines' indentation (tabs to the next multiple of four columns, as
+/// everywhere): an `oldString` starting after a line's indentation showed
+/// that line flush left, from the call's arguments; it is shown in the
+/// file's whole lines, as the approval prompt showed it. An answer's code
+/// and a tool's output keep theirs too (wrapping dropped it).
+#[test]
+fn an_edit_and_an_answer_keep_their_indentation() {
+    use soba_core::{Block, Entry, EntryBody, EntryId, IdKind, Message, MessageEntry, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let file = "def greet(name):\n\tif name:\n\t\treturn 'hi ' + name\n    return 'hi'\n";
+    let edited = file.replace(
+        "return 'hi ' + name",
+        "return 'hello ' + name\n\t\t# greeted",
+    );
+    std::fs::write(dir.path().join("hello.py"), &edited).unwrap();
+    let workspace = soba_engine::tool::Workspace::new(dir.path()).unwrap();
+    let call = soba_core::ToolUse {
+        id: "c1".into(),
+        name: "edit_file".into(),
+        input: soba_core::ToolInput::from_value(serde_json::json!({
+            "path": "hello.py",
+            "oldString": "return 'hi ' + name",
+            "newString": "return 'hello ' + name\n\t\t# greeted",
+        })),
+    };
+    let messages = [
+        Message::user("greet by name"),
+        Message::new(
+            Role::Assistant,
+            vec![Block::Text("Editing.".into()), Block::ToolUse(call)],
+        ),
+        Message::tool_result("c1", "replaced 1 occurrence in hello.py", false),
+        Message::assistant("Done:\n\n\tif name:\n\t\treturn 'hello ' + name\n    return 'hi'"),
+    ];
+    let id = |n: u128| {
+        EntryId::from_uuid(
+            IdKind::Entry,
+            0x0190_0000_0000_7000_8000_0000_0000_0000 | n << 16,
+        )
+    };
+    let path: Vec<Entry> = messages
+        .into_iter()
+        .enumerate()
+        .map(|(n, message)| Entry {
+            id: id(n as u128 + 1),
+            parent_id: (n > 0).then(|| id(n as u128)),
+            timestamp: String::new(),
+            body: EntryBody::Message(MessageEntry {
+                message,
+                tokens: None,
+            }),
+        })
+        .collect();
+    let mut state = working();
+    state.history = soba_tui::view::history_items(&path, 4, false, &mut |call, ran| {
+        preview::edit_in_file(&workspace, &call.input, ran)
+    });
+    let screen = frame(&state, 110, 30);
+    for shown in [
+        "│ -         return 'hi ' + name",
+        "│ +         return 'hello ' + name",
+        "│ +         # greeted",
+        "│       return 'hi'",
+        "│      if name:",
+        "│          return 'hello ' + name",
+    ] {
+        assert!(screen.contains(shown), "{shown:?}:\n{screen}");
+    }
+    insta::assert_snapshot!("edit_indentation", screen);
+}
+
+/// Issue 36 (first hour) item 6: on an 80-column terminal (the sidebar
+/// leaves the conversation 46 columns of text) every line of `/status`
+/// fits: it wrapped its session, context and compaction lines.
+#[test]
+fn status_fits_an_80_column_terminal() {
+    use soba_core::config::CompactionConfig;
+    use soba_engine::session::{SessionConfig, SessionCore};
+    use soba_store::log::{SequentialMinter, SessionHeader, WriterOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut minter = SequentialMinter::new(1_735_689_600);
+    let header = SessionHeader::new(&mut minter, "/ws");
+    let config = SessionConfig {
+        model: soba_engine::demo::demo_model(),
+        compaction: CompactionConfig::default(),
+        system_prompt: "You are a careful coding agent.".into(),
+        tool_schemas: Vec::new(),
+        counter: None,
+    };
+    let log = dir.path().join("s.jsonl");
+    let mut core = SessionCore::create(
+        &log,
+        header,
+        config,
+        WriterOptions {
+            durability: soba_store::log::Durability::Flush,
+            minter: Box::new(minter),
+        },
+    )
+    .unwrap();
+    core.append_message(soba_core::Message::user("hello there"))
+        .unwrap();
+    let text = soba_tui::view::status_text(&core, std::path::Path::new("/s/0190f3a2.jsonl"));
+    let mut state = working();
+    state.notes.push((state.history.len(), text.clone()));
+    let screen = frame(&state, 80, 30);
+    // The note's text column: 80 − the sidebar's 30 − 2 borders − 2.
+    for line in text.lines() {
+        assert!(
+            soba_tui::render::text_width(line) <= 46,
+            "{line:?} is wider than 46 columns:\n{screen}"
+        );
+    }
+    insta::assert_snapshot!("status_80", screen);
 }
