@@ -92,6 +92,15 @@ fn install_session(sandbox: &Sandbox, rel: &str) -> (PathBuf, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{id}.jsonl"));
     std::fs::write(&path, bytes).unwrap();
+    // Listings show a session's last change: a fixed one, so expected
+    // output does not depend on the day the test runs.
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|file| {
+            file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_735_689_600))
+        })
+        .unwrap();
     (path, id)
 }
 
