@@ -255,6 +255,66 @@ pub fn resume_with(path: impl AsRef<Path>, options: ResumeOptions) -> Result<Res
     Ok(resumed)
 }
 
+/// Returns the entries of the path from `from` back towards the root:
+/// `from`, its parent, that one's parent, up to the first entry `stop`
+/// holds for (included), root-most first. What a front door shows above a
+/// live stretch that starts mid-turn (the stretch starts where the latest
+/// capsule keeps from): its turn's start, read backwards from the end of
+/// the file, decoding only the lines that hold the id looked for, so the
+/// cost is the bytes after the entry `stop` accepts. Reading ends, with
+/// what was found, at the root, where the path leaves the file, or once
+/// `max_bytes` were read (the caller's bound on what a screen waits for).
+pub fn ancestors(
+    path: impl AsRef<Path>,
+    from: &EntryId,
+    max_bytes: u64,
+    mut stop: impl FnMut(&soba_core::Entry) -> bool,
+) -> Result<Vec<soba_core::Entry>, StoreError> {
+    let path = path.as_ref();
+    let (file, metadata) = crate::untrusted::open_untrusted(path).map_err(StoreError::open)?;
+    let mut lines = BackwardLines::new(&file, 0, metadata.len(), BLOCK_SIZE);
+    let mut cursor = from.clone();
+    let mut found = Vec::new();
+    while lines.bytes_read <= max_bytes {
+        let Some(line) = lines
+            .next_line()
+            .map_err(|err| StoreError::io("read", path, err))?
+        else {
+            break;
+        };
+        if !line.terminated {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&line.bytes) else {
+            continue;
+        };
+        // A child names its parent too: the id decides.
+        if !text.contains(cursor.as_str()) {
+            continue;
+        }
+        let Ok(crate::wire::DecodedEntry { entry, .. }) = crate::wire::decode_entry(text) else {
+            continue;
+        };
+        if entry.id != cursor {
+            continue;
+        }
+        if let EntryBody::Leaf { target } = &entry.body {
+            // Never on a path; a hand-edited log may point at one.
+            cursor = target.clone();
+            continue;
+        }
+        let done = stop(&entry);
+        let parent = entry.parent_id.clone();
+        found.push(entry);
+        match parent {
+            Some(parent) if !done => cursor = parent,
+            _ => break,
+        }
+    }
+    found.reverse();
+    Ok(found)
+}
+
 /// Settles a position that a `leaf` entry sets to `target`, reading on
 /// backwards from where `lines` stands: follows the targets of `leaf`
 /// entries to the first entry that is not one and returns its id; `None`

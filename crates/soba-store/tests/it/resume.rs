@@ -416,3 +416,34 @@ fn a_looping_chain_of_leaf_entries_leaves_the_path_empty_and_says_what_to_do() {
     );
     check_agreement(&path, 3).expect("agrees");
 }
+
+/// Issue 36 (first hour) item 2: what lies above a live stretch that
+/// starts mid-turn is read back to the turn's start, and no further.
+#[test]
+fn ancestors_read_back_to_the_first_entry_asked_for() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("s1.jsonl");
+    let mut writer = create(&path);
+    let mut append = |message: Message| {
+        writer
+            .append_message(message, &ByteCounter, DEFAULT_IMAGE_TOKENS)
+            .expect("appends")
+    };
+    let old = append(Message::user("an older turn"));
+    append(Message::assistant("its answer"));
+    let asked = append(Message::user("the newest turn"));
+    let step = append(Message::assistant("a step"));
+    let kept = append(Message::assistant("the step the capsule keeps from"));
+    drop(writer);
+    let is_user = |entry: &Entry| matches!(&entry.body, EntryBody::Message(stored) if stored.message.is_real_user());
+    let parent = kept.parent_id.clone().expect("a parent");
+    let found = soba_store::resume::ancestors(&path, &parent, u64::MAX, is_user).expect("reads");
+    assert_eq!(found, vec![asked.clone(), step.clone()]);
+    // Nothing to stop at: up to the root.
+    let all = soba_store::resume::ancestors(&path, &parent, u64::MAX, |_| false).expect("reads");
+    assert_eq!(all.first(), Some(&old));
+    assert_eq!(all.last(), Some(&step));
+    // A bound on the bytes read ends it early, with what was found.
+    let bounded = soba_store::resume::ancestors(&path, &parent, 0, is_user).expect("reads");
+    assert!(bounded.len() < 2, "{bounded:?}");
+}

@@ -140,8 +140,9 @@ struct Live {
     agent: Agent,
     setup: ModelSetup,
     /// The path the conversation view shows, → leaf: at open the core's
-    /// live stretch (the newest part, so the first frame never waits on
-    /// the whole log), and from the root once the user asks for earlier
+    /// live stretch from the start of the turn it begins in
+    /// ([`stretch_shown`]: the newest part, so the first frame never waits
+    /// on the whole log), and from the root once the user asks for earlier
     /// history (PageUp); the core keeps only the live stretch, so what
     /// compaction dropped from memory is kept here.
     shown: std::sync::Mutex<Vec<Entry>>,
@@ -151,6 +152,44 @@ struct Live {
     /// (whole lines, indentation, context), by call id; `None` where the
     /// file no longer told. Read once each: every refresh rebuilds the view.
     edits: std::sync::Mutex<HashMap<String, Option<Vec<DiffLine>>>>,
+}
+
+/// The most bytes read back from the end of a log for the start of the
+/// turn a live stretch begins in (the stretch's own lines included): a
+/// turn longer than that opens on the part of it the bound reached.
+const TURN_START_MAX_BYTES: u64 = 16 << 20;
+
+/// Returns the path the conversation shows for the core's live stretch:
+/// the stretch, from the message that started the turn it begins in when
+/// it begins mid-turn (it starts where the latest capsule keeps from,
+/// often after the turn's message), so the newest turn is shown whole, as
+/// other agents show it on resume. The entries above the stretch are read
+/// back from the log, bounded by [`TURN_START_MAX_BYTES`]; an unreadable
+/// log shows the stretch alone.
+fn stretch_shown(core: &SessionCore) -> Vec<Entry> {
+    let stretch = core.path();
+    let is_message = |entry: &Entry| match &entry.body {
+        EntryBody::Message(stored) => Some(stored.message.is_real_user()),
+        _ => None,
+    };
+    let starts_a_turn = stretch.iter().find_map(is_message).unwrap_or(false);
+    let Some(parent) = stretch
+        .first()
+        .and_then(|entry| entry.parent_id.as_ref())
+        .filter(|_| !starts_a_turn)
+    else {
+        return stretch.to_vec();
+    };
+    let mut shown =
+        soba_store::resume::ancestors(core.log_path(), parent, TURN_START_MAX_BYTES, |entry| {
+            is_message(entry) == Some(true)
+        })
+        .unwrap_or_else(|err| {
+            tracing::warn!("the start of the newest turn was not read: {err}");
+            Vec::new()
+        });
+    shown.extend_from_slice(stretch);
+    shown
 }
 
 /// The slot a background thread fills with the ids of the session's file.
@@ -371,9 +410,10 @@ impl Worker {
             RecordedGrants::None => {}
         }
         self.approvals = Some((log, approvals.clone()));
-        // The live stretch only: earlier history is read from the log when
-        // the user scrolls up for it (`Action::LoadEarlier`).
-        let shown = core.path().to_vec();
+        // The live stretch (from its turn's start): earlier history is
+        // read from the log when the user scrolls up for it
+        // (`Action::LoadEarlier`).
+        let shown = stretch_shown(&core);
         let log_path = core.log_path().to_path_buf();
         let core = Arc::new(Mutex::new(core));
         // The short-id length needs every id of the file: a thread reads
@@ -442,7 +482,7 @@ impl Worker {
                 // The stretch does not attach to what was shown (a rewind
                 // elsewhere): show the new stretch; earlier history loads
                 // on request again.
-                *shown = core.path().to_vec();
+                *shown = stretch_shown(&core);
             }
             let earlier = shown.first().is_some_and(|entry| entry.parent_id.is_some());
             let mut edits = live.edits.lock().unwrap_or_else(PoisonError::into_inner);

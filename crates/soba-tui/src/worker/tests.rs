@@ -1487,8 +1487,8 @@ async fn resuming_another_session_leaves_nothing_of_the_one_left() {
 }
 
 /// Draws `state` on a test terminal; the screen as text, one line per
-/// row, the session id and the effective tokens (the log's timestamps
-/// and ids are counted too) normalized.
+/// row, ids and token figures (the log's timestamps and ids are counted
+/// too) normalized.
 fn screen(state: &crate::state::AppState, width: u16, height: u16) -> String {
     let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height))
         .expect("a test terminal");
@@ -1502,13 +1502,79 @@ fn screen(state: &crate::state::AppState, width: u16, height: u16) -> String {
             row.trim_end().to_owned()
         })
         .collect();
-    let session = regex::Regex::new(r"session [0-9a-f]{8}").expect("a regex");
-    let tokens = regex::Regex::new(r"│[0-9,]+ tokens").expect("a regex");
-    let text = rows.join("\n");
-    let text = session.replace_all(&text, "session SSSSSSSS");
-    tokens
+    let mut text = rows.join("\n");
+    let hex = regex::Regex::new(r"(session |\bck_)[0-9a-f]{4,}").expect("a regex");
+    text = hex
+        .replace_all(&text, |caps: &regex::Captures<'_>| {
+            let id = &caps[0][caps[1].len()..];
+            format!("{}{}", &caps[1], "X".repeat(id.len()))
+        })
+        .into_owned();
+    let figures =
+        regex::Regex::new(r"[0-9][0-9,]* → [0-9][0-9,]* tokens|│[0-9,]+ tokens").expect("a regex");
+    figures
         .replace_all(&text, |caps: &regex::Captures<'_>| {
             caps[0].replace(|ch: char| ch.is_ascii_digit(), "N")
         })
         .into_owned()
+}
+
+/// Issue 36 (first hour) item 2: a resumed session opened in the middle
+/// of its newest turn (the live stretch starts where the latest capsule
+/// keeps from, often after the turn's message): it opens on the newest
+/// turn whole, from the message that started it, at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_opens_on_its_newest_turn_whole() {
+    let mut first = rig().await;
+    first.approved_turn().await;
+    first.approved_turn().await;
+    first.send(Action::Command(SlashCommand::Compact {
+        save: false,
+        instructions: None,
+    }));
+    first
+        .until("the compaction's end", |r| {
+            matches!(r, UiEvent::Finished(_))
+        })
+        .await;
+    let (_, dir, server) = first.quit_keeping_all().await;
+
+    let mut resumed = rig_at(server, dir, &Start::Continue, |_| {});
+    let seen = resumed
+        .until(
+            "the history",
+            |r| matches!(r, UiEvent::History(items) if !items.is_empty()),
+        )
+        .await;
+    let Some(UiEvent::History(items)) = seen.last() else {
+        unreachable!("until returned on a history")
+    };
+    assert_eq!(
+        items.first(),
+        Some(&HistoryItem::Event(
+            "earlier conversation not loaded: PageUp loads it (/rewind lists every message)".into()
+        )),
+        "{items:#?}"
+    );
+    // The marker, then the newest turn from its message: the last turn
+    // ran `seq` and answered.
+    assert_eq!(
+        items.get(1),
+        Some(&HistoryItem::User("list the numbers".into())),
+        "{items:#?}"
+    );
+    assert_eq!(
+        items
+            .iter()
+            .filter(|item| matches!(item, HistoryItem::User(_)))
+            .count(),
+        1,
+        "{items:#?}"
+    );
+    let mut state = crate::state::AppState::default();
+    for report in seen {
+        state.apply(report);
+    }
+    insta::assert_snapshot!("resumed_mid_turn", screen(&state, 78, 20));
+    resumed.quit().await;
 }
